@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Builds kube-apiserver and etcd from source through the Go module proxy into a
+# per-version cache directory outside the repository and prints that directory
+# (suitable for KUBEBUILDER_ASSETS). Reuses the cache when both binaries exist.
+#
+#   KUBE_VERSION  kube-apiserver version (default 1.36.3)
+#   ETCD_VERSION  etcd server version     (default 3.6.8)
+#   HYBRID_CCM_CACHE  cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/hybrid-ccm)
+#
+# Known-good pairs on these machines: 1.36.3+3.6.8, 1.34.4+3.6.4, 1.32.13+3.5.16.
+set -euo pipefail
+
+KUBE_VERSION="${KUBE_VERSION:-1.36.3}"
+ETCD_VERSION="${ETCD_VERSION:-3.6.8}"
+CACHE_ROOT="${HYBRID_CCM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hybrid-ccm}"
+OUT="${CACHE_ROOT}/k8s-${KUBE_VERSION}-etcd-${ETCD_VERSION}"
+
+if [[ -x "${OUT}/kube-apiserver" && -x "${OUT}/etcd" ]]; then
+  echo "${OUT}"
+  exit 0
+fi
+
+log() { echo "control-plane: $*" >&2; }
+
+minor="${KUBE_VERSION#*.}"; minor="${minor%%.*}"
+staging="v0.${minor}.${KUBE_VERSION##*.}"
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/hybrid-ccm-cp.XXXXXX")"
+trap 'rm -rf "${work}"' EXIT
+cd "${work}"
+
+log "building kube-apiserver v${KUBE_VERSION} + etcd v${ETCD_VERSION} into ${OUT} (cold build takes several minutes)"
+export GOFLAGS=-mod=mod
+go mod download "k8s.io/kubernetes@v${KUBE_VERSION}" >&2
+kmod="$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/v${KUBE_VERSION}.mod"
+
+{
+  echo "module hybridccm.local/controlplane"
+  echo
+  grep -E '^(go|godebug) ' "${kmod}" || true
+  echo
+  echo "require ("
+  echo "  k8s.io/kubernetes v${KUBE_VERSION}"
+  echo "  go.etcd.io/etcd/server/v3 v${ETCD_VERSION}"
+  echo ")"
+  echo
+  echo "replace ("
+  # every staging module of k8s.io/kubernetes' replace block -> published version
+  awk '/^replace \(/{r=1;next} r&&/^\)/{r=0} r&&/=>/{print $1}' "${kmod}" | sort -u | while read -r m; do
+    echo "  ${m} => ${m} ${staging}"
+  done
+  echo ")"
+} > go.mod
+
+cat > tools.go <<'GO'
+//go:build tools
+
+package tools
+
+import (
+	_ "go.etcd.io/etcd/server/v3"
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+)
+GO
+
+go mod tidy -e >&2
+
+ver="v${KUBE_VERSION}"
+ld="-s -w"
+for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  ld+=" -X ${p}.gitVersion=${ver} -X ${p}.gitMajor=1 -X ${p}.gitMinor=${minor} -X ${p}.gitTreeState=clean"
+done
+
+mkdir -p "${OUT}.tmp"
+CGO_ENABLED=0 go build -trimpath -ldflags "${ld}" -o "${OUT}.tmp/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver >&2
+CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "${OUT}.tmp/etcd" go.etcd.io/etcd/server/v3 >&2
+rm -rf "${OUT}"
+mv "${OUT}.tmp" "${OUT}"
+log "done"
+echo "${OUT}"
