@@ -1,0 +1,253 @@
+// Package talos owns every conversation with the Talos API. It reads the facts
+// talos-ccm needs about a node (runtime/PlatformMetadata, network/AddressStatus,
+// hardware/SystemInformation, k8s/ControllerManagerConfig) through the real
+// machinery client, addressing each request to the node with WithNode, and
+// returns them as plain values. It never touches Kubernetes objects and makes no
+// decisions about them.
+package talos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/cosi-project/runtime/pkg/resource"
+	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/cosi-project/runtime/pkg/state"
+	talosclient "github.com/siderolabs/talos/pkg/machinery/client"
+	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
+	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
+	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
+	"github.com/siderolabs/talos/pkg/machinery/resources/network"
+	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+)
+
+// ErrNotFound means the node answered but does not have the resource (yet).
+var ErrNotFound = errors.New("resource not found on node")
+
+// PlatformMetadata mirrors Talos runtime/PlatformMetadata.
+type PlatformMetadata struct {
+	Platform     string
+	Hostname     string
+	Region       string
+	Zone         string
+	InstanceType string
+	InstanceID   string
+	ProviderID   string
+	Spot         bool
+	InternalDNS  string
+	ExternalDNS  string
+	Tags         map[string]string
+}
+
+// Address is one network/AddressStatus: an address with its prefix on a link.
+type Address struct {
+	Link   string
+	Prefix netip.Prefix
+}
+
+// SystemInformation mirrors Talos hardware/SystemInformation.
+type SystemInformation struct {
+	Manufacturer, ProductName, Version, SerialNumber, UUID, SKUNumber string
+}
+
+// ClusterNetwork is the pod and service CIDRs from the control plane's
+// k8s/ControllerManagerConfig.
+type ClusterNetwork struct {
+	PodCIDRs     []netip.Prefix
+	ServiceCIDRs []netip.Prefix
+}
+
+// Options configure the client.
+type Options struct {
+	// ConfigPath is a talosconfig file; empty means $TALOSCONFIG, ~/.talos/config,
+	// then /var/run/secrets/talos.dev/config (the Talos ServiceAccount mount).
+	ConfigPath string
+	// Context selects a talosconfig context; empty means the current one.
+	Context string
+	// Endpoints override the talosconfig endpoints.
+	Endpoints []string
+	// Timeout bounds each request (default 10s).
+	Timeout time.Duration
+}
+
+// Client reads node facts from the Talos API over one shared connection.
+type Client struct {
+	c       *talosclient.Client
+	timeout time.Duration
+}
+
+// LoadConfig reads a talosconfig without ever creating one (a missing file is an
+// error that names the paths tried).
+func LoadConfig(path string) (*clientconfig.Config, string, error) {
+	candidates := []string{path}
+	if path == "" {
+		candidates = nil
+		paths, err := clientconfig.GetDefaultPaths()
+		if err != nil {
+			return nil, "", fmt.Errorf("talosconfig: %w", err)
+		}
+		for _, p := range paths {
+			candidates = append(candidates, p.Path)
+		}
+	}
+	for _, p := range candidates {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			if path == "" && errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			return nil, p, fmt.Errorf("talosconfig %s: %w", p, err)
+		}
+		cfg, err := clientconfig.FromBytes(b)
+		if err != nil {
+			return nil, p, fmt.Errorf("talosconfig %s: %w", p, err)
+		}
+		return cfg, p, nil
+	}
+	return nil, "", fmt.Errorf("talosconfig: none found (tried %s)", strings.Join(candidates, ", "))
+}
+
+// New creates a client. It does not dial yet.
+func New(ctx context.Context, o Options) (*Client, error) {
+	cfg, path, err := LoadConfig(o.ConfigPath)
+	if err != nil {
+		return nil, err
+	}
+	opts := []talosclient.OptionFunc{talosclient.WithConfig(cfg)}
+	if o.Context != "" {
+		if _, ok := cfg.Contexts[o.Context]; !ok {
+			return nil, fmt.Errorf("talosconfig %s: context %q not found", path, o.Context)
+		}
+		opts = append(opts, talosclient.WithContextName(o.Context))
+	}
+	if len(o.Endpoints) > 0 {
+		opts = append(opts, talosclient.WithEndpoints(o.Endpoints...))
+	}
+	c, err := talosclient.New(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("talos client from %s: %w", path, err)
+	}
+	t := o.Timeout
+	if t <= 0 {
+		t = 10 * time.Second
+	}
+	return &Client{c: c, timeout: t}, nil
+}
+
+// Close closes the connection.
+func (c *Client) Close() error { return c.c.Close() }
+
+// call runs fn against node with the request timeout, counting and timing it.
+func (c *Client) call(ctx context.Context, op, node string, fn func(ctx context.Context, st state.State) error) error {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	start := time.Now()
+	err := fn(talosclient.WithNode(ctx, node), c.c.COSI)
+	observe(op, start, err)
+	if err != nil {
+		if state.IsNotFoundError(err) || status.Code(err) == codes.NotFound {
+			err = ErrNotFound
+		}
+		klog.V(4).InfoS("Talos API call failed", "op", op, "node", node, "err", err)
+		return fmt.Errorf("%s: node %s: %w", op, node, err)
+	}
+	klog.V(5).InfoS("Talos API call", "op", op, "node", node, "duration", time.Since(start))
+	return nil
+}
+
+// PlatformMetadata reads runtime/PlatformMetadata of the node at address node.
+func (c *Client) PlatformMetadata(ctx context.Context, node string) (*PlatformMetadata, error) {
+	const op = "talos/Client.PlatformMetadata"
+	var out *PlatformMetadata
+	err := c.call(ctx, op, node, func(ctx context.Context, st state.State) error {
+		r, err := safe.StateGet[*runtime.PlatformMetadata](ctx, st,
+			resource.NewMetadata(runtime.NamespaceName, runtime.PlatformMetadataType, runtime.PlatformMetadataID, resource.VersionUndefined))
+		if err != nil {
+			return err
+		}
+		s := r.TypedSpec()
+		out = &PlatformMetadata{
+			Platform: s.Platform, Hostname: s.Hostname, Region: s.Region, Zone: s.Zone,
+			InstanceType: s.InstanceType, InstanceID: s.InstanceID, ProviderID: s.ProviderID,
+			Spot: s.Spot, InternalDNS: s.InternalDNS, ExternalDNS: s.ExternalDNS, Tags: s.Tags,
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Addresses lists network/AddressStatus of the node.
+func (c *Client) Addresses(ctx context.Context, node string) ([]Address, error) {
+	const op = "talos/Client.Addresses"
+	var out []Address
+	err := c.call(ctx, op, node, func(ctx context.Context, st state.State) error {
+		list, err := safe.StateListAll[*network.AddressStatus](ctx, st)
+		if err != nil {
+			return err
+		}
+		for r := range list.All() {
+			s := r.TypedSpec()
+			out = append(out, Address{Link: s.LinkName, Prefix: s.Address})
+		}
+		return nil
+	})
+	return out, err
+}
+
+// SystemInformation reads hardware/SystemInformation of the node.
+func (c *Client) SystemInformation(ctx context.Context, node string) (*SystemInformation, error) {
+	const op = "talos/Client.SystemInformation"
+	var out *SystemInformation
+	err := c.call(ctx, op, node, func(ctx context.Context, st state.State) error {
+		r, err := safe.StateGet[*hardware.SystemInformation](ctx, st,
+			resource.NewMetadata(hardware.NamespaceName, hardware.SystemInformationType, hardware.SystemInformationID, resource.VersionUndefined))
+		if err != nil {
+			return err
+		}
+		s := r.TypedSpec()
+		out = &SystemInformation{Manufacturer: s.Manufacturer, ProductName: s.ProductName, Version: s.Version,
+			SerialNumber: s.SerialNumber, UUID: s.UUID, SKUNumber: s.SKUNumber}
+		return nil
+	})
+	return out, err
+}
+
+// ClusterNetwork reads the pod/service CIDRs from the control-plane node's
+// k8s/ControllerManagerConfig.
+func (c *Client) ClusterNetwork(ctx context.Context, node string) (*ClusterNetwork, error) {
+	const op = "talos/Client.ClusterNetwork"
+	var out *ClusterNetwork
+	err := c.call(ctx, op, node, func(ctx context.Context, st state.State) error {
+		r, err := safe.StateGet[*k8s.ControllerManagerConfig](ctx, st,
+			resource.NewMetadata(k8s.ControlPlaneNamespaceName, k8s.ControllerManagerConfigType, k8s.ControllerManagerConfigID, resource.VersionUndefined))
+		if err != nil {
+			return err
+		}
+		s := r.TypedSpec()
+		out = &ClusterNetwork{}
+		for i, p := range s.PodCIDRs {
+			pp, err := netip.ParsePrefix(p)
+			if err != nil {
+				return fmt.Errorf("podCIDRs[%d] %q: %w", i, p, err)
+			}
+			out.PodCIDRs = append(out.PodCIDRs, pp)
+		}
+		for i, p := range s.ServiceCIDRs {
+			pp, err := netip.ParsePrefix(p)
+			if err != nil {
+				return fmt.Errorf("serviceCIDRs[%d] %q: %w", i, p, err)
+			}
+			out.ServiceCIDRs = append(out.ServiceCIDRs, pp)
+		}
+		return nil
+	})
+	return out, err
+}

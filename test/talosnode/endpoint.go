@@ -1,0 +1,342 @@
+// Package talosnode simulates Talos nodes for tests and the demo with the real
+// protocol: one gRPC endpoint on loopback, protected by mutual TLS like apid,
+// serving the COSI resource API (cosi-project runtime's state server over
+// in-memory state). Like apid on a control-plane node it routes each request to
+// the node named in the request's "node" metadata (what the machinery client's
+// WithNode sets), so simulated nodes can have any IP address.
+//
+// Each node holds runtime/PlatformMetadata, network/AddressStatus and
+// hardware/SystemInformation resources (and anything else a test adds through
+// Node.State). Faults can be injected per node: latency, errors, unreachable.
+//
+// This package never implements talos-ccm logic; it is the outside world.
+package talosnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	cosiv1alpha1 "github.com/cosi-project/runtime/api/v1alpha1"
+	"github.com/cosi-project/runtime/pkg/state"
+	"github.com/cosi-project/runtime/pkg/state/impl/inmem"
+	"github.com/cosi-project/runtime/pkg/state/impl/namespaced"
+	"github.com/cosi-project/runtime/pkg/state/protobuf/server"
+	"github.com/siderolabs/crypto/x509"
+	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+)
+
+// Roles accepted in client certificates (Organization), as Talos RBAC does.
+var allowedRoles = map[string]bool{"os:reader": true, "os:operator": true, "os:admin": true}
+
+// Endpoint is one simulated apid endpoint in front of many simulated nodes.
+type Endpoint struct {
+	pki      *PKI
+	listener net.Listener
+	grpc     *grpc.Server
+
+	mu    sync.RWMutex
+	nodes map[string]*Node // by every address and by name
+
+	requests atomic.Int64
+}
+
+// Node is one simulated Talos node.
+type Node struct {
+	Name  string
+	IPs   []string
+	state state.State
+	rpc   *server.State
+
+	mu          sync.Mutex
+	latency     time.Duration
+	err         error
+	unreachable bool
+	blackhole   bool
+
+	calls atomic.Int64
+}
+
+// Start starts an endpoint on 127.0.0.1 with a freshly generated CA.
+func Start() (*Endpoint, error) {
+	pki, err := newPKI()
+	if err != nil {
+		return nil, fmt.Errorf("talosnode: generate CA: %w", err)
+	}
+	tlsCfg, err := pki.serverTLS()
+	if err != nil {
+		return nil, fmt.Errorf("talosnode: server certificate: %w", err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("talosnode: listen: %w", err)
+	}
+	e := &Endpoint{pki: pki, listener: lis, nodes: map[string]*Node{}}
+	e.grpc = grpc.NewServer(
+		grpc.Creds(credentials.NewTLS(tlsCfg)),
+		grpc.UnaryInterceptor(e.unary),
+		grpc.StreamInterceptor(e.stream),
+	)
+	cosiv1alpha1.RegisterStateServer(e.grpc, &router{e: e})
+	go func() { _ = e.grpc.Serve(lis) }()
+	return e, nil
+}
+
+// Addr is the endpoint address (host:port), what a talosconfig lists as endpoint.
+func (e *Endpoint) Addr() string { return e.listener.Addr().String() }
+
+// Requests counts every request the endpoint received.
+func (e *Endpoint) Requests() int64 { return e.requests.Load() }
+
+// Stop stops the endpoint.
+func (e *Endpoint) Stop() {
+	e.grpc.Stop()
+}
+
+// ClientConfig returns a talosconfig with a client certificate of the given role
+// (os:reader if empty), pointing at this endpoint.
+func (e *Endpoint) ClientConfig(role string) (*clientconfig.Config, error) {
+	if role == "" {
+		role = "os:reader"
+	}
+	crt, key, err := e.pki.issue("talos-ccm", []string{role}, false, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	return clientconfig.NewConfig("sim", []string{e.Addr()}, e.pki.CAPEM,
+		&x509.PEMEncodedCertificateAndKey{Crt: crt, Key: key}), nil
+}
+
+// WriteClientConfig writes ClientConfig(role) to path.
+func (e *Endpoint) WriteClientConfig(path, role string) error {
+	cfg, err := e.ClientConfig(role)
+	if err != nil {
+		return err
+	}
+	b, err := cfg.Bytes()
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o600)
+}
+
+// AddNode creates a simulated node reachable under its name and every IP in ips
+// and fills its resources from spec.
+func (e *Endpoint) AddNode(name string, ips []string, spec Spec) (*Node, error) {
+	st := state.WrapCore(namespaced.NewState(inmem.Build))
+	n := &Node{Name: name, IPs: ips, state: st, rpc: server.NewState(st)}
+	if err := spec.apply(context.Background(), st); err != nil {
+		return nil, fmt.Errorf("talosnode: node %s: %w", name, err)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, k := range append([]string{name}, ips...) {
+		if _, dup := e.nodes[k]; dup {
+			return nil, fmt.Errorf("talosnode: %q already routes to a node", k)
+		}
+	}
+	for _, k := range append([]string{name}, ips...) {
+		e.nodes[k] = n
+	}
+	return n, nil
+}
+
+// RemoveNode makes the node unknown to the endpoint (requests fail like for a
+// machine that is gone).
+func (e *Endpoint) RemoveNode(name string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := e.nodes[name]
+	if n == nil {
+		return
+	}
+	for _, k := range append([]string{n.Name}, n.IPs...) {
+		delete(e.nodes, k)
+	}
+}
+
+// Node returns the node routed under key (name or IP).
+func (e *Endpoint) Node(key string) *Node {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.nodes[key]
+}
+
+// State is the node's COSI state; tests may add or change any resource.
+func (n *Node) State() state.State { return n.state }
+
+// Calls counts requests routed to this node.
+func (n *Node) Calls() int64 { return n.calls.Load() }
+
+// SetLatency delays every request to this node.
+func (n *Node) SetLatency(d time.Duration) { n.mu.Lock(); n.latency = d; n.mu.Unlock() }
+
+// SetError makes every request to this node fail with err (a gRPC status error
+// is passed through as is).
+func (n *Node) SetError(err error) { n.mu.Lock(); n.err = err; n.mu.Unlock() }
+
+// SetUnreachable makes requests fail as apid reports a node it cannot dial.
+// With blackhole the request hangs until the caller's deadline instead.
+func (n *Node) SetUnreachable(unreachable, blackhole bool) {
+	n.mu.Lock()
+	n.unreachable, n.blackhole = unreachable, blackhole
+	n.mu.Unlock()
+}
+
+// route resolves the target node and applies its faults.
+func (e *Endpoint) route(ctx context.Context) (*Node, error) {
+	e.requests.Add(1)
+	if err := authorize(ctx); err != nil {
+		return nil, err
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	if len(md.Get("nodes")) > 0 {
+		return nil, status.Error(codes.InvalidArgument, "talosnode: one-to-many requests (nodes metadata) are not supported by the COSI API")
+	}
+	targets := md.Get("node")
+	if len(targets) != 1 {
+		return nil, status.Error(codes.InvalidArgument, "talosnode: request must name exactly one node (WithNode)")
+	}
+	e.mu.RLock()
+	n := e.nodes[targets[0]]
+	e.mu.RUnlock()
+	if n == nil {
+		return nil, status.Errorf(codes.Unavailable, "connection error: desc = \"transport: Error while dialing: dial tcp %s: connect: connection refused\"", net.JoinHostPort(targets[0], "50000"))
+	}
+	n.calls.Add(1)
+	n.mu.Lock()
+	latency, ferr, unreachable, blackhole := n.latency, n.err, n.unreachable, n.blackhole
+	n.mu.Unlock()
+	if latency > 0 {
+		t := time.NewTimer(latency)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, status.FromContextError(ctx.Err()).Err()
+		case <-t.C:
+		}
+	}
+	switch {
+	case blackhole:
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	case unreachable:
+		return nil, status.Errorf(codes.Unavailable, "connection error: desc = \"transport: Error while dialing: dial tcp %s: connect: no route to host\"", net.JoinHostPort(targets[0], "50000"))
+	case ferr != nil:
+		if _, ok := status.FromError(ferr); ok {
+			return nil, ferr
+		}
+		return nil, status.Error(codes.Internal, ferr.Error())
+	}
+	return n, nil
+}
+
+// authorize checks the verified client certificate carries a Talos role.
+func authorize(ctx context.Context) error {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return status.Error(codes.Unauthenticated, "talosnode: no peer")
+	}
+	ti, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(ti.State.VerifiedChains) == 0 {
+		return status.Error(codes.Unauthenticated, "talosnode: client certificate required")
+	}
+	for _, o := range ti.State.VerifiedChains[0][0].Subject.Organization {
+		if allowedRoles[o] {
+			return nil
+		}
+	}
+	return status.Errorf(codes.PermissionDenied, "talosnode: certificate roles %v are not allowed",
+		strings.Join(ti.State.VerifiedChains[0][0].Subject.Organization, ","))
+}
+
+type nodeKey struct{}
+
+func (e *Endpoint) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	n, err := e.route(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return handler(context.WithValue(ctx, nodeKey{}, n), req)
+}
+
+func (e *Endpoint) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	n, err := e.route(ss.Context())
+	if err != nil {
+		return err
+	}
+	return handler(srv, &routedStream{ServerStream: ss, ctx: context.WithValue(ss.Context(), nodeKey{}, n)})
+}
+
+type routedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *routedStream) Context() context.Context { return s.ctx }
+
+var errNoNode = errors.New("talosnode: request was not routed")
+
+func nodeFrom(ctx context.Context) (*Node, error) {
+	n, ok := ctx.Value(nodeKey{}).(*Node)
+	if !ok {
+		return nil, status.Error(codes.Internal, errNoNode.Error())
+	}
+	return n, nil
+}
+
+// router dispatches the COSI State service to the routed node's state server.
+type router struct {
+	cosiv1alpha1.UnimplementedStateServer
+	e *Endpoint
+}
+
+func (r *router) Get(ctx context.Context, req *cosiv1alpha1.GetRequest) (*cosiv1alpha1.GetResponse, error) {
+	n, err := nodeFrom(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return n.rpc.Get(ctx, req)
+}
+
+func (r *router) List(req *cosiv1alpha1.ListRequest, srv grpc.ServerStreamingServer[cosiv1alpha1.ListResponse]) error {
+	n, err := nodeFrom(srv.Context())
+	if err != nil {
+		return err
+	}
+	return n.rpc.List(req, srv)
+}
+
+func (r *router) Watch(req *cosiv1alpha1.WatchRequest, srv grpc.ServerStreamingServer[cosiv1alpha1.WatchResponse]) error {
+	n, err := nodeFrom(srv.Context())
+	if err != nil {
+		return err
+	}
+	return n.rpc.Watch(req, srv)
+}
+
+// Create, Update and Destroy are refused: talos-ccm only reads, and an os:reader
+// certificate could not write on a real node either.
+func (r *router) Create(context.Context, *cosiv1alpha1.CreateRequest) (*cosiv1alpha1.CreateResponse, error) {
+	return nil, status.Error(codes.PermissionDenied, "talosnode: resources are read-only through the API")
+}
+
+func (r *router) Update(context.Context, *cosiv1alpha1.UpdateRequest) (*cosiv1alpha1.UpdateResponse, error) {
+	return nil, status.Error(codes.PermissionDenied, "talosnode: resources are read-only through the API")
+}
+
+func (r *router) Destroy(context.Context, *cosiv1alpha1.DestroyRequest) (*cosiv1alpha1.DestroyResponse, error) {
+	return nil, status.Error(codes.PermissionDenied, "talosnode: resources are read-only through the API")
+}

@@ -1,0 +1,90 @@
+package talosnode
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+
+	"github.com/cosi-project/runtime/pkg/state"
+	"github.com/siderolabs/talos/pkg/machinery/nethelpers"
+	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
+	"github.com/siderolabs/talos/pkg/machinery/resources/network"
+	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+)
+
+// Spec is what a simulated node reports through its Talos API.
+type Spec struct {
+	// Metadata becomes runtime/PlatformMetadata; nil means the resource is absent
+	// (as on a node whose platform has not produced metadata yet).
+	Metadata *runtime.PlatformMetadataSpec
+	// Addresses become network/AddressStatus resources.
+	Addresses []Address
+	// System becomes hardware/SystemInformation; nil means absent.
+	System *hardware.SystemInformationSpec
+}
+
+// Address is one AddressStatus: a prefix on a link. Talos puts the public
+// address of clouds with 1:1 NAT on the link named "external".
+type Address struct {
+	Link   string
+	Prefix string // e.g. "10.0.0.5/24", "2001:db8::5/64"
+}
+
+func (s Spec) apply(ctx context.Context, st state.State) error {
+	if s.Metadata != nil {
+		r := runtime.NewPlatformMetadataSpec(runtime.NamespaceName, runtime.PlatformMetadataID)
+		*r.TypedSpec() = *s.Metadata
+		if err := st.Create(ctx, r); err != nil {
+			return fmt.Errorf("create PlatformMetadata: %w", err)
+		}
+	}
+	for i, a := range s.Addresses {
+		p, err := netip.ParsePrefix(a.Prefix)
+		if err != nil {
+			return fmt.Errorf("addresses[%d]: %w", i, err)
+		}
+		r := network.NewAddressStatus(network.NamespaceName, network.AddressID(a.Link, p))
+		spec := r.TypedSpec()
+		spec.Address = p
+		spec.Local = p.Addr()
+		spec.LinkName = a.Link
+		spec.LinkIndex = uint32(i + 1)
+		spec.Scope = nethelpers.ScopeGlobal
+		spec.Flags = nethelpers.AddressFlags(nethelpers.AddressPermanent)
+		spec.Family = nethelpers.FamilyInet4
+		if p.Addr().Is6() {
+			spec.Family = nethelpers.FamilyInet6
+		}
+		if p.Addr().IsLoopback() {
+			spec.Scope = nethelpers.ScopeHost
+		} else if p.Addr().IsLinkLocalUnicast() {
+			spec.Scope = nethelpers.ScopeLink
+		}
+		if err := st.Create(ctx, r); err != nil {
+			return fmt.Errorf("create AddressStatus %s: %w", a.Prefix, err)
+		}
+	}
+	if s.System != nil {
+		r := hardware.NewSystemInformation(hardware.SystemInformationID)
+		*r.TypedSpec() = *s.System
+		if err := st.Create(ctx, r); err != nil {
+			return fmt.Errorf("create SystemInformation: %w", err)
+		}
+	}
+	return nil
+}
+
+// SetMetadata replaces (or creates) the node's PlatformMetadata.
+func (n *Node) SetMetadata(ctx context.Context, md runtime.PlatformMetadataSpec) error {
+	r := runtime.NewPlatformMetadataSpec(runtime.NamespaceName, runtime.PlatformMetadataID)
+	cur, err := n.state.Get(ctx, r.Metadata())
+	*r.TypedSpec() = md
+	if err != nil {
+		if state.IsNotFoundError(err) {
+			return n.state.Create(ctx, r)
+		}
+		return err
+	}
+	r.Metadata().SetVersion(cur.Metadata().Version())
+	return n.state.Update(ctx, r)
+}
