@@ -1,0 +1,357 @@
+package csr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	certificatesinformers "k8s.io/client-go/informers/certificates/v1"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	certificateslisters "k8s.io/client-go/listers/certificates/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+)
+
+// AddressSource tells which addresses talos-ccm itself established for a node (read
+// from the node's Talos API). The kubelet-written provided-node-ip annotation and the
+// node's own status.addresses are NOT proof: a kubelet writes both itself.
+//
+// Implementations must not modify node (it is the shared informer copy) and should
+// return an error, not an empty list, when they cannot tell: an error makes the
+// controller retry, an empty list makes it deny every IP SAN.
+type AddressSource interface {
+	EstablishedAddresses(ctx context.Context, node *corev1.Node) ([]corev1.NodeAddress, error)
+}
+
+// Event reasons on the CSR and on its Node.
+const (
+	EventReasonApproved = "CSRApproved"
+	EventReasonDenied   = "CSRDenied"
+)
+
+// pendingByNode indexes pending kubelet-serving CSRs by the node that requested them,
+// so that a node becoming initialized (or getting new addresses) re-queues its CSRs.
+const pendingByNode = "node-csr-approval/pending-by-node"
+
+// errRetry asks the worker to look at a request again after a back-off.
+var errRetry = errors.New("decision postponed")
+
+// Controller approves or denies kubelet serving certificate requests.
+type Controller struct {
+	client      kubernetes.Interface
+	csrLister   certificateslisters.CertificateSigningRequestLister
+	csrIndexer  cache.Indexer
+	nodeLister  corelisters.NodeLister
+	synced      []cache.InformerSynced
+	addrs       AddressSource
+	recorder    record.EventRecorder
+	broadcaster record.EventBroadcaster // set when the controller owns its recorder
+	queue       workqueue.TypedRateLimitingInterface[string]
+	opts        Options
+}
+
+// NewController wires the controller to the shared informers. Start the informer
+// factory and call Run. A nil recorder makes the controller record events through
+// a broadcaster of its own (component "node-csr-approval"); a nil opts means
+// NewOptions().
+func NewController(
+	client kubernetes.Interface,
+	csrInformer certificatesinformers.CertificateSigningRequestInformer,
+	nodeInformer coreinformers.NodeInformer,
+	addrs AddressSource,
+	recorder record.EventRecorder,
+	opts *Options,
+) (*Controller, error) {
+	const op = "ccm/csr.NewController"
+	if opts == nil {
+		opts = NewOptions()
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	if client == nil || csrInformer == nil || nodeInformer == nil || addrs == nil {
+		return nil, fmt.Errorf("%s: client, informers and address source are required", op)
+	}
+	registerMetrics()
+
+	o := *opts
+	o.AllowedIPRanges = slices.Clone(opts.AllowedIPRanges)
+	o.AllowedDNSSuffixes = slices.Clone(opts.AllowedDNSSuffixes)
+	c := &Controller{
+		client:     client,
+		csrLister:  csrInformer.Lister(),
+		csrIndexer: csrInformer.Informer().GetIndexer(),
+		nodeLister: nodeInformer.Lister(),
+		synced:     []cache.InformerSynced{csrInformer.Informer().HasSynced, nodeInformer.Informer().HasSynced},
+		addrs:      addrs,
+		recorder:   recorder,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, 5*time.Minute),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: ControllerName}),
+		opts: o,
+	}
+	if c.recorder == nil {
+		c.broadcaster = record.NewBroadcaster()
+		c.recorder = c.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: ControllerName})
+	}
+
+	csrInf := csrInformer.Informer()
+	if _, exists := csrInf.GetIndexer().GetIndexers()[pendingByNode]; !exists {
+		if err := csrInf.AddIndexers(cache.Indexers{pendingByNode: indexPendingByNode}); err != nil {
+			return nil, fmt.Errorf("%s: add CSR index: %w", op, err)
+		}
+	}
+	if _, err := csrInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueueCSR,
+		UpdateFunc: func(_, obj any) { c.enqueueCSR(obj) }, // also resyncs
+	}); err != nil {
+		return nil, fmt.Errorf("%s: watch CSRs: %w", op, err)
+	}
+	if _, err := nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.enqueueNodeCSRs(obj) },
+		UpdateFunc: c.nodeUpdated,
+	}); err != nil {
+		return nil, fmt.Errorf("%s: watch nodes: %w", op, err)
+	}
+	return c, nil
+}
+
+// Run decides requests with opts.Workers workers until ctx is done.
+func (c *Controller) Run(ctx context.Context) {
+	defer utilruntime.HandleCrashWithContext(ctx)
+
+	if c.broadcaster != nil {
+		c.broadcaster.StartStructuredLogging(3)
+		c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.client.CoreV1().Events("")})
+		defer c.broadcaster.Shutdown()
+	}
+
+	klog.InfoS("Starting controller", "controller", ControllerName, "workers", c.opts.Workers)
+	defer klog.InfoS("Stopped controller", "controller", ControllerName)
+
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
+		c.queue.ShutDown()
+		return
+	}
+	var wg sync.WaitGroup
+	for range c.opts.Workers {
+		wg.Go(func() { wait.UntilWithContext(ctx, c.worker, time.Second) })
+	}
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+}
+
+func (c *Controller) worker(ctx context.Context) {
+	for c.processNext(ctx) {
+	}
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	name, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(name)
+
+	switch err := c.sync(ctx, name); {
+	case err == nil:
+		c.queue.Forget(name)
+	case errors.Is(err, errRetry):
+		c.queue.AddRateLimited(name)
+	default:
+		utilruntime.HandleErrorWithContext(ctx, err, "Deciding CSR failed, will retry", "csr", klog.KRef("", name))
+		c.queue.AddRateLimited(name)
+	}
+	return true
+}
+
+// sync decides the CSR called name and records the decision.
+func (c *Controller) sync(ctx context.Context, name string) error {
+	const op = "ccm/csr.Controller.sync"
+	csr, err := c.csrLister.Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if !Pending(csr) {
+		return nil
+	}
+
+	d, node, err := c.decide(ctx, csr)
+	if err != nil {
+		return fmt.Errorf("%s: %s: %w", op, name, err)
+	}
+	switch d.Action {
+	case Approve, Deny:
+		return c.record(ctx, csr, node, d)
+	case Retry:
+		countDecision(d)
+		klog.V(2).InfoS("Postponed kubelet serving CSR", "csr", klog.KObj(csr), "user", csr.Spec.Username, "reason", d.Reason, "message", d.Message)
+		return errRetry
+	default:
+		return nil
+	}
+}
+
+// decide gathers what Validate needs and calls it, in stages: the node is read only
+// for requests that pass the checks on the request alone, and the AddressSource (a
+// Talos API call when not cached) only for initialized nodes. node is returned for
+// events; it is nil when the requester's node does not exist.
+func (c *Controller) decide(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) (Decision, *corev1.Node, error) {
+	var node *corev1.Node
+	if name, ok := NodeName(csr.Spec.Username); ok {
+		node, _ = c.nodeLister.Get(name) // NotFound is the only lister error
+	}
+	req, d, ok := checkRequest(csr, &c.opts)
+	if !ok {
+		return d, node, nil
+	}
+	if node == nil {
+		// The informer may lag behind a node that registered a moment ago; a denial is
+		// final, so ask the API server before concluding the node does not exist.
+		n, err := c.client.CoreV1().Nodes().Get(ctx, req.nodeName, metav1.GetOptions{})
+		switch {
+		case err == nil:
+			node = n
+		case !apierrors.IsNotFound(err):
+			return Decision{}, nil, fmt.Errorf("get node %s: %w", req.nodeName, err)
+		}
+	}
+	var established []corev1.NodeAddress
+	if node != nil && (!c.opts.WaitForInitialization || Initialized(node)) {
+		var err error
+		if established, err = c.addrs.EstablishedAddresses(ctx, node); err != nil {
+			klog.ErrorS(err, "Cannot read the addresses talos-ccm established for node", "csr", klog.KObj(csr), "node", klog.KObj(node))
+			return Decision{Action: Retry, Reason: ReasonAddressLookupFailed,
+				Message: fmt.Sprintf("cannot read the addresses of node %q: %v", node.Name, err)}, node, nil
+		}
+	}
+	return checkNode(req, node, established, &c.opts), node, nil
+}
+
+// record writes the decision as an Approved or Denied condition through the approval
+// subresource. On a conflict it re-reads the request and gives up if someone else
+// decided it meanwhile, or if it was replaced by another request of the same name.
+func (c *Controller) record(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, node *corev1.Node, d Decision) error {
+	const op = "ccm/csr.Controller.record"
+	cond := certificatesv1.CertificateSigningRequestCondition{
+		Type:           certificatesv1.CertificateApproved,
+		Status:         corev1.ConditionTrue,
+		Reason:         d.Reason,
+		Message:        d.Message,
+		LastUpdateTime: metav1.Now(),
+	}
+	if d.Action == Deny {
+		cond.Type = certificatesv1.CertificateDenied
+	}
+	api := c.client.CertificatesV1().CertificateSigningRequests()
+	current, superseded := csr, false
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if current.UID != csr.UID || !Pending(current) {
+			superseded = true
+			return nil
+		}
+		upd := current.DeepCopy()
+		upd.Status.Conditions = append(upd.Status.Conditions, cond)
+		_, err := api.UpdateApproval(ctx, upd.Name, upd, metav1.UpdateOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			superseded = true
+			return nil
+		case apierrors.IsConflict(err):
+			fresh, getErr := api.Get(ctx, csr.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(getErr) {
+				superseded = true
+				return nil
+			}
+			if getErr != nil {
+				return getErr
+			}
+			current = fresh
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %s %s: %w", op, d.Action, csr.Name, err)
+	}
+	if superseded {
+		klog.V(2).InfoS("Kubelet serving CSR was decided or replaced by someone else", "csr", klog.KObj(csr))
+		return nil
+	}
+
+	countDecision(d)
+	nodeName, _ := NodeName(csr.Spec.Username)
+	eventType, eventReason, verb := corev1.EventTypeNormal, EventReasonApproved, "Approved"
+	if d.Action == Deny {
+		eventType, eventReason, verb = corev1.EventTypeWarning, EventReasonDenied, "Denied"
+	}
+	klog.InfoS(verb+" kubelet serving CSR", "csr", klog.KObj(csr), "user", csr.Spec.Username, "node", klog.KRef("", nodeName), "reason", d.Reason, "message", d.Message)
+	c.recorder.Eventf(csr, eventType, eventReason, "%s kubelet serving certificate request of %s (%s): %s", verb, clip(csr.Spec.Username), d.Reason, d.Message)
+	if node != nil {
+		c.recorder.Eventf(node, eventType, eventReason, "%s kubelet serving certificate request %s (%s): %s", verb, csr.Name, d.Reason, d.Message)
+	}
+	return nil
+}
+
+func (c *Controller) enqueueCSR(obj any) {
+	if csr, ok := obj.(*certificatesv1.CertificateSigningRequest); ok && Pending(csr) {
+		c.queue.Add(csr.Name)
+	}
+}
+
+// nodeUpdated re-queues a node's pending CSRs when what their decision depends on
+// changed: initialization, providerID, or the addresses talos-ccm wrote.
+func (c *Controller) nodeUpdated(oldObj, newObj any) {
+	o, ok1 := oldObj.(*corev1.Node)
+	n, ok2 := newObj.(*corev1.Node)
+	if !ok1 || !ok2 {
+		return
+	}
+	if Initialized(o) != Initialized(n) || o.Spec.ProviderID != n.Spec.ProviderID || !slices.Equal(o.Status.Addresses, n.Status.Addresses) {
+		c.enqueueNodeCSRs(n)
+	}
+}
+
+func (c *Controller) enqueueNodeCSRs(obj any) {
+	node, ok := obj.(*corev1.Node)
+	if !ok {
+		return
+	}
+	objs, err := c.csrIndexer.ByIndex(pendingByNode, node.Name)
+	if err != nil {
+		return
+	}
+	for _, o := range objs {
+		c.enqueueCSR(o)
+	}
+}
+
+func indexPendingByNode(obj any) ([]string, error) {
+	csr, ok := obj.(*certificatesv1.CertificateSigningRequest)
+	if !ok || !Pending(csr) {
+		return nil, nil
+	}
+	if name, ok := NodeName(csr.Spec.Username); ok {
+		return []string{name}, nil
+	}
+	return nil, nil
+}
