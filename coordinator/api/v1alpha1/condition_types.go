@@ -1,0 +1,96 @@
+package v1alpha1
+
+// Condition types owned by the NativeCCM reconciler, next to the generic
+// meta.ReadyCondition, meta.ReconcilingCondition and meta.StalledCondition of
+// github.com/fluxcd/pkg/apis/meta.
+const (
+	// ProfileResolvedCondition is True when the profile named by the NativeCCM
+	// exists, merges with the overrides and validates.
+	ProfileResolvedCondition = "ProfileResolved"
+
+	// InstalledCondition is True when the Helm release of the native CCM is
+	// deployed with the desired configuration, and False when it is absent,
+	// failed, or intentionally uninstalled.
+	InstalledCondition = "Installed"
+
+	// GatedCondition is True when the release carries the gate (view proxy and
+	// admission policy). It is set by the gate once that exists.
+	GatedCondition = "Gated"
+
+	// ConflictCondition is True (abnormal-true) when the cluster holds something
+	// that makes running this native CCM unsafe or ineffective: another CCM with
+	// the same lease name, a CCM not managed by us running cloud-node, or nodes
+	// of the platform with an empty providerID.
+	ConflictCondition = "Conflict"
+)
+
+// Reasons of the conditions above. Reasons are PascalCase and also used as event
+// reasons.
+const (
+	// ProfileNotFoundReason: no built-in or override profile has the requested name.
+	ProfileNotFoundReason = "ProfileNotFound"
+
+	// InvalidProfileReason: the profile, merged with the overrides, does not validate.
+	InvalidProfileReason = "InvalidProfile"
+
+	// InvalidOverridesReason: spec.overrides try to change what the coordinator
+	// enforces (controllers, lease, service account credentials, ports).
+	InvalidOverridesReason = "InvalidOverrides"
+
+	// PlatformNotRoutedReason: spec.platform is not one of the profile's platforms.
+	PlatformNotRoutedReason = "PlatformNotRouted"
+
+	// ProfileResolvedReason: the profile resolved.
+	ProfileResolvedReason = "ProfileResolved"
+
+	// CredentialsNotFoundReason: the credentials Secret or one of its required
+	// keys is missing; the reconciler waits for it.
+	CredentialsNotFoundReason = "CredentialsNotFound"
+
+	// NoNodesReason: install policy Auto and no node of the platform exists.
+	NoNodesReason = "NoNodes"
+
+	// UninstallPendingReason: the last node is gone; the release is removed when
+	// the grace period ends.
+	UninstallPendingReason = "UninstallPending"
+
+	// InstallDisabledReason: install policy Never.
+	InstallDisabledReason = "InstallDisabled"
+
+	// ChartLoadFailedReason: the chart could not be fetched or loaded.
+	ChartLoadFailedReason = "ChartLoadFailed"
+
+	// InstallSucceededReason / InstallFailedReason: outcome of a Helm install.
+	InstallSucceededReason = "InstallSucceeded"
+	InstallFailedReason    = "InstallFailed"
+
+	// UpgradeSucceededReason / UpgradeFailedReason: outcome of a Helm upgrade.
+	UpgradeSucceededReason = "UpgradeSucceeded"
+	UpgradeFailedReason    = "UpgradeFailed"
+
+	// RollbackSucceededReason / RollbackFailedReason: outcome of the rollback that
+	// remediates a failed upgrade.
+	RollbackSucceededReason = "RollbackSucceeded"
+	RollbackFailedReason    = "RollbackFailed"
+
+	// UninstallSucceededReason / UninstallFailedReason: outcome of a Helm uninstall.
+	UninstallSucceededReason = "UninstallSucceeded"
+	UninstallFailedReason    = "UninstallFailed"
+
+	// UpToDateReason: the deployed release already matches the desired state.
+	UpToDateReason = "UpToDate"
+
+	// LeaseNameSharedReason: another CCM uses this release's leader-election lease.
+	LeaseNameSharedReason = "LeaseNameShared"
+
+	// ForeignCloudNodeControllerReason: a CCM not managed by the coordinator runs
+	// the cloud-node controller (explicitly or through "*").
+	ForeignCloudNodeControllerReason = "ForeignCloudNodeController"
+
+	// EmptyProviderIDReason: nodes of the platform have no providerID yet; a
+	// native CCM must never see them (the gate hides them).
+	EmptyProviderIDReason = "EmptyProviderID"
+
+	// NoConflictReason: none of the conflicts above was found.
+	NoConflictReason = "NoConflict"
+)

@@ -1,0 +1,231 @@
+package v1alpha1
+
+import (
+	"github.com/fluxcd/pkg/apis/meta"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+const (
+	// NativeCCMKind is the kind of NativeCCM.
+	NativeCCMKind = "NativeCCM"
+
+	// Finalizer makes the coordinator uninstall the release before a NativeCCM goes.
+	Finalizer = "hybridccm.io/finalizer"
+
+	// PlatformLabel is the routing key talos-ccm writes on every node it initializes.
+	PlatformLabel = "node.cloudprovider.kubernetes.io/platform"
+)
+
+// InstallPolicy says when the native CCM release exists.
+// +kubebuilder:validation:Enum=Auto;Always;Never
+type InstallPolicy string
+
+const (
+	// InstallAuto installs when at least one node of the platform exists and the
+	// credentials are present, and uninstalls after a grace period once the last
+	// node is gone.
+	InstallAuto InstallPolicy = "Auto"
+	// InstallAlways installs as soon as the credentials are present, with or
+	// without nodes.
+	InstallAlways InstallPolicy = "Always"
+	// InstallNever keeps the release uninstalled (and uninstalls an existing one).
+	InstallNever InstallPolicy = "Never"
+)
+
+// NativeCCMSpec is the desired native CCM of one platform.
+type NativeCCMSpec struct {
+	// Platform is the value of the node label
+	// node.cloudprovider.kubernetes.io/platform whose nodes this CCM manages.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Platform string `json:"platform"`
+
+	// Profile names the profile (built-in or override) that describes how to run
+	// the CCM. Defaults to Platform.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Profile string `json:"profile,omitempty"`
+
+	// Overrides change the profile's image, args, env and chart values for this
+	// NativeCCM. What the coordinator enforces (lifecycle-only controllers, lease,
+	// service account, ports) cannot be overridden.
+	// +optional
+	Overrides *Overrides `json:"overrides,omitempty"`
+
+	// Credentials reference the Secret holding the cloud credentials, in the
+	// coordinator's release namespace. Defaults to the profile's Secret name.
+	// +optional
+	Credentials *Credentials `json:"credentials,omitempty"`
+
+	// Install is the install policy.
+	// +kubebuilder:default=Auto
+	// +optional
+	Install InstallPolicy `json:"install,omitempty"`
+
+	// UninstallGracePeriod is how long Auto keeps the release after the last
+	// node of the platform is gone. Defaults to the coordinator's setting.
+	// +optional
+	UninstallGracePeriod *metav1.Duration `json:"uninstallGracePeriod,omitempty"`
+
+	// Suspend stops reconciliation; the release is left as it is.
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
+}
+
+// Overrides of the profile for one NativeCCM.
+type Overrides struct {
+	// Image replaces the profile's image repository and/or tag.
+	// +optional
+	Image *Image `json:"image,omitempty"`
+
+	// Args are appended to the profile's args. Flags the coordinator enforces
+	// are rejected.
+	// +optional
+	Args []string `json:"args,omitempty"`
+
+	// Env entries replace the profile's entries of the same name or are added.
+	// +optional
+	Env []corev1.EnvVar `json:"env,omitempty"`
+
+	// Values are merged over the chart values derived from the profile.
+	// +optional
+	Values *apiextensionsv1.JSON `json:"values,omitempty"`
+}
+
+// Image is a container image reference split into repository and tag.
+type Image struct {
+	// +optional
+	Repository string `json:"repository,omitempty"`
+	// +optional
+	Tag string `json:"tag,omitempty"`
+}
+
+// Credentials of the cloud API.
+type Credentials struct {
+	// SecretRef names a Secret in the coordinator's release namespace.
+	// +required
+	SecretRef meta.LocalObjectReference `json:"secretRef"`
+}
+
+// ReleaseStatus describes the Helm release of the native CCM.
+type ReleaseStatus struct {
+	// Name of the Helm release.
+	Name string `json:"name"`
+	// Namespace of the Helm release.
+	Namespace string `json:"namespace"`
+	// Revision of the last release the coordinator observed.
+	// +optional
+	Revision int `json:"revision,omitempty"`
+	// Chart is name@version of the released chart.
+	// +optional
+	Chart string `json:"chart,omitempty"`
+	// Status is the Helm status of that revision (deployed, failed, ...).
+	// +optional
+	Status string `json:"status,omitempty"`
+	// Digest of the desired configuration (chart, values, enforcement) that
+	// revision was made from.
+	// +optional
+	Digest string `json:"digest,omitempty"`
+}
+
+// NativeCCMStatus is what the coordinator observed.
+type NativeCCMStatus struct {
+	// ObservedGeneration is the last generation fully reconciled.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions: Ready, Reconciling, Stalled, ProfileResolved, Installed,
+	// Gated, Conflict.
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// Nodes is the number of nodes labelled with the platform.
+	// +optional
+	Nodes int32 `json:"nodes"`
+
+	// NodesWithoutProviderID is how many of those nodes have no providerID.
+	// +optional
+	NodesWithoutProviderID int32 `json:"nodesWithoutProviderID,omitempty"`
+
+	// NoNodesSince is when the last node of the platform was seen going; the
+	// grace period of Auto counts from here.
+	// +optional
+	NoNodesSince *metav1.Time `json:"noNodesSince,omitempty"`
+
+	// Release is the Helm release, when one exists.
+	// +optional
+	Release *ReleaseStatus `json:"release,omitempty"`
+
+	// Failures counts consecutive failed install/upgrade attempts.
+	// +optional
+	Failures int64 `json:"failures,omitempty"`
+
+	meta.ReconcileRequestStatus `json:",inline"`
+}
+
+// NativeCCM runs the unmodified upstream cloud-controller-manager of one platform
+// in lifecycle-only mode, for that platform's nodes only.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=nccm;nccms,categories=hybrid-ccm
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 42",message="name must be at most 42 characters (it prefixes the Helm release name)"
+// +kubebuilder:printcolumn:name="Platform",type=string,JSONPath=`.spec.platform`
+// +kubebuilder:printcolumn:name="Install",type=string,JSONPath=`.spec.install`
+// +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.status.nodes`
+// +kubebuilder:printcolumn:name="Revision",type=integer,JSONPath=`.status.release.revision`
+// +kubebuilder:printcolumn:name="Chart",type=string,JSONPath=`.status.release.chart`,priority=1
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Conflict",type=string,JSONPath=`.status.conditions[?(@.type=="Conflict")].status`,priority=1
+// +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type NativeCCM struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec NativeCCMSpec `json:"spec"`
+	// +optional
+	Status NativeCCMStatus `json:"status,omitempty"`
+}
+
+// GetConditions returns the status conditions (conditions.Getter).
+func (in *NativeCCM) GetConditions() []metav1.Condition { return in.Status.Conditions }
+
+// SetConditions replaces the status conditions (conditions.Setter).
+func (in *NativeCCM) SetConditions(c []metav1.Condition) { in.Status.Conditions = c }
+
+// ProfileName is the profile to use: spec.profile, or the platform.
+func (in *NativeCCM) ProfileName() string {
+	if in.Spec.Profile != "" {
+		return in.Spec.Profile
+	}
+	return in.Spec.Platform
+}
+
+// InstallPolicy returns spec.install with its default.
+func (in *NativeCCM) InstallPolicy() InstallPolicy {
+	if in.Spec.Install == "" {
+		return InstallAuto
+	}
+	return in.Spec.Install
+}
+
+// ReleaseName is the Helm release (and lease, ServiceAccount) name of this NativeCCM.
+func (in *NativeCCM) ReleaseName() string { return "native-ccm-" + in.Name }
+
+// +kubebuilder:object:root=true
+
+// NativeCCMList is a list of NativeCCM.
+type NativeCCMList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []NativeCCM `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&NativeCCM{}, &NativeCCMList{})
+}

@@ -1,0 +1,510 @@
+package profile
+
+import (
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	sigsjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+
+	"github.com/hybrid-ccm/hybrid-ccm/profiles"
+)
+
+// Error is a profile that failed to load or validate. It names the file, the
+// profile and every offending field.
+type Error struct {
+	// File the profile (or override) came from.
+	File string
+	// Profile name, when known.
+	Profile string
+	// Err is a decoding error, or nil when Fields is set.
+	Err error
+	// Fields are validation errors with their field paths.
+	Fields field.ErrorList
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Profile != "" {
+		fmt.Fprintf(&b, ": profile %q", e.Profile)
+	}
+	if e.Err != nil {
+		fmt.Fprintf(&b, ": %v", e.Err)
+	}
+	for i, f := range e.Fields {
+		if i == 0 {
+			b.WriteString(": ")
+		} else {
+			b.WriteString("; ")
+		}
+		b.WriteString(f.Error())
+	}
+	return b.String()
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Set is a validated collection of profiles, by name.
+type Set struct {
+	byName map[string]*Profile
+	file   map[string]string
+}
+
+// Builtin loads the profiles embedded in the binary (profiles/*.yaml).
+func Builtin() (*Set, error) {
+	return LoadFS(profiles.FS, ".", "profiles")
+}
+
+// LoadFS loads every *.yaml file of dir in fsys. label prefixes file names in
+// errors (e.g. "profiles").
+func LoadFS(fsys fs.FS, dir, label string) (*Set, error) {
+	entries, err := fs.ReadDir(fsys, dir)
+	if err != nil {
+		return nil, fmt.Errorf("read profiles from %s: %w", label, err)
+	}
+	s := &Set{byName: map[string]*Profile{}, file: map[string]string{}}
+	for _, e := range entries {
+		if e.IsDir() || !isYAML(e.Name()) {
+			continue
+		}
+		data, err := fs.ReadFile(fsys, path.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		file := path.Join(label, e.Name())
+		p, err := Parse(file, data)
+		if err != nil {
+			return nil, err
+		}
+		if prev, ok := s.file[p.Name]; ok {
+			return nil, &Error{File: file, Profile: p.Name, Err: fmt.Errorf("name already defined in %s", prev)}
+		}
+		s.byName[p.Name] = p
+		s.file[p.Name] = file
+	}
+	if err := s.validateSet(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func isYAML(name string) bool {
+	return strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")
+}
+
+// Parse decodes one complete profile strictly and validates it.
+func Parse(file string, data []byte) (*Profile, error) {
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, &Error{File: file, Err: err}
+	}
+	return decode(file, js)
+}
+
+func decode(file string, js []byte) (*Profile, error) {
+	p := &Profile{}
+	strictErrs, err := sigsjson.UnmarshalStrict(js, p)
+	if err != nil {
+		return nil, &Error{File: file, Err: err}
+	}
+	if len(strictErrs) > 0 {
+		var fl field.ErrorList
+		for _, e := range strictErrs {
+			fl = append(fl, field.Invalid(nil, nil, e.Error()))
+		}
+		return nil, &Error{File: file, Profile: p.Name, Fields: fl}
+	}
+	if errs := Validate(p); len(errs) > 0 {
+		return nil, &Error{File: file, Profile: p.Name, Fields: errs}
+	}
+	return p, nil
+}
+
+// Get returns a deep copy of the named profile.
+func (s *Set) Get(name string) (*Profile, bool) {
+	p, ok := s.byName[name]
+	if !ok {
+		return nil, false
+	}
+	return p.DeepCopy(), true
+}
+
+// File returns the file the named profile was last defined or overridden in.
+func (s *Set) File(name string) string { return s.file[name] }
+
+// Names returns the profile names, sorted.
+func (s *Set) Names() []string {
+	names := make([]string, 0, len(s.byName))
+	for n := range s.byName {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Override applies one override document: a partial profile whose name selects
+// the profile to change (maps merge, lists and scalars replace, null removes), or
+// a complete new profile. The result is validated as a whole.
+func (s *Set) Override(file string, data []byte) error {
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return &Error{File: file, Err: err}
+	}
+	var patch map[string]any
+	if err := json.Unmarshal(js, &patch); err != nil {
+		return &Error{File: file, Err: err}
+	}
+	name, _ := patch["name"].(string)
+	if name == "" {
+		return &Error{File: file, Fields: field.ErrorList{field.Required(field.NewPath("name"), "an override names the profile it changes or adds")}}
+	}
+	merged := patch
+	if base, ok := s.byName[name]; ok {
+		baseJS, err := json.Marshal(base)
+		if err != nil {
+			return err
+		}
+		var baseMap map[string]any
+		if err := json.Unmarshal(baseJS, &baseMap); err != nil {
+			return err
+		}
+		merged = MergeValues(baseMap, patch)
+	}
+	mergedJS, err := json.Marshal(merged)
+	if err != nil {
+		return err
+	}
+	p, err := decode(file, mergedJS)
+	if err != nil {
+		return err
+	}
+	next := &Set{byName: map[string]*Profile{}, file: map[string]string{}}
+	for k, v := range s.byName {
+		next.byName[k], next.file[k] = v, s.file[k]
+	}
+	next.byName[name], next.file[name] = p, file
+	if err := next.validateSet(); err != nil {
+		return err
+	}
+	s.byName, s.file = next.byName, next.file
+	return nil
+}
+
+// OverrideDir applies every *.yaml file of a directory (sorted by name) as an
+// override. A missing directory is an error; an empty one is not.
+func (s *Set) OverrideDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("read profile overrides: %w", err)
+	}
+	for _, e := range entries {
+		// ConfigMap mounts carry ..data symlinks and dot-directories: skip them.
+		if e.IsDir() || strings.HasPrefix(e.Name(), ".") || !isYAML(e.Name()) {
+			continue
+		}
+		file := filepath.Join(dir, e.Name())
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return err
+		}
+		if err := s.Override(file, data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// MergeValues merges src over dst: maps merge recursively, everything else
+// (lists, scalars) replaces, and a null in src removes the key. dst is modified
+// and returned.
+func MergeValues(dst, src map[string]any) map[string]any {
+	if dst == nil {
+		dst = map[string]any{}
+	}
+	for k, v := range src {
+		if v == nil {
+			delete(dst, k)
+			continue
+		}
+		sm, sok := v.(map[string]any)
+		dm, dok := dst[k].(map[string]any)
+		if sok && dok {
+			dst[k] = MergeValues(dm, sm)
+			continue
+		}
+		dst[k] = v
+	}
+	return dst
+}
+
+func (s *Set) validateSet() error {
+	ports := map[int32]string{}
+	for _, name := range s.Names() {
+		p := s.byName[name]
+		if other, ok := ports[p.CCM.SecurePort]; ok {
+			return &Error{File: s.file[name], Profile: name, Fields: field.ErrorList{
+				field.Duplicate(field.NewPath("ccm", "securePort"), fmt.Sprintf("%d (also used by profile %q)", p.CCM.SecurePort, other)),
+			}}
+		}
+		ports[p.CCM.SecurePort] = name
+	}
+	return nil
+}
+
+// reservedPorts are the well-known ports of kubelet and the control plane,
+// including the default CCM ports every upstream CCM would otherwise share.
+var reservedPorts = map[int32]string{
+	10250: "kubelet", 10255: "kubelet read-only", 10256: "kube-proxy", 10257: "kube-controller-manager",
+	10258: "default CCM secure port", 10259: "kube-scheduler", 10260: "default CCM webhook port",
+}
+
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// Validate checks one profile and returns every problem with its field path.
+func Validate(p *Profile) field.ErrorList {
+	var errs field.ErrorList
+	if p.APIVersion != APIVersion {
+		errs = append(errs, field.NotSupported(field.NewPath("apiVersion"), p.APIVersion, []string{APIVersion}))
+	}
+	if p.Kind != Kind {
+		errs = append(errs, field.NotSupported(field.NewPath("kind"), p.Kind, []string{Kind}))
+	}
+	errs = append(errs, dnsLabel(field.NewPath("name"), p.Name)...)
+
+	platforms := field.NewPath("platforms")
+	if len(p.Platforms) == 0 {
+		errs = append(errs, field.Required(platforms, "at least one platform name routes nodes to this CCM"))
+	}
+	seen := map[string]bool{}
+	for i, pl := range p.Platforms {
+		errs = append(errs, dnsLabel(platforms.Index(i), pl)...)
+		if seen[pl] {
+			errs = append(errs, field.Duplicate(platforms.Index(i), pl))
+		}
+		seen[pl] = true
+	}
+	prefixes := field.NewPath("providerIDPrefixes")
+	if len(p.ProviderIDPrefixes) == 0 {
+		errs = append(errs, field.Required(prefixes, "the fence needs at least one providerID prefix"))
+	}
+	for i, pre := range p.ProviderIDPrefixes {
+		if pre == "" || strings.ContainsAny(pre, " \t\n") {
+			errs = append(errs, field.Invalid(prefixes.Index(i), pre, "must be non-empty and contain no whitespace"))
+		}
+	}
+
+	errs = append(errs, validateCCM(field.NewPath("ccm"), &p.CCM)...)
+	errs = append(errs, validateCredentials(field.NewPath("credentials"), p)...)
+	errs = append(errs, validateChart(field.NewPath("chart"), &p.Chart)...)
+
+	for i, o := range p.OptOutLabels {
+		for _, msg := range validation.IsQualifiedName(o.Key) {
+			errs = append(errs, field.Invalid(field.NewPath("optOutLabels").Index(i).Child("key"), o.Key, msg))
+		}
+	}
+	for i, q := range p.Quirks {
+		fp := field.NewPath("quirks").Index(i)
+		if q.Name == "" {
+			errs = append(errs, field.Required(fp.Child("name"), ""))
+		}
+		if q.Mitigation == "" {
+			errs = append(errs, field.Required(fp.Child("mitigation"), "say how the profile deals with it"))
+		}
+	}
+	return errs
+}
+
+func validateCCM(fp *field.Path, c *CCM) field.ErrorList {
+	var errs field.ErrorList
+	if c.Image.Repository == "" {
+		errs = append(errs, field.Required(fp.Child("image", "repository"), ""))
+	}
+	if c.Image.Tag == "" {
+		errs = append(errs, field.Required(fp.Child("image", "tag"), "pin a version"))
+	}
+	if c.CloudProvider == "" {
+		errs = append(errs, field.Required(fp.Child("cloudProvider"), "the --cloud-provider value"))
+	}
+	errs = append(errs, ValidateArgs(fp.Child("args"), c.Args)...)
+	if c.CloudConfig != nil {
+		ccp := fp.Child("cloudConfig")
+		if c.CloudConfig.Key == "" {
+			errs = append(errs, field.Required(ccp.Child("key"), ""))
+		}
+		if !strings.HasPrefix(c.CloudConfig.Path, "/") {
+			errs = append(errs, field.Invalid(ccp.Child("path"), c.CloudConfig.Path, "must be an absolute path"))
+		}
+		for i, a := range c.Args {
+			if flagName(a) == c.CloudConfig.FlagName() {
+				errs = append(errs, field.Invalid(fp.Child("args").Index(i), a, "set by ccm.cloudConfig"))
+			}
+		}
+	}
+	envs := map[string]bool{}
+	for i, e := range c.Env {
+		if !envNameRE.MatchString(e.Name) {
+			errs = append(errs, field.Invalid(fp.Child("env").Index(i).Child("name"), e.Name, "must be a C identifier"))
+		}
+		if envs[e.Name] {
+			errs = append(errs, field.Duplicate(fp.Child("env").Index(i).Child("name"), e.Name))
+		}
+		envs[e.Name] = true
+	}
+	port := fp.Child("securePort")
+	switch {
+	case c.SecurePort < 1024 || c.SecurePort > 65535:
+		errs = append(errs, field.Invalid(port, c.SecurePort, "must be in 1024-65535"))
+	case reservedPorts[c.SecurePort] != "":
+		errs = append(errs, field.Invalid(port, c.SecurePort, "reserved for "+reservedPorts[c.SecurePort]))
+	}
+	return errs
+}
+
+// ValidateArgs rejects malformed args and every flag the coordinator enforces.
+func ValidateArgs(fp *field.Path, args []string) field.ErrorList {
+	var errs field.ErrorList
+	for i, a := range args {
+		if !strings.HasPrefix(a, "-") {
+			errs = append(errs, field.Invalid(fp.Index(i), a, "must be a --flag or --flag=value"))
+			continue
+		}
+		if slices.Contains(EnforcedFlags, flagName(a)) {
+			errs = append(errs, field.Forbidden(fp.Index(i), flagName(a)+" is set by the coordinator"))
+		}
+	}
+	return errs
+}
+
+// flagName returns "--name" of "--name=value" (and normalises a single dash).
+func flagName(arg string) string {
+	name, _, _ := strings.Cut(arg, "=")
+	if !strings.HasPrefix(name, "--") {
+		name = "-" + name
+	}
+	return name
+}
+
+func validateCredentials(fp *field.Path, p *Profile) field.ErrorList {
+	var errs field.ErrorList
+	c := p.Credentials
+	if c.None {
+		if c.SecretName != "" || len(c.Env) > 0 || c.EnvFrom || len(c.RequiredKeys) > 0 || p.CCM.CloudConfig != nil {
+			errs = append(errs, field.Invalid(fp.Child("none"), true, "a CCM without credentials has no Secret, keys or cloud-config"))
+		}
+		return errs
+	}
+	for _, msg := range validation.IsDNS1123Subdomain(c.SecretName) {
+		errs = append(errs, field.Invalid(fp.Child("secretName"), c.SecretName, msg))
+	}
+	if len(p.SecretKeys()) == 0 {
+		errs = append(errs, field.Required(fp, "name the Secret keys the CCM needs (env, requiredKeys or ccm.cloudConfig), or set none"))
+	}
+	names := map[string]bool{}
+	for _, e := range p.CCM.Env {
+		names[e.Name] = true
+	}
+	for i, e := range c.Env {
+		ep := fp.Child("env").Index(i)
+		if !envNameRE.MatchString(e.Name) {
+			errs = append(errs, field.Invalid(ep.Child("name"), e.Name, "must be a C identifier"))
+		}
+		if names[e.Name] {
+			errs = append(errs, field.Duplicate(ep.Child("name"), e.Name))
+		}
+		names[e.Name] = true
+		for _, msg := range validation.IsConfigMapKey(e.Key) {
+			errs = append(errs, field.Invalid(ep.Child("key"), e.Key, msg))
+		}
+	}
+	for i, k := range c.RequiredKeys {
+		for _, msg := range validation.IsConfigMapKey(k) {
+			errs = append(errs, field.Invalid(fp.Child("requiredKeys").Index(i), k, msg))
+		}
+	}
+	return errs
+}
+
+func validateChart(fp *field.Path, c *Chart) field.ErrorList {
+	var errs field.ErrorList
+	switch c.Source {
+	case ChartBuiltin:
+		if c.Repository != "" || c.Name != "" || c.Version != "" {
+			errs = append(errs, field.Forbidden(fp, "the builtin chart takes no repository, name or version"))
+		}
+	case ChartRepository:
+		u, err := url.Parse(c.Repository)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, field.Invalid(fp.Child("repository"), c.Repository, "must be an http(s) chart repository URL"))
+		}
+		if c.Name == "" {
+			errs = append(errs, field.Required(fp.Child("name"), ""))
+		}
+		if c.Version == "" {
+			errs = append(errs, field.Required(fp.Child("version"), "pin a chart version"))
+		}
+	case ChartOCI:
+		if !strings.HasPrefix(c.Repository, "oci://") {
+			errs = append(errs, field.Invalid(fp.Child("repository"), c.Repository, "must start with oci://"))
+		}
+		if c.Version == "" {
+			errs = append(errs, field.Required(fp.Child("version"), "pin a chart version"))
+		}
+	default:
+		errs = append(errs, field.NotSupported(fp.Child("source"), c.Source, []ChartSource{ChartBuiltin, ChartRepository, ChartOCI}))
+	}
+	if c.Source == ChartBuiltin && len(c.Values) > 0 {
+		errs = append(errs, field.Forbidden(fp.Child("values"), "the builtin chart's values are derived from ccm and credentials"))
+	}
+	if w := c.Workload; w != nil {
+		wp := fp.Child("workload")
+		if w.Kind != "" && w.Kind != "Deployment" && w.Kind != "DaemonSet" {
+			errs = append(errs, field.NotSupported(wp.Child("kind"), w.Kind, []string{"Deployment", "DaemonSet"}))
+		}
+		if _, err := regexp.Compile(w.Name); err != nil {
+			errs = append(errs, field.Invalid(wp.Child("name"), w.Name, err.Error()))
+		}
+	}
+	for i, d := range c.Drop {
+		dp := fp.Child("drop").Index(i)
+		if d.Kind == "" {
+			errs = append(errs, field.Required(dp.Child("kind"), ""))
+		}
+		if _, err := regexp.Compile(d.Name); err != nil || d.Name == "" {
+			errs = append(errs, field.Invalid(dp.Child("name"), d.Name, "must be a regular expression"))
+		}
+	}
+	return errs
+}
+
+func dnsLabel(fp *field.Path, v string) field.ErrorList {
+	var errs field.ErrorList
+	for _, msg := range validation.IsDNS1123Label(v) {
+		errs = append(errs, field.Invalid(fp, v, msg))
+	}
+	return errs
+}
+
+// DeepCopy returns an independent copy (through JSON: profiles are small).
+func (p *Profile) DeepCopy() *Profile {
+	js, err := json.Marshal(p)
+	if err != nil {
+		panic(err) // a Profile is always marshalable
+	}
+	out := &Profile{}
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(js, out); err != nil {
+		panic(err)
+	}
+	return out
+}

@@ -1,0 +1,246 @@
+// Package profile owns the description of one cloud's native CCM: which platform
+// names it routes, which providerIDs belong to it, and how its unmodified upstream
+// CCM runs in lifecycle-only mode (image, args, env, credentials, chart).
+//
+// It loads profiles strictly (unknown fields are errors), merges user overrides
+// over the built-in ones, and validates the result with errors that name the file,
+// the profile and the field. It must not talk to the cluster or to Helm.
+package profile
+
+// APIVersion and Kind identify a profile document.
+const (
+	APIVersion = "hybridccm.io/v1alpha1"
+	Kind       = "Profile"
+)
+
+// Profile describes how to run one cloud's native CCM for its own nodes only.
+type Profile struct {
+	// APIVersion must be hybridccm.io/v1alpha1.
+	APIVersion string `json:"apiVersion"`
+	// Kind must be Profile.
+	Kind string `json:"kind"`
+	// Name is the profile name NativeCCMs refer to (spec.profile).
+	Name string `json:"name"`
+	// Description is one line for humans.
+	Description string `json:"description,omitempty"`
+	// Platforms are the values of node.cloudprovider.kubernetes.io/platform this
+	// profile can route (Talos platform names, or a value set by a transformation).
+	Platforms []string `json:"platforms"`
+	// ProviderIDPrefixes are the providerID prefixes of this cloud's nodes.
+	ProviderIDPrefixes []string `json:"providerIDPrefixes"`
+	// CCM says how the upstream CCM container runs.
+	CCM CCM `json:"ccm"`
+	// Credentials are the Secret and keys the CCM needs.
+	Credentials Credentials `json:"credentials"`
+	// Chart is where the manifests come from.
+	Chart Chart `json:"chart"`
+	// OptOutLabels are node labels the upstream CCM itself honours to leave a
+	// node alone (informational; the gate does not depend on them).
+	OptOutLabels []OptOutLabel `json:"optOutLabels,omitempty"`
+	// Quirks are known behaviours of the upstream CCM and how this profile
+	// mitigates them.
+	Quirks []Quirk `json:"quirks,omitempty"`
+	// Sources are where the facts in this profile come from.
+	Sources []string `json:"sources,omitempty"`
+}
+
+// CCM is the upstream CCM container.
+type CCM struct {
+	// Image of the upstream CCM.
+	Image Image `json:"image"`
+	// CloudProvider is the value of --cloud-provider.
+	CloudProvider string `json:"cloudProvider"`
+	// Args are extra flags. Flags the coordinator enforces are rejected.
+	Args []string `json:"args,omitempty"`
+	// Env are plain environment variables.
+	Env []EnvVar `json:"env,omitempty"`
+	// SecurePort is the CCM's --secure-port; unique across profiles so that
+	// co-scheduled hostNetwork pods never clash.
+	SecurePort int32 `json:"securePort"`
+	// HostNetwork runs the pod in the host network namespace.
+	HostNetwork bool `json:"hostNetwork,omitempty"`
+	// CloudConfig is the cloud-config file taken from the credentials Secret.
+	CloudConfig *CloudConfig `json:"cloudConfig,omitempty"`
+}
+
+// Image is a container image.
+type Image struct {
+	// Repository, e.g. docker.io/hetznercloud/hcloud-cloud-controller-manager.
+	Repository string `json:"repository"`
+	// Tag, e.g. v1.26.0.
+	Tag string `json:"tag"`
+}
+
+// Reference is repository:tag.
+func (i Image) Reference() string { return i.Repository + ":" + i.Tag }
+
+// EnvVar is a plain environment variable.
+type EnvVar struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// CloudConfig is a file mounted from the credentials Secret and passed with a flag.
+type CloudConfig struct {
+	// Key in the credentials Secret.
+	Key string `json:"key"`
+	// Path the file is mounted at inside the container.
+	Path string `json:"path"`
+	// Flag that passes the path, default --cloud-config.
+	Flag string `json:"flag,omitempty"`
+}
+
+// FlagName returns Flag or --cloud-config.
+func (c CloudConfig) FlagName() string {
+	if c.Flag == "" {
+		return "--cloud-config"
+	}
+	return c.Flag
+}
+
+// Credentials describe the Secret the CCM reads its cloud credentials from.
+type Credentials struct {
+	// SecretName is the default Secret name (a NativeCCM may name another).
+	SecretName string `json:"secretName"`
+	// Env maps Secret keys to environment variables.
+	Env []SecretEnv `json:"env,omitempty"`
+	// EnvFrom exposes every key of the Secret as an environment variable;
+	// RequiredKeys then lists the keys that must be present.
+	EnvFrom bool `json:"envFrom,omitempty"`
+	// RequiredKeys must exist in the Secret (in addition to the non-optional
+	// Env keys and the cloud-config key).
+	RequiredKeys []string `json:"requiredKeys,omitempty"`
+	// None is true for CCMs that authenticate without a Secret (e.g. instance
+	// roles); then no Secret is required.
+	None bool `json:"none,omitempty"`
+}
+
+// SecretEnv is an environment variable taken from a Secret key.
+type SecretEnv struct {
+	// Name of the environment variable.
+	Name string `json:"name"`
+	// Key in the Secret.
+	Key string `json:"key"`
+	// Optional keys may be missing.
+	Optional bool `json:"optional,omitempty"`
+}
+
+// ChartSource says where a chart comes from.
+type ChartSource string
+
+const (
+	// ChartBuiltin is the project's generic lifecycle-only chart, embedded.
+	ChartBuiltin ChartSource = "builtin"
+	// ChartRepository is a chart in an HTTP(S) chart repository (index.yaml).
+	ChartRepository ChartSource = "repository"
+	// ChartOCI is a chart in an OCI registry.
+	ChartOCI ChartSource = "oci"
+)
+
+// Chart is the chart the CCM is installed from.
+type Chart struct {
+	// Source: builtin, repository or oci.
+	Source ChartSource `json:"source"`
+	// Repository URL: https://... for repository, oci://host/path for oci.
+	Repository string `json:"repository,omitempty"`
+	// Name of the chart in the repository.
+	Name string `json:"name,omitempty"`
+	// Version (exact or semver constraint) of the chart.
+	Version string `json:"version,omitempty"`
+	// Values for an upstream chart. String values are Go templates over
+	// ValuesContext ({{ .SecretName }}, {{ .LeaseName }}, ...).
+	Values map[string]any `json:"values,omitempty"`
+	// Workload identifies the CCM workload in the rendered manifests; default:
+	// the only Deployment or DaemonSet.
+	Workload *Workload `json:"workload,omitempty"`
+	// Drop removes rendered objects (e.g. a node-manager DaemonSet).
+	Drop []ObjectMatch `json:"drop,omitempty"`
+}
+
+// Workload selects the CCM's Deployment or DaemonSet and container.
+type Workload struct {
+	// Kind: Deployment or DaemonSet.
+	Kind string `json:"kind,omitempty"`
+	// Name is a regular expression matched against the object name.
+	Name string `json:"name,omitempty"`
+	// Container is the CCM container's name; default: the first container.
+	Container string `json:"container,omitempty"`
+}
+
+// ObjectMatch selects rendered objects by kind and name.
+type ObjectMatch struct {
+	// Kind of the object.
+	Kind string `json:"kind"`
+	// Name is a regular expression matched against the whole object name.
+	Name string `json:"name"`
+	// Reason says why it is dropped.
+	Reason string `json:"reason,omitempty"`
+}
+
+// OptOutLabel is a node label an upstream CCM honours.
+type OptOutLabel struct {
+	Key   string `json:"key"`
+	Value string `json:"value,omitempty"`
+	Note  string `json:"note,omitempty"`
+}
+
+// Quirk is a known upstream behaviour and its mitigation.
+type Quirk struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	Mitigation  string `json:"mitigation"`
+}
+
+// EnforcedFlags are the CCM flags the coordinator always sets itself. Profiles
+// and overrides must not set them; the post-renderer replaces them in every chart.
+var EnforcedFlags = []string{
+	"--controllers",
+	"--use-service-account-credentials",
+	"--leader-elect",
+	"--leader-elect-resource-name",
+	"--leader-elect-resource-namespace",
+	"--leader-elect-resource-lock",
+	"--secure-port",
+	"--bind-address",
+	"--cloud-provider",
+	"--kubeconfig",
+	"--authentication-kubeconfig",
+	"--authorization-kubeconfig",
+}
+
+// SecretKeys returns every key the credentials Secret must contain.
+func (p *Profile) SecretKeys() []string {
+	var keys []string
+	seen := map[string]bool{}
+	add := func(k string) {
+		if k != "" && !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	for _, e := range p.Credentials.Env {
+		if !e.Optional {
+			add(e.Key)
+		}
+	}
+	for _, k := range p.Credentials.RequiredKeys {
+		add(k)
+	}
+	if p.CCM.CloudConfig != nil {
+		add(p.CCM.CloudConfig.Key)
+	}
+	return keys
+}
+
+// NeedsSecret is true when the CCM reads a credentials Secret.
+func (p *Profile) NeedsSecret() bool { return !p.Credentials.None }
+
+// Routes reports whether the profile routes the platform name.
+func (p *Profile) Routes(platform string) bool {
+	for _, x := range p.Platforms {
+		if x == platform {
+			return true
+		}
+	}
+	return false
+}
