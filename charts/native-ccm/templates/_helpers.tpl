@@ -1,0 +1,30 @@
+{{/* Name of everything this release creates: the release name. */}}
+{{- define "native-ccm.name" -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "native-ccm.serviceAccountName" -}}
+{{- default (include "native-ccm.name" .) .Values.serviceAccount.name -}}
+{{- end -}}
+
+{{- define "native-ccm.leaseName" -}}
+{{- default (include "native-ccm.name" .) .Values.leaderElection.resourceName -}}
+{{- end -}}
+
+{{- define "native-ccm.leaseNamespace" -}}
+{{- default .Release.Namespace .Values.leaderElection.resourceNamespace -}}
+{{- end -}}
+
+{{- define "native-ccm.selectorLabels" -}}
+app.kubernetes.io/name: native-ccm
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "native-ccm.labels" -}}
+{{ include "native-ccm.selectorLabels" . }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- with .Values.platform }}
+hybridccm.io/platform: {{ . | quote }}
+{{- end }}
+{{- end -}}

@@ -1,0 +1,416 @@
+package release
+
+import (
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
+)
+
+// Labels the coordinator puts on every object of a native CCM release. Conflict
+// detection uses them to tell our CCMs from foreign ones.
+const (
+	ManagedByLabel = "hybridccm.io/managed-by"
+	ManagedByValue = "ccm-coordinator"
+	NativeCCMLabel = "hybridccm.io/native-ccm"
+	PlatformLabel  = "hybridccm.io/platform"
+
+	// LifecycleController is the only controller a native CCM runs.
+	LifecycleController = "cloud-node-lifecycle"
+
+	controlPlaneLabel = "node-role.kubernetes.io/control-plane"
+	uninitializedTaint = "node.cloudprovider.kubernetes.io/uninitialized"
+
+	// defaultSecurePort is what a CCM listens on without --secure-port.
+	defaultSecurePort = 10258
+)
+
+// Lifecycle is the enforcement every native CCM release gets, whatever its chart
+// renders: lifecycle-only controllers, its own ServiceAccount and identity, its
+// own lease, a unique port, control-plane scheduling and least-privilege RBAC.
+type Lifecycle struct {
+	// Release is the release name; it names the ServiceAccount and RBAC objects.
+	Release string `json:"release"`
+	// Namespace of the release (ServiceAccount, lease).
+	Namespace string `json:"namespace"`
+	// Platform routed to this CCM.
+	Platform string `json:"platform"`
+	// LeaseName is the unique --leader-elect-resource-name.
+	LeaseName string `json:"leaseName"`
+	// SecurePort is the unique --secure-port.
+	SecurePort int32 `json:"securePort"`
+	// Image, when set, replaces the CCM container's image.
+	Image string `json:"image,omitempty"`
+	// Args must be present on the CCM container (same flag name is replaced).
+	Args []string `json:"args,omitempty"`
+	// Env must be present on the CCM container (same name is replaced).
+	Env []corev1.EnvVar `json:"env,omitempty"`
+	// Workload selects the CCM Deployment/DaemonSet and container.
+	Workload *profile.Workload `json:"workload,omitempty"`
+	// Drop removes objects (e.g. a node-manager DaemonSet of an upstream chart).
+	Drop []profile.ObjectMatch `json:"drop,omitempty"`
+}
+
+var _ Mutator = Lifecycle{}
+
+// Name implements Mutator.
+func (l Lifecycle) Name() string { return "lifecycle" }
+
+// Fingerprint implements Mutator.
+func (l Lifecycle) Fingerprint() string {
+	b, _ := json.Marshal(struct {
+		V int
+		L Lifecycle
+	}{V: 1, L: l})
+	return fmt.Sprintf("%x", sha256.Sum256(b))[:16]
+}
+
+// ServiceAccountName is the identity the CCM runs as (and the admission policy keys on).
+func (l Lifecycle) ServiceAccountName() string { return l.Release }
+
+// Username is the API server user name of that ServiceAccount.
+func (l Lifecycle) Username() string {
+	return "system:serviceaccount:" + l.Namespace + ":" + l.ServiceAccountName()
+}
+
+// enforcedArgs are replaced wherever they appear (args or command).
+func (l Lifecycle) enforcedArgs() []string {
+	return []string{
+		"--controllers=" + LifecycleController,
+		"--use-service-account-credentials=false",
+		"--leader-elect=true",
+		"--leader-elect-resource-name=" + l.LeaseName,
+		"--leader-elect-resource-namespace=" + l.Namespace,
+		"--secure-port=" + strconv.Itoa(int(l.SecurePort)),
+	}
+}
+
+// boolFlags never take their value as a separate argument.
+var boolFlags = map[string]bool{"--leader-elect": true, "--use-service-account-credentials": true}
+
+// Mutate implements Mutator.
+func (l Lifecycle) Mutate(m *Manifests) error {
+	if l.Release == "" || l.Namespace == "" || l.LeaseName == "" || l.SecurePort == 0 {
+		return fmt.Errorf("incomplete lifecycle settings %+v", l)
+	}
+	drops := make([]*regexp.Regexp, len(l.Drop))
+	for i, d := range l.Drop {
+		re, err := regexp.Compile("^(?:" + d.Name + ")$")
+		if err != nil {
+			return fmt.Errorf("drop[%d].name: %w", i, err)
+		}
+		drops[i] = re
+	}
+	m.Remove(func(o *unstructured.Unstructured) bool {
+		switch o.GetKind() {
+		// Identity and permissions come only from us.
+		case "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
+			return true
+		}
+		for i, d := range l.Drop {
+			if o.GetKind() == d.Kind && drops[i].MatchString(o.GetName()) {
+				return true
+			}
+		}
+		return false
+	})
+
+	workload, err := l.findWorkload(m)
+	if err != nil {
+		return err
+	}
+	if err := l.enforceWorkload(workload); err != nil {
+		return fmt.Errorf("%s %s: %w", workload.GetKind(), workload.GetName(), err)
+	}
+	for _, o := range m.Objects {
+		l.label(o)
+	}
+	objs, err := l.identity()
+	if err != nil {
+		return err
+	}
+	m.Add(objs...)
+	return nil
+}
+
+func (l Lifecycle) label(o *unstructured.Unstructured) {
+	labels := o.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[ManagedByLabel] = ManagedByValue
+	labels[NativeCCMLabel] = l.Release
+	labels[PlatformLabel] = l.Platform
+	o.SetLabels(labels)
+}
+
+func (l Lifecycle) findWorkload(m *Manifests) (*unstructured.Unstructured, error) {
+	var nameRE *regexp.Regexp
+	if l.Workload != nil && l.Workload.Name != "" {
+		re, err := regexp.Compile("^(?:" + l.Workload.Name + ")$")
+		if err != nil {
+			return nil, err
+		}
+		nameRE = re
+	}
+	var found []*unstructured.Unstructured
+	for _, o := range m.Objects {
+		if o.GetKind() != "Deployment" && o.GetKind() != "DaemonSet" {
+			continue
+		}
+		if l.Workload != nil && l.Workload.Kind != "" && o.GetKind() != l.Workload.Kind {
+			continue
+		}
+		if nameRE != nil && !nameRE.MatchString(o.GetName()) {
+			continue
+		}
+		found = append(found, o)
+	}
+	switch len(found) {
+	case 1:
+		return found[0], nil
+	case 0:
+		return nil, fmt.Errorf("no CCM Deployment or DaemonSet in the rendered chart (set chart.workload in the profile)")
+	default:
+		names := make([]string, len(found))
+		for i, o := range found {
+			names[i] = o.GetKind() + "/" + o.GetName()
+		}
+		return nil, fmt.Errorf("several workloads could be the CCM (%s): set chart.workload in the profile", strings.Join(names, ", "))
+	}
+}
+
+func (l Lifecycle) enforceWorkload(w *unstructured.Unstructured) error {
+	raw, found, err := unstructured.NestedMap(w.Object, "spec", "template")
+	if err != nil || !found {
+		return fmt.Errorf("no spec.template: %v", err)
+	}
+	var tpl corev1.PodTemplateSpec
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &tpl); err != nil {
+		return fmt.Errorf("decode pod template: %w", err)
+	}
+	spec := &tpl.Spec
+
+	if tpl.Labels == nil {
+		tpl.Labels = map[string]string{}
+	}
+	tpl.Labels[ManagedByLabel] = ManagedByValue
+	tpl.Labels[NativeCCMLabel] = l.Release
+	tpl.Labels[PlatformLabel] = l.Platform
+
+	spec.ServiceAccountName = l.ServiceAccountName()
+	spec.DeprecatedServiceAccount = ""
+	automount := true
+	spec.AutomountServiceAccountToken = &automount
+
+	if spec.NodeSelector == nil {
+		spec.NodeSelector = map[string]string{}
+	}
+	spec.NodeSelector[controlPlaneLabel] = ""
+	for _, t := range []corev1.Toleration{
+		{Key: controlPlaneLabel, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+		{Key: uninitializedTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+	} {
+		if !slices.ContainsFunc(spec.Tolerations, func(x corev1.Toleration) bool {
+			return x.Key == t.Key && x.Effect == t.Effect && x.Operator == corev1.TolerationOpExists
+		}) {
+			spec.Tolerations = append(spec.Tolerations, t)
+		}
+	}
+
+	idx := 0
+	if l.Workload != nil && l.Workload.Container != "" {
+		idx = slices.IndexFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == l.Workload.Container })
+		if idx < 0 {
+			return fmt.Errorf("no container %q", l.Workload.Container)
+		}
+	}
+	if len(spec.Containers) == 0 {
+		return fmt.Errorf("no containers")
+	}
+	c := &spec.Containers[idx]
+	if l.Image != "" {
+		c.Image = l.Image
+	}
+
+	oldPort := int32(defaultSecurePort)
+	var p int32
+	if len(c.Command) > 1 {
+		c.Command, p = stripEnforced(c.Command[:1], c.Command[1:])
+		if p != 0 {
+			oldPort = p
+		}
+	}
+	c.Args, p = stripEnforced(nil, c.Args)
+	if p != 0 {
+		oldPort = p
+	}
+	c.Args = append(c.Args, l.enforcedArgs()...)
+	for _, a := range l.Args {
+		c.Args = setFlag(c.Args, a)
+	}
+	for _, e := range l.Env {
+		c.Env = setEnv(c.Env, e)
+	}
+	l.movePort(c, oldPort)
+
+	out, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&tpl)
+	if err != nil {
+		return err
+	}
+	// The converter writes "creationTimestamp: null" for the empty template metadata.
+	unstructured.RemoveNestedField(out, "metadata", "creationTimestamp")
+	return unstructured.SetNestedMap(w.Object, out, "spec", "template")
+}
+
+// stripEnforced returns head + tail without enforced flags (also in the
+// two-token "--flag value" form) and the --secure-port value it removed, if any.
+func stripEnforced(head, tail []string) ([]string, int32) {
+	out := append([]string{}, head...)
+	var port int32
+	for i := 0; i < len(tail); i++ {
+		a := tail[i]
+		name, value, hasValue := strings.Cut(a, "=")
+		name = "--" + strings.TrimLeft(name, "-")
+		if !slices.Contains(enforcedFlagNames, name) {
+			out = append(out, a)
+			continue
+		}
+		if !hasValue && !boolFlags[name] && i+1 < len(tail) {
+			value = tail[i+1]
+			i++
+		}
+		if name == "--secure-port" {
+			if n, err := strconv.Atoi(value); err == nil {
+				port = int32(n)
+			}
+		}
+	}
+	return out, port
+}
+
+var enforcedFlagNames = []string{
+	"--controllers", "--use-service-account-credentials", "--leader-elect",
+	"--leader-elect-resource-name", "--leader-elect-resource-namespace", "--secure-port",
+}
+
+// setFlag replaces "--name=..." (or "--name") in args by arg, or appends it.
+func setFlag(args []string, arg string) []string {
+	name, _, _ := strings.Cut(arg, "=")
+	for i, a := range args {
+		n, _, _ := strings.Cut(a, "=")
+		if n == name {
+			args[i] = arg
+			return args
+		}
+	}
+	return append(args, arg)
+}
+
+func setEnv(env []corev1.EnvVar, e corev1.EnvVar) []corev1.EnvVar {
+	for i := range env {
+		if env[i].Name == e.Name {
+			env[i] = e
+			return env
+		}
+	}
+	return append(env, e)
+}
+
+// movePort points container ports and probes that used the old secure port at
+// the enforced one, so hostNetwork CCMs never clash and probes keep working.
+func (l Lifecycle) movePort(c *corev1.Container, old int32) {
+	for i := range c.Ports {
+		if c.Ports[i].ContainerPort == old {
+			c.Ports[i].ContainerPort = l.SecurePort
+			if c.Ports[i].HostPort != 0 {
+				c.Ports[i].HostPort = l.SecurePort
+			}
+		}
+	}
+	for _, pr := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe} {
+		if pr == nil {
+			continue
+		}
+		if g := pr.HTTPGet; g != nil && g.Port.IntValue() == int(old) {
+			g.Port.IntVal = l.SecurePort
+		}
+		if t := pr.TCPSocket; t != nil && t.Port.IntValue() == int(old) {
+			t.Port.IntVal = l.SecurePort
+		}
+	}
+}
+
+// Rules are the least privilege cloud-node-lifecycle needs cluster-wide.
+func LifecycleRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch", "update", "delete"}},
+		{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch", "update"}},
+	}
+}
+
+// identity renders the ServiceAccount and RBAC of the release.
+func (l Lifecycle) identity() ([]*unstructured.Unstructured, error) {
+	sa := l.ServiceAccountName()
+	subject := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: l.Namespace}}
+	meta := func(name, ns string) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Name: name, Namespace: ns}
+	}
+	automount := true
+	objs := []runtime.Object{
+		&corev1.ServiceAccount{
+			TypeMeta:                     metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
+			ObjectMeta:                   meta(sa, l.Namespace),
+			AutomountServiceAccountToken: &automount,
+		},
+		&rbacv1.ClusterRole{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
+			ObjectMeta: meta(l.Release, ""),
+			Rules:      LifecycleRules(),
+		},
+		&rbacv1.ClusterRoleBinding{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"},
+			ObjectMeta: meta(l.Release, ""),
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: l.Release},
+			Subjects:   subject,
+		},
+		&rbacv1.Role{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
+			ObjectMeta: meta(l.Release, l.Namespace),
+			Rules: []rbacv1.PolicyRule{
+				{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{l.LeaseName}, Verbs: []string{"get", "update"}},
+				// create cannot be limited by name.
+				{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}},
+			},
+		},
+		&rbacv1.RoleBinding{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
+			ObjectMeta: meta(l.Release, l.Namespace),
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: l.Release},
+			Subjects:   subject,
+		},
+	}
+	out := make([]*unstructured.Unstructured, 0, len(objs))
+	for _, o := range objs {
+		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
+		if err != nil {
+			return nil, err
+		}
+		unstructured.RemoveNestedField(m, "metadata", "creationTimestamp")
+		u := &unstructured.Unstructured{Object: m}
+		l.label(u)
+		out = append(out, u)
+	}
+	return out, nil
+}

@@ -1,0 +1,122 @@
+package release
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
+)
+
+// upstreamLike is what an upstream CCM chart typically renders: default
+// controllers, default lease, its own ServiceAccount bound to a broad role,
+// flags in two-token form, and a node-manager DaemonSet.
+const upstreamLike = `
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: cloud-controller-manager, namespace: kube-system}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: system:cloud-controller-manager}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}
+subjects: [{kind: ServiceAccount, name: cloud-controller-manager, namespace: kube-system}]
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: cloud-node-manager, namespace: kube-system}
+spec:
+  selector: {matchLabels: {app: cnm}}
+  template:
+    metadata: {labels: {app: cnm}}
+    spec: {containers: [{name: cnm, image: cnm:1}]}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: cloud-controller-manager, namespace: kube-system}
+spec:
+  selector: {matchLabels: {app: ccm}}
+  template:
+    metadata: {labels: {app: ccm}}
+    spec:
+      serviceAccountName: cloud-controller-manager
+      hostNetwork: true
+      containers:
+        - name: ccm
+          image: upstream/ccm:old
+          command: [/bin/ccm, --controllers, "*", --cloud-provider=x]
+          args: [--leader-elect-resource-name=cloud-controller-manager, --secure-port, "10258", --use-service-account-credentials=true, --v=2]
+          ports: [{containerPort: 10258, hostPort: 10258, name: https}]
+          livenessProbe: {httpGet: {path: /healthz, port: 10258, scheme: HTTPS}}
+`
+
+func TestLifecycleEnforcesOnUpstreamManifests(t *testing.T) {
+	l := Lifecycle{
+		Release: "native-ccm-azure", Namespace: "kube-system", Platform: "azure",
+		LeaseName: "native-ccm-azure", SecurePort: 10271, Image: "mcr/azure-ccm:v2",
+		Args: []string{"--v=4", "--configure-cloud-routes=false"},
+		Drop: []profile.ObjectMatch{{Kind: "DaemonSet", Name: ".*node-manager"}},
+	}
+	m, err := parseManifests([]byte(upstreamLike))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Mutate(m); err != nil {
+		t.Fatal(err)
+	}
+	out, err := m.encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendered := out.String()
+	assertLifecycleOnly(t, rendered, l)
+
+	d := decode(t, rendered)
+	c := d.deployments[0].Spec.Template.Spec.Containers[0]
+	tests := []struct {
+		// what is checked.
+		name string
+		// ok is the check's outcome.
+		ok bool
+	}{
+		{"node-manager DaemonSet dropped", len(d.daemonSets) == 0},
+		{"cluster-admin binding dropped", !strings.Contains(rendered, "cluster-admin")},
+		{"foreign ServiceAccount dropped", len(d.sas) == 1 && d.sas[0].Name == "native-ccm-azure"},
+		{"command keeps binary and non-enforced flags", strings.Join(c.Command, " ") == "/bin/ccm --cloud-provider=x"},
+		{"two-token --controllers value removed", !strings.Contains(strings.Join(c.Command, " "), "*")},
+		{"profile arg replaces same flag", strings.Count(strings.Join(c.Args, " "), "--v=") == 1 && strings.Contains(strings.Join(c.Args, " "), "--v=4")},
+		{"profile arg appended", strings.Contains(strings.Join(c.Args, " "), "--configure-cloud-routes=false")},
+		{"image enforced", c.Image == "mcr/azure-ccm:v2"},
+		{"container and host port moved", c.Ports[0].ContainerPort == 10271 && c.Ports[0].HostPort == 10271},
+		{"probe port moved", c.LivenessProbe.HTTPGet.Port.IntValue() == 10271},
+		{"workload labelled as ours", d.deployments[0].Labels[ManagedByLabel] == ManagedByValue},
+	}
+	for _, tt := range tests {
+		if !tt.ok {
+			t.Errorf("%s\n%s", tt.name, rendered)
+		}
+	}
+}
+
+func TestLifecycleRejectsAmbiguousWorkloads(t *testing.T) {
+	l := Lifecycle{Release: "r", Namespace: "n", Platform: "p", LeaseName: "r", SecurePort: 10300}
+	m, err := parseManifests([]byte(upstreamLike))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = l.Mutate(m)
+	if err == nil || !strings.Contains(err.Error(), "several workloads") || !strings.Contains(err.Error(), "chart.workload") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestFromProfileRejectsEnforcedOverrideArgs(t *testing.T) {
+	set, err := profile.Builtin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := set.Get("hcloud")
+	_, err = FromProfile(p, Instance{ReleaseName: "r", Namespace: "n", Platform: "hcloud", Args: []string{"--controllers=*"}})
+	if err == nil || !strings.Contains(err.Error(), "spec.overrides.args[0]") {
+		t.Fatalf("err = %v", err)
+	}
+}

@@ -1,0 +1,244 @@
+package release
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"text/template"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
+)
+
+// Request is one desired native CCM release: everything Install or Upgrade need.
+type Request struct {
+	// Name and Namespace of the Helm release.
+	Name      string
+	Namespace string
+	// Chart says where the chart comes from.
+	Chart profile.Chart
+	// Values are the chart values.
+	Values map[string]any
+	// Lifecycle is the enforcement applied to every rendered manifest.
+	Lifecycle Lifecycle
+	// Mutators run after Lifecycle (the gate plugs in here).
+	Mutators []Mutator
+}
+
+// Instance is what a NativeCCM adds to a profile.
+type Instance struct {
+	// ReleaseName names the release, its lease, ServiceAccount and RBAC objects.
+	ReleaseName string
+	// Namespace of the release.
+	Namespace string
+	// Platform routed to the CCM.
+	Platform string
+	// SecretName of the credentials; empty: the profile's default.
+	SecretName string
+	// Image overrides (either part may be empty).
+	ImageRepository, ImageTag string
+	// Args are appended to the profile's args.
+	Args []string
+	// Env replaces or extends the profile's env.
+	Env []corev1.EnvVar
+	// Values are merged over the chart values.
+	Values map[string]any
+}
+
+// ValuesContext is what string values of an upstream chart mapping may use as
+// Go templates, e.g. "{{ .SecretName }}".
+type ValuesContext struct {
+	ReleaseName, Namespace, Platform string
+	SecretName                       string
+	LeaseName                        string
+	ServiceAccount                   string
+	SecurePort                       int32
+	Image                            profile.Image
+	CloudProvider                    string
+}
+
+// FromProfile builds the release request of a NativeCCM. Errors are
+// configuration errors (the NativeCCM or profile must change).
+func FromProfile(p *profile.Profile, in Instance) (Request, error) {
+	if errs := profile.ValidateArgs(field.NewPath("spec", "overrides", "args"), in.Args); len(errs) > 0 {
+		return Request{}, errs.ToAggregate()
+	}
+	image := p.CCM.Image
+	if in.ImageRepository != "" {
+		image.Repository = in.ImageRepository
+	}
+	if in.ImageTag != "" {
+		image.Tag = in.ImageTag
+	}
+	secret := p.Credentials.SecretName
+	if in.SecretName != "" {
+		secret = in.SecretName
+	}
+	env := make([]corev1.EnvVar, 0, len(p.CCM.Env)+len(in.Env))
+	for _, e := range p.CCM.Env {
+		env = append(env, corev1.EnvVar{Name: e.Name, Value: e.Value})
+	}
+	for _, e := range in.Env {
+		env = setEnv(env, e)
+	}
+	args := append(append([]string{}, p.CCM.Args...), in.Args...)
+
+	lc := Lifecycle{
+		Release:    in.ReleaseName,
+		Namespace:  in.Namespace,
+		Platform:   in.Platform,
+		LeaseName:  in.ReleaseName,
+		SecurePort: p.CCM.SecurePort,
+		Image:      image.Reference(),
+		Args:       args,
+		Env:        env,
+		Workload:   p.Chart.Workload,
+		Drop:       p.Chart.Drop,
+	}
+	req := Request{Name: in.ReleaseName, Namespace: in.Namespace, Chart: p.Chart, Lifecycle: lc}
+
+	var values map[string]any
+	if p.Chart.Source == profile.ChartBuiltin {
+		values = builtinValues(p, in, image, secret, args, env)
+	} else {
+		ctx := ValuesContext{
+			ReleaseName: in.ReleaseName, Namespace: in.Namespace, Platform: in.Platform,
+			SecretName: secret, LeaseName: lc.LeaseName, ServiceAccount: lc.ServiceAccountName(),
+			SecurePort: p.CCM.SecurePort, Image: image, CloudProvider: p.CCM.CloudProvider,
+		}
+		v, err := renderValues(p.Chart.Values, ctx)
+		if err != nil {
+			return Request{}, fmt.Errorf("profile %s: chart.values: %w", p.Name, err)
+		}
+		values = v.(map[string]any)
+	}
+	if in.Values != nil {
+		values = profile.MergeValues(values, deepCopyValues(in.Values))
+	}
+	req.Values = values
+	return req, nil
+}
+
+func builtinValues(p *profile.Profile, in Instance, image profile.Image, secret string, args []string, env []corev1.EnvVar) map[string]any {
+	envList := make([]any, 0, len(env))
+	for _, e := range env {
+		envList = append(envList, toMap(e))
+	}
+	argList := make([]any, len(args))
+	for i, a := range args {
+		argList[i] = a
+	}
+	creds := map[string]any{"secretName": "", "env": []any{}, "envFrom": false}
+	if p.NeedsSecret() {
+		credEnv := make([]any, 0, len(p.Credentials.Env))
+		for _, e := range p.Credentials.Env {
+			credEnv = append(credEnv, map[string]any{"name": e.Name, "key": e.Key, "optional": e.Optional})
+		}
+		creds = map[string]any{"secretName": secret, "env": credEnv, "envFrom": p.Credentials.EnvFrom}
+	}
+	cloudConfig := map[string]any{"key": "", "path": "", "flag": "--cloud-config"}
+	if cc := p.CCM.CloudConfig; cc != nil {
+		cloudConfig = map[string]any{"key": cc.Key, "path": cc.Path, "flag": cc.FlagName()}
+	}
+	return map[string]any{
+		"platform":       in.Platform,
+		"image":          map[string]any{"repository": image.Repository, "tag": image.Tag},
+		"cloudProvider":  p.CCM.CloudProvider,
+		"args":           argList,
+		"env":            envList,
+		"credentials":    creds,
+		"cloudConfig":    cloudConfig,
+		"securePort":     int64(p.CCM.SecurePort),
+		"hostNetwork":    p.CCM.HostNetwork,
+		"leaderElection": map[string]any{"resourceName": in.ReleaseName, "resourceNamespace": in.Namespace},
+		// Identity and RBAC come from the post-renderer, for every chart alike.
+		"serviceAccount": map[string]any{"create": false, "name": in.ReleaseName},
+		"rbac":           map[string]any{"create": false},
+	}
+}
+
+func toMap(v any) map[string]any {
+	b, _ := json.Marshal(v)
+	var m map[string]any
+	_ = json.Unmarshal(b, &m)
+	return m
+}
+
+func deepCopyValues(v map[string]any) map[string]any {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return maps.Clone(v)
+	}
+	var out map[string]any
+	_ = json.Unmarshal(b, &out)
+	return out
+}
+
+// renderValues executes every string in v as a template over ctx.
+func renderValues(v any, ctx ValuesContext) (any, error) {
+	switch x := v.(type) {
+	case nil:
+		return map[string]any{}, nil
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			r, err := renderValues(e, ctx)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", k, err)
+			}
+			out[k] = r
+		}
+		return out, nil
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			r, err := renderValues(e, ctx)
+			if err != nil {
+				return nil, fmt.Errorf("[%d]: %w", i, err)
+			}
+			out[i] = r
+		}
+		return out, nil
+	case string:
+		t, err := template.New("value").Option("missingkey=error").Parse(x)
+		if err != nil {
+			return nil, err
+		}
+		var b bytes.Buffer
+		if err := t.Execute(&b, ctx); err != nil {
+			return nil, err
+		}
+		return b.String(), nil
+	default:
+		return x, nil
+	}
+}
+
+// Digest identifies the desired state of a request: chart reference, values,
+// and every mutator's fingerprint. A deployed release with the same digest is
+// up to date. It is a valid label value (stored on the release).
+func (r Request) Digest() string {
+	type mut struct{ Name, Fingerprint string }
+	muts := []mut{{r.Lifecycle.Name(), r.Lifecycle.Fingerprint()}}
+	for _, m := range r.Mutators {
+		muts = append(muts, mut{m.Name(), m.Fingerprint()})
+	}
+	chartRef := struct {
+		Source                    profile.ChartSource
+		Repository, Name, Version string
+		Builtin                   string
+	}{r.Chart.Source, r.Chart.Repository, r.Chart.Name, r.Chart.Version, ""}
+	if r.Chart.Source == profile.ChartBuiltin {
+		chartRef.Builtin = builtinChartDigest()
+	}
+	b, _ := json.Marshal(struct {
+		Chart    any
+		Values   map[string]any
+		Mutators []mut
+	}{chartRef, r.Values, muts})
+	return fmt.Sprintf("%x", sha256.Sum256(b))[:40]
+}
