@@ -66,6 +66,6 @@ type namespaceOnly struct {
 }
 
 func (n namespaceOnly) RawConfig() (clientcmdapi.Config, error) { return clientcmdapi.Config{}, nil }
-func (n namespaceOnly) ClientConfig() (*rest.Config, error)    { return rest.CopyConfig(n.cfg), nil }
-func (n namespaceOnly) Namespace() (string, bool, error)       { return n.namespace, true, nil }
-func (n namespaceOnly) ConfigAccess() clientcmd.ConfigAccess   { return nil }
+func (n namespaceOnly) ClientConfig() (*rest.Config, error)     { return rest.CopyConfig(n.cfg), nil }
+func (n namespaceOnly) Namespace() (string, bool, error)        { return n.namespace, true, nil }
+func (n namespaceOnly) ConfigAccess() clientcmd.ConfigAccess    { return nil }

@@ -29,7 +29,7 @@ const (
 	// LifecycleController is the only controller a native CCM runs.
 	LifecycleController = "cloud-node-lifecycle"
 
-	controlPlaneLabel = "node-role.kubernetes.io/control-plane"
+	controlPlaneLabel  = "node-role.kubernetes.io/control-plane"
 	uninitializedTaint = "node.cloudprovider.kubernetes.io/uninitialized"
 
 	// defaultSecurePort is what a CCM listens on without --secure-port.

@@ -77,7 +77,6 @@ func lineDiff(want, got string) string {
 	return b.String()
 }
 
-
 // decoded holds the typed objects of a rendered release.
 type decoded struct {
 	deployments []*appsv1.Deployment
