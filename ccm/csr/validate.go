@@ -142,11 +142,12 @@ func checkRequest(csr *certificatesv1.CertificateSigningRequest, opts *Options) 
 	if err != nil {
 		return nil, deny(ReasonInvalidRequest, "request does not parse: %s", clip(err.Error())), false
 	}
-	if err := x.CheckSignature(); err != nil {
-		return nil, deny(ReasonInvalidSignature, "request signature does not verify: %s", clip(err.Error())), false
-	}
+	// Key before signature: never spend a signature check on an oversized key.
 	if why := checkKey(x.PublicKey); why != "" {
 		return nil, deny(ReasonUnsupportedKey, "%s", why), false
+	}
+	if err := x.CheckSignature(); err != nil {
+		return nil, deny(ReasonInvalidSignature, "request signature does not verify: %s", clip(err.Error())), false
 	}
 
 	// Subject: the identity the certificate will carry.
