@@ -1,0 +1,205 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/csr"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/csr/csrtest"
+)
+
+// BenchmarkDecide1000 measures how long the controller (default options, events on)
+// takes to approve 1000 kubelet-serving CSRs of 1000 initialized nodes: once with
+// all 1000 pending when it starts ("queued", the primary figure), once submitted at
+// once by 1000 kubelets while it runs ("live", which includes the submission). Next to it, in the same run and against the same API server, it measures
+// 1000 bare approval updates (UpdateApproval with as many parallel clients as the
+// controller has workers, on objects already in hand; no policy, no events): the
+// floor any approver pays.
+//
+//	KUBEBUILDER_ASSETS=$(hack/control-plane.sh) go test -run '^$' -bench Decide1000 -benchtime 1x ./ccm/csr/integration
+func BenchmarkDecide1000(b *testing.B) {
+	setup(b)
+	cleanupCSRs(b)
+	const n = 1000
+	const submitters = 16
+	ctx := context.Background()
+	opts := csr.NewOptions()
+
+	for iter := range b.N {
+		b.StopTimer()
+		prefix := fmt.Sprintf("bench%d", iter)
+		names := make([]string, n)
+		addrs := csrtest.NewAddresses()
+		for i := range names {
+			names[i] = fmt.Sprintf("%s-%04d", prefix, i)
+			addrs.Set(names[i], csrtest.InternalIP(fmt.Sprintf("10.%d.%d.%d", 100+iter%100, i/250, i%250+1)), csrtest.Hostname(names[i]))
+		}
+		parallel(b, n, submitters, func(i int) error {
+			_, err := env.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{
+				ObjectMeta: metav1.ObjectMeta{Name: names[i], Labels: map[string]string{testLabel: caseLabel(b)}},
+				Spec:       corev1.NodeSpec{ProviderID: "talos://metal/" + names[i]},
+			}, metav1.CreateOptions{})
+			return err
+		})
+		b.Cleanup(func() {
+			_ = env.Client.CoreV1().Nodes().DeleteCollection(context.Background(), metav1.DeleteOptions{},
+				metav1.ListOptions{LabelSelector: testLabel + "=" + caseLabel(b)})
+		})
+		kubelets := make([]kubernetes.Interface, n)
+		bare, queued, live := make([][]byte, n), make([][]byte, n), make([][]byte, n)
+		for i, name := range names {
+			kubelets[i] = impersonating(b, name)
+			ip, _ := addrs.EstablishedAddresses(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+			r := csrtest.Request{NodeName: name, DNSNames: []string{name}, IPs: csrtest.Addrs(ip[0].Address)}
+			bare[i], queued[i], live[i] = r.MustPEM(), r.MustPEM(), r.MustPEM()
+		}
+
+		// Baseline: 1000 pending CSRs, approved by bare UpdateApproval calls.
+		pending := make([]*certificatesv1.CertificateSigningRequest, n)
+		parallel(b, n, submitters, func(i int) (err error) {
+			pending[i], err = kubelets[i].CertificatesV1().CertificateSigningRequests().Create(ctx, benchCSR(b, names[i]+"-bare", bare[i]), metav1.CreateOptions{})
+			return err
+		})
+		start := time.Now()
+		parallel(b, n, opts.Workers, func(i int) error {
+			c := pending[i]
+			c.Status.Conditions = append(c.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+				Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: "Bench", Message: "bare approval",
+			})
+			_, err := approver.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, c.Name, c, metav1.UpdateOptions{})
+			return err
+		})
+		bareDur := time.Since(start)
+
+		// Queued: 1000 pending CSRs exist when the controller starts (cold start:
+		// informer lists, cache sync, workers, approvals).
+		parallel(b, n, submitters, func(i int) error {
+			_, err := kubelets[i].CertificatesV1().CertificateSigningRequests().Create(ctx, benchCSR(b, names[i]+"-queued", queued[i]), metav1.CreateOptions{})
+			return err
+		})
+		approvedBefore := decisions(b, "approve", csr.ReasonNodeIdentityVerified)
+		b.StartTimer()
+		start = time.Now()
+		startController(b, approver, opts, addrs)
+		waitApproved(b, approvedBefore+n)
+		queuedDur := time.Since(start)
+		b.StopTimer()
+
+		// Live: the controller is running; 1000 kubelets submit at once (16 parallel
+		// submitters); the clock runs from the first submission to the last decision.
+		approvedBefore = decisions(b, "approve", csr.ReasonNodeIdentityVerified)
+		start = time.Now()
+		parallel(b, n, submitters, func(i int) error {
+			_, err := kubelets[i].CertificatesV1().CertificateSigningRequests().Create(ctx, benchCSR(b, names[i]+"-live", live[i]), metav1.CreateOptions{})
+			return err
+		})
+		submitted := time.Since(start)
+		waitApproved(b, approvedBefore+n)
+		liveDur := time.Since(start)
+
+		list, err := env.Client.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{LabelSelector: testLabel + "=" + caseLabel(b)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		approved := 0
+		for i := range list.Items {
+			if c := decided(&list.Items[i]); c != nil && c.Type == certificatesv1.CertificateApproved && c.Reason == csr.ReasonNodeIdentityVerified {
+				approved++
+			}
+		}
+		if approved != 2*n {
+			b.Fatalf("%d of %d controller CSRs approved", approved, 2*n)
+		}
+		events := settledEventCount(b, prefix)
+		b.ReportMetric(queuedDur.Seconds(), "s-queued-decided")
+		b.ReportMetric(liveDur.Seconds(), "s-live-decided")
+		b.ReportMetric(bareDur.Seconds(), "s-bare-approvals")
+		b.ReportMetric(queuedDur.Seconds()/bareDur.Seconds(), "x-queued-of-bare")
+		fmt.Printf("node-csr-approval (%d workers, events on): %d bare approval updates: %s | %d queued CSRs, controller start to all decided: %s (%.2fx bare) | %d CSRs submitted at once while running (submission %s) to all decided: %s (%.2fx bare, %.2fx bare+submission) | events recorded: %d of %d\n",
+			opts.Workers, n, bareDur.Round(time.Millisecond),
+			n, queuedDur.Round(time.Millisecond), queuedDur.Seconds()/bareDur.Seconds(),
+			n, submitted.Round(time.Millisecond), liveDur.Round(time.Millisecond), liveDur.Seconds()/bareDur.Seconds(), liveDur.Seconds()/(bareDur+submitted).Seconds(), events, 4*n)
+	}
+}
+
+// settledEventCount counts the CSRApproved events about this iteration's objects once
+// their number stops growing. Events are best effort: client-go's broadcaster drops
+// what its sink cannot write fast enough (see docs/csr-approval.md).
+func settledEventCount(b *testing.B, prefix string) int {
+	b.Helper()
+	count := func() int {
+		evs, err := env.Client.CoreV1().Events("").List(context.Background(), metav1.ListOptions{FieldSelector: "reason=" + csr.EventReasonApproved})
+		if err != nil {
+			b.Fatal(err)
+		}
+		n := 0
+		for _, e := range evs.Items {
+			if strings.HasPrefix(e.InvolvedObject.Name, prefix+"-") {
+				n++
+			}
+		}
+		return n
+	}
+	last := -1
+	for n := count(); n != last; n = count() {
+		last = n
+		time.Sleep(time.Second)
+	}
+	return last
+}
+
+// waitApproved polls the controller's metric until it counts want approvals.
+func waitApproved(b *testing.B, want float64) {
+	b.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Minute, true, func(context.Context) (bool, error) {
+		return decisions(b, "approve", csr.ReasonNodeIdentityVerified) >= want, nil
+	}); err != nil {
+		b.Fatalf("approvals did not reach %v: %v", want, err)
+	}
+}
+
+func benchCSR(b *testing.B, name string, request []byte) *certificatesv1.CertificateSigningRequest {
+	c := csrtest.Object(name, request)
+	c.Labels = map[string]string{testLabel: caseLabel(b)}
+	return c
+}
+
+// parallel runs f(0..n-1) on workers goroutines and fails b on the first error.
+func parallel(b *testing.B, n, workers int, f func(i int) error) {
+	b.Helper()
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+		next = make(chan int)
+	)
+	for range workers {
+		wg.Go(func() {
+			for i := range next {
+				if err := f(i); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if len(errs) > 0 {
+		b.Fatalf("%d of %d calls failed, first: %v", len(errs), n, errs[0])
+	}
+}
