@@ -32,6 +32,12 @@ import (
 // from the node's Talos API). The kubelet-written provided-node-ip annotation and the
 // node's own status.addresses are NOT proof: a kubelet writes both itself.
 //
+// The answer is only proof if it is bound to the node: implementations must make sure
+// the Talos machine they read is the one registered as node.Name (e.g. its Talos
+// nodename), because the address they dial usually comes from the kubelet-written
+// annotation, and a kubelet that points it at another machine would otherwise get
+// that machine's addresses "established" for itself.
+//
 // Implementations must not modify node (it is the shared informer copy) and should
 // return an error, not an empty list, when they cannot tell: an error makes the
 // controller retry, an empty list makes it deny every IP SAN.
