@@ -1,0 +1,174 @@
+// Package app assembles the talos-ccm command on k8s.io/cloud-provider/app:
+// the "talos" cloud provider, the controllers talos-ccm runs (cloud-node,
+// node-csr-approval, node-ipam-controller) and their flags, with defaults that
+// suit a hybrid cluster (own leader-election lease, sane client rate limits,
+// concurrent node syncs). It owns no controller logic.
+package app
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/tools/record"
+	cloudprovider "k8s.io/cloud-provider"
+	cpapp "k8s.io/cloud-provider/app"
+	cloudcontrollerconfig "k8s.io/cloud-provider/app/config"
+	"k8s.io/cloud-provider/options"
+	cliflag "k8s.io/component-base/cli/flag"
+	"k8s.io/controller-manager/controller"
+	genericcontrollermanager "k8s.io/controller-manager/app"
+	"k8s.io/klog/v2"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/cloud"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/cloudnode"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/csr"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/transform"
+)
+
+// Defaults a user gets (the chart uses the same).
+const (
+	DefaultLeaseName           = "talos-ccm"
+	DefaultQPS                 = 1000
+	DefaultBurst               = 2000
+	DefaultConcurrentNodeSyncs = 32
+)
+
+// talosFlags are talos-ccm's own flags beyond the cloud-provider framework's.
+type talosFlags struct {
+	talosconfig  string
+	talosContext string
+	endpoints    []string
+	timeout      time.Duration
+	enforce      bool
+}
+
+func (f *talosFlags) addFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&f.talosconfig, "talosconfig", os.Getenv("TALOSCONFIG"),
+		"Talos client configuration file (default: $TALOSCONFIG, ~/.talos/config, /var/run/secrets/talos.dev/config).")
+	fs.StringVar(&f.talosContext, "talos-context", "", "talosconfig context to use (default: the current one).")
+	fs.StringSliceVar(&f.endpoints, "talos-endpoints", nil, "Talos API endpoints overriding those of the talosconfig.")
+	fs.DurationVar(&f.timeout, "talos-timeout", 10*time.Second, "Timeout of each Talos API request.")
+	fs.BoolVar(&f.enforce, "enforce-transformations", false,
+		"Keep transformation output reconciled on initialized nodes and remove keys a rule no longer produces (also settable as global.enforce in --cloud-config).")
+}
+
+// NewCommand returns the talos-ccm command.
+func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
+	s, err := options.NewCloudControllerManagerOptions()
+	if err != nil {
+		return nil, err
+	}
+	s.KubeCloudShared.CloudProvider.Name = cloud.ProviderName
+	s.Generic.LeaderElection.ResourceName = DefaultLeaseName
+	s.Generic.ClientConnection.QPS = DefaultQPS
+	s.Generic.ClientConnection.Burst = DefaultBurst
+	s.NodeController.ConcurrentNodeSyncs = DefaultConcurrentNodeSyncs
+	// talos-ccm does not route: no --configure-cloud-routes by default
+	s.KubeCloudShared.ConfigureCloudRoutes = false
+
+	tf := &talosFlags{}
+	var fss cliflag.NamedFlagSets
+	tf.addFlags(fss.FlagSet("talos"))
+	csrOpts := csr.NewOptions()
+	csrOpts.AddFlags(fss.FlagSet("node-csr-approval"))
+
+	var provider *cloud.Provider
+	initCloud := func(c *cloudcontrollerconfig.CompletedConfig) cloudprovider.Interface {
+		return provider
+	}
+
+	constructors := map[string]cpapp.ControllerInitFuncConstructor{
+		cloudnode.ControllerName: {
+			InitContext: cpapp.ControllerInitContext{ClientName: "node-controller"},
+			Constructor: func(ic cpapp.ControllerInitContext, cc *cloudcontrollerconfig.CompletedConfig, _ cloudprovider.Interface) cpapp.InitFunc {
+				return func(ctx context.Context, _ genericcontrollermanager.ControllerContext) (controller.Interface, bool, error) {
+					client := cc.ClientBuilder.ClientOrDie(ic.ClientName)
+					// Nodes are cached without managedFields: no talos-ccm controller reads
+					// them, and they are a large share of a Node's memory.
+					_ = cc.SharedInformers.Core().V1().Nodes().Informer().SetTransform(stripManagedFields)
+					c, err := cloudnode.New(client, cc.SharedInformers.Core().V1().Nodes(), provider,
+						newRecorder(ctx, client, "talos-ccm"), cloudnode.Options{
+							Workers:               int(cc.ComponentConfig.NodeController.ConcurrentNodeSyncs),
+							StatusUpdateFrequency: cc.ComponentConfig.NodeStatusUpdateFrequency.Duration,
+							Enforce:               tf.enforce || provider.Rules().Global.Enforce,
+						})
+					if err != nil {
+						return nil, false, err
+					}
+					go c.Run(ctx)
+					return nil, true, nil
+				}
+			},
+		},
+	}
+	constructors[csr.ControllerName] = cpapp.ControllerInitFuncConstructor{
+		InitContext: cpapp.ControllerInitContext{ClientName: "node-csr-approval"},
+		Constructor: func(ic cpapp.ControllerInitContext, cc *cloudcontrollerconfig.CompletedConfig, _ cloudprovider.Interface) cpapp.InitFunc {
+			return func(ctx context.Context, _ genericcontrollermanager.ControllerContext) (controller.Interface, bool, error) {
+				client := cc.ClientBuilder.ClientOrDie(ic.ClientName)
+				c, err := csr.NewController(client, cc.SharedInformers.Certificates().V1().CertificateSigningRequests(),
+					cc.SharedInformers.Core().V1().Nodes(), provider, nil, csrOpts)
+				if err != nil {
+					return nil, false, err
+				}
+				go c.Run(ctx)
+				return nil, true, nil
+			}
+		},
+	}
+
+	cmd := cpapp.NewCloudControllerManagerCommand(s, initCloud, constructors, map[string]string{}, fss, stopCh)
+	cmd.Use = "talos-ccm"
+	cmd.Long = "talos-ccm initializes Talos nodes from their Talos API (providerID, topology labels, addresses,\n" +
+		"the routing label node.cloudprovider.kubernetes.io/platform, transformation rules), allocates\n" +
+		"pod CIDRs and approves kubelet serving certificates. Native cloud CCMs run lifecycle-only beside it."
+	run := cmd.RunE
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		// Everything the user configured is checked before any controller starts:
+		// a bad rules file or talosconfig is a clear error and a non-zero exit.
+		rules := &transform.Config{}
+		if path := s.KubeCloudShared.CloudProvider.CloudConfigFile; path != "" {
+			if rules, err = transform.Load(path); err != nil {
+				return fmt.Errorf("--cloud-config: %w", err)
+			}
+		}
+		tc, err := talos.New(cmd.Context(), talos.Options{
+			ConfigPath: tf.talosconfig, Context: tf.talosContext, Endpoints: tf.endpoints, Timeout: tf.timeout,
+		})
+		if err != nil {
+			return err
+		}
+		provider = cloud.New(tc, rules)
+		klog.InfoS("talos-ccm configured", "rules", len(rules.Transformations), "enforce", tf.enforce || rules.Global.Enforce)
+		return run(cmd, args)
+	}
+	cmd.SilenceUsage = true
+	return cmd, nil
+}
+
+func newRecorder(ctx context.Context, client interface {
+	CoreV1() typedcorev1.CoreV1Interface
+}, component string) record.EventRecorder {
+	b := record.NewBroadcaster(record.WithContext(ctx))
+	b.StartStructuredLogging(3)
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	go func() { <-ctx.Done(); b.Shutdown() }()
+	return b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
+}
+
+// stripManagedFields drops metadata.managedFields from cached objects.
+func stripManagedFields(obj any) (any, error) {
+	if a, err := meta.Accessor(obj); err == nil && a.GetManagedFields() != nil {
+		a.SetManagedFields(nil)
+	}
+	return obj, nil
+}

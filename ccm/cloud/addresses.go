@@ -1,0 +1,102 @@
+package cloud
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
+)
+
+// ExternalLink is the Talos link that carries a cloud's public (1:1 NAT) address.
+const ExternalLink = "external"
+
+// publicDiscoveryPlatforms publish their public addresses on ordinary links;
+// global unicast, non-private addresses found there are ExternalIPs.
+var publicDiscoveryPlatforms = map[string]bool{"metal": true, "nocloud": true, "openstack": true, "oracle": true}
+
+// nodeIPs parses the kubelet's provided-node-ip annotation (one IP or a
+// dual-stack pair, comma separated).
+func nodeIPs(annotation string) ([]netip.Addr, error) {
+	var out []netip.Addr
+	for _, s := range strings.Split(annotation, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a.Unmap())
+	}
+	return out, nil
+}
+
+// orderByFamily puts the preferred family first, keeping the order otherwise.
+func orderByFamily(ips []netip.Addr, preferIPv6 bool) []netip.Addr {
+	out := slices.Clone(ips)
+	slices.SortStableFunc(out, func(a, b netip.Addr) int {
+		av, bv := a.Is6() == preferIPv6, b.Is6() == preferIPv6
+		switch {
+		case av && !bv:
+			return -1
+		case bv && !av:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+func isPublic(a netip.Addr) bool {
+	return a.IsGlobalUnicast() && !a.IsPrivate() && !a.IsLoopback() && !a.IsLinkLocalUnicast()
+}
+
+// nodeAddresses builds status.addresses: InternalIP = the provided node IPs (at
+// most one per family, preferred family first); ExternalIP = the external link's
+// addresses, plus public global-unicast addresses where the platform (or a rule's
+// publicIPDiscovery) says so; Hostname; InternalDNS/ExternalDNS.
+func nodeAddresses(internal []netip.Addr, talosAddrs []talos.Address, md *Metadata, discoverPublic bool, preferIPv6 bool) []corev1.NodeAddress {
+	var out []corev1.NodeAddress
+	seen := map[netip.Addr]bool{}
+	var v4, v6 bool
+	for _, ip := range orderByFamily(internal, preferIPv6) {
+		if (ip.Is4() && v4) || (ip.Is6() && v6) {
+			continue
+		}
+		v4, v6 = v4 || ip.Is4(), v6 || ip.Is6()
+		seen[ip] = true
+		out = append(out, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip.String()})
+	}
+	discover := discoverPublic || publicDiscoveryPlatforms[md.Platform]
+	var external []netip.Addr
+	for _, a := range talosAddrs {
+		ip := a.Prefix.Addr().Unmap()
+		if seen[ip] || !ip.IsValid() {
+			continue
+		}
+		if a.Link == ExternalLink || (discover && isPublic(ip)) {
+			seen[ip] = true
+			external = append(external, ip)
+		}
+	}
+	for _, ip := range orderByFamily(external, preferIPv6) {
+		out = append(out, corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: ip.String()})
+	}
+	if md.Hostname != "" {
+		out = append(out, corev1.NodeAddress{Type: corev1.NodeHostName, Address: md.Hostname})
+		if strings.Contains(md.Hostname, ".") && md.Hostname != md.InternalDNS {
+			out = append(out, corev1.NodeAddress{Type: corev1.NodeInternalDNS, Address: md.Hostname})
+		}
+	}
+	if md.InternalDNS != "" {
+		out = append(out, corev1.NodeAddress{Type: corev1.NodeInternalDNS, Address: md.InternalDNS})
+	}
+	if md.ExternalDNS != "" {
+		out = append(out, corev1.NodeAddress{Type: corev1.NodeExternalDNS, Address: md.ExternalDNS})
+	}
+	return out
+}

@@ -1,0 +1,311 @@
+// Package cloud is talos-ccm's cloud provider "talos": it turns what a node's
+// Talos API reports (platform metadata, addresses, hardware information) and the
+// user's transformation rules into the facts Kubernetes records on the Node
+// (providerID, topology labels, addresses, routing label, rule output).
+//
+// It implements k8s.io/cloud-provider's Interface with InstancesV2 and remembers
+// the facts it established per node, which the CSR approver trusts (the kubelet's
+// own provided-node-ip annotation proves nothing). It never writes to the API
+// server; the cloud-node controller does.
+package cloud
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	cloudprovider "k8s.io/cloud-provider"
+	cloudproviderapi "k8s.io/cloud-provider/api"
+	"k8s.io/klog/v2"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/transform"
+)
+
+// ProviderName is the --cloud-provider value of talos-ccm.
+const ProviderName = "talos"
+
+// Labels talos-ccm owns.
+const (
+	LabelPlatform    = "node.cloudprovider.kubernetes.io/platform"
+	LabelClusterName = "node.cloudprovider.kubernetes.io/clustername"
+	LabelLifecycle   = "node.cloudprovider.kubernetes.io/lifecycle"
+)
+
+// Metadata is the platform metadata rules match on.
+type Metadata = transform.Metadata
+
+var (
+	// ErrMetadataIncomplete: the node answered but its metadata cannot produce a
+	// correct providerID yet; retry later (never write a placeholder).
+	ErrMetadataIncomplete = errors.New("platform metadata incomplete")
+	// ErrNoNodeIP: the node has neither a provided-node-ip annotation nor an
+	// InternalIP, so its Talos API cannot be addressed.
+	ErrNoNodeIP = errors.New("node has no address to reach its Talos API")
+	// ErrTalosAPI: no address of the node answered the Talos API.
+	ErrTalosAPI = errors.New("talos API unavailable for node")
+	// ErrRules: the transformation rules failed for this node.
+	ErrRules = errors.New("transformation rules failed")
+)
+
+// TalosReader is what the provider needs from the Talos API (ccm/talos.Client).
+type TalosReader interface {
+	PlatformMetadata(ctx context.Context, node string) (*talos.PlatformMetadata, error)
+	Addresses(ctx context.Context, node string) ([]talos.Address, error)
+	SystemInformation(ctx context.Context, node string) (*talos.SystemInformation, error)
+}
+
+// Facts is everything talos-ccm established for a node from its Talos API.
+type Facts struct {
+	Platform     string
+	ProviderID   string
+	InstanceType string
+	Region       string
+	Zone         string
+	Addresses    []corev1.NodeAddress
+	// Labels are the routing/cluster/lifecycle labels plus rule labels.
+	Labels      map[string]string
+	Annotations map[string]string
+	Taints      []corev1.Taint
+	// Rules are the names of the transformation rules that matched.
+	Rules []string
+	// Result is the raw rule output (for enforce mode).
+	Result *transform.Result
+	// ReadAt is when the Talos API was read.
+	ReadAt time.Time
+}
+
+// Provider implements cloudprovider.Interface for Talos nodes.
+type Provider struct {
+	talos TalosReader
+	rules *transform.Config
+
+	mu    sync.RWMutex
+	facts map[string]*Facts // by node name
+}
+
+var (
+	_ cloudprovider.Interface   = (*Provider)(nil)
+	_ cloudprovider.InstancesV2 = (*Provider)(nil)
+)
+
+// New returns a provider reading through r and applying rules (may be nil).
+func New(r TalosReader, rules *transform.Config) *Provider {
+	if rules == nil {
+		rules = &transform.Config{}
+	}
+	return &Provider{talos: r, rules: rules, facts: map[string]*Facts{}}
+}
+
+// Rules returns the transformation configuration in use.
+func (p *Provider) Rules() *transform.Config { return p.rules }
+
+// Initialize implements cloudprovider.Interface.
+func (p *Provider) Initialize(cloudprovider.ControllerClientBuilder, <-chan struct{}) {}
+
+// LoadBalancer is not supported: native CCMs own load balancers.
+func (p *Provider) LoadBalancer() (cloudprovider.LoadBalancer, bool) { return nil, false }
+
+// Instances is not supported (InstancesV2 is).
+func (p *Provider) Instances() (cloudprovider.Instances, bool) { return nil, false }
+
+// InstancesV2 implements cloudprovider.Interface.
+func (p *Provider) InstancesV2() (cloudprovider.InstancesV2, bool) { return p, true }
+
+// Zones is not supported (InstancesV2 returns zones).
+func (p *Provider) Zones() (cloudprovider.Zones, bool) { return nil, false }
+
+// Clusters is not supported.
+func (p *Provider) Clusters() (cloudprovider.Clusters, bool) { return nil, false }
+
+// Routes is not supported.
+func (p *Provider) Routes() (cloudprovider.Routes, bool) { return nil, false }
+
+// ProviderName implements cloudprovider.Interface.
+func (p *Provider) ProviderName() string { return ProviderName }
+
+// HasClusterID implements cloudprovider.Interface.
+func (p *Provider) HasClusterID() bool { return true }
+
+// InstanceExists always reports true: talos-ccm has no cloud API and must never
+// be the reason a node is deleted. Native CCMs (gated) decide that.
+func (p *Provider) InstanceExists(context.Context, *corev1.Node) (bool, error) { return true, nil }
+
+// InstanceShutdown always reports false for the same reason.
+func (p *Provider) InstanceShutdown(context.Context, *corev1.Node) (bool, error) { return false, nil }
+
+// InstanceMetadata implements InstancesV2 on top of Facts.
+func (p *Provider) InstanceMetadata(ctx context.Context, node *corev1.Node) (*cloudprovider.InstanceMetadata, error) {
+	f, err := p.Facts(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	return &cloudprovider.InstanceMetadata{
+		ProviderID:       f.ProviderID,
+		InstanceType:     f.InstanceType,
+		NodeAddresses:    f.Addresses,
+		Zone:             f.Zone,
+		Region:           f.Region,
+		AdditionalLabels: f.Labels,
+	}, nil
+}
+
+// EstablishedAddresses returns the addresses talos-ccm established for the node
+// from its Talos API (the remembered facts, or a fresh read). It is what the
+// CSR approver accepts as proof.
+func (p *Provider) EstablishedAddresses(ctx context.Context, node *corev1.Node) ([]corev1.NodeAddress, error) {
+	p.mu.RLock()
+	f := p.facts[node.Name]
+	p.mu.RUnlock()
+	if f == nil {
+		var err error
+		if f, err = p.Facts(ctx, node); err != nil {
+			return nil, err
+		}
+	}
+	return append([]corev1.NodeAddress(nil), f.Addresses...), nil
+}
+
+// Forget drops remembered facts of a deleted node.
+func (p *Provider) Forget(nodeName string) {
+	p.mu.Lock()
+	delete(p.facts, nodeName)
+	p.mu.Unlock()
+}
+
+// talosTargets lists the addresses to dial: the provided node IPs (preferred
+// family first), else the node's InternalIPs.
+func talosTargets(node *corev1.Node, preferIPv6 bool) ([]netip.Addr, error) {
+	if ann, ok := node.Annotations[cloudproviderapi.AnnotationAlphaProvidedIPAddr]; ok {
+		ips, err := nodeIPs(ann)
+		if err != nil {
+			return nil, fmt.Errorf("%w: annotation %s=%q: %v", ErrNoNodeIP, cloudproviderapi.AnnotationAlphaProvidedIPAddr, ann, err)
+		}
+		if len(ips) > 0 {
+			return orderByFamily(ips, preferIPv6), nil
+		}
+	}
+	var ips []netip.Addr
+	for _, a := range node.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP {
+			continue
+		}
+		if ip, err := netip.ParseAddr(a.Address); err == nil {
+			ips = append(ips, ip.Unmap())
+		}
+	}
+	if len(ips) == 0 {
+		return nil, fmt.Errorf("%w: no %s annotation and no InternalIP in status", ErrNoNodeIP, cloudproviderapi.AnnotationAlphaProvidedIPAddr)
+	}
+	return orderByFamily(ips, preferIPv6), nil
+}
+
+// Facts reads the node's Talos API and applies the rules.
+func (p *Provider) Facts(ctx context.Context, node *corev1.Node) (*Facts, error) {
+	const op = "cloud/Provider.Facts"
+	preferIPv6 := p.rules.Global.PreferIPv6
+	targets, err := talosTargets(node, preferIPv6)
+	if err != nil {
+		return nil, fmt.Errorf("%s: node %s: %w", op, node.Name, err)
+	}
+
+	// Metadata and addresses are independent reads: run them concurrently so a
+	// node costs one Talos round trip of latency.
+	var (
+		tmd      *talos.PlatformMetadata
+		addrs    []talos.Address
+		sys      *talos.SystemInformation
+		target   netip.Addr
+		errs     []error
+		needSys  = p.rules.NeedsSystemInformation()
+		readTime = time.Now()
+	)
+	for _, ip := range targets {
+		var wg sync.WaitGroup
+		var mdErr, addrErr, sysErr error
+		wg.Add(2)
+		go func() { defer wg.Done(); tmd, mdErr = p.talos.PlatformMetadata(ctx, ip.String()) }()
+		go func() { defer wg.Done(); addrs, addrErr = p.talos.Addresses(ctx, ip.String()) }()
+		if needSys {
+			wg.Add(1)
+			go func() { defer wg.Done(); sys, sysErr = p.talos.SystemInformation(ctx, ip.String()) }()
+		}
+		wg.Wait()
+		if mdErr == nil && addrErr == nil && (sysErr == nil || errors.Is(sysErr, talos.ErrNotFound)) {
+			target = ip
+			break
+		}
+		if errors.Is(mdErr, talos.ErrNotFound) {
+			return nil, fmt.Errorf("%s: node %s: %w: the node has no PlatformMetadata resource yet", op, node.Name, ErrMetadataIncomplete)
+		}
+		errs = append(errs, errors.Join(mdErr, addrErr, sysErr))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if !target.IsValid() {
+		return nil, fmt.Errorf("%s: node %s: %w: %w", op, node.Name, ErrTalosAPI, errors.Join(errs...))
+	}
+
+	md := Metadata{
+		Platform: tmd.Platform, Hostname: tmd.Hostname, Region: tmd.Region, Zone: tmd.Zone,
+		InstanceType: tmd.InstanceType, InstanceID: tmd.InstanceID, ProviderID: tmd.ProviderID,
+		Spot: tmd.Spot, InternalDNS: tmd.InternalDNS, ExternalDNS: tmd.ExternalDNS, Tags: tmd.Tags,
+	}
+	if sys != nil {
+		md.Manufacturer, md.ProductName, md.Version = sys.Manufacturer, sys.ProductName, sys.Version
+		md.SerialNumber, md.UUID, md.SKUNumber = sys.SerialNumber, sys.UUID, sys.SKUNumber
+	}
+	res, err := p.rules.Apply(md)
+	if err != nil {
+		return nil, fmt.Errorf("%s: node %s: %w: %w", op, node.Name, ErrRules, err)
+	}
+	md = res.Metadata
+
+	id, err := providerID(&md, target.String())
+	if err != nil {
+		return nil, fmt.Errorf("%s: node %s: %w", op, node.Name, err)
+	}
+	f := &Facts{
+		Platform:     md.Platform,
+		ProviderID:   id,
+		InstanceType: md.InstanceType,
+		Region:       md.Region,
+		Zone:         md.Zone,
+		Addresses:    nodeAddresses(targets, addrs, &md, res.Features.PublicIPDiscovery, preferIPv6),
+		Labels:       map[string]string{},
+		Annotations:  res.Annotations,
+		Taints:       res.Taints,
+		Rules:        res.Matched,
+		Result:       res,
+		ReadAt:       readTime,
+	}
+	for k, v := range res.Labels {
+		f.Labels[k] = v
+	}
+	if md.Platform != "" {
+		f.Labels[LabelPlatform] = md.Platform
+	}
+	if cn := p.rules.Global.ClusterName; cn != "" {
+		f.Labels[LabelClusterName] = cn
+	}
+	if md.Spot {
+		f.Labels[LabelLifecycle] = "spot"
+	}
+	p.mu.Lock()
+	p.facts[node.Name] = f
+	p.mu.Unlock()
+	klog.V(4).InfoS("Established node facts", "node", klog.KObj(node), "platform", f.Platform, "providerID", f.ProviderID, "rules", f.Rules, "talosAddress", target)
+	return f, nil
+}
+
+// NewFromConfig is a cloudprovider factory for registration (reader and rules
+// are set by talos-ccm's main).
+func NewFromConfig(r TalosReader, rules *transform.Config) func(io.Reader) (cloudprovider.Interface, error) {
+	return func(io.Reader) (cloudprovider.Interface, error) { return New(r, rules), nil }
+}

@@ -1,0 +1,112 @@
+package cloud
+
+import (
+	"errors"
+	"net/netip"
+	"reflect"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
+)
+
+func TestProviderID(t *testing.T) {
+	cases := []struct {
+		name  string   // case
+		md    Metadata // transformed metadata
+		ip    string   // address the Talos API answered on
+		want  string   // expected providerID ("" with wantRetry)
+		retry bool     // expect ErrMetadataIncomplete
+	}{
+		{name: "native from metadata", md: Metadata{Platform: "aws", ProviderID: "aws:///us-east-1a/i-1"}, want: "aws:///us-east-1a/i-1"},
+		{name: "aws built from zone+id", md: Metadata{Platform: "aws", Zone: "eu-west-1b", InstanceID: "i-9"}, want: "aws:///eu-west-1b/i-9"},
+		{name: "aws without zone retries", md: Metadata{Platform: "aws", InstanceID: "i-9"}, retry: true},
+		{name: "hcloud from instance id", md: Metadata{Platform: "hcloud", InstanceID: "42"}, want: "hcloud://42"},
+		{name: "hcloud without id retries", md: Metadata{Platform: "hcloud"}, retry: true},
+		{name: "gcp needs metadata providerID", md: Metadata{Platform: "gcp", InstanceID: "123"}, retry: true},
+		{name: "azure resource group lower-cased", md: Metadata{Platform: "azure",
+			ProviderID: "azure:///subscriptions/S/resourceGroups/My-RG/providers/Microsoft.Compute/virtualMachines/VM1"},
+			want: "azure:///subscriptions/S/resourceGroups/my-rg/providers/Microsoft.Compute/virtualMachines/VM1"},
+		{name: "metal falls back to talos://", md: Metadata{Platform: "metal"}, ip: "192.0.2.1", want: "talos://metal/192.0.2.1"},
+		{name: "nocloud v6 fallback", md: Metadata{Platform: "nocloud"}, ip: "2001:db8::1", want: "talos://nocloud/2001:db8::1"},
+		{name: "no platform retries", md: Metadata{}, retry: true},
+		{name: "scaleway", md: Metadata{Platform: "scaleway", Zone: "fr-par-1", InstanceID: "u-1"}, want: "scaleway://instance/fr-par-1/u-1"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := providerID(&c.md, c.ip)
+			if c.retry {
+				if !errors.Is(err, ErrMetadataIncomplete) || got != "" {
+					t.Fatalf("want retry, got %q, %v", got, err)
+				}
+				return
+			}
+			if err != nil || got != c.want {
+				t.Fatalf("got %q, %v; want %q", got, err, c.want)
+			}
+		})
+	}
+}
+
+func TestNodeAddresses(t *testing.T) {
+	ips := func(s ...string) []netip.Addr {
+		var out []netip.Addr
+		for _, x := range s {
+			out = append(out, netip.MustParseAddr(x))
+		}
+		return out
+	}
+	ta := func(link, p string) talos.Address { return talos.Address{Link: link, Prefix: netip.MustParsePrefix(p)} }
+	a := func(typ corev1.NodeAddressType, s string) corev1.NodeAddress { return corev1.NodeAddress{Type: typ, Address: s} }
+	cases := []struct {
+		name     string             // case
+		internal []netip.Addr       // provided node IPs
+		talos    []talos.Address    // AddressStatus
+		md       Metadata           // metadata
+		discover bool               // publicIPDiscovery feature
+		v6       bool               // preferIPv6
+		want     []corev1.NodeAddress // expected order and content
+	}{
+		{name: "cloud external link only", internal: ips("10.0.0.1"),
+			talos: []talos.Address{ta("eth0", "10.0.0.1/24"), ta("eth0", "2001:db8::1/64"), ta("external", "203.0.113.1/32")},
+			md:    Metadata{Platform: "aws", Hostname: "n1"},
+			want:  []corev1.NodeAddress{a(corev1.NodeInternalIP, "10.0.0.1"), a(corev1.NodeExternalIP, "203.0.113.1"), a(corev1.NodeHostName, "n1")}},
+		{name: "metal discovers public v6, skips private and link-local", internal: ips("192.168.1.5"),
+			talos: []talos.Address{ta("eth0", "192.168.1.5/24"), ta("eth0", "fe80::1/64"), ta("eth0", "2001:db8::5/64"), ta("eth1", "10.9.9.9/8")},
+			md:    Metadata{Platform: "metal", Hostname: "m.example.com"},
+			want: []corev1.NodeAddress{a(corev1.NodeInternalIP, "192.168.1.5"), a(corev1.NodeExternalIP, "2001:db8::5"),
+				a(corev1.NodeHostName, "m.example.com"), a(corev1.NodeInternalDNS, "m.example.com")}},
+		{name: "feature enables discovery on a cloud", internal: ips("10.0.0.1"), discover: true,
+			talos: []talos.Address{ta("eth0", "10.0.0.1/24"), ta("eth0", "198.51.100.4/32")},
+			md:    Metadata{Platform: "gcp"},
+			want:  []corev1.NodeAddress{a(corev1.NodeInternalIP, "10.0.0.1"), a(corev1.NodeExternalIP, "198.51.100.4")}},
+		{name: "dual-stack preferIPv6 orders v6 first, one per family", internal: ips("10.0.0.1", "fd00::1", "10.0.0.2"), v6: true,
+			md:   Metadata{Platform: "metal", InternalDNS: "i.example", ExternalDNS: "e.example"},
+			want: []corev1.NodeAddress{a(corev1.NodeInternalIP, "fd00::1"), a(corev1.NodeInternalIP, "10.0.0.1"), a(corev1.NodeInternalDNS, "i.example"), a(corev1.NodeExternalDNS, "e.example")}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := nodeAddresses(c.internal, c.talos, &c.md, c.discover, c.v6)
+			if !reflect.DeepEqual(got, c.want) {
+				t.Fatalf("got  %v\nwant %v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestTalosTargets(t *testing.T) {
+	n := &corev1.Node{}
+	if _, err := talosTargets(n, false); !errors.Is(err, ErrNoNodeIP) {
+		t.Fatalf("no address: want ErrNoNodeIP, got %v", err)
+	}
+	n.Annotations = map[string]string{"alpha.kubernetes.io/provided-node-ip": "not-an-ip"}
+	if _, err := talosTargets(n, false); !errors.Is(err, ErrNoNodeIP) {
+		t.Fatalf("garbage annotation: want ErrNoNodeIP, got %v", err)
+	}
+	n.Annotations["alpha.kubernetes.io/provided-node-ip"] = "10.0.0.1,fd00::1"
+	got, err := talosTargets(n, true)
+	if err != nil || got[0].String() != "fd00::1" || got[1].String() != "10.0.0.1" {
+		t.Fatalf("dual-stack preferIPv6: %v %v", got, err)
+	}
+}

@@ -1,0 +1,373 @@
+// Package cloudnode is talos-ccm's cloud-node controller: it initializes nodes
+// registered with the external-cloud-provider taint from the facts the talos
+// provider establishes (ccm/cloud) and keeps addresses (and, in enforce mode,
+// rule output) reconciled.
+//
+// Unlike k8s.io/cloud-provider's node controller it writes a node in exactly two
+// requests: one Update (providerID, topology/instance-type labels, the routing
+// label node.cloudprovider.kubernetes.io/platform and the other
+// node.cloudprovider.kubernetes.io/* labels, rule labels, annotations and taints,
+// taint removal) and one status update (addresses). The library's controller
+// discards every kubernetes.io-namespaced AdditionalLabel, so the routing label
+// would cost an extra GET+PATCH per node there. It never reads the Talos API
+// itself (FactSource does) and never deletes nodes.
+package cloudnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	cloudproviderapi "k8s.io/cloud-provider/api"
+	cloudnodeutil "k8s.io/cloud-provider/node/helpers"
+	nodeutil "k8s.io/component-helpers/node/util"
+	"k8s.io/klog/v2"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/cloud"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/transform"
+)
+
+// ControllerName is the --controllers name.
+const ControllerName = "cloud-node"
+
+// Event reasons on Nodes.
+const (
+	ReasonInitialized         = "Initialized"
+	ReasonTalosAPIUnavailable = "TalosAPIUnavailable"
+	ReasonMetadataIncomplete  = "MetadataIncomplete"
+	ReasonNoNodeIP            = "NoNodeIP"
+	ReasonTransformFailed     = "TransformationFailed"
+	ReasonNodeIPMismatch      = "ProvidedNodeIPNotFound"
+	ReasonProviderIDMismatch  = "ProviderIDMismatch"
+	ReasonInitFailed          = "InitializationFailed"
+	ReasonRulesReconciled     = "TransformationsReconciled"
+)
+
+// FactSource establishes node facts (ccm/cloud.Provider).
+type FactSource interface {
+	Facts(ctx context.Context, node *corev1.Node) (*cloud.Facts, error)
+	Forget(nodeName string)
+}
+
+// Options tune the controller.
+type Options struct {
+	// Workers is the number of nodes initialized concurrently.
+	Workers int
+	// StatusUpdateFrequency is how often initialized nodes' facts are re-read.
+	StatusUpdateFrequency time.Duration
+	// Enforce keeps rule output reconciled on initialized nodes and removes what
+	// a rule no longer produces (owned keys are recorded in an annotation).
+	Enforce bool
+}
+
+// Controller initializes nodes.
+type Controller struct {
+	client   kubernetes.Interface
+	lister   corelisters.NodeLister
+	synced   cache.InformerSynced
+	queue    workqueue.TypedRateLimitingInterface[string]
+	facts    FactSource
+	recorder record.EventRecorder
+	opts     Options
+	lastRead sync.Map // node name -> time.Time of the last facts read
+}
+
+// New creates the controller and registers its informer handlers.
+func New(client kubernetes.Interface, nodes coreinformers.NodeInformer, facts FactSource, recorder record.EventRecorder, opts Options) (*Controller, error) {
+	if opts.Workers <= 0 {
+		return nil, fmt.Errorf("cloud-node: workers must be positive, got %d", opts.Workers)
+	}
+	if opts.StatusUpdateFrequency <= 0 {
+		opts.StatusUpdateFrequency = 5 * time.Minute
+	}
+	c := &Controller{
+		client: client,
+		lister: nodes.Lister(),
+		synced: nodes.Informer().HasSynced,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](500*time.Millisecond, 2*time.Minute),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: ControllerName}),
+		facts:    facts,
+		recorder: recorder,
+		opts:     opts,
+	}
+	_, err := nodes.Informer().AddEventHandlerWithResyncPeriod(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueue,
+		UpdateFunc: func(_, n any) { c.enqueue(n) },
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if n, ok := obj.(*corev1.Node); ok {
+				facts.Forget(n.Name)
+				c.lastRead.Delete(n.Name)
+			}
+		},
+	}, opts.StatusUpdateFrequency)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Controller) enqueue(obj any) {
+	if n, ok := obj.(*corev1.Node); ok {
+		c.queue.Add(n.Name)
+	}
+}
+
+// Run processes nodes until ctx is done.
+func (c *Controller) Run(ctx context.Context) {
+	defer utilruntime.HandleCrash()
+	defer c.queue.ShutDown()
+	klog.InfoS("Starting controller", "controller", ControllerName, "workers", c.opts.Workers, "enforce", c.opts.Enforce)
+	if !cache.WaitForNamedCacheSync(ControllerName, ctx.Done(), c.synced) {
+		return
+	}
+	for i := 0; i < c.opts.Workers; i++ {
+		go wait.UntilWithContext(ctx, c.worker, time.Second)
+	}
+	<-ctx.Done()
+}
+
+func (c *Controller) worker(ctx context.Context) {
+	for {
+		name, quit := c.queue.Get()
+		if quit {
+			return
+		}
+		err := c.sync(ctx, name)
+		if err != nil {
+			klog.V(2).InfoS("Node sync failed, will retry", "node", name, "err", err)
+			c.queue.AddRateLimited(name)
+		} else {
+			c.queue.Forget(name)
+		}
+		c.queue.Done(name)
+	}
+}
+
+func isUninitialized(n *corev1.Node) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == cloudproviderapi.TaintExternalCloudProvider {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Controller) sync(ctx context.Context, name string) error {
+	node, err := c.lister.Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if isUninitialized(node) {
+		return c.initialize(ctx, node)
+	}
+	return c.refresh(ctx, node)
+}
+
+// reasonFor maps a facts error to an event reason.
+func reasonFor(err error) string {
+	switch {
+	case errors.Is(err, cloud.ErrTalosAPI):
+		return ReasonTalosAPIUnavailable
+	case errors.Is(err, cloud.ErrMetadataIncomplete):
+		return ReasonMetadataIncomplete
+	case errors.Is(err, cloud.ErrNoNodeIP):
+		return ReasonNoNodeIP
+	case errors.Is(err, cloud.ErrRules):
+		return ReasonTransformFailed
+	}
+	return ReasonInitFailed
+}
+
+func (c *Controller) initialize(ctx context.Context, node *corev1.Node) error {
+	const op = "cloudnode/Controller.initialize"
+	f, err := c.facts.Facts(ctx, node)
+	if err != nil {
+		c.recorder.Eventf(node, corev1.EventTypeWarning, reasonFor(err), "Cannot initialize node yet: %v", err)
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if err := checkProvidedIP(node, f.Addresses); err != nil {
+		c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonNodeIPMismatch, "Provided node IP is not among the addresses from the Talos API: %v", err)
+		return fmt.Errorf("%s: node %s: %w", op, node.Name, err)
+	}
+	addrs := f.Addresses
+
+	updated := node.DeepCopy()
+	for attempt := 0; ; attempt++ {
+		applyFacts(updated, f, c.opts.Enforce)
+		updated, err = c.client.CoreV1().Nodes().Update(ctx, updated, metav1.UpdateOptions{})
+		if err == nil {
+			break
+		}
+		if !apierrors.IsConflict(err) || attempt >= 3 {
+			c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonInitFailed, "Update failed: %v", err)
+			return fmt.Errorf("%s: update node %s: %w", op, node.Name, err)
+		}
+		// a kubelet heartbeat raced us: start from the server's copy
+		if updated, err = c.client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{}); err != nil {
+			return fmt.Errorf("%s: get node %s: %w", op, node.Name, err)
+		}
+		if !isUninitialized(updated) {
+			return nil
+		}
+	}
+	if updated.Spec.ProviderID != f.ProviderID {
+		c.recorder.Eventf(updated, corev1.EventTypeWarning, ReasonProviderIDMismatch,
+			"Node already had providerID %q; the Talos API reports %q (providerID is write-once, kept)", updated.Spec.ProviderID, f.ProviderID)
+	}
+	if err := c.writeAddresses(ctx, updated, addrs); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	c.markRead(node.Name, f.ReadAt)
+	c.recorder.Eventf(updated, corev1.EventTypeNormal, ReasonInitialized, "Initialized from the Talos API: platform=%s providerID=%s rules=%v",
+		f.Platform, updated.Spec.ProviderID, f.Rules)
+	klog.InfoS("Initialized node", "node", klog.KObj(updated), "platform", f.Platform, "providerID", updated.Spec.ProviderID, "rules", f.Rules)
+	return nil
+}
+
+// writeAddresses sets status.addresses with one status update; on a conflict it
+// falls back to a patch computed against the server's copy.
+func (c *Controller) writeAddresses(ctx context.Context, node *corev1.Node, addrs []corev1.NodeAddress) error {
+	if slices.Equal(node.Status.Addresses, addrs) {
+		return nil
+	}
+	n := node.DeepCopy()
+	n.Status.Addresses = addrs
+	_, err := c.client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+	if apierrors.IsConflict(err) {
+		cur, gerr := c.client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+		if gerr != nil {
+			return fmt.Errorf("get node %s: %w", node.Name, gerr)
+		}
+		want := cur.DeepCopy()
+		want.Status.Addresses = addrs
+		_, _, err = nodeutil.PatchNodeStatus(c.client.CoreV1(), types.NodeName(node.Name), cur, want)
+	}
+	if err != nil {
+		return fmt.Errorf("update addresses of node %s: %w", node.Name, err)
+	}
+	return nil
+}
+
+// applyFacts writes everything of f onto n and removes the uninitialized taint.
+func applyFacts(n *corev1.Node, f *cloud.Facts, enforce bool) {
+	if n.Spec.ProviderID == "" {
+		n.Spec.ProviderID = f.ProviderID
+	}
+	if n.Labels == nil {
+		n.Labels = map[string]string{}
+	}
+	set := func(v string, keys ...string) {
+		if v == "" {
+			return
+		}
+		for _, k := range keys {
+			n.Labels[k] = v
+		}
+	}
+	set(f.InstanceType, corev1.LabelInstanceTypeStable, corev1.LabelInstanceType)
+	set(f.Zone, corev1.LabelTopologyZone, corev1.LabelFailureDomainBetaZone)
+	set(f.Region, corev1.LabelTopologyRegion, corev1.LabelFailureDomainBetaRegion)
+	maps.Copy(n.Labels, f.Labels)
+	if len(f.Annotations) > 0 {
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		maps.Copy(n.Annotations, f.Annotations)
+	}
+	taints := n.Spec.Taints[:0:0]
+	for _, t := range n.Spec.Taints {
+		if t.Key != cloudproviderapi.TaintExternalCloudProvider {
+			taints = append(taints, t)
+		}
+	}
+	for _, t := range f.Taints {
+		if !slices.ContainsFunc(taints, func(x corev1.Taint) bool { return x.Key == t.Key && x.Effect == t.Effect }) {
+			taints = append(taints, t)
+		}
+	}
+	n.Spec.Taints = taints
+	if enforce && f.Result != nil {
+		transform.Plan(n, f.Result).Apply(n)
+	}
+}
+
+// refresh re-reads facts of an initialized node at most once per
+// StatusUpdateFrequency and writes what changed: addresses, and in enforce
+// mode the rule output.
+func (c *Controller) refresh(ctx context.Context, node *corev1.Node) error {
+	const op = "cloudnode/Controller.refresh"
+	if last, ok := c.lastReadAt(node.Name); ok && time.Since(last) < c.opts.StatusUpdateFrequency {
+		return nil
+	}
+	f, err := c.facts.Facts(ctx, node)
+	if err != nil {
+		// an initialized node keeps what it has; errors are only logged
+		klog.V(2).InfoS("Cannot refresh node facts", "node", klog.KObj(node), "err", err)
+		return nil
+	}
+	c.markRead(node.Name, f.ReadAt)
+	if c.opts.Enforce && f.Result != nil {
+		change := transform.Plan(node, f.Result)
+		if !change.Empty() {
+			n := node.DeepCopy()
+			change.Apply(n)
+			updated, err := c.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+			if err != nil {
+				return fmt.Errorf("%s: node %s: %w", op, node.Name, err)
+			}
+			c.recorder.Eventf(updated, corev1.EventTypeNormal, ReasonRulesReconciled, "Rule output reconciled: %s", change)
+			node = updated
+		}
+	}
+	if err := checkProvidedIP(node, f.Addresses); err != nil {
+		klog.V(2).InfoS("Provided node IP not among Talos addresses", "node", klog.KObj(node), "err", err)
+		return nil
+	}
+	return c.writeAddresses(ctx, node, f.Addresses)
+}
+
+func (c *Controller) lastReadAt(name string) (time.Time, bool) {
+	v, ok := c.lastRead.Load(name)
+	if !ok {
+		return time.Time{}, false
+	}
+	return v.(time.Time), true
+}
+
+func (c *Controller) markRead(name string, t time.Time) { c.lastRead.Store(name, t) }
+
+// checkProvidedIP verifies that every IP the kubelet was told to use is among
+// the addresses established from the Talos API (the same rule the upstream node
+// controller applies before it removes the taint). Ordering stays ours: the
+// provided IPs are the InternalIPs, preferred family first.
+func checkProvidedIP(node *corev1.Node, addrs []corev1.NodeAddress) error {
+	ip, ok := node.Annotations[cloudproviderapi.AnnotationAlphaProvidedIPAddr]
+	if !ok {
+		return nil
+	}
+	_, err := cloudnodeutil.GetNodeAddressesFromNodeIP(ip, addrs)
+	return err
+}
