@@ -58,14 +58,16 @@ func TestNodeAddresses(t *testing.T) {
 		return out
 	}
 	ta := func(link, p string) talos.Address { return talos.Address{Link: link, Prefix: netip.MustParsePrefix(p)} }
-	a := func(typ corev1.NodeAddressType, s string) corev1.NodeAddress { return corev1.NodeAddress{Type: typ, Address: s} }
+	a := func(typ corev1.NodeAddressType, s string) corev1.NodeAddress {
+		return corev1.NodeAddress{Type: typ, Address: s}
+	}
 	cases := []struct {
-		name     string             // case
-		internal []netip.Addr       // provided node IPs
-		talos    []talos.Address    // AddressStatus
-		md       Metadata           // metadata
-		discover bool               // publicIPDiscovery feature
-		v6       bool               // preferIPv6
+		name     string               // case
+		internal []netip.Addr         // provided node IPs
+		talos    []talos.Address      // AddressStatus
+		md       Metadata             // metadata
+		discover bool                 // publicIPDiscovery feature
+		v6       bool                 // preferIPv6
 		want     []corev1.NodeAddress // expected order and content
 	}{
 		{name: "cloud external link only", internal: ips("10.0.0.1"),

@@ -62,16 +62,16 @@ transformations:
 
 // platformCase is one simulated node and the Node talos-ccm must produce.
 type platformCase struct {
-	name        string                        // node name
-	ips         []string                      // provided-node-ip (kubelet --node-ip)
-	metadata    runtime.PlatformMetadataSpec  // what Talos reports
-	addresses   []talosnode.Address           // AddressStatus resources
+	name        string                          // node name
+	ips         []string                        // provided-node-ip (kubelet --node-ip)
+	metadata    runtime.PlatformMetadataSpec    // what Talos reports
+	addresses   []talosnode.Address             // AddressStatus resources
 	system      *hardware.SystemInformationSpec // SystemInformation (nil: absent)
-	providerID  string                        // expected spec.providerID
-	labels      map[string]string             // expected labels added by talos-ccm
-	annotations map[string]string             // expected rule annotations
-	taints      []corev1.Taint                // expected taints after initialization
-	addrs       []corev1.NodeAddress          // expected status.addresses, in order
+	providerID  string                          // expected spec.providerID
+	labels      map[string]string               // expected labels added by talos-ccm
+	annotations map[string]string               // expected rule annotations
+	taints      []corev1.Taint                  // expected taints after initialization
+	addrs       []corev1.NodeAddress            // expected status.addresses, in order
 }
 
 func topo(region, zone, itype string) map[string]string {
