@@ -185,3 +185,34 @@ transformations:
 		t.Errorf("outcome = %+v", ex.Rules[0])
 	}
 }
+
+func TestMetadataSet(t *testing.T) {
+	tests := []struct {
+		key, value string   // Set arguments
+		want       Metadata // result on an empty Metadata
+		err        string   // part of the error; "" for none
+	}{
+		{key: "platform", value: "aws", want: Metadata{Platform: "aws"}},
+		{key: "instanceId", value: "i-1", want: Metadata{InstanceID: "i-1"}},
+		{key: "SERIALNUMBER", value: "S1", want: Metadata{SerialNumber: "S1"}},
+		{key: "spot", value: "true", want: Metadata{Spot: true}},
+		{key: "tags.team", value: "infra", want: Metadata{Tags: map[string]string{"team": "infra"}}},
+		{key: "spot", value: "maybe", err: "spot must render to true or false"},
+		{key: "colour", value: "red", err: `unknown metadata key "colour"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.key+"="+tt.value, func(t *testing.T) {
+			var md Metadata
+			err := md.Set(tt.key, tt.value)
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("error = %v, want %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil || fmt.Sprint(md) != fmt.Sprint(tt.want) {
+				t.Errorf("Set: %+v, %v; want %+v", md, err, tt.want)
+			}
+		})
+	}
+}

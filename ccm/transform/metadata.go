@@ -1,6 +1,7 @@
 package transform
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"strconv"
@@ -49,18 +50,19 @@ type field struct {
 	goName string // Metadata field name, as templates spell it
 	system bool   // a SystemInformation field
 	get    func(*Metadata) string
-	// set overrides the field; nil when rules may not override it.
-	set func(*Metadata, string) error
+	assign func(*Metadata, string) error
+	// overridable: rules may set it with platformMetadata.
+	overridable bool
 	// always: the field is present even when empty (booleans).
 	always bool
 }
 
-func stringField(key, goName string, system bool, p func(*Metadata) *string, settable bool) field {
-	f := field{key: key, goName: goName, system: system, get: func(m *Metadata) string { return *p(m) }}
-	if settable {
-		f.set = func(m *Metadata, v string) error { *p(m) = v; return nil }
+func stringField(key, goName string, system bool, p func(*Metadata) *string, overridable bool) field {
+	return field{
+		key: key, goName: goName, system: system, overridable: overridable,
+		get:    func(m *Metadata) string { return *p(m) },
+		assign: func(m *Metadata, v string) error { *p(m) = v; return nil },
 	}
-	return f
 }
 
 // fields lists every matchable field in documentation order.
@@ -73,9 +75,9 @@ var fields = []field{
 	stringField("instanceID", "InstanceID", false, func(m *Metadata) *string { return &m.InstanceID }, true),
 	stringField("providerID", "ProviderID", false, func(m *Metadata) *string { return &m.ProviderID }, true),
 	{
-		key: "spot", goName: "Spot", always: true,
+		key: "spot", goName: "Spot", always: true, overridable: true,
 		get: func(m *Metadata) string { return strconv.FormatBool(m.Spot) },
-		set: func(m *Metadata, v string) error {
+		assign: func(m *Metadata, v string) error {
 			if v == "" {
 				m.Spot = false
 				return nil
@@ -152,8 +154,8 @@ func (r fieldRef) lookup(m *Metadata) (string, bool) {
 	return v, v != "" || r.f.always
 }
 
-// override sets the key in m to v.
-func (r fieldRef) override(m *Metadata, v string) error {
+// assign sets the key in m to v.
+func (r fieldRef) assign(m *Metadata, v string) error {
 	if r.f == nil {
 		if m.Tags == nil {
 			m.Tags = map[string]string{}
@@ -161,7 +163,25 @@ func (r fieldRef) override(m *Metadata, v string) error {
 		m.Tags[r.tag] = v
 		return nil
 	}
-	return r.f.set(m, v)
+	return r.f.assign(m, v)
+}
+
+// overridable reports whether platformMetadata may set the key.
+func (r fieldRef) overridable() bool { return r.f == nil || r.f.overridable }
+
+// ErrUnknownKey is returned by Metadata.Set for a key that names no field.
+var ErrUnknownKey = errors.New("unknown metadata key")
+
+// Set sets the field a key names, as selectors name them: case-insensitive
+// ("instanceId" and "instanceID" both work), tags.<name> for one tag. A spot
+// value must parse as a boolean. It is for building Metadata from text, such
+// as a file of Talos resources.
+func (m *Metadata) Set(key, value string) error {
+	ref, ok := resolveKey(key)
+	if !ok {
+		return fmt.Errorf("%w %q", ErrUnknownKey, key)
+	}
+	return ref.assign(m, value)
 }
 
 // matchableKeys lists the documented selector keys, for error messages.
@@ -177,7 +197,7 @@ func matchableKeys() string {
 func overridableKeys() string {
 	var keys []string
 	for _, f := range fields {
-		if f.set != nil {
+		if f.overridable {
 			keys = append(keys, f.key)
 		}
 	}

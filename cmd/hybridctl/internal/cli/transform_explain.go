@@ -1,0 +1,303 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/transform"
+)
+
+// explainOptions are the flags of `transform explain`.
+type explainOptions struct {
+	config   string // rules file
+	metadata string // metadata file
+	node     string // live mode: node address (see newNodeMetadataSource)
+	output   string // text, yaml or json
+}
+
+func newTransformExplainCommand() *cobra.Command {
+	o := &explainOptions{output: "text"}
+	cmd := &cobra.Command{
+		Use:   "explain --config rules.yaml --metadata node.yaml",
+		Short: "Show what the transformation rules give a node, and why",
+		Long: "explain evaluates a talos-ccm rules file against one node's platform metadata exactly as\n" +
+			"talos-ccm does, and shows which rules matched (and, for the others, which expression failed),\n" +
+			"the metadata after overrides, and the labels, annotations, taints and features the node gets.\n\n" +
+			"The metadata file holds the Talos PlatformMetadata fields (platform, hostname, region, zone,\n" +
+			"instanceType, instanceId, providerId, spot, internalDNS, externalDNS, tags), optionally the\n" +
+			"SystemInformation ones, or simply the output of\n" +
+			"  talosctl -n <node> get platformmetadata -o yaml\n" +
+			"(append `talosctl -n <node> get systeminformation -o yaml` after a --- line for hardware rules).\n\n" +
+			"It fails (non-zero exit) if the rules file is invalid or a rule fails for this node.",
+		Example: "  hybridctl transform explain --config rules.yaml --metadata node.yaml\n" +
+			"  talosctl -n 10.0.0.5 get platformmetadata -o yaml > node.yaml\n" +
+			"  hybridctl transform explain -c rules.yaml -m node.yaml -o yaml",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
+	}
+	fs := cmd.Flags()
+	fs.StringVarP(&o.config, "config", "c", "", "transformation rules file (talos-ccm --cloud-config)")
+	fs.StringVarP(&o.metadata, "metadata", "m", "", "node metadata file (YAML or JSON, plain fields or talosctl output)")
+	fs.StringVar(&o.node, "node", "", "read the metadata of a live node through its Talos API (not available yet)")
+	fs.StringVarP(&o.output, "output", "o", o.output, "output format: text, yaml or json")
+	_ = cmd.MarkFlagRequired("config")
+	return cmd
+}
+
+// metadataSource picks where the metadata comes from.
+func (o *explainOptions) metadataSource() (MetadataSource, error) {
+	switch {
+	case o.metadata != "" && o.node != "":
+		return nil, errors.New("use either --metadata or --node, not both")
+	case o.metadata != "":
+		return FileMetadataSource{Path: o.metadata}, nil
+	case o.node != "":
+		return newNodeMetadataSource(o.node)
+	}
+	return nil, errors.New("--metadata is required")
+}
+
+// newNodeMetadataSource returns the source for --node.
+//
+// EXTENSION POINT (live mode): return a MetadataSource that reads
+// runtime/PlatformMetadata (and hardware/SystemInformation when
+// cfg.NeedsSystemInformation()) from the node's Talos API through ccm/talos,
+// with the talosconfig flags that talos-ccm uses. Nothing else in explain
+// needs to change.
+func newNodeMetadataSource(node string) (MetadataSource, error) {
+	return nil, fmt.Errorf("--node %s: reading a live node is not available yet; save its metadata with\n"+
+		"  talosctl -n %s get platformmetadata -o yaml > node.yaml\nand pass --metadata node.yaml", node, node)
+}
+
+func (o *explainOptions) run(cmd *cobra.Command) error {
+	switch o.output {
+	case "text", "yaml", "json":
+	default:
+		return fmt.Errorf("--output %q: want text, yaml or json", o.output)
+	}
+	cfg, err := transform.Load(o.config)
+	if err != nil {
+		return err
+	}
+	src, err := o.metadataSource()
+	if err != nil {
+		return err
+	}
+	md, warnings, err := src.Metadata(cmd.Context())
+	for _, w := range warnings {
+		fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
+	}
+	if err != nil {
+		return err
+	}
+	ex, applyErr := cfg.Explain(md)
+	r := newExplainReport(cfg, src, md, ex, applyErr)
+	out := cmd.OutOrStdout()
+	switch o.output {
+	case "json":
+		b, err := json.MarshalIndent(r, "", "  ")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "%s\n", b)
+	case "yaml":
+		b, err := yaml.Marshal(r)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "%s", b)
+	default:
+		r.writeText(out)
+	}
+	if applyErr != nil {
+		return fmt.Errorf("the rules fail for this node: %w", applyErr)
+	}
+	return nil
+}
+
+// explainReport is what explain prints (also as YAML and JSON).
+type explainReport struct {
+	Config string `json:"config"`
+	Source string `json:"source"`
+	// Rules in order; rules after a failing one are not evaluated.
+	Rules []ruleReport `json:"rules"`
+	// Input is the metadata as read; Metadata after the overrides.
+	Input       transform.Metadata  `json:"input"`
+	Metadata    *transform.Metadata `json:"metadata,omitempty"`
+	Labels      map[string]string   `json:"labels,omitempty"`
+	Annotations map[string]string   `json:"annotations,omitempty"`
+	Taints      []corev1.Taint      `json:"taints,omitempty"`
+	Features    *transform.Features `json:"features,omitempty"`
+	Error       string              `json:"error,omitempty"`
+
+	enforce bool
+}
+
+type ruleReport struct {
+	transform.RuleOutcome
+	// Evaluated is false for rules after a rule that failed.
+	Evaluated bool `json:"evaluated"`
+}
+
+func newExplainReport(cfg *transform.Config, src MetadataSource, md transform.Metadata, ex *transform.Explanation, applyErr error) *explainReport {
+	r := &explainReport{Config: cfg.Source(), Source: src.String(), Input: md, enforce: cfg.Global.Enforce}
+	for i, t := range cfg.Transformations {
+		rr := ruleReport{RuleOutcome: transform.RuleOutcome{Index: i, Name: t.Name, Term: -1}}
+		if ex != nil && i < len(ex.Rules) {
+			rr.RuleOutcome, rr.Evaluated = ex.Rules[i], true
+		}
+		r.Rules = append(r.Rules, rr)
+	}
+	if applyErr != nil {
+		r.Error = applyErr.Error()
+		return r
+	}
+	res := ex.Result
+	r.Metadata, r.Labels, r.Annotations, r.Taints, r.Features = &res.Metadata, res.Labels, res.Annotations, res.Taints, &res.Features
+	return r
+}
+
+func (r *explainReport) writeText(w io.Writer) {
+	mode := ""
+	if r.enforce {
+		mode = ", enforce mode"
+	}
+	fmt.Fprintf(w, "Config:  %s (%d rules%s)\n", r.Config, len(r.Rules), mode)
+	fmt.Fprintf(w, "Input:   %s\n", r.Source)
+
+	fmt.Fprintln(w, "\nRules")
+	if len(r.Rules) == 0 {
+		fmt.Fprintln(w, "  (none)")
+	}
+	names := make([]string, len(r.Rules))
+	width := 0
+	for i, rr := range r.Rules {
+		names[i] = fmt.Sprintf("[%d] %s", rr.Index, rr.Name)
+		if rr.Name == "" {
+			names[i] = fmt.Sprintf("[%d]", rr.Index)
+		}
+		width = max(width, len(names[i]))
+	}
+	for i, rr := range r.Rules {
+		var status string
+		switch {
+		case !rr.Evaluated:
+			status = "not evaluated (an earlier rule failed)"
+		case rr.Matched && rr.Term < 0:
+			status = "matched (no selector: every node)"
+		case rr.Matched:
+			status = fmt.Sprintf("matched (nodeSelector[%d])", rr.Term)
+		default:
+			status = "no match"
+		}
+		fmt.Fprintf(w, "  %-*s  %s\n", width, names[i], status)
+		for _, m := range rr.Misses {
+			fmt.Fprintf(w, "      %s\n", m)
+		}
+	}
+	if r.Error != "" {
+		fmt.Fprintf(w, "\nError\n  %s\n", r.Error)
+		return
+	}
+
+	fmt.Fprintln(w, "\nMetadata (after overrides)")
+	in, out := fieldsOf(r.Input), fieldsOf(*r.Metadata)
+	before := map[string]string{}
+	width = 0
+	for _, kv := range in {
+		before[kv[0]] = kv[1]
+		width = max(width, len(kv[0]))
+	}
+	after := map[string]bool{}
+	for _, kv := range out {
+		after[kv[0]] = true
+		width = max(width, len(kv[0]))
+	}
+	for _, kv := range out {
+		if was, ok := before[kv[0]]; ok && was == kv[1] {
+			fmt.Fprintf(w, "  %-*s  %s\n", width, kv[0], kv[1])
+		} else {
+			fmt.Fprintf(w, "  %-*s  %s  (was %q)\n", width, kv[0], kv[1], was)
+		}
+	}
+	for _, kv := range in {
+		if !after[kv[0]] {
+			fmt.Fprintf(w, "  %-*s  %s  (was %q)\n", width, kv[0], `""`, kv[1])
+		}
+	}
+
+	section(w, "Labels", sortedPairs(r.Labels, "="))
+	section(w, "Annotations", sortedPairs(r.Annotations, ": "))
+	var taints []string
+	for _, t := range r.Taints {
+		s := t.Key
+		if t.Value != "" {
+			s += "=" + t.Value
+		}
+		taints = append(taints, s+":"+string(t.Effect))
+	}
+	section(w, "Taints", taints)
+	section(w, "Features", []string{fmt.Sprintf("publicIPDiscovery: %t", r.Features.PublicIPDiscovery)})
+}
+
+func section(w io.Writer, title string, lines []string) {
+	fmt.Fprintf(w, "\n%s\n", title)
+	if len(lines) == 0 {
+		fmt.Fprintln(w, "  (none)")
+	}
+	for _, l := range lines {
+		fmt.Fprintf(w, "  %s\n", l)
+	}
+}
+
+func sortedPairs(m map[string]string, sep string) []string {
+	out := make([]string, 0, len(m))
+	for k, v := range m {
+		out = append(out, k+sep+fmt.Sprintf("%q", v))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// fieldsOf lists the set fields of md as key/value pairs, in the order the
+// metadata documentation uses, tags last.
+func fieldsOf(md transform.Metadata) [][2]string {
+	var out [][2]string
+	add := func(k, v string) {
+		if v != "" {
+			out = append(out, [2]string{k, v})
+		}
+	}
+	add("platform", md.Platform)
+	add("hostname", md.Hostname)
+	add("region", md.Region)
+	add("zone", md.Zone)
+	add("instanceType", md.InstanceType)
+	add("instanceID", md.InstanceID)
+	add("providerID", md.ProviderID)
+	add("spot", fmt.Sprint(md.Spot))
+	add("internalDNS", md.InternalDNS)
+	add("externalDNS", md.ExternalDNS)
+	add("manufacturer", md.Manufacturer)
+	add("productName", md.ProductName)
+	add("version", md.Version)
+	add("serialNumber", md.SerialNumber)
+	add("uuid", md.UUID)
+	add("skuNumber", md.SKUNumber)
+	tags := make([]string, 0, len(md.Tags))
+	for k := range md.Tags {
+		tags = append(tags, k)
+	}
+	sort.Strings(tags)
+	for _, k := range tags {
+		out = append(out, [2]string{"tags." + k, md.Tags[k]})
+	}
+	return out
+}

@@ -1,0 +1,226 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// run executes hybridctl with args and returns stdout, stderr and the error.
+func run(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	cmd := NewRootCommand()
+	var stdout, stderr bytes.Buffer
+	cmd.SetOut(&stdout)
+	cmd.SetErr(&stderr)
+	cmd.SetArgs(args)
+	err := cmd.Execute()
+	return stdout.String(), stderr.String(), err
+}
+
+// writeFile writes content to a file in a temporary directory.
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestExplainText(t *testing.T) {
+	tests := []struct {
+		name     string   // case
+		metadata string   // metadata file content ("" → testdata/web-1.talosctl.yaml)
+		want     []string // lines (trimmed) stdout must contain
+		notWant  []string // parts stdout must not contain
+	}{
+		{
+			name: "talosctl output with SystemInformation",
+			want: []string{
+				"Config:  testdata/rules.yaml (3 rules)",
+				"[0] web-nodes   matched (nodeSelector[0])",
+				"[1] supermicro  matched (nodeSelector[0])",
+				"[2] spot        no match",
+				`nodeSelector[0].matchExpressions[0]: spot "false" is not in ["true"]`,
+				`region        fra-on-metal  (was "fra")`,
+				"manufacturer  Supermicro",
+				"tags.rack     r7",
+				`node-role.kubernetes.io/web=""`,
+				`example.com/serial: "S123"`,
+				"dedicated=web:NoSchedule",
+				"publicIPDiscovery: true",
+			},
+			notWant: []string{"example.com/capacity"},
+		},
+		{
+			name:     "plain fields",
+			metadata: "platform: metal\nhostname: db-1\nspot: true\n",
+			want: []string{
+				"[0] web-nodes   no match",
+				`nodeSelector[0].matchExpressions[1]: hostname "db-1" matches none of ["^web-"]`,
+				"[1] supermicro  no match",
+				"nodeSelector[0].matchExpressions[0]: manufacturer is absent",
+				"[2] spot        matched (nodeSelector[0])",
+				`example.com/capacity="spot"`,
+				"Annotations\n  (none)",
+				"Taints\n  (none)",
+				"publicIPDiscovery: false",
+			},
+		},
+		{
+			name:     "JSON metadata, keys in any case",
+			metadata: `{"Platform": "metal", "HOSTNAME": "web-2", "instanceID": "7"}`,
+			want:     []string{"[0] web-nodes   matched", "instanceID  7"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			md := "testdata/web-1.talosctl.yaml"
+			if tt.metadata != "" {
+				md = writeFile(t, "node.yaml", tt.metadata)
+			}
+			out, stderr, err := run(t, "transform", "explain", "--config", "testdata/rules.yaml", "--metadata", md)
+			if err != nil {
+				t.Fatalf("explain: %v\n%s", err, stderr)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("output does not contain %q:\n%s", w, out)
+				}
+			}
+			for _, w := range tt.notWant {
+				if strings.Contains(out, w) {
+					t.Errorf("output contains %q:\n%s", w, out)
+				}
+			}
+		})
+	}
+}
+
+func TestExplainStructuredOutput(t *testing.T) {
+	for _, format := range []string{"json", "yaml"} {
+		t.Run(format, func(t *testing.T) {
+			out, _, err := run(t, "transform", "explain", "-c", "testdata/rules.yaml", "-m", "testdata/web-1.talosctl.yaml", "-o", format)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var r struct {
+				Config string
+				Rules  []struct {
+					Name      string
+					Matched   bool
+					Term      int
+					Misses    []string
+					Evaluated bool
+				}
+				Input    map[string]any
+				Metadata map[string]any
+				Labels   map[string]string
+				Taints   []corev1.Taint
+				Features map[string]bool
+			}
+			if format == "json" {
+				err = json.Unmarshal([]byte(out), &r)
+			} else {
+				err = yaml.Unmarshal([]byte(out), &r)
+			}
+			if err != nil {
+				t.Fatalf("output is not %s: %v\n%s", format, err, out)
+			}
+			if r.Config != "testdata/rules.yaml" || len(r.Rules) != 3 || !r.Rules[0].Matched || r.Rules[2].Matched || len(r.Rules[2].Misses) != 1 || !r.Rules[2].Evaluated {
+				t.Errorf("rules: %+v", r.Rules)
+			}
+			if r.Metadata["region"] != "fra-on-metal" || r.Input["region"] != "fra" || r.Metadata["serialNumber"] != "S123" {
+				t.Errorf("metadata %v, input %v", r.Metadata, r.Input)
+			}
+			if !reflect.DeepEqual(r.Labels, map[string]string{"node-role.kubernetes.io/web": ""}) {
+				t.Errorf("labels: %v", r.Labels)
+			}
+			if want := []corev1.Taint{{Key: "dedicated", Value: "web", Effect: corev1.TaintEffectNoSchedule}}; !reflect.DeepEqual(r.Taints, want) {
+				t.Errorf("taints: %+v", r.Taints)
+			}
+			if !r.Features["publicIPDiscovery"] {
+				t.Errorf("features: %v", r.Features)
+			}
+		})
+	}
+}
+
+func TestExplainErrors(t *testing.T) {
+	tests := []struct {
+		name       string   // case
+		args       []string // after "transform explain"
+		wantErr    []string // parts of the returned error
+		wantStdout []string // parts of stdout (a partial report), if any
+		wantStderr []string // parts of stderr
+	}{
+		{
+			name:    "invalid rules file names file, line, rule and field",
+			args:    []string{"-c", "testdata/bad-rules.yaml", "-m", "testdata/web-1.talosctl.yaml"},
+			wantErr: []string{"testdata/bad-rules.yaml:5:", `transformations[0] "web-nodes"`, "nodeSelector[0].matchExpressions[0].values[0]", `invalid regexp "("`},
+		},
+		{
+			name:       "a rule that fails for this node",
+			args:       []string{"-c", "testdata/failing-rules.yaml", "-m", "testdata/web-1.talosctl.yaml"},
+			wantErr:    []string{"the rules fail for this node", `transformations[1] "hostname-label"`, `labels["example.com/fqdn"]`, "not a valid label value"},
+			wantStdout: []string{"[0] ok              matched", "[1] hostname-label  matched", "[2] after           not evaluated", "Error"},
+		},
+		{
+			name:    "missing rules file",
+			args:    []string{"-c", "testdata/nope.yaml", "-m", "testdata/web-1.talosctl.yaml"},
+			wantErr: []string{"testdata/nope.yaml", "no such file"},
+		},
+		{name: "no --config", args: []string{"-m", "testdata/web-1.talosctl.yaml"}, wantErr: []string{`"config" not set`}},
+		{name: "no metadata", args: []string{"-c", "testdata/rules.yaml"}, wantErr: []string{"--metadata is required"}},
+		{name: "both sources", args: []string{"-c", "testdata/rules.yaml", "-m", "x", "--node", "10.0.0.5"}, wantErr: []string{"either --metadata or --node"}},
+		{name: "live mode not there yet", args: []string{"-c", "testdata/rules.yaml", "--node", "10.0.0.5"}, wantErr: []string{"--node 10.0.0.5", "talosctl -n 10.0.0.5 get platformmetadata -o yaml"}},
+		{name: "bad output format", args: []string{"-c", "testdata/rules.yaml", "-m", "x", "-o", "xml"}, wantErr: []string{`--output "xml"`}},
+		{name: "missing metadata file", args: []string{"-c", "testdata/rules.yaml", "-m", "testdata/nope.yaml"}, wantErr: []string{"testdata/nope.yaml"}},
+		{name: "extra argument", args: []string{"-c", "testdata/rules.yaml", "-m", "x", "extra"}, wantErr: []string{"unknown command"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, stderr, err := run(t, append([]string{"transform", "explain"}, tt.args...)...)
+			if err == nil {
+				t.Fatalf("explain succeeded:\n%s", out)
+			}
+			for _, w := range tt.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error\n  %v\ndoes not contain\n  %s", err, w)
+				}
+			}
+			for _, w := range tt.wantStdout {
+				if !strings.Contains(out, w) {
+					t.Errorf("stdout does not contain %q:\n%s", w, out)
+				}
+			}
+			if len(tt.wantStdout) == 0 && out != "" {
+				t.Errorf("stdout should be empty on this error:\n%s", out)
+			}
+			for _, w := range tt.wantStderr {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("stderr does not contain %q:\n%s", w, stderr)
+				}
+			}
+		})
+	}
+}
+
+func TestExplainWarnsAboutUnknownKeys(t *testing.T) {
+	md := writeFile(t, "node.yaml", "platform: metal\nhostname: web-1\nzoen: fra1\n")
+	_, stderr, err := run(t, "transform", "explain", "-c", "testdata/rules.yaml", "-m", md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stderr, `warning: `+md+`: line 3: unknown key "zoen" ignored`) {
+		t.Errorf("stderr = %q", stderr)
+	}
+}
