@@ -144,6 +144,7 @@ type NativeCCMStatus struct {
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 
 	// Nodes is the number of nodes labelled with the platform.
+	// +kubebuilder:default=0
 	// +optional
 	Nodes int32 `json:"nodes"`
 

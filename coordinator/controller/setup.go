@@ -1,0 +1,52 @@
+package controller
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+)
+
+// NewScheme returns the types the coordinator reads and writes.
+func NewScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(v1.AddToScheme(s))
+	return s
+}
+
+// CacheOptions keeps the manager's cache small: Secrets only from the release
+// namespace, and Nodes, Deployments and DaemonSets without the fields the
+// coordinator never reads (managed fields, node images and conditions).
+func CacheOptions(namespace string) cache.Options {
+	return cache.Options{
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Secret{}: {Namespaces: map[string]cache.Config{namespace: {}}},
+			&corev1.Node{}: {Transform: func(in any) (any, error) {
+				if n, ok := in.(*corev1.Node); ok {
+					n.ManagedFields = nil
+					n.Status = corev1.NodeStatus{}
+				}
+				return in, nil
+			}},
+			&appsv1.Deployment{}: {Transform: stripStatus},
+			&appsv1.DaemonSet{}:  {Transform: stripStatus},
+		},
+	}
+}
+
+func stripStatus(in any) (any, error) {
+	switch o := in.(type) {
+	case *appsv1.Deployment:
+		o.ManagedFields, o.Status = nil, appsv1.DeploymentStatus{}
+	case *appsv1.DaemonSet:
+		o.ManagedFields, o.Status = nil, appsv1.DaemonSetStatus{}
+	}
+	return in, nil
+}

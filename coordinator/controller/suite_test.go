@@ -1,0 +1,279 @@
+package controller
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	runtimectrl "github.com/fluxcd/pkg/runtime/controller"
+	"github.com/fluxcd/pkg/runtime/events"
+	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/yaml"
+
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
+	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
+)
+
+const releaseNamespace = "hybrid-ccm-system"
+
+var (
+	env      *testenv.Env
+	k8s      client.Client
+	profiles *profile.Set
+	// chartRepo serves fake upstream charts on loopback.
+	chartRepo *httptest.Server
+)
+
+func TestMain(m *testing.M) {
+	if _, err := testenv.AssetsDir(); err != nil {
+		fmt.Fprintln(os.Stderr, "skipping coordinator/controller integration tests:", err)
+		os.Exit(0)
+	}
+	e, err := testenv.Start(testenv.Options{
+		CRDDirectoryPaths: []string{filepath.Join(testenv.RepoRoot(), "charts", "ccm-coordinator", "crds")},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testenv:", err)
+		os.Exit(1)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := setup(ctx, e)
+	code := m.Run()
+	// Stop the manager before the control plane, so it never talks to a dead server.
+	cancel()
+	<-stopped
+	_ = e.Stop()
+	os.Exit(code)
+}
+
+func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
+	env = e
+	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.Level(zapLevel())))
+	must := func(err error) {
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "setup:", err)
+			os.Exit(1)
+		}
+	}
+	chartRepo = newChartRepo(map[string]map[string]string{
+		"fake-ccm": upstreamChart(""),
+		"broken":   upstreamChart(brokenObject),
+	})
+
+	var err error
+	profiles, err = profile.Builtin()
+	must(err)
+	must(deriveProfile("hcloud", "hcloud-a", 10301, nil))
+	must(deriveProfile("hcloud", "hcloud-b", 10302, nil))
+	must(deriveProfile("hcloud", "hcloud-c", 10303, nil))
+	must(deriveProfile("hcloud", "hcloud-d", 10304, nil))
+	must(deriveProfile("hcloud", "hcloud-e", 10305, nil))
+	must(deriveProfile("aws", "aws-a", 10306, nil))
+	must(deriveProfile("hcloud", "upstream-a", 10307, func(p *profile.Profile) {
+		p.Chart = profile.Chart{
+			Source: profile.ChartRepository, Repository: chartRepo.URL, Name: "fake-ccm", Version: "^1.0.0",
+			Values: map[string]any{
+				"secretName": "{{ .SecretName }}",
+				"image":      "{{ .Image.Repository }}:{{ .Image.Tag }}",
+				"args":       map[string]any{"allow-untagged-cloud": "true"},
+			},
+		}
+	}))
+	must(deriveProfile("hcloud", "broken-a", 10308, func(p *profile.Profile) {
+		p.Chart = profile.Chart{Source: profile.ChartRepository, Repository: chartRepo.URL, Name: "broken", Version: "1.0.0"}
+	}))
+
+	k8s, err = client.New(e.Config, client.Options{Scheme: NewScheme()})
+	must(err)
+	must(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: releaseNamespace}}))
+
+	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
+		Scheme:  NewScheme(),
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		Cache:   CacheOptions(releaseNamespace),
+	})
+	must(err)
+	rec, err := events.NewRecorder(mgr, ctrl.Log, "", ControllerName)
+	must(err)
+	r := &NativeCCMReconciler{
+		Client:               mgr.GetClient(),
+		APIReader:            mgr.GetAPIReader(),
+		EventRecorder:        rec,
+		Engine:               release.NewEngine(e.Config, release.Options{Wait: false, Timeout: time.Minute, Log: ctrl.Log.WithName("helm")}),
+		Profiles:             profiles,
+		Namespace:            releaseNamespace,
+		UninstallGracePeriod: 2 * time.Second,
+		RetryInterval:        time.Second,
+	}
+	must(r.SetupWithManager(ctx, mgr, Options{
+		MaxConcurrentReconciles: 4,
+		RateLimiter:             runtimectrl.RateLimiterOptions{MinRetryDelay: 100 * time.Millisecond, MaxRetryDelay: 2 * time.Second},
+	}))
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "manager:", err)
+			os.Exit(1)
+		}
+	}()
+	return stopped
+}
+
+func zapLevel() zapcore.Level {
+	if os.Getenv("COORDINATOR_TEST_DEBUG") != "" {
+		return zapcore.Level(-4)
+	}
+	return zapcore.ErrorLevel
+}
+
+// deriveProfile adds a test profile: a copy of base with its own name,
+// platform and port, optionally edited.
+func deriveProfile(base, name string, port int32, edit func(*profile.Profile)) error {
+	p, ok := profiles.Get(base)
+	if !ok {
+		return fmt.Errorf("no profile %s", base)
+	}
+	p.Name, p.Platforms, p.CCM.SecurePort = name, []string{name}, port
+	if edit != nil {
+		edit(p)
+	}
+	data, err := yaml.Marshal(p)
+	if err != nil {
+		return err
+	}
+	return profiles.Override("test/"+name+".yaml", data)
+}
+
+const brokenObject = `---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: Not_A_Valid_Name
+data: {}
+`
+
+// upstreamChart is a chart shaped like typical upstream CCM charts: default
+// controllers and lease, a ServiceAccount bound to cluster-admin, flags from a
+// values map. extra is appended to its templates.
+func upstreamChart(extra string) map[string]string {
+	return map[string]string{
+		"Chart.yaml":  "apiVersion: v2\nname: NAME\nversion: 1.0.0\n",
+		"values.yaml": "image: upstream/ccm:v0\nsecretName: hcloud\nargs: {}\n",
+		"templates/ccm.yaml": `apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: cloud-controller-manager
+  namespace: {{ .Release.Namespace }}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: {{ .Release.Name }}-cluster-admin
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}
+subjects: [{kind: ServiceAccount, name: cloud-controller-manager, namespace: {{ .Release.Namespace }}}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ .Release.Name }}-upstream
+  namespace: {{ .Release.Namespace }}
+spec:
+  selector: {matchLabels: {app: upstream-ccm}}
+  template:
+    metadata: {labels: {app: upstream-ccm}}
+    spec:
+      serviceAccountName: cloud-controller-manager
+      containers:
+        - name: ccm
+          image: {{ .Values.image }}
+          command: [/bin/ccm]
+          args:
+            - --cloud-provider=hcloud
+            - --leader-elect=true
+            {{- range $k, $v := .Values.args }}
+            - --{{ $k }}={{ $v }}
+            {{- end }}
+          env:
+            - name: HCLOUD_TOKEN
+              valueFrom: {secretKeyRef: {name: {{ .Values.secretName }}, key: token}}
+          ports: [{containerPort: 10258, name: metrics}]
+` + extra,
+	}
+}
+
+// newChartRepo serves an HTTP chart repository (index.yaml + .tgz archives).
+func newChartRepo(charts map[string]map[string]string) *httptest.Server {
+	archives := map[string][]byte{}
+	var index strings.Builder
+	index.WriteString("apiVersion: v1\nentries:\n")
+	for name, files := range charts {
+		var buf bytes.Buffer
+		gz := gzip.NewWriter(&buf)
+		tw := tar.NewWriter(gz)
+		for path, content := range files {
+			content = strings.ReplaceAll(content, "name: NAME", "name: "+name)
+			_ = tw.WriteHeader(&tar.Header{Name: name + "/" + path, Mode: 0o644, Size: int64(len(content)), ModTime: time.Unix(0, 0)})
+			_, _ = tw.Write([]byte(content))
+		}
+		_ = tw.Close()
+		_ = gz.Close()
+		file := name + "-1.0.0.tgz"
+		archives["/"+file] = buf.Bytes()
+		sum := sha256.Sum256(buf.Bytes())
+		fmt.Fprintf(&index, "  %s:\n  - apiVersion: v2\n    name: %s\n    version: 1.0.0\n    urls: [%s]\n    digest: %s\n", name, name, file, hex.EncodeToString(sum[:]))
+	}
+	idx := index.String()
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/index.yaml" {
+			_, _ = w.Write([]byte(idx))
+			return
+		}
+		if a, ok := archives[r.URL.Path]; ok {
+			_, _ = w.Write(a)
+			return
+		}
+		http.NotFound(w, r)
+	}))
+}
+
+// eventually polls cond until it returns true or the deadline passes; the
+// returned string explains the last state on failure.
+func eventually(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	var last string
+	for time.Now().Before(deadline) {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		last = state
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s; last state: %s", what, last)
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}

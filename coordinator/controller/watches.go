@@ -1,0 +1,113 @@
+package controller
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+)
+
+const platformIndex = ".spec.platform"
+
+type queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
+
+// nodeHandler enqueues the NativeCCMs of a node's platform when a node with a
+// platform label appears or goes, when its platform label changes (both the old
+// and the new platform), or when its providerID changes.
+type nodeHandler struct{ r *NativeCCMReconciler }
+
+var _ handler.EventHandler = nodeHandler{}
+
+func (h nodeHandler) Create(ctx context.Context, e event.CreateEvent, q queue) {
+	h.enqueue(ctx, q, platformOf(e.Object))
+}
+
+func (h nodeHandler) Update(ctx context.Context, e event.UpdateEvent, q queue) {
+	oldN, ok1 := e.ObjectOld.(*corev1.Node)
+	newN, ok2 := e.ObjectNew.(*corev1.Node)
+	if !ok1 || !ok2 {
+		return
+	}
+	op, np := platformOf(oldN), platformOf(newN)
+	if op == np && oldN.Spec.ProviderID == newN.Spec.ProviderID {
+		return
+	}
+	h.enqueue(ctx, q, op)
+	if np != op {
+		h.enqueue(ctx, q, np)
+	}
+}
+
+func (h nodeHandler) Delete(ctx context.Context, e event.DeleteEvent, q queue) {
+	h.enqueue(ctx, q, platformOf(e.Object))
+}
+
+func (h nodeHandler) Generic(context.Context, event.GenericEvent, queue) {}
+
+func platformOf(o client.Object) string {
+	if o == nil {
+		return ""
+	}
+	return o.GetLabels()[v1.PlatformLabel]
+}
+
+func (h nodeHandler) enqueue(ctx context.Context, q queue, platform string) {
+	if platform == "" {
+		return
+	}
+	var list v1.NativeCCMList
+	if err := h.r.List(ctx, &list, client.MatchingFields{platformIndex: platform}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "list NativeCCMs for node event", "platform", platform)
+		return
+	}
+	for _, n := range list.Items {
+		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: n.Name}})
+	}
+}
+
+// secretHandler enqueues the NativeCCMs whose credentials Secret changed. Helm's
+// own release Secrets live in the same namespace and are ignored.
+type secretHandler struct{ r *NativeCCMReconciler }
+
+var _ handler.EventHandler = secretHandler{}
+
+func (h secretHandler) Create(ctx context.Context, e event.CreateEvent, q queue) {
+	h.enqueue(ctx, q, e.Object)
+}
+
+func (h secretHandler) Update(ctx context.Context, e event.UpdateEvent, q queue) {
+	h.enqueue(ctx, q, e.ObjectNew)
+}
+
+func (h secretHandler) Delete(ctx context.Context, e event.DeleteEvent, q queue) {
+	h.enqueue(ctx, q, e.Object)
+}
+
+func (h secretHandler) Generic(context.Context, event.GenericEvent, queue) {}
+
+func (h secretHandler) enqueue(ctx context.Context, q queue, o client.Object) {
+	s, ok := o.(*corev1.Secret)
+	if !ok || s.Namespace != h.r.Namespace || s.Type == "helm.sh/release.v1" {
+		return
+	}
+	var list v1.NativeCCMList
+	if err := h.r.List(ctx, &list); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "list NativeCCMs for Secret event")
+		return
+	}
+	for i := range list.Items {
+		n := &list.Items[i]
+		p, _ := h.r.Profiles.Get(n.ProfileName())
+		if h.r.secretName(n, p) == s.Name {
+			q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: n.Name}})
+		}
+	}
+}
