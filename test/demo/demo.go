@@ -1,0 +1,373 @@
+// Package demo runs Hybrid CCM end to end on one machine: a real kube-apiserver
+// + etcd, a simulated Talos endpoint with nodes of several platforms speaking the
+// real Talos API, and the real talos-ccm process. It registers nodes and
+// kubelet-serving CSRs the way kubelets do and shows what happens, live.
+//
+// It is the engine of `hybridctl demo` (and of the test that runs it). Only
+// loopback addresses are used; nothing is downloaded.
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
+	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	cloudproviderapi "k8s.io/cloud-provider/api"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/csr/csrtest"
+	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
+	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
+)
+
+// Options configure a demo run.
+type Options struct {
+	// Out receives the live view (or, non-interactive, a line per change).
+	Out io.Writer
+	// Interactive redraws a table in place (ANSI); otherwise prints a log.
+	Interactive bool
+	// BinDir holds the talos-ccm binary.
+	BinDir string
+	// ExitWhenDone returns once the end state is reached (instead of waiting for
+	// ctx to be cancelled, e.g. by Ctrl-C).
+	ExitWhenDone bool
+	// Timeout bounds the wait for the end state.
+	Timeout time.Duration
+}
+
+// simNode is one simulated machine.
+type simNode struct {
+	name     string
+	ip       string
+	external string
+	md       runtime.PlatformMetadataSpec
+	system   *hardware.SystemInformationSpec
+}
+
+func fleet() []simNode {
+	return []simNode{
+		{name: "aws-web-1", ip: "10.1.0.11", external: "198.51.100.11", md: runtime.PlatformMetadataSpec{Platform: "aws", Hostname: "aws-web-1", Region: "eu-central-1", Zone: "eu-central-1a", InstanceType: "m6i.large", InstanceID: "i-0a11", ProviderID: "aws:///eu-central-1a/i-0a11"}},
+		{name: "aws-web-2", ip: "10.1.0.12", external: "198.51.100.12", md: runtime.PlatformMetadataSpec{Platform: "aws", Hostname: "aws-web-2", Region: "eu-central-1", Zone: "eu-central-1b", InstanceType: "m6i.large", InstanceID: "i-0a12", ProviderID: "aws:///eu-central-1b/i-0a12", Spot: true}},
+		{name: "hcloud-app-1", ip: "10.2.0.11", external: "95.216.0.11", md: runtime.PlatformMetadataSpec{Platform: "hcloud", Hostname: "hcloud-app-1", Region: "fsn1", Zone: "fsn1-dc14", InstanceType: "cx32", InstanceID: "5101"}, system: &hardware.SystemInformationSpec{Manufacturer: "Hetzner", ProductName: "vServer"}},
+		{name: "hcloud-app-2", ip: "10.2.0.12", external: "95.216.0.12", md: runtime.PlatformMetadataSpec{Platform: "hcloud", Hostname: "hcloud-app-2", Region: "nbg1", Zone: "nbg1-dc3", InstanceType: "cx32", InstanceID: "5102"}, system: &hardware.SystemInformationSpec{Manufacturer: "Hetzner", ProductName: "vServer"}},
+		{name: "gcp-batch-1", ip: "10.3.0.11", external: "34.0.0.11", md: runtime.PlatformMetadataSpec{Platform: "gcp", Hostname: "gcp-batch-1", Region: "europe-west4", Zone: "europe-west4-a", InstanceType: "e2-standard-4", InstanceID: "7001", ProviderID: "gce://hybrid-demo/europe-west4-a/gcp-batch-1"}},
+		{name: "gcp-batch-2", ip: "10.3.0.12", external: "34.0.0.12", md: runtime.PlatformMetadataSpec{Platform: "gcp", Hostname: "gcp-batch-2", Region: "europe-west4", Zone: "europe-west4-b", InstanceType: "e2-standard-4", InstanceID: "7002", ProviderID: "gce://hybrid-demo/europe-west4-b/gcp-batch-2"}},
+		{name: "web-metal1", ip: "192.168.10.11", md: runtime.PlatformMetadataSpec{Platform: "metal", Hostname: "web-metal1", Region: "home-dc"}},
+		{name: "db-metal1", ip: "192.168.10.12", md: runtime.PlatformMetadataSpec{Platform: "metal", Hostname: "db-metal1", Region: "home-dc"}},
+	}
+}
+
+// Rules is the transformations file of the demo.
+const Rules = `global:
+  clusterName: hybrid-demo
+transformations:
+  - name: web-on-metal
+    nodeSelector:
+      - matchExpressions:
+          - key: platform
+            operator: In
+            values: [metal]
+          - key: hostname
+            operator: Regexp
+            values: ['^web-']
+    labels:
+      node-role.kubernetes.io/web: ""
+    platformMetadata:
+      Zone: rack-1
+  - name: hetzner-hardware
+    nodeSelector:
+      - matchExpressions:
+          - key: manufacturer
+            operator: In
+            values: [Hetzner]
+    labels:
+      example.com/vendor: '{{ lower .Manufacturer }}'
+`
+
+// Run runs the demo until the end state (ExitWhenDone) or until ctx ends; it
+// always cleans up what it started.
+func Run(ctx context.Context, o Options) (err error) {
+	if o.Out == nil {
+		o.Out = os.Stdout
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 3 * time.Minute
+	}
+	v := newView(o.Out, o.Interactive)
+	work, err := os.MkdirTemp("", "hybrid-ccm-demo-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+
+	v.step("starting a real control plane (kube-apiserver + etcd)")
+	env, err := testenv.Start(testenv.Options{})
+	if err != nil {
+		return err
+	}
+	defer func() { v.step("stopping the control plane"); _ = env.Stop() }()
+
+	v.step("starting the simulated Talos endpoint (mTLS, COSI API) on loopback")
+	ep, err := talosnode.Start()
+	if err != nil {
+		return err
+	}
+	defer ep.Stop()
+	nodes := fleet()
+	for _, n := range nodes {
+		md := n.md
+		addrs := []talosnode.Address{{Link: "eth0", Prefix: n.ip + "/24"}}
+		if n.external != "" {
+			addrs = append(addrs, talosnode.Address{Link: "external", Prefix: n.external + "/32"})
+		}
+		if _, err := ep.AddNode(n.name, []string{n.ip}, talosnode.Spec{Metadata: &md, Addresses: addrs, System: n.system}); err != nil {
+			return err
+		}
+	}
+	talosconfig := filepath.Join(work, "talosconfig")
+	if err := ep.WriteClientConfig(talosconfig, "os:reader"); err != nil {
+		return err
+	}
+	rules := filepath.Join(work, "transformations.yaml")
+	if err := os.WriteFile(rules, []byte(Rules), 0o600); err != nil {
+		return err
+	}
+
+	v.step("starting talos-ccm (cloud-node, node-csr-approval)")
+	logPath := filepath.Join(work, "talos-ccm.log")
+	stopCCM, err := startProcess(filepath.Join(o.BinDir, "talos-ccm"), logPath,
+		"--kubeconfig="+env.KubeconfigPath, "--authentication-kubeconfig="+env.KubeconfigPath,
+		"--authorization-kubeconfig="+env.KubeconfigPath, "--talosconfig="+talosconfig,
+		"--cloud-config="+rules, "--leader-elect=false", "--secure-port=0", "--v=2")
+	if err != nil {
+		return err
+	}
+	defer stopCCM()
+
+	v.step("registering nodes as kubelets do (uninitialized taint, provided-node-ip)")
+	cs := env.Client
+	for _, n := range nodes {
+		if err := registerNode(ctx, cs, n); err != nil {
+			return err
+		}
+	}
+	v.step("kubelets request serving certificates (kubelet-serving CSRs, real x509)")
+	if err := allowNodeCSRs(ctx, cs); err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		if err := submitCSR(ctx, env, n, n.name, []string{n.ip}); err != nil {
+			return err
+		}
+	}
+	// an impostor: aws-web-1's credentials asking for hcloud-app-1's address
+	if err := submitCSR(ctx, env, nodes[0], "forged-by-aws-web-1", []string{nodes[2].ip}); err != nil {
+		return err
+	}
+
+	deadline := time.After(o.Timeout)
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		st, err := observe(ctx, cs, len(nodes))
+		if err != nil {
+			return err
+		}
+		v.render(st)
+		if st.done() && o.ExitWhenDone {
+			v.summary(st)
+			return st.Check()
+		}
+		select {
+		case <-ctx.Done():
+			v.summary(st)
+			return nil
+		case <-deadline:
+			if o.ExitWhenDone {
+				b, _ := os.ReadFile(logPath)
+				return fmt.Errorf("end state not reached within %s: %s\n--- talos-ccm log (tail) ---\n%s", o.Timeout, st.pending(), tailString(string(b), 3000))
+			}
+		case <-tick.C:
+		}
+	}
+}
+
+func tailString(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func startProcess(bin, logPath string, args ...string) (func(), error) {
+	if _, err := os.Stat(bin); err != nil {
+		return nil, fmt.Errorf("%s not built (run `make build`): %w", bin, err)
+	}
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		_ = logf.Close()
+	}, nil
+}
+
+func registerNode(ctx context.Context, cs kubernetes.Interface, n simNode) error {
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: n.name,
+			Labels:      map[string]string{corev1.LabelHostname: n.name, corev1.LabelOSStable: "linux"},
+			Annotations: map[string]string{cloudproviderapi.AnnotationAlphaProvidedIPAddr: n.ip}},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: cloudproviderapi.TaintExternalCloudProvider, Value: "true", Effect: corev1.TaintEffectNoSchedule}}},
+	}
+	_, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	return err
+}
+
+// allowNodeCSRs lets the system:nodes group create and read CSRs (what the Node
+// authorizer and the system:node role allow in a real cluster).
+func allowNodeCSRs(ctx context.Context, cs kubernetes.Interface) error {
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "demo:kubelet-csr"}, Rules: []rbacv1.PolicyRule{{
+		APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"certificatesigningrequests"}, Verbs: []string{"create", "get", "list", "watch"}}}}
+	if _, err := cs.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "demo:kubelet-csr"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: "Group", APIGroup: "rbac.authorization.k8s.io", Name: "system:nodes"}}}
+	_, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{})
+	return err
+}
+
+// submitCSR creates a kubelet-serving CSR with node n's identity.
+func submitCSR(ctx context.Context, env *testenv.Env, n simNode, csrName string, ips []string) error {
+	cfg, err := env.AddUser("system:node:"+n.name, "system:nodes")
+	if err != nil {
+		return err
+	}
+	nodeClient, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	pemBytes, err := csrtest.Request{NodeName: n.name, DNSNames: []string{n.name}, IPs: csrtest.Addrs(ips...)}.PEM()
+	if err != nil {
+		return err
+	}
+	_, err = nodeClient.CertificatesV1().CertificateSigningRequests().Create(ctx, csrtest.Object(csrName, pemBytes), metav1.CreateOptions{})
+	return err
+}
+
+// state is what the view shows.
+type state struct {
+	nodes    []corev1.Node
+	csrs     []certificatesv1.CertificateSigningRequest
+	expected int
+}
+
+func observe(ctx context.Context, cs kubernetes.Interface, expected int) (*state, error) {
+	nl, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	cl, err := cs.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(nl.Items, func(i, j int) bool { return nl.Items[i].Name < nl.Items[j].Name })
+	sort.Slice(cl.Items, func(i, j int) bool { return cl.Items[i].Name < cl.Items[j].Name })
+	return &state{nodes: nl.Items, csrs: cl.Items, expected: expected}, nil
+}
+
+func initialized(n *corev1.Node) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == cloudproviderapi.TaintExternalCloudProvider {
+			return false
+		}
+	}
+	return n.Spec.ProviderID != ""
+}
+
+func csrDecision(c *certificatesv1.CertificateSigningRequest) (string, string) {
+	for _, cond := range c.Status.Conditions {
+		if cond.Type == certificatesv1.CertificateApproved || cond.Type == certificatesv1.CertificateDenied {
+			return string(cond.Type), cond.Reason
+		}
+	}
+	return "Pending", ""
+}
+
+func (s *state) counts() (initDone, approved, denied int) {
+	for i := range s.nodes {
+		if initialized(&s.nodes[i]) {
+			initDone++
+		}
+	}
+	for i := range s.csrs {
+		switch d, _ := csrDecision(&s.csrs[i]); d {
+		case "Approved":
+			approved++
+		case "Denied":
+			denied++
+		}
+	}
+	return
+}
+
+func (s *state) done() bool {
+	i, a, d := s.counts()
+	return i == s.expected && a == s.expected && d == len(s.csrs)-s.expected
+}
+
+func (s *state) pending() string {
+	i, a, d := s.counts()
+	return fmt.Sprintf("%d/%d nodes initialized, %d/%d CSRs approved, %d denied", i, s.expected, a, s.expected, d)
+}
+
+// Check verifies the end state in detail (used by the demo test).
+func (s *state) Check() error {
+	var errs []error
+	for i := range s.nodes {
+		n := &s.nodes[i]
+		if !initialized(n) || n.Labels["node.cloudprovider.kubernetes.io/platform"] == "" {
+			errs = append(errs, fmt.Errorf("node %s not initialized", n.Name))
+		}
+	}
+	for i := range s.csrs {
+		c := &s.csrs[i]
+		d, reason := csrDecision(c)
+		want := "Approved"
+		if strings.HasPrefix(c.Name, "forged-") {
+			want = "Denied"
+		}
+		if d != want {
+			errs = append(errs, fmt.Errorf("CSR %s: %s (%s), want %s", c.Name, d, reason, want))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,112 @@
+package demo
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// view renders the demo state: a table redrawn in place (interactive) or a line
+// per change (log mode, e.g. in CI).
+type view struct {
+	out         io.Writer
+	interactive bool
+	start       time.Time
+	steps       []string
+	last        map[string]string
+}
+
+func newView(out io.Writer, interactive bool) *view {
+	return &view{out: out, interactive: interactive, start: time.Now(), last: map[string]string{}}
+}
+
+func (v *view) elapsed() string { return time.Since(v.start).Truncate(100 * time.Millisecond).String() }
+
+func (v *view) step(s string) {
+	v.steps = append(v.steps, s)
+	if !v.interactive {
+		fmt.Fprintf(v.out, "[%7s] %s\n", v.elapsed(), s)
+	}
+}
+
+func bar(done, total int) string {
+	const width = 20
+	if total == 0 {
+		return strings.Repeat("░", width)
+	}
+	n := done * width / total
+	return strings.Repeat("█", n) + strings.Repeat("░", width-n)
+}
+
+func (v *view) render(s *state) {
+	initDone, approved, denied := s.counts()
+	if !v.interactive {
+		for i := range s.nodes {
+			n := &s.nodes[i]
+			line := "waiting for talos-ccm"
+			if initialized(n) {
+				line = fmt.Sprintf("initialized: platform=%s providerID=%s zone=%s", n.Labels["node.cloudprovider.kubernetes.io/platform"], n.Spec.ProviderID, n.Labels["topology.kubernetes.io/zone"])
+			}
+			v.changed("node/"+n.Name, line)
+		}
+		for i := range s.csrs {
+			d, reason := csrDecision(&s.csrs[i])
+			if reason != "" {
+				d += " (" + reason + ")"
+			}
+			v.changed("csr/"+s.csrs[i].Name, d)
+		}
+		return
+	}
+	var b strings.Builder
+	b.WriteString("\x1b[H\x1b[2J")
+	fmt.Fprintf(&b, "Hybrid CCM demo — %s   (Ctrl-C to stop and clean up)\n\n", v.elapsed())
+	for _, st := range v.steps {
+		fmt.Fprintf(&b, "  ✓ %s\n", st)
+	}
+	fmt.Fprintf(&b, "\n  nodes initialized %s %d/%d    CSRs approved %s %d/%d    denied %d\n\n",
+		bar(initDone, s.expected), initDone, s.expected, bar(approved, s.expected), approved, s.expected, denied)
+	tw := tabwriter.NewWriter(&b, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  NODE\tPLATFORM\tPROVIDER ID\tZONE\tTYPE\tEXTRA LABELS")
+	for i := range s.nodes {
+		n := &s.nodes[i]
+		if !initialized(n) {
+			fmt.Fprintf(tw, "  %s\t…\t(uninitialized)\t\t\t\n", n.Name)
+			continue
+		}
+		var extra []string
+		for k, val := range n.Labels {
+			if strings.HasPrefix(k, "node-role.") || strings.HasPrefix(k, "example.com/") || strings.HasSuffix(k, "/lifecycle") {
+				extra = append(extra, k+"="+val)
+			}
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Labels["node.cloudprovider.kubernetes.io/platform"],
+			n.Spec.ProviderID, n.Labels["topology.kubernetes.io/zone"], n.Labels["node.kubernetes.io/instance-type"], strings.Join(extra, ","))
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "  CSR\tREQUESTOR\tDECISION\tREASON\t\t")
+	for i := range s.csrs {
+		c := &s.csrs[i]
+		d, reason := csrDecision(c)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t\t\n", c.Name, c.Spec.Username, d, reason)
+	}
+	_ = tw.Flush()
+	fmt.Fprint(v.out, b.String())
+}
+
+func (v *view) changed(key, line string) {
+	if v.last[key] == line {
+		return
+	}
+	v.last[key] = line
+	fmt.Fprintf(v.out, "[%7s] %-28s %s\n", v.elapsed(), key, line)
+}
+
+func (v *view) summary(s *state) {
+	fmt.Fprintf(v.out, "\n%s\n", s.pending())
+	if err := s.Check(); err != nil {
+		fmt.Fprintf(v.out, "not as expected:\n%v\n", err)
+	}
+}
