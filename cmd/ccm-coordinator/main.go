@@ -1,0 +1,126 @@
+// Command ccm-coordinator installs each platform's native cloud-controller-manager
+// in lifecycle-only mode, with Helm, for the platforms that have nodes.
+//
+// main holds flags and wiring only; the work is in coordinator/.
+package main
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/fluxcd/pkg/runtime/client"
+	runtimectrl "github.com/fluxcd/pkg/runtime/controller"
+	"github.com/fluxcd/pkg/runtime/events"
+	"github.com/fluxcd/pkg/runtime/leaderelection"
+	"github.com/fluxcd/pkg/runtime/logger"
+	"github.com/fluxcd/pkg/runtime/metrics"
+	"github.com/fluxcd/pkg/runtime/probes"
+	flag "github.com/spf13/pflag"
+	ctrl "sigs.k8s.io/controller-runtime"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/controller"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
+)
+
+func main() {
+	var (
+		logOpts      logger.Options
+		leaderOpts   leaderelection.Options
+		clientOpts   client.Options
+		rateOpts     runtimectrl.RateLimiterOptions
+		metricsAddr  = flag.String("metrics-addr", ":8080", "The address the metrics endpoint binds to.")
+		healthAddr   = flag.String("health-addr", ":9440", "The address the health endpoint binds to.")
+		eventsAddr   = flag.String("events-addr", "", "The address of an events receiver (Flux notification-controller), optional.")
+		namespace    = flag.String("release-namespace", "kube-system", "Namespace of the native CCM releases, their credentials Secrets and leases.")
+		overrides    = flag.String("profile-overrides", "", "Directory of profile override files (*.yaml), merged over the built-in profiles.")
+		grace        = flag.Duration("uninstall-grace-period", 10*time.Minute, "How long install policy Auto keeps a release after the last node of its platform is gone.")
+		interval     = flag.Duration("interval", 10*time.Minute, "How often a Ready NativeCCM is checked again (drift, conflicts).")
+		retry        = flag.Duration("wait-interval", 30*time.Second, "How often a waiting NativeCCM (credentials missing) is checked again.")
+		helmWait     = flag.Bool("helm-wait", true, "Wait for native CCM workloads to become ready after install, upgrade and rollback.")
+		helmTimeout  = flag.Duration("helm-timeout", 5*time.Minute, "Timeout of each Helm action.")
+		concurrent   = flag.Int("concurrent", 4, "The number of NativeCCMs reconciled at the same time.")
+		listProfiles = flag.Bool("list-profiles", false, "Print the resolved profile names and exit.")
+	)
+	logOpts.BindFlags(flag.CommandLine)
+	leaderOpts.BindFlags(flag.CommandLine)
+	clientOpts.BindFlags(flag.CommandLine)
+	rateOpts.BindFlags(flag.CommandLine)
+	flag.Parse()
+
+	log := logger.NewLogger(logOpts)
+	ctrl.SetLogger(log)
+
+	profiles, err := profile.Builtin()
+	if err == nil && *overrides != "" {
+		err = profiles.OverrideDir(*overrides)
+	}
+	if err != nil {
+		log.Error(err, "invalid profiles")
+		os.Exit(1)
+	}
+	if *listProfiles {
+		for _, n := range profiles.Names() {
+			fmt.Printf("%s\t%s\n", n, profiles.File(n))
+		}
+		return
+	}
+
+	restConfig := client.GetConfigOrDie(clientOpts)
+	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
+		Scheme:                        controller.NewScheme(),
+		Cache:                         controller.CacheOptions(*namespace),
+		Metrics:                       metricsserver.Options{BindAddress: *metricsAddr},
+		HealthProbeBindAddress:        *healthAddr,
+		LeaderElection:                leaderOpts.Enable,
+		LeaderElectionReleaseOnCancel: leaderOpts.ReleaseOnCancel,
+		LeaseDuration:                 &leaderOpts.LeaseDuration,
+		RenewDeadline:                 &leaderOpts.RenewDeadline,
+		RetryPeriod:                   &leaderOpts.RetryPeriod,
+		LeaderElectionID:              "ccm-coordinator.hybridccm.io",
+		LeaderElectionNamespace:       *namespace,
+	})
+	if err != nil {
+		log.Error(err, "unable to create manager")
+		os.Exit(1)
+	}
+	probes.SetupChecks(mgr, log)
+
+	recorder := metrics.NewRecorder()
+	crmetrics.Registry.MustRegister(recorder.Collectors()...)
+	eventRecorder, err := events.NewRecorder(mgr, log, *eventsAddr, controller.ControllerName)
+	if err != nil {
+		log.Error(err, "unable to create event recorder")
+		os.Exit(1)
+	}
+
+	ctx := ctrl.SetupSignalHandler()
+	r := &controller.NativeCCMReconciler{
+		Client:        mgr.GetClient(),
+		APIReader:     mgr.GetAPIReader(),
+		EventRecorder: eventRecorder,
+		Metrics:       runtimectrl.NewMetrics(mgr, recorder, v1.Finalizer),
+		Engine: release.NewEngine(restConfig, release.Options{
+			Wait: *helmWait, Timeout: *helmTimeout, Log: log.WithName("helm"),
+		}),
+		Profiles:             profiles,
+		Namespace:            *namespace,
+		UninstallGracePeriod: *grace,
+		RetryInterval:        *retry,
+		Interval:             *interval,
+	}
+	if err := r.SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: *concurrent, RateLimiter: rateOpts}); err != nil {
+		log.Error(err, "unable to set up the NativeCCM controller")
+		os.Exit(1)
+	}
+
+	log.Info("starting ccm-coordinator", "releaseNamespace", *namespace, "profiles", profiles.Names())
+	if err := mgr.Start(ctx); err != nil {
+		log.Error(err, "manager stopped")
+		os.Exit(1)
+	}
+}
