@@ -167,7 +167,7 @@ func (r *rule) apply(md *Metadata, res *Result, taints map[string]int, source st
 		values[i] = strings.TrimSpace(s)
 	}
 	for i, o := range r.overrides {
-		if err := o.ref.assign(md, values[i]); err != nil {
+		if err := o.ref.override(md, values[i]); err != nil {
 			return fail(o.path, err)
 		}
 	}

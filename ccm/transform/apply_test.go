@@ -124,6 +124,12 @@ func TestApplyErrors(t *testing.T) {
 			want: []string{`"s"`, `platformMetadata["spot"]`, `spot must render to true or false, got "fra1"`},
 		},
 		{
+			name: "rendered platform invalid",
+			doc:  "transformations:\n  - name: p\n    platformMetadata:\n      platform: '{{ .Tags.cloud }}'\n",
+			md:   Metadata{Platform: "nocloud"},
+			want: []string{`"p"`, `platformMetadata["platform"]`, "platform must not be empty"},
+		},
+		{
 			name: "annotations over the API server limit",
 			doc:  "transformations:\n  - annotations:\n" + bigAnnotations(10),
 			md:   Metadata{Hostname: strings.Repeat("h", 15<<10)},
@@ -164,6 +170,32 @@ func bigAnnotations(n int) string {
 		b.WriteString("      example.com/a" + string(rune('a'+i)) + ": '{{ .Hostname }}{{ .Hostname }}'\n")
 	}
 	return b.String()
+}
+
+func TestPlatformOverride(t *testing.T) {
+	// A nocloud image on OpenStack: route the node to the OpenStack CCM.
+	c := mustParse(t, `
+transformations:
+  - name: nocloud-on-openstack
+    nodeSelector:
+      - matchExpressions:
+          - {key: platform, operator: In, values: [nocloud]}
+          - {key: tags.openstack-uuid, operator: Exists}
+    platformMetadata:
+      platform: openstack
+      providerID: "openstack:///{{ index .Tags \"openstack-uuid\" }}"
+  - name: openstack
+    nodeSelector:
+      - matchExpressions: [{key: platform, operator: In, values: [openstack]}]
+    labels: {example.com/cloud: openstack}
+`)
+	res, err := c.Apply(Metadata{Platform: "nocloud", Tags: map[string]string{"openstack-uuid": "abc"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Metadata.Platform != "openstack" || res.Metadata.ProviderID != "openstack:///abc" || res.Labels["example.com/cloud"] != "openstack" {
+		t.Errorf("result: %+v", res)
+	}
 }
 
 func TestZeroAndCodeBuiltConfig(t *testing.T) {

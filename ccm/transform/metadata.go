@@ -6,6 +6,8 @@ import (
 	"maps"
 	"strconv"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Metadata is what a rule matches on and templates over: the fields of the
@@ -55,6 +57,8 @@ type field struct {
 	overridable bool
 	// always: the field is present even when empty (booleans).
 	always bool
+	// checkOverride, if set, vets a value platformMetadata renders for it.
+	checkOverride func(string) error
 }
 
 func stringField(key, goName string, system bool, p func(*Metadata) *string, overridable bool) field {
@@ -65,9 +69,27 @@ func stringField(key, goName string, system bool, p func(*Metadata) *string, ove
 	}
 }
 
+// platformField is the Talos platform. Rules may override it, for machines
+// whose Talos platform is not the cloud they run in (a nocloud image on
+// OpenStack, say): it becomes the routing label, so it must stay a non-empty
+// label value.
+func platformField() field {
+	f := stringField("platform", "Platform", false, func(m *Metadata) *string { return &m.Platform }, true)
+	f.checkOverride = func(v string) error {
+		if v == "" {
+			return errors.New("platform must not be empty")
+		}
+		if msgs := validation.IsValidLabelValue(v); len(msgs) > 0 {
+			return fmt.Errorf("platform %q is not a valid label value: %s", v, strings.Join(msgs, "; "))
+		}
+		return nil
+	}
+	return f
+}
+
 // fields lists every matchable field in documentation order.
 var fields = []field{
-	stringField("platform", "Platform", false, func(m *Metadata) *string { return &m.Platform }, false),
+	platformField(),
 	stringField("hostname", "Hostname", false, func(m *Metadata) *string { return &m.Hostname }, false),
 	stringField("region", "Region", false, func(m *Metadata) *string { return &m.Region }, true),
 	stringField("zone", "Zone", false, func(m *Metadata) *string { return &m.Zone }, true),
@@ -168,6 +190,16 @@ func (r fieldRef) assign(m *Metadata, v string) error {
 
 // overridable reports whether platformMetadata may set the key.
 func (r fieldRef) overridable() bool { return r.f == nil || r.f.overridable }
+
+// override sets the key in m to a value a rule rendered.
+func (r fieldRef) override(m *Metadata, v string) error {
+	if r.f != nil && r.f.checkOverride != nil {
+		if err := r.f.checkOverride(v); err != nil {
+			return err
+		}
+	}
+	return r.assign(m, v)
+}
 
 // ErrUnknownKey is returned by Metadata.Set for a key that names no field.
 var ErrUnknownKey = errors.New("unknown metadata key")

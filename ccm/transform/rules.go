@@ -239,9 +239,6 @@ func compile(c *Config) (*program, []error) {
 			case !ref.overridable() && ref.f.system:
 				fail(path, "%s is hardware information and cannot be overridden", ref)
 				continue
-			case !ref.overridable() && ref.f.key == "platform":
-				fail(path, "platform cannot be overridden: it routes the node to its cloud's CCM")
-				continue
 			case !ref.overridable():
 				fail(path, "%s cannot be overridden: it identifies the node", ref)
 				continue
@@ -258,7 +255,7 @@ func compile(c *Config) (*program, []error) {
 			}
 			if v.constant() && ref.f != nil {
 				var probe Metadata
-				if err := ref.assign(&probe, strings.TrimSpace(v.text)); err != nil {
+				if err := ref.override(&probe, strings.TrimSpace(v.text)); err != nil {
 					fail(path, "%v", err)
 				}
 			}

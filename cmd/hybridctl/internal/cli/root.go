@@ -25,6 +25,7 @@ func NewRootCommand() *cobra.Command {
 	}
 	root.AddCommand(
 		newTransformCommand(),
+		newDemoCommand(),
 		// Add further subcommands (doctor, demo, profiles) here.
 	)
 	return root

@@ -169,7 +169,11 @@ func (r *explainReport) writeText(w io.Writer) {
 	if r.enforce {
 		mode = ", enforce mode"
 	}
-	fmt.Fprintf(w, "Config:  %s (%d rules%s)\n", r.Config, len(r.Rules), mode)
+	rules := "rules"
+	if len(r.Rules) == 1 {
+		rules = "rule"
+	}
+	fmt.Fprintf(w, "Config:  %s (%d %s%s)\n", r.Config, len(r.Rules), rules, mode)
 	fmt.Fprintf(w, "Input:   %s\n", r.Source)
 
 	fmt.Fprintln(w, "\nRules")

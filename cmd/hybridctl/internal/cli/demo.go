@@ -1,0 +1,57 @@
+package cli
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/hybrid-ccm/hybrid-ccm/test/demo"
+)
+
+func newDemoCommand() *cobra.Command {
+	var (
+		binDir         string
+		nonInteractive bool
+		exitWhenDone   bool
+		timeout        time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run Hybrid CCM locally: real control plane, simulated Talos nodes of several clouds, real talos-ccm",
+		Long: "demo starts a real kube-apiserver + etcd (from $KUBEBUILDER_ASSETS, which `make demo` builds),\n" +
+			"a simulated Talos endpoint with nodes on aws, hcloud, gcp and metal speaking the real Talos API,\n" +
+			"and talos-ccm as a real process; it registers nodes and kubelet-serving CSRs as kubelets do\n" +
+			"and shows them being initialized and approved (a forged CSR is denied). Ctrl-C cleans up.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if binDir == "" {
+				exe, err := os.Executable()
+				if err != nil {
+					return err
+				}
+				binDir = filepath.Dir(exe)
+			}
+			interactive := !nonInteractive && term.IsTerminal(int(os.Stdout.Fd()))
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			return demo.Run(ctx, demo.Options{
+				Out: cmd.OutOrStdout(), Interactive: interactive, BinDir: binDir,
+				ExitWhenDone: exitWhenDone || !interactive, Timeout: timeout,
+			})
+		},
+	}
+	cmd.Flags().StringVar(&binDir, "bin-dir", "", "directory with the talos-ccm binary (default: next to hybridctl)")
+	cmd.Flags().BoolVar(&nonInteractive, "non-interactive", false, "print a log line per change instead of a live table (default when stdout is not a terminal)")
+	cmd.Flags().BoolVar(&exitWhenDone, "exit-when-done", false, "exit once every node is initialized and every CSR decided (always so when non-interactive)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 3*time.Minute, "how long to wait for the end state")
+	return cmd
+}
