@@ -1,0 +1,202 @@
+// Package gatetest holds the fixtures the gate's tests, the chaos test and the
+// gate benchmarks share: a native CCM identity with exactly the RBAC the
+// coordinator grants, nodes of several platforms, and waiting for the fence to
+// become active. Everything talks to the real API server of test/testenv.
+//
+// It is for tests only and must not be imported by production code.
+package gatetest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+
+	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
+)
+
+// PlatformLabel is the routing label (v1alpha1.PlatformLabel).
+const PlatformLabel = "node.cloudprovider.kubernetes.io/platform"
+
+// Username is the API server user name of a ServiceAccount.
+func Username(namespace, name string) string {
+	return "system:serviceaccount:" + namespace + ":" + name
+}
+
+// ServiceAccountUser returns a client configuration authenticated (by client
+// certificate) as the ServiceAccount namespace/name, with the groups the API
+// server gives ServiceAccounts.
+func ServiceAccountUser(e *testenv.Env, namespace, name string) (*rest.Config, error) {
+	cfg, err := e.AddUser(Username(namespace, name), "system:serviceaccounts", "system:serviceaccounts:"+namespace, "system:authenticated")
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = -1, -1
+	return cfg, nil
+}
+
+// ServiceAccountToken creates the ServiceAccount (if needed) and returns a bound
+// token for it from the TokenRequest API: the credential a pod really has.
+func ServiceAccountToken(ctx context.Context, cs kubernetes.Interface, namespace, name string) (string, error) {
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
+	if _, err := cs.CoreV1().ServiceAccounts(namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", err
+	}
+	tr, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", err
+	}
+	return tr.Status.Token, nil
+}
+
+// GrantNativeCCM gives the ServiceAccount namespace/name exactly the RBAC the
+// coordinator grants a native CCM: nodes get/list/watch/patch/update/delete,
+// nodes/status patch/update, events create/patch, and leases in its namespace
+// get/create/update.
+func GrantNativeCCM(ctx context.Context, cs kubernetes.Interface, namespace, name string) error {
+	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: namespace}}
+	objs := []func() error{
+		func() error {
+			_, err := cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
+				ObjectMeta: metav1.ObjectMeta{Name: name},
+				Rules: []rbacv1.PolicyRule{
+					{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch", "update", "delete"}},
+					{APIGroups: []string{""}, Resources: []string{"nodes/status"}, Verbs: []string{"patch", "update"}},
+					{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+				},
+			}, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+				ObjectMeta: metav1.ObjectMeta{Name: name},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+				Subjects:   subjects,
+			}, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := cs.RbacV1().Roles(namespace).Create(ctx, &rbacv1.Role{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+				Rules: []rbacv1.PolicyRule{
+					{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
+				},
+			}, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := cs.RbacV1().RoleBindings(namespace).Create(ctx, &rbacv1.RoleBinding{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+				Subjects:   subjects,
+			}, metav1.CreateOptions{})
+			return err
+		},
+	}
+	for _, create := range objs {
+		if err := create(); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("grant native CCM %s/%s: %w", namespace, name, err)
+		}
+	}
+	return nil
+}
+
+// NodeSpec describes a test node.
+type NodeSpec struct {
+	// Name of the node.
+	Name string
+	// Platform is the platform label value; empty: no label (uninitialized).
+	Platform string
+	// ProviderID; empty: none.
+	ProviderID string
+	// Ready sets the Ready condition True; otherwise False (NotReady).
+	Ready bool
+}
+
+// Node renders the spec as a Node object.
+func (s NodeSpec) Node() *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: s.Name, Labels: map[string]string{"kubernetes.io/hostname": s.Name}}}
+	if s.Platform != "" {
+		n.Labels[PlatformLabel] = s.Platform
+	} else {
+		n.Spec.Taints = []corev1.Taint{{Key: "node.cloudprovider.kubernetes.io/uninitialized", Value: "true", Effect: corev1.TaintEffectNoSchedule}}
+	}
+	n.Spec.ProviderID = s.ProviderID
+	return n
+}
+
+// CreateNodes creates the nodes and sets their Ready condition.
+func CreateNodes(ctx context.Context, cs kubernetes.Interface, specs ...NodeSpec) error {
+	for _, s := range specs {
+		n, err := cs.CoreV1().Nodes().Create(ctx, s.Node(), metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("create node %s: %w", s.Name, err)
+		}
+		status := corev1.ConditionFalse
+		if s.Ready {
+			status = corev1.ConditionTrue
+		}
+		now := metav1.Now()
+		n.Status.Conditions = []corev1.NodeCondition{{
+			Type: corev1.NodeReady, Status: status, Reason: "Test",
+			LastHeartbeatTime: now, LastTransitionTime: now,
+		}}
+		if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("node %s status: %w", s.Name, err)
+		}
+	}
+	return nil
+}
+
+// DeleteAllNodes removes every node and waits until none is left.
+func DeleteAllNodes(ctx context.Context, cs kubernetes.Interface) error {
+	if err := cs.CoreV1().Nodes().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		return err
+	}
+	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		l, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		return err == nil && len(l.Items) == 0, err
+	})
+}
+
+// FenceDenies reports whether the fence denies the native CCM a dry-run patch of
+// a (foreign) node: the probe for "the policy is active". Dry-run requests go
+// through admission, and nothing changes either way.
+func FenceDenies(ctx context.Context, ccm kubernetes.Interface, node string) (bool, error) {
+	_, err := ccm.CoreV1().Nodes().Patch(ctx, node, types.StrategicMergePatchType,
+		[]byte(`{"metadata":{"annotations":{"hybridccm.io/fence-probe":"x"}}}`),
+		metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+	switch {
+	case err == nil:
+		return false, nil
+	case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "hybrid-ccm gate"):
+		return true, nil
+	default:
+		return false, err
+	}
+}
+
+// WaitFence polls FenceDenies until it equals active (a new or removed policy
+// takes the API server up to about a second).
+func WaitFence(ctx context.Context, ccm kubernetes.Interface, node string, active bool) error {
+	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		denied, err := FenceDenies(ctx, ccm, node)
+		if err != nil {
+			return false, err
+		}
+		return denied == active, nil
+	})
+}
