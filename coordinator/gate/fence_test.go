@@ -169,13 +169,17 @@ func TestFence(t *testing.T) {
 		{name: "taint own node", do: func() error { return patch(ccm, "fence-own", taint) }, allow: true},
 		{name: "taint own Robot node", do: func() error { return patch(ccm, "fence-own-robot", taint) }, allow: true},
 		{name: "status of own node", do: func() error { return patch(ccm, "fence-own", condition, "status") }, allow: true},
-		{name: "update own node", do: func() error { return update(ccm, "fence-own", func(n *corev1.Node) { n.Annotations = map[string]string{"x": "y"} }) }, allow: true},
+		{name: "update own node", do: func() error {
+			return update(ccm, "fence-own", func(n *corev1.Node) { n.Annotations = map[string]string{"x": "y"} })
+		}, allow: true},
 		{name: "delete own node", do: func() error { return del(ccm, "fence-own") }, allow: true},
 		{name: "delete own Robot node", do: func() error { return del(ccm, "fence-own-robot") }, allow: true},
 
 		{name: "taint aws node", do: func() error { return patch(ccm, "fence-aws", taint) }, node: "fence-aws"},
 		{name: "status of aws node", do: func() error { return patch(ccm, "fence-aws", condition, "status") }, node: "fence-aws"},
-		{name: "update aws node", do: func() error { return update(ccm, "fence-aws", func(n *corev1.Node) { n.Annotations = map[string]string{"x": "y"} }) }, node: "fence-aws"},
+		{name: "update aws node", do: func() error {
+			return update(ccm, "fence-aws", func(n *corev1.Node) { n.Annotations = map[string]string{"x": "y"} })
+		}, node: "fence-aws"},
 		{name: "delete aws node", do: func() error { return del(ccm, "fence-aws") }, node: "fence-aws"},
 		{name: "delete metal node", do: func() error { return del(ccm, "fence-metal") }, node: "fence-metal"},
 		{name: "delete uninitialized node", do: func() error { return del(ccm, "fence-uninit") }, node: "fence-uninit"},
