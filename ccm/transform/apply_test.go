@@ -243,3 +243,30 @@ func TestResultClone(t *testing.T) {
 		t.Error("Clone of nil is not nil")
 	}
 }
+
+func TestApplyConcurrently(t *testing.T) {
+	// The cloud provider applies one Config to many nodes at once.
+	c, err := Load("testdata/full.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error)
+	for i := range 8 {
+		go func() {
+			md := sample.clone()
+			md.Hostname = "web-r" + strings.Repeat("1", i+1) + "-x"
+			var err error
+			for range 50 {
+				if _, err = c.Apply(md); err != nil {
+					break
+				}
+			}
+			done <- err
+		}()
+	}
+	for range 8 {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+}
