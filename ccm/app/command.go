@@ -49,6 +49,7 @@ type talosFlags struct {
 	endpoints    []string
 	timeout      time.Duration
 	enforce      bool
+	initEvents   bool
 }
 
 func (f *talosFlags) addFlags(fs *pflag.FlagSet) {
@@ -57,6 +58,8 @@ func (f *talosFlags) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.talosContext, "talos-context", "", "talosconfig context to use (default: the current one).")
 	fs.StringSliceVar(&f.endpoints, "talos-endpoints", nil, "Talos API endpoints overriding those of the talosconfig.")
 	fs.DurationVar(&f.timeout, "talos-timeout", 10*time.Second, "Timeout of each Talos API request.")
+	fs.BoolVar(&f.initEvents, "node-initialized-events", false,
+		"Record a Normal event on every node initialized (one more API write per node; warnings are always recorded).")
 	fs.BoolVar(&f.enforce, "enforce-transformations", false,
 		"Keep transformation output reconciled on initialized nodes and remove keys a rule no longer produces (also settable as global.enforce in --cloud-config).")
 }
@@ -100,6 +103,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 							Workers:               int(cc.ComponentConfig.NodeController.ConcurrentNodeSyncs),
 							StatusUpdateFrequency: cc.ComponentConfig.NodeStatusUpdateFrequency.Duration,
 							Enforce:               tf.enforce || provider.Rules().Global.Enforce,
+							InitializedEvents:     tf.initEvents,
 						})
 					if err != nil {
 						return nil, false, err

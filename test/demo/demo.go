@@ -151,7 +151,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	stopCCM, err := startProcess(filepath.Join(o.BinDir, "talos-ccm"), logPath,
 		"--kubeconfig="+env.KubeconfigPath, "--authentication-kubeconfig="+env.KubeconfigPath,
 		"--authorization-kubeconfig="+env.KubeconfigPath, "--talosconfig="+talosconfig,
-		"--cloud-config="+rules, "--leader-elect=false", "--secure-port=0", "--v=2")
+		"--cloud-config="+rules, "--node-initialized-events", "--leader-elect=false", "--secure-port=0", "--v=2")
 	if err != nil {
 		return err
 	}

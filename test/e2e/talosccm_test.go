@@ -214,7 +214,7 @@ func TestInitializesNodesOfEveryPlatform(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	startTalosCCM(t, talosCCMArgs(t, ep, "--cloud-config="+writeRules(t, rulesYAML)))
+	startTalosCCM(t, talosCCMArgs(t, ep, "--cloud-config="+writeRules(t, rulesYAML), "--node-initialized-events"))
 	for _, c := range cases {
 		register(t, kubeletNode(c.name, c.ips...), c.ips...)
 	}
