@@ -51,6 +51,9 @@ var (
 	ErrTalosAPI = errors.New("talos API unavailable for node")
 	// ErrRules: the transformation rules failed for this node.
 	ErrRules = errors.New("transformation rules failed")
+	// ErrIdentity: the machine answering on the node's address is another node
+	// (its Talos k8s/Nodename differs). Nothing is established from it.
+	ErrIdentity = errors.New("talos machine identity does not match the node")
 )
 
 // TalosReader is what the provider needs from the Talos API (ccm/talos.Client).
@@ -58,6 +61,7 @@ type TalosReader interface {
 	PlatformMetadata(ctx context.Context, node string) (*talos.PlatformMetadata, error)
 	Addresses(ctx context.Context, node string) ([]talos.Address, error)
 	SystemInformation(ctx context.Context, node string) (*talos.SystemInformation, error)
+	Nodename(ctx context.Context, node string) (string, error)
 }
 
 // Facts is everything talos-ccm established for a node from its Talos API.
@@ -227,23 +231,30 @@ func (p *Provider) Facts(ctx context.Context, node *corev1.Node) (*Facts, error)
 	)
 	for _, ip := range targets {
 		var wg sync.WaitGroup
-		var mdErr, addrErr, sysErr error
-		wg.Add(2)
+		var mdErr, addrErr, sysErr, nameErr error
+		var nodename string
+		wg.Add(3)
 		go func() { defer wg.Done(); tmd, mdErr = p.talos.PlatformMetadata(ctx, ip.String()) }()
 		go func() { defer wg.Done(); addrs, addrErr = p.talos.Addresses(ctx, ip.String()) }()
+		go func() { defer wg.Done(); nodename, nameErr = p.talos.Nodename(ctx, ip.String()) }()
 		if needSys {
 			wg.Add(1)
 			go func() { defer wg.Done(); sys, sysErr = p.talos.SystemInformation(ctx, ip.String()) }()
 		}
 		wg.Wait()
-		if mdErr == nil && addrErr == nil && (sysErr == nil || errors.Is(sysErr, talos.ErrNotFound)) {
+		// The kubelet writes provided-node-ip itself: whoever answers there must
+		// prove to be this node before anything it says is believed.
+		if nameErr == nil && nodename != node.Name {
+			return nil, fmt.Errorf("%s: node %s: %w: the Talos API at %s belongs to node %q", op, node.Name, ErrIdentity, ip, nodename)
+		}
+		if nameErr == nil && mdErr == nil && addrErr == nil && (sysErr == nil || errors.Is(sysErr, talos.ErrNotFound)) {
 			target = ip
 			break
 		}
 		if errors.Is(mdErr, talos.ErrNotFound) {
 			return nil, fmt.Errorf("%s: node %s: %w: the node has no PlatformMetadata resource yet", op, node.Name, ErrMetadataIncomplete)
 		}
-		errs = append(errs, errors.Join(mdErr, addrErr, sysErr))
+		errs = append(errs, errors.Join(mdErr, addrErr, sysErr, nameErr))
 		if ctx.Err() != nil {
 			break
 		}

@@ -57,6 +57,7 @@ const (
 	ReasonProviderIDMismatch  = "ProviderIDMismatch"
 	ReasonInitFailed          = "InitializationFailed"
 	ReasonRulesReconciled     = "TransformationsReconciled"
+	ReasonIdentityMismatch    = "NodeIdentityMismatch"
 )
 
 // FactSource establishes node facts (ccm/cloud.Provider).
@@ -202,6 +203,8 @@ func reasonFor(err error) string {
 		return ReasonNoNodeIP
 	case errors.Is(err, cloud.ErrRules):
 		return ReasonTransformFailed
+	case errors.Is(err, cloud.ErrIdentity):
+		return ReasonIdentityMismatch
 	}
 	return ReasonInitFailed
 }

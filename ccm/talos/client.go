@@ -220,6 +220,23 @@ func (c *Client) SystemInformation(ctx context.Context, node string) (*SystemInf
 	return out, err
 }
 
+// Nodename reads k8s/Nodename: the name the node's kubelet registers under.
+// It proves which machine answered on an address.
+func (c *Client) Nodename(ctx context.Context, node string) (string, error) {
+	const op = "talos/Client.Nodename"
+	var out string
+	err := c.call(ctx, op, node, func(ctx context.Context, st state.State) error {
+		r, err := safe.StateGet[*k8s.Nodename](ctx, st,
+			resource.NewMetadata(k8s.NamespaceName, k8s.NodenameType, k8s.NodenameID, resource.VersionUndefined))
+		if err != nil {
+			return err
+		}
+		out = r.TypedSpec().Nodename
+		return nil
+	})
+	return out, err
+}
+
 // ClusterNetwork reads the pod/service CIDRs from the control-plane node's
 // k8s/ControllerManagerConfig.
 func (c *Client) ClusterNetwork(ctx context.Context, node string) (*ClusterNetwork, error) {

@@ -413,3 +413,25 @@ func asExit(err error, target **exec.ExitError) bool {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// The kubelet writes provided-node-ip itself. A node whose annotation points at
+// another machine's Talos API must not inherit that machine's identity: the
+// answering machine's k8s/Nodename has to be the Node's name.
+func TestImpostorNodeIsNotInitializedFromAnotherMachine(t *testing.T) {
+	ep := startEndpoint(t)
+	if _, err := ep.AddNode("victim-1", []string{"10.60.0.1"}, talosnode.Spec{
+		Metadata:  &runtime.PlatformMetadataSpec{Platform: "aws", Hostname: "victim-1", InstanceID: "i-victim", ProviderID: "aws:///us-east-1a/i-victim", Zone: "us-east-1a"},
+		Addresses: []talosnode.Address{{Link: "eth0", Prefix: "10.60.0.1/24"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	startTalosCCM(t, talosCCMArgs(t, ep))
+	register(t, kubeletNode("impostor-1", "10.60.0.1")) // claims the victim's address
+	ev := waitEvent(t, "impostor-1", "NodeIdentityMismatch", 20*time.Second)
+	if !strings.Contains(ev.Message, `"victim-1"`) {
+		t.Errorf("event should name the machine that answered: %q", ev.Message)
+	}
+	if n := waitNode(t, "impostor-1", time.Second, func(*corev1.Node) bool { return true }); initialized(n) || n.Spec.ProviderID != "" {
+		t.Fatalf("impostor initialized with %q", n.Spec.ProviderID)
+	}
+}

@@ -137,7 +137,7 @@ func (e *Endpoint) WriteClientConfig(path, role string) error {
 func (e *Endpoint) AddNode(name string, ips []string, spec Spec) (*Node, error) {
 	st := state.WrapCore(namespaced.NewState(inmem.Build))
 	n := &Node{Name: name, IPs: ips, state: st, rpc: server.NewState(st)}
-	if err := spec.apply(context.Background(), st); err != nil {
+	if err := spec.apply(context.Background(), st, name); err != nil {
 		return nil, fmt.Errorf("talosnode: node %s: %w", name, err)
 	}
 	e.mu.Lock()

@@ -8,6 +8,7 @@ import (
 	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/siderolabs/talos/pkg/machinery/nethelpers"
 	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
+	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 )
@@ -21,6 +22,9 @@ type Spec struct {
 	Addresses []Address
 	// System becomes hardware/SystemInformation; nil means absent.
 	System *hardware.SystemInformationSpec
+	// Nodename becomes k8s/Nodename (the kubelet's node name); empty means the
+	// name given to AddNode.
+	Nodename string
 }
 
 // Address is one AddressStatus: a prefix on a link. Talos puts the public
@@ -30,7 +34,15 @@ type Address struct {
 	Prefix string // e.g. "10.0.0.5/24", "2001:db8::5/64"
 }
 
-func (s Spec) apply(ctx context.Context, st state.State) error {
+func (s Spec) apply(ctx context.Context, st state.State, name string) error {
+	nn := k8s.NewNodename(k8s.NamespaceName, k8s.NodenameID)
+	nn.TypedSpec().Nodename = name
+	if s.Nodename != "" {
+		nn.TypedSpec().Nodename = s.Nodename
+	}
+	if err := st.Create(ctx, nn); err != nil {
+		return fmt.Errorf("create Nodename: %w", err)
+	}
 	if s.Metadata != nil {
 		r := runtime.NewPlatformMetadataSpec(runtime.NamespaceName, runtime.PlatformMetadataID)
 		*r.TypedSpec() = *s.Metadata
