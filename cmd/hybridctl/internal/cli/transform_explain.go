@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sort"
+	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/transform"
 )
 
@@ -18,8 +21,12 @@ import (
 type explainOptions struct {
 	config   string // rules file
 	metadata string // metadata file
-	node     string // live mode: node address (see newNodeMetadataSource)
-	output   string // text, yaml or json
+	node     string // live mode: node address, read through the Talos API
+
+	talosconfig    string   // live mode: talosconfig (default paths as talos-ccm)
+	talosContext   string   // live mode: talosconfig context
+	talosEndpoints []string // live mode: endpoint override
+	output         string   // text, yaml or json
 }
 
 func newTransformExplainCommand() *cobra.Command {
@@ -37,6 +44,7 @@ func newTransformExplainCommand() *cobra.Command {
 			"(append `talosctl -n <node> get systeminformation -o yaml` after a --- line for hardware rules).\n\n" +
 			"It fails (non-zero exit) if the rules file is invalid or a rule fails for this node.",
 		Example: "  hybridctl transform explain --config rules.yaml --metadata node.yaml\n" +
+			"  hybridctl transform explain --config rules.yaml --node 10.0.0.5\n" +
 			"  talosctl -n 10.0.0.5 get platformmetadata -o yaml > node.yaml\n" +
 			"  hybridctl transform explain -c rules.yaml -m node.yaml -o yaml",
 		Args: cobra.NoArgs,
@@ -45,7 +53,10 @@ func newTransformExplainCommand() *cobra.Command {
 	fs := cmd.Flags()
 	fs.StringVarP(&o.config, "config", "c", "", "transformation rules file (talos-ccm --cloud-config)")
 	fs.StringVarP(&o.metadata, "metadata", "m", "", "node metadata file (YAML or JSON, plain fields or talosctl output)")
-	fs.StringVar(&o.node, "node", "", "read the metadata of a live node through its Talos API (not available yet)")
+	fs.StringVar(&o.node, "node", "", "read the metadata of a live node (its IP) through its Talos API instead of --metadata")
+	fs.StringVar(&o.talosconfig, "talosconfig", os.Getenv("TALOSCONFIG"), "with --node: Talos client config (default: $TALOSCONFIG, ~/.talos/config)")
+	fs.StringVar(&o.talosContext, "talos-context", "", "with --node: talosconfig context")
+	fs.StringSliceVar(&o.talosEndpoints, "talos-endpoints", nil, "with --node: Talos API endpoints overriding the talosconfig")
 	fs.StringVarP(&o.output, "output", "o", o.output, "output format: text, yaml or json")
 	_ = cmd.MarkFlagRequired("config")
 	return cmd
@@ -59,21 +70,17 @@ func (o *explainOptions) metadataSource() (MetadataSource, error) {
 	case o.metadata != "":
 		return FileMetadataSource{Path: o.metadata}, nil
 	case o.node != "":
-		return newNodeMetadataSource(o.node)
+		return o.newNodeMetadataSource()
 	}
 	return nil, errors.New("--metadata is required")
 }
 
-// newNodeMetadataSource returns the source for --node.
-//
-// EXTENSION POINT (live mode): return a MetadataSource that reads
-// runtime/PlatformMetadata (and hardware/SystemInformation when
-// cfg.NeedsSystemInformation()) from the node's Talos API through ccm/talos,
-// with the talosconfig flags that talos-ccm uses. Nothing else in explain
-// needs to change.
-func newNodeMetadataSource(node string) (MetadataSource, error) {
-	return nil, fmt.Errorf("--node %s: reading a live node is not available yet; save its metadata with\n"+
-		"  talosctl -n %s get platformmetadata -o yaml > node.yaml\nand pass --metadata node.yaml", node, node)
+// newNodeMetadataSource returns the source for --node: the node's Talos API,
+// read through ccm/talos exactly as talos-ccm reads it.
+func (o *explainOptions) newNodeMetadataSource() (MetadataSource, error) {
+	return &TalosMetadataSource{Node: o.node, Options: talos.Options{
+		ConfigPath: o.talosconfig, Context: o.talosContext, Endpoints: o.talosEndpoints, Timeout: 10 * time.Second,
+	}}, nil
 }
 
 func (o *explainOptions) run(cmd *cobra.Command) error {

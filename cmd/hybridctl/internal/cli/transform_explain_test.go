@@ -181,7 +181,7 @@ func TestExplainErrors(t *testing.T) {
 		{name: "no --config", args: []string{"-m", "testdata/web-1.talosctl.yaml"}, wantErr: []string{`"config" not set`}},
 		{name: "no metadata", args: []string{"-c", "testdata/rules.yaml"}, wantErr: []string{"--metadata is required"}},
 		{name: "both sources", args: []string{"-c", "testdata/rules.yaml", "-m", "x", "--node", "10.0.0.5"}, wantErr: []string{"either --metadata or --node"}},
-		{name: "live mode not there yet", args: []string{"-c", "testdata/rules.yaml", "--node", "10.0.0.5"}, wantErr: []string{"--node 10.0.0.5", "talosctl -n 10.0.0.5 get platformmetadata -o yaml"}},
+		{name: "live mode without talosconfig", args: []string{"-c", "testdata/rules.yaml", "--node", "10.0.0.5", "--talosconfig", "testdata/no-talosconfig"}, wantErr: []string{"--node 10.0.0.5", "testdata/no-talosconfig"}},
 		{name: "bad output format", args: []string{"-c", "testdata/rules.yaml", "-m", "x", "-o", "xml"}, wantErr: []string{`--output "xml"`}},
 		{name: "missing metadata file", args: []string{"-c", "testdata/rules.yaml", "-m", "testdata/nope.yaml"}, wantErr: []string{"testdata/nope.yaml"}},
 		{name: "extra argument", args: []string{"-c", "testdata/rules.yaml", "-m", "x", "extra"}, wantErr: []string{"unknown command"}},

@@ -1,0 +1,58 @@
+package cli
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
+	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+
+	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
+)
+
+// --node reads a live node through the real Talos API (simulated node, real
+// protocol, mTLS) and explains it like a metadata file.
+func TestExplainLiveNode(t *testing.T) {
+	ep, err := talosnode.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Stop()
+	if _, err := ep.AddNode("web-7", []string{"10.70.0.7"}, talosnode.Spec{
+		Metadata: &runtime.PlatformMetadataSpec{Platform: "metal", Hostname: "web-7", Region: "dc1"},
+		System:   &hardware.SystemInformationSpec{Manufacturer: "Supermicro"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	tc := filepath.Join(t.TempDir(), "talosconfig")
+	if err := ep.WriteClientConfig(tc, "os:reader"); err != nil {
+		t.Fatal(err)
+	}
+	rules := writeFile(t, "rules.yaml", `transformations:
+  - name: web-nodes
+    nodeSelector:
+      - matchExpressions:
+          - key: hostname
+            operator: Regexp
+            values: ['^web-']
+          - key: manufacturer
+            operator: In
+            values: [Supermicro]
+    labels:
+      node-role.kubernetes.io/web: ""
+`)
+	out, stderr, err := run(t, "transform", "explain", "-c", rules, "--node", "10.70.0.7", "--talosconfig", tc)
+	if err != nil {
+		t.Fatalf("explain --node: %v\n%s", err, stderr)
+	}
+	for _, want := range []string{"web-nodes", "matched", `node-role.kubernetes.io/web=""`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	// an address no node answers on is a clear error naming it
+	if _, _, err := run(t, "transform", "explain", "-c", rules, "--node", "10.70.0.99", "--talosconfig", tc); err == nil || !strings.Contains(err.Error(), "10.70.0.99") {
+		t.Fatalf("unknown node: want error naming it, got %v", err)
+	}
+}
