@@ -451,9 +451,16 @@ func (r *NativeCCMReconciler) secretName(obj *v1.NativeCCM, p *profile.Profile) 
 func (r *NativeCCMReconciler) ensureRelease(ctx context.Context, obj *v1.NativeCCM, req release.Request) error {
 	log := ctrl.LoggerFrom(ctx)
 	digest := req.Digest()
-	info, err := r.Engine.Get(ctx, req.Namespace, req.Name)
-	if err != nil {
-		return err
+	// With no release recorded and no failure since, go straight to Install:
+	// Helm's install refuses a name in use, and the failure sends the next
+	// attempt through Get. This saves a release-history read on the path that
+	// matters most (the first node of a platform appears).
+	var info *release.Info
+	var err error
+	if obj.Status.Release != nil || obj.Status.Failures > 0 {
+		if info, err = r.Engine.Get(ctx, req.Namespace, req.Name); err != nil {
+			return err
+		}
 	}
 	if info.Pending() {
 		log.Info("release stuck in a pending state; marking it failed", "status", info.Status)
