@@ -2,7 +2,7 @@ package integration
 
 import (
 	"context"
-		"net/netip"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
