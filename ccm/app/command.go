@@ -30,6 +30,7 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/cloud"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/cloudnode"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/csr"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/ipam"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/transform"
 )
@@ -130,6 +131,36 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 		},
 	}
 
+	// --- node-ipam-controller (ccm/ipam) -------------------------------------
+	// Registered like the others (--controllers); does nothing unless
+	// --allocate-node-cidrs. talosClient is set in RunE.
+	ipamOpts := ipam.NewOptions()
+	ipamOpts.AddFlags(fss.FlagSet("node-ipam-controller"))
+	var talosClient *talos.Client
+	constructors[ipam.ControllerName] = cpapp.ControllerInitFuncConstructor{
+		InitContext: cpapp.ControllerInitContext{ClientName: "node-ipam-controller"},
+		Constructor: func(ic cpapp.ControllerInitContext, cc *cloudcontrollerconfig.CompletedConfig, _ cloudprovider.Interface) cpapp.InitFunc {
+			return func(ctx context.Context, _ genericcontrollermanager.ControllerContext) (controller.Interface, bool, error) {
+				shared := cc.ComponentConfig.KubeCloudShared
+				if !shared.AllocateNodeCIDRs {
+					return nil, false, nil
+				}
+				cfg, err := ipamOpts.Config(shared.CIDRAllocatorType, shared.ClusterCIDR)
+				if err != nil {
+					return nil, false, err
+				}
+				c, err := ipam.NewController(cc.ClientBuilder.ClientOrDie(ic.ClientName),
+					cc.SharedInformers.Core().V1().Nodes(), talosClient, nil, cfg)
+				if err != nil {
+					return nil, false, err
+				}
+				go c.Run(ctx)
+				return nil, true, nil
+			}
+		},
+	}
+	// --- end node-ipam-controller --------------------------------------------
+
 	cmd := cpapp.NewCloudControllerManagerCommand(s, initCloud, constructors, map[string]string{}, fss, stopCh)
 	cmd.Use = "talos-ccm"
 	cmd.Long = "talos-ccm initializes Talos nodes from their Talos API (providerID, topology labels, addresses,\n" +
@@ -152,6 +183,13 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 			return err
 		}
 		provider = cloud.New(tc, rules)
+		// node-ipam-controller: its Talos client, and its flags checked up front
+		talosClient = tc
+		if s.KubeCloudShared.AllocateNodeCIDRs {
+			if _, err := ipamOpts.Config(s.KubeCloudShared.CIDRAllocatorType, s.KubeCloudShared.ClusterCIDR); err != nil {
+				return err
+			}
+		}
 		klog.InfoS("talos-ccm configured", "rules", len(rules.Transformations), "enforce", tf.enforce || rules.Global.Enforce)
 		return run(cmd, args)
 	}
