@@ -42,6 +42,20 @@ type CCMWorkload struct {
 	LeaseName, LeaseNamespace string
 	// LeaderElect is false with --leader-elect=false.
 	LeaderElect bool
+	// Provider is the --cloud-provider value.
+	Provider string
+	// Image is the container image.
+	Image string
+}
+
+// TalosCCMProvider is talos-ccm's --cloud-provider: the one CCM that is meant
+// to run cloud-node in a Hybrid CCM cluster.
+const TalosCCMProvider = "talos"
+
+// IsTalosCCM reports whether the workload is talos-ccm itself.
+func (w CCMWorkload) IsTalosCCM() bool {
+	return w.Provider == TalosCCMProvider || strings.Contains(w.Image, "talos-ccm") ||
+		strings.Contains(w.Image, "talos-cloud-controller-manager")
 }
 
 // RunsCloudNode reports whether the CCM runs the cloud-node controller.
@@ -82,6 +96,8 @@ func ParseCCMContainer(ref string, c corev1.Container) (CCMWorkload, bool) {
 		LeaseName:      defaultLeaseName,
 		LeaseNamespace: defaultLeaseNamespace,
 		LeaderElect:    flags["--leader-elect"] != "false",
+		Provider:       flags["--cloud-provider"],
+		Image:          c.Image,
 	}
 	if v, ok := flags["--controllers"]; ok {
 		w.Controllers = strings.Split(v, ",")
@@ -148,7 +164,7 @@ func (r *NativeCCMReconciler) findConflicts(ctx context.Context, obj *v1.NativeC
 		}
 	}
 	for _, w := range workloads {
-		if w.RunsCloudNode() {
+		if w.RunsCloudNode() && !w.IsTalosCCM() {
 			out = append(out, Conflict{v1.ForeignCloudNodeControllerReason, fmt.Sprintf("%s (not managed by ccm-coordinator) runs the cloud-node controller (--controllers=%s)", w.Ref, strings.Join(w.Controllers, ","))})
 		}
 	}

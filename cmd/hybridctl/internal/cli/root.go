@@ -26,6 +26,7 @@ func NewRootCommand() *cobra.Command {
 	root.AddCommand(
 		newTransformCommand(),
 		newDemoCommand(),
+		newDoctorCommand(),
 		// Add further subcommands (doctor, demo, profiles) here.
 	)
 	return root

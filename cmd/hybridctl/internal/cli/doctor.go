@@ -1,0 +1,97 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/hybrid-ccm/hybrid-ccm/cmd/hybridctl/internal/doctor"
+)
+
+// ErrFindings is returned (exit code non-zero) when doctor found problems.
+var ErrFindings = errors.New("problems found")
+
+func newDoctorCommand() *cobra.Command {
+	var (
+		kubeconfig, kubeContext, output string
+		opts                            = doctor.Options{UninitializedAfter: 10 * time.Minute, CSRPendingAfter: 5 * time.Minute}
+	)
+	cmd := &cobra.Command{
+		Use:   "doctor",
+		Short: "Report what needs fixing in a cluster running Hybrid CCM",
+		Long: "doctor reads the cluster and reports: nodes uninitialized for too long, initialized nodes without\n" +
+			"the platform label or a providerID, CCMs not managed by Hybrid CCM that run cloud-node or share a\n" +
+			"leader-election lease, NativeCCMs that are not Ready, undecided kubelet-serving CSRs and pod CIDR\n" +
+			"overlaps. It exits non-zero when it found something.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			rules := clientcmd.NewDefaultClientConfigLoadingRules()
+			rules.ExplicitPath = kubeconfig
+			cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
+				&clientcmd.ConfigOverrides{CurrentContext: kubeContext}).ClientConfig()
+			if err != nil {
+				return fmt.Errorf("kubeconfig: %w", err)
+			}
+			c, err := doctor.NewClient(cfg)
+			if err != nil {
+				return err
+			}
+			rep, err := doctor.Run(cmd.Context(), c, opts)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			switch output {
+			case "json":
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(rep); err != nil {
+					return err
+				}
+			case "text":
+				fmt.Fprintf(out, "Inspected %d nodes, %d NativeCCMs, %d kubelet-serving CSRs, %d CCM workloads.\n",
+					rep.Nodes, rep.NativeCCMs, rep.CSRs, rep.Workloads)
+				for _, n := range rep.Notes {
+					fmt.Fprintf(out, "note: %s\n", n)
+				}
+				if len(rep.Findings) == 0 {
+					fmt.Fprintln(out, "No problems found.")
+					return nil
+				}
+				fmt.Fprintf(out, "\n%d problem(s):\n\n", len(rep.Findings))
+				tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "CHECK\tOBJECT\tPROBLEM")
+				for _, f := range rep.Findings {
+					fmt.Fprintf(tw, "%s\t%s\t%s\n", f.Check, f.Object, f.Message)
+				}
+				_ = tw.Flush()
+				fmt.Fprintln(out, "\nHow to fix:")
+				seen := map[string]bool{}
+				for _, f := range rep.Findings {
+					if k := f.Check + f.Fix; !seen[k] {
+						seen[k] = true
+						fmt.Fprintf(out, "  %s: %s\n", f.Check, f.Fix)
+					}
+				}
+			default:
+				return fmt.Errorf("--output %q: want text or json", output)
+			}
+			if len(rep.Findings) > 0 {
+				return fmt.Errorf("%w: %d", ErrFindings, len(rep.Findings))
+			}
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
+	fs.StringVar(&kubeContext, "context", "", "kubeconfig context")
+	fs.StringVarP(&output, "output", "o", "text", "output format: text or json")
+	fs.DurationVar(&opts.UninitializedAfter, "uninitialized-after", opts.UninitializedAfter, "report nodes still uninitialized after this long")
+	fs.DurationVar(&opts.CSRPendingAfter, "csr-pending-after", opts.CSRPendingAfter, "report kubelet-serving CSRs undecided after this long")
+	return cmd
+}

@@ -1,0 +1,310 @@
+// Package doctor inspects a cluster running Hybrid CCM and reports what a person
+// needs to fix: nodes talos-ccm has not initialized (or initialized without the
+// routing label or providerID), cloud-controller-managers that would fight
+// (foreign cloud-node controllers, shared leader-election leases), NativeCCMs
+// that are not Ready, kubelet-serving CSRs nobody decides, and pod CIDR overlaps.
+//
+// It only reads. Every finding names the object and says how to fix it.
+package doctor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	cloudproviderapi "k8s.io/cloud-provider/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/controller"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
+)
+
+// Checks (the Check field of a Finding).
+const (
+	CheckUninitialized   = "NodeUninitialized"
+	CheckNoPlatformLabel = "NodeWithoutPlatformLabel"
+	CheckNoProviderID    = "NodeWithoutProviderID"
+	CheckForeignCCM      = "ForeignCloudNodeController"
+	CheckSharedLease     = "SharedLeaderLease"
+	CheckNativeCCM       = "NativeCCMNotReady"
+	CheckPendingCSR      = "KubeletServingCSRPending"
+	CheckPodCIDROverlap  = "PodCIDROverlap"
+)
+
+// PlatformLabel is the routing label talos-ccm sets.
+const PlatformLabel = "node.cloudprovider.kubernetes.io/platform"
+
+// Finding is one problem.
+type Finding struct {
+	Check   string `json:"check"`
+	Object  string `json:"object"`
+	Message string `json:"message"`
+	Fix     string `json:"fix"`
+}
+
+// Options tune the checks.
+type Options struct {
+	// UninitializedAfter: an uninitialized node older than this is a finding.
+	UninitializedAfter time.Duration
+	// CSRPendingAfter: an undecided kubelet-serving CSR older than this is a finding.
+	CSRPendingAfter time.Duration
+	// Now is the reference time (tests); zero means time.Now().
+	Now time.Time
+}
+
+// Report is the result of Run.
+type Report struct {
+	Findings []Finding `json:"findings"`
+	// Notes are facts that are not problems (e.g. the NativeCCM API is absent).
+	Notes []string `json:"notes,omitempty"`
+	// Counts of what was inspected.
+	Nodes, NativeCCMs, CSRs, Workloads int
+}
+
+// Scheme knows the types doctor reads.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = v1.AddToScheme(s)
+	return s
+}
+
+// NewClient returns a read client for cfg.
+func NewClient(cfg *rest.Config) (client.Client, error) {
+	return client.New(cfg, client.Options{Scheme: Scheme()})
+}
+
+// Run performs every check.
+func Run(ctx context.Context, c client.Client, o Options) (*Report, error) {
+	if o.Now.IsZero() {
+		o.Now = time.Now()
+	}
+	r := &Report{}
+	var nodes corev1.NodeList
+	if err := c.List(ctx, &nodes); err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	r.Nodes = len(nodes.Items)
+	r.checkNodes(nodes.Items, o)
+	r.checkPodCIDRs(nodes.Items)
+	if err := r.checkWorkloads(ctx, c); err != nil {
+		return nil, err
+	}
+	if err := r.checkNativeCCMs(ctx, c); err != nil {
+		return nil, err
+	}
+	if err := r.checkCSRs(ctx, c, o); err != nil {
+		return nil, err
+	}
+	sort.SliceStable(r.Findings, func(i, j int) bool {
+		if r.Findings[i].Check != r.Findings[j].Check {
+			return r.Findings[i].Check < r.Findings[j].Check
+		}
+		return r.Findings[i].Object < r.Findings[j].Object
+	})
+	return r, nil
+}
+
+func (r *Report) add(check, object, fix, format string, a ...any) {
+	r.Findings = append(r.Findings, Finding{Check: check, Object: object, Message: fmt.Sprintf(format, a...), Fix: fix})
+}
+
+func uninitialized(n *corev1.Node) bool {
+	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == cloudproviderapi.TaintExternalCloudProvider })
+}
+
+func (r *Report) checkNodes(nodes []corev1.Node, o Options) {
+	for i := range nodes {
+		n := &nodes[i]
+		obj := "node/" + n.Name
+		age := o.Now.Sub(n.CreationTimestamp.Time).Truncate(time.Second)
+		if uninitialized(n) {
+			if age >= o.UninitializedAfter {
+				r.add(CheckUninitialized, obj,
+					"check talos-ccm is running and its events on the node: kubectl describe node "+n.Name,
+					"still has the %s taint after %s", cloudproviderapi.TaintExternalCloudProvider, age)
+			}
+			continue
+		}
+		if n.Labels[PlatformLabel] == "" {
+			r.add(CheckNoPlatformLabel, obj,
+				"no native CCM sees this node; let talos-ccm initialize it (or label it by hand if it is not a Talos node)",
+				"is initialized but has no %s label", PlatformLabel)
+		}
+		if n.Spec.ProviderID == "" {
+			r.add(CheckNoProviderID, obj,
+				"a native CCM may treat it as unknown; check the node's Talos PlatformMetadata and talos-ccm events",
+				"is initialized but has an empty spec.providerID")
+		}
+	}
+}
+
+func (r *Report) checkPodCIDRs(nodes []corev1.Node) {
+	type owned struct {
+		p    netip.Prefix
+		node string
+	}
+	var all []owned
+	for i := range nodes {
+		cidrs := nodes[i].Spec.PodCIDRs
+		if len(cidrs) == 0 && nodes[i].Spec.PodCIDR != "" {
+			cidrs = []string{nodes[i].Spec.PodCIDR}
+		}
+		for _, s := range cidrs {
+			p, err := netip.ParsePrefix(s)
+			if err != nil {
+				r.add(CheckPodCIDROverlap, "node/"+nodes[i].Name, "fix spec.podCIDRs (recreate the node object)", "has an unparsable pod CIDR %q", s)
+				continue
+			}
+			all = append(all, owned{p.Masked(), nodes[i].Name})
+		}
+	}
+	// sorted by start address, a prefix can only overlap the ones after it while
+	// they start inside it
+	sort.Slice(all, func(i, j int) bool {
+		if c := all[i].p.Addr().Compare(all[j].p.Addr()); c != 0 {
+			return c < 0
+		}
+		return all[i].p.Bits() < all[j].p.Bits()
+	})
+	for i := range all {
+		for j := i + 1; j < len(all) && all[i].p.Contains(all[j].p.Addr()); j++ {
+			if all[i].node == all[j].node {
+				continue
+			}
+			r.add(CheckPodCIDROverlap, "node/"+all[j].node,
+				"two nodes route the same pod addresses; delete and re-register one of them so node IPAM assigns a free range",
+				"pod CIDR %s overlaps %s of node %s", all[j].p, all[i].p, all[i].node)
+		}
+	}
+}
+
+func (r *Report) checkWorkloads(ctx context.Context, c client.Client) error {
+	var ws []controller.CCMWorkload
+	managed := map[string]bool{}
+	add := func(kind string, o client.Object, spec corev1.PodSpec) {
+		for _, ct := range spec.Containers {
+			ref := kind + "/" + o.GetNamespace() + "/" + o.GetName()
+			w, ok := controller.ParseCCMContainer(ref, ct)
+			if !ok {
+				continue
+			}
+			ws = append(ws, w)
+			if o.GetLabels()[release.ManagedByLabel] == release.ManagedByValue || w.IsTalosCCM() {
+				managed[ref] = true
+			}
+		}
+	}
+	var deps appsv1.DeploymentList
+	if err := c.List(ctx, &deps); err != nil {
+		return fmt.Errorf("list deployments: %w", err)
+	}
+	for i := range deps.Items {
+		add("Deployment", &deps.Items[i], deps.Items[i].Spec.Template.Spec)
+	}
+	var dss appsv1.DaemonSetList
+	if err := c.List(ctx, &dss); err != nil {
+		return fmt.Errorf("list daemonsets: %w", err)
+	}
+	for i := range dss.Items {
+		add("DaemonSet", &dss.Items[i], dss.Items[i].Spec.Template.Spec)
+	}
+	r.Workloads = len(ws)
+	leases := map[string][]string{}
+	for _, w := range ws {
+		if !managed[w.Ref] && w.RunsCloudNode() {
+			r.add(CheckForeignCCM, w.Ref,
+				"run it lifecycle-only (--controllers=cloud-node-lifecycle) or let ccm-coordinator install it; only talos-ccm may initialize nodes",
+				"is a CCM not managed by Hybrid CCM and runs the cloud-node controller (--controllers=%s)", strings.Join(w.Controllers, ","))
+		}
+		if w.LeaderElect {
+			k := w.LeaseNamespace + "/" + w.LeaseName
+			leases[k] = append(leases[k], w.Ref)
+		}
+	}
+	keys := make([]string, 0, len(leases))
+	for k := range leases {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if refs := leases[k]; len(refs) > 1 {
+			sort.Strings(refs)
+			r.add(CheckSharedLease, "lease/"+k,
+				"give each CCM its own --leader-elect-resource-name: with a shared lease only one of them runs",
+				"is the leader-election lease of %d CCMs: %s", len(refs), strings.Join(refs, ", "))
+		}
+	}
+	return nil
+}
+
+func (r *Report) checkNativeCCMs(ctx context.Context, c client.Client) error {
+	var list v1.NativeCCMList
+	if err := c.List(ctx, &list); err != nil {
+		if apimeta.IsNoMatchError(err) || isNotFound(err) {
+			r.Notes = append(r.Notes, "the NativeCCM API (hybridccm.io/v1alpha1) is not installed: ccm-coordinator checks skipped")
+			return nil
+		}
+		return fmt.Errorf("list nativeccms: %w", err)
+	}
+	r.NativeCCMs = len(list.Items)
+	for i := range list.Items {
+		n := &list.Items[i]
+		if n.Spec.Suspend {
+			continue
+		}
+		ready := apimeta.FindStatusCondition(n.Status.Conditions, "Ready")
+		switch {
+		case ready == nil:
+			r.add(CheckNativeCCM, "nativeccm/"+n.Name, "check ccm-coordinator is running: kubectl -n kube-system logs deploy/ccm-coordinator",
+				"has no Ready condition yet (never reconciled)")
+		case ready.Status != metav1.ConditionTrue:
+			r.add(CheckNativeCCM, "nativeccm/"+n.Name, "kubectl describe nativeccm "+n.Name,
+				"is not Ready: %s: %s", ready.Reason, ready.Message)
+		}
+	}
+	return nil
+}
+
+func isNotFound(err error) bool {
+	var se interface{ Status() metav1.Status }
+	return errors.As(err, &se) && se.Status().Code == 404
+}
+
+func (r *Report) checkCSRs(ctx context.Context, c client.Client, o Options) error {
+	var list certificatesv1.CertificateSigningRequestList
+	if err := c.List(ctx, &list); err != nil {
+		return fmt.Errorf("list certificatesigningrequests: %w", err)
+	}
+	for i := range list.Items {
+		csr := &list.Items[i]
+		if csr.Spec.SignerName != certificatesv1.KubeletServingSignerName {
+			continue
+		}
+		r.CSRs++
+		decided := slices.ContainsFunc(csr.Status.Conditions, func(c certificatesv1.CertificateSigningRequestCondition) bool {
+			return c.Type == certificatesv1.CertificateApproved || c.Type == certificatesv1.CertificateDenied || c.Type == certificatesv1.CertificateFailed
+		})
+		age := o.Now.Sub(csr.CreationTimestamp.Time).Truncate(time.Second)
+		if !decided && age >= o.CSRPendingAfter {
+			r.add(CheckPendingCSR, "csr/"+csr.Name,
+				"is node-csr-approval enabled in talos-ccm (--controllers)? an uninitialized node's CSR waits for its initialization",
+				"kubelet-serving request of %s undecided for %s", csr.Spec.Username, age)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,194 @@
+package doctor_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	cloudproviderapi "k8s.io/cloud-provider/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/csr/csrtest"
+	"github.com/hybrid-ccm/hybrid-ccm/cmd/hybridctl/internal/cli"
+	"github.com/hybrid-ccm/hybrid-ccm/cmd/hybridctl/internal/doctor"
+	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) {
+	os.Exit(testenv.Run(m, testenv.Options{
+		CRDDirectoryPaths: []string{filepath.Join(testenv.RepoRoot(), "charts", "ccm-coordinator", "crds")},
+	}, func(e *testenv.Env) { env = e }))
+}
+
+func node(name, platform, providerID string, uninitialized bool, podCIDRs ...string) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}},
+		Spec: corev1.NodeSpec{ProviderID: providerID, PodCIDRs: podCIDRs}}
+	if len(podCIDRs) > 0 {
+		n.Spec.PodCIDR = podCIDRs[0]
+	}
+	if platform != "" {
+		n.Labels[doctor.PlatformLabel] = platform
+	}
+	if uninitialized {
+		n.Spec.Taints = []corev1.Taint{{Key: cloudproviderapi.TaintExternalCloudProvider, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
+	}
+	return n
+}
+
+func ccmDeployment(name string, labels map[string]string, image string, args ...string) *appsv1.Deployment {
+	sel := map[string]string{"app": name}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "kube-system", Labels: labels},
+		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: sel},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: sel},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ccm", Image: image, Args: args}}}}},
+	}
+}
+
+func nativeCCM(t *testing.T, c client.Client, name string, ready metav1.ConditionStatus, reason, msg string) {
+	t.Helper()
+	ctx := context.Background()
+	n := &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.NativeCCMSpec{Platform: name}}
+	if err := c.Create(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	apimeta.SetStatusCondition(&n.Status.Conditions, metav1.Condition{Type: "Ready", Status: ready, Reason: reason, Message: msg})
+	if err := c.Status().Update(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func create(t *testing.T, c client.Client, objs ...client.Object) {
+	t.Helper()
+	for _, o := range objs {
+		if err := c.Create(context.Background(), o); err != nil {
+			t.Fatalf("create %T %s: %v", o, o.GetName(), err)
+		}
+	}
+}
+
+func findings(r *doctor.Report) []string {
+	var out []string
+	for _, f := range r.Findings {
+		out = append(out, f.Check+" "+f.Object)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestDoctor(t *testing.T) {
+	ctx := context.Background()
+	c, err := doctor.NewClient(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	later := doctor.Options{UninitializedAfter: 10 * time.Minute, CSRPendingAfter: 5 * time.Minute, Now: time.Now().Add(time.Hour)}
+
+	// a healthy cluster: initialized node, talos-ccm, a lifecycle-only CCM with its own lease, a Ready NativeCCM
+	create(t, c,
+		node("good-1", "hcloud", "hcloud://1", false, "10.244.0.0/24"),
+		ccmDeployment("talos-ccm", nil, "ghcr.io/hybrid-ccm/talos-ccm:v0.1.0", "--cloud-provider=talos", "--leader-elect-resource-name=talos-ccm"),
+		ccmDeployment("native-ccm-hcloud", map[string]string{"hybridccm.io/managed-by": "ccm-coordinator"},
+			"docker.io/hetznercloud/hcloud-cloud-controller-manager:v1.26.0", "--cloud-provider=hcloud", "--controllers=cloud-node-lifecycle", "--leader-elect-resource-name=native-ccm-hcloud"),
+	)
+	nativeCCM(t, c, "hcloud", metav1.ConditionTrue, "Installed", "release native-ccm-hcloud deployed")
+	rep, err := doctor.Run(ctx, c, later)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Findings) != 0 || rep.Nodes != 1 || rep.NativeCCMs != 1 || rep.Workloads != 2 {
+		t.Fatalf("healthy cluster: %+v", rep)
+	}
+	out, err := runDoctor()
+	if err != nil || !strings.Contains(out, "No problems found.") {
+		t.Fatalf("healthy cluster: hybridctl doctor = %v\n%s", err, out)
+	}
+
+	// now every kind of problem
+	create(t, c,
+		node("stuck-1", "", "", true),
+		node("nolabel-1", "", "aws:///us-east-1a/i-1", false),
+		node("noid-1", "metal", "", false),
+		node("overlap-a", "metal", "talos://metal/10.0.0.1", false, "10.244.1.0/24"),
+		node("overlap-b", "metal", "talos://metal/10.0.0.2", false, "10.244.1.128/25", "fd00:10::/64"),
+		ccmDeployment("aws-cloud-controller-manager", nil, "registry.k8s.io/provider-aws/cloud-controller-manager:v1.30.0", "--cloud-provider=aws"),
+		ccmDeployment("gce-ccm", nil, "registry.k8s.io/cloud-provider-gcp/cloud-controller-manager:v30", "--cloud-provider=gce", "--controllers=cloud-node-lifecycle"),
+	)
+	nativeCCM(t, c, "aws", metav1.ConditionFalse, "CredentialsMissing", "secret kube-system/aws-credentials not found")
+	pemBytes := csrtest.Request{NodeName: "stuck-1", DNSNames: []string{"stuck-1"}}.MustPEM()
+	create(t, c, csrtest.Object("stuck-1-serving", pemBytes))
+	// a decided CSR is not a problem
+	decided := csrtest.Object("good-1-serving", csrtest.Request{NodeName: "good-1", DNSNames: []string{"good-1"}}.MustPEM())
+	create(t, c, decided)
+	decided.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: "Test"}}
+	if err := c.SubResource("approval").Update(ctx, decided); err != nil {
+		t.Fatal(err)
+	}
+
+	rep, err = doctor.Run(ctx, c, later)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"ForeignCloudNodeController Deployment/kube-system/aws-cloud-controller-manager",
+		"KubeletServingCSRPending csr/stuck-1-serving",
+		"NativeCCMNotReady nativeccm/aws",
+		"NodeUninitialized node/stuck-1",
+		"NodeWithoutPlatformLabel node/nolabel-1",
+		"NodeWithoutProviderID node/noid-1",
+		"PodCIDROverlap node/overlap-b",
+		"SharedLeaderLease lease/kube-system/cloud-controller-manager",
+	}
+	if got := findings(rep); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("findings:\n got %q\nwant %q", got, want)
+	}
+	for _, f := range rep.Findings {
+		if f.Message == "" || f.Fix == "" {
+			t.Errorf("finding %s %s lacks message or fix", f.Check, f.Object)
+		}
+	}
+	// the same cluster seen "now": young nodes and CSRs are not yet problems
+	rep, err = doctor.Run(ctx, c, doctor.Options{UninitializedAfter: 10 * time.Minute, CSRPendingAfter: 5 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range findings(rep) {
+		if strings.HasPrefix(f, doctor.CheckUninitialized) || strings.HasPrefix(f, doctor.CheckPendingCSR) {
+			t.Errorf("young object reported: %s", f)
+		}
+	}
+	// the command exits non-zero and explains
+	out, err = runDoctor("--uninitialized-after=0s", "--csr-pending-after=0s")
+	if !errors.Is(err, cli.ErrFindings) {
+		t.Fatalf("want ErrFindings, got %v\n%s", err, out)
+	}
+	for _, s := range []string{"8 problem(s)", "aws-cloud-controller-manager", "How to fix:", "overlaps 10.244.1.0/24 of node overlap-a"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("output lacks %q:\n%s", s, out)
+		}
+	}
+}
+
+func runDoctor(args ...string) (string, error) {
+	cmd := cli.NewRootCommand()
+	var buf strings.Builder
+	cmd.SetOut(&buf)
+	cmd.SetErr(&buf)
+	cmd.SetArgs(append([]string{"doctor", "--kubeconfig", env.KubeconfigPath}, args...))
+	err := cmd.ExecuteContext(context.Background())
+	return buf.String(), err
+}
