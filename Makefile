@@ -15,7 +15,7 @@ export KUBE_VERSION ETCD_VERSION
 
 BINARIES := talos-ccm ccm-coordinator ccm-gate hybridctl
 
-.PHONY: all build test unit fuzz bench lint demo control-plane clean
+.PHONY: all build test unit fuzz bench lint demo control-plane clean generate verify-generated
 
 all: build
 
@@ -47,6 +47,13 @@ bench: control-plane
 
 demo: control-plane build
 	KUBEBUILDER_ASSETS=$$(hack/control-plane.sh) bin/hybridctl demo
+
+# Regenerates the NativeCCM CRD and deepcopy code (controller-gen, pinned).
+generate:
+	hack/coordinator-generate.sh
+
+verify-generated:
+	hack/coordinator-generate.sh --verify
 
 clean:
 	rm -rf bin
