@@ -387,6 +387,7 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	defer c.queue.Done(name)
 	switch err := c.sync(ctx, name); {
 	case err == nil:
+		c.unpark(name) // nothing else re-queues a parked node
 		c.queue.Forget(name)
 	case errors.Is(err, errWait):
 		c.park(name, true)
