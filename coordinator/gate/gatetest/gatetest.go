@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -21,6 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
@@ -124,11 +127,16 @@ type NodeSpec struct {
 	ProviderID string
 	// Ready sets the Ready condition True; otherwise False (NotReady).
 	Ready bool
+	// Labels are extra labels.
+	Labels map[string]string
 }
 
 // Node renders the spec as a Node object.
 func (s NodeSpec) Node() *corev1.Node {
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: s.Name, Labels: map[string]string{"kubernetes.io/hostname": s.Name}}}
+	for k, v := range s.Labels {
+		n.Labels[k] = v
+	}
 	if s.Platform != "" {
 		n.Labels[PlatformLabel] = s.Platform
 	} else {
@@ -138,27 +146,73 @@ func (s NodeSpec) Node() *corev1.Node {
 	return n
 }
 
-// CreateNodes creates the nodes and sets their Ready condition.
+// CreateNodes creates the nodes and sets their Ready condition, a few at a
+// time.
 func CreateNodes(ctx context.Context, cs kubernetes.Interface, specs ...NodeSpec) error {
+	const workers = 16
+	work := make(chan NodeSpec)
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for s := range work {
+				if err := createNode(ctx, cs, s); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	var err error
+feed:
 	for _, s := range specs {
-		n, err := cs.CoreV1().Nodes().Create(ctx, s.Node(), metav1.CreateOptions{})
-		if err != nil {
-			return fmt.Errorf("create node %s: %w", s.Name, err)
-		}
-		status := corev1.ConditionFalse
-		if s.Ready {
-			status = corev1.ConditionTrue
-		}
-		now := metav1.Now()
-		n.Status.Conditions = []corev1.NodeCondition{{
-			Type: corev1.NodeReady, Status: status, Reason: "Test",
-			LastHeartbeatTime: now, LastTransitionTime: now,
-		}}
-		if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("node %s status: %w", s.Name, err)
+		select {
+		case work <- s:
+		case err = <-errs:
+			break feed
 		}
 	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	if err != nil {
+		return err
+	}
+	return <-errs
+}
+
+func createNode(ctx context.Context, cs kubernetes.Interface, s NodeSpec) error {
+	n, err := cs.CoreV1().Nodes().Create(ctx, s.Node(), metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("create node %s: %w", s.Name, err)
+	}
+	status := corev1.ConditionFalse
+	if s.Ready {
+		status = corev1.ConditionTrue
+	}
+	now := metav1.Now()
+	n.Status.Conditions = []corev1.NodeCondition{{
+		Type: corev1.NodeReady, Status: status, Reason: "Test",
+		LastHeartbeatTime: now, LastTransitionTime: now,
+	}}
+	if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("node %s status: %w", s.Name, err)
+	}
 	return nil
+}
+
+// DeleteNodes removes the nodes matching a label selector and waits until they
+// are gone.
+func DeleteNodes(ctx context.Context, cs kubernetes.Interface, selector string) error {
+	if err := cs.CoreV1().Nodes().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: selector}); err != nil {
+		return err
+	}
+	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		l, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: selector, Limit: 1})
+		return err == nil && len(l.Items) == 0, err
+	})
 }
 
 // DeleteAllNodes removes every node and waits until none is left.
@@ -199,4 +253,19 @@ func WaitFence(ctx context.Context, ccm kubernetes.Interface, node string, activ
 		}
 		return denied == active, nil
 	})
+}
+
+// WriteKubeconfig writes cfg (host, CA, client certificate or token) as a
+// kubeconfig file, for a ccm-gate run as a subprocess or through proxy.Serve.
+func WriteKubeconfig(cfg *rest.Config, path string) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData, CertificateAuthority: cfg.CAFile}
+	kc.AuthInfos["test"] = &clientcmdapi.AuthInfo{
+		ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData,
+		ClientCertificate: cfg.CertFile, ClientKey: cfg.KeyFile,
+		Token: cfg.BearerToken,
+	}
+	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "test"}
+	kc.CurrentContext = "test"
+	return clientcmd.WriteToFile(*kc, path)
 }

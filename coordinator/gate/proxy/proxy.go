@@ -1,0 +1,378 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+)
+
+// DefaultPlatformLabel is the routing key talos-ccm writes on every node it
+// initializes: the trust boundary of the view.
+const DefaultPlatformLabel = "node.cloudprovider.kubernetes.io/platform"
+
+// CredentialMode says whose credentials reach the API server.
+type CredentialMode string
+
+const (
+	// ForwardCredentials forwards the caller's Authorization and impersonation
+	// headers and adds none: the API server sees the CCM itself. The default.
+	ForwardCredentials CredentialMode = "forward"
+	// OwnCredentials drops the caller's credentials and authenticates with the
+	// gate's own (Config.Upstream). Use it only when the CCM's credentials cannot
+	// travel through a proxy (client certificates) and the gate's identity is the
+	// CCM's: anyone who can reach the listener acts with that identity.
+	OwnCredentials CredentialMode = "own"
+)
+
+// Config configures a Proxy.
+type Config struct {
+	// Upstream is the API server. Its credentials are the gate's own: used for
+	// the node cache, and for every request with OwnCredentials.
+	Upstream *rest.Config
+	// Platform is the value of the platform label this view shows.
+	Platform string
+	// PlatformLabel is the routing label key; default DefaultPlatformLabel.
+	PlatformLabel string
+	// Credentials is ForwardCredentials (default) or OwnCredentials.
+	Credentials CredentialMode
+	// DisableCache makes every single-node check a read from the API server.
+	DisableCache bool
+	// Registerer receives the gate's metrics; nil: none.
+	Registerer prometheus.Registerer
+	// Log is the logger; default klog.Background().
+	Log logr.Logger
+}
+
+// Proxy is the node view: an http.Handler in front of the API server.
+type Proxy struct {
+	cfg         Config
+	log         logr.Logger
+	base        *url.URL
+	transport   http.RoundTripper
+	requirement labels.Requirement
+	cache       *nodeCache
+	rp          *httputil.ReverseProxy
+	metrics     *metrics
+}
+
+var _ http.Handler = (*Proxy)(nil)
+
+// New validates cfg and builds the proxy. Call Start before serving.
+func New(cfg Config) (*Proxy, error) {
+	const op = "proxy.New"
+	if cfg.Upstream == nil {
+		return nil, fmt.Errorf("%s: no upstream API server", op)
+	}
+	if cfg.Platform == "" {
+		return nil, fmt.Errorf("%s: no platform: an empty platform would show every unlabelled node", op)
+	}
+	if cfg.PlatformLabel == "" {
+		cfg.PlatformLabel = DefaultPlatformLabel
+	}
+	switch cfg.Credentials {
+	case "":
+		cfg.Credentials = ForwardCredentials
+	case ForwardCredentials, OwnCredentials:
+	default:
+		return nil, fmt.Errorf("%s: credentials mode %q: want %q or %q", op, cfg.Credentials, ForwardCredentials, OwnCredentials)
+	}
+	if cfg.Log.GetSink() == nil {
+		cfg.Log = klog.Background()
+	}
+	req, err := platformRequirement(cfg.PlatformLabel, cfg.Platform)
+	if err != nil {
+		return nil, fmt.Errorf("%s: platform %q: %w", op, cfg.Platform, err)
+	}
+	base, err := upstreamURL(cfg.Upstream)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	forwardCfg := rest.CopyConfig(cfg.Upstream)
+	if cfg.Credentials == ForwardCredentials {
+		// TLS trust only: the caller's credentials travel, the gate's never do.
+		forwardCfg = rest.AnonymousClientConfig(cfg.Upstream)
+	}
+	transport, err := rest.TransportFor(forwardCfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: upstream transport: %w", op, err)
+	}
+	p := &Proxy{
+		cfg:         cfg,
+		log:         cfg.Log.WithValues("platform", cfg.Platform),
+		base:        base,
+		transport:   transport,
+		requirement: req,
+		metrics:     newMetrics(cfg.Registerer),
+	}
+	if !cfg.DisableCache {
+		if p.cache, err = newNodeCache(cfg.Upstream, cfg.PlatformLabel, cfg.Platform); err != nil {
+			return nil, fmt.Errorf("%s: node cache: %w", op, err)
+		}
+	}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite:       func(pr *httputil.ProxyRequest) { pr.SetURL(p.base) },
+		Transport:     transport,
+		FlushInterval: -1, // watches and large lists stream through as they come
+		ErrorHandler:  p.upstreamFailed,
+		ErrorLog:      nil,
+	}
+	return p, nil
+}
+
+func upstreamURL(cfg *rest.Config) (*url.URL, error) {
+	host := cfg.Host
+	if host == "" {
+		return nil, errors.New("upstream has no host")
+	}
+	if !strings.Contains(host, "://") {
+		scheme := "https"
+		if cfg.Insecure && len(cfg.CAData) == 0 && cfg.CAFile == "" && len(cfg.CertData) == 0 && cfg.CertFile == "" {
+			scheme = "http"
+		}
+		host = scheme + "://" + host
+	}
+	u, err := url.Parse(host)
+	if err != nil {
+		return nil, fmt.Errorf("upstream host %q: %w", cfg.Host, err)
+	}
+	u.Path = strings.TrimSuffix(u.Path+cfg.APIPath, "/")
+	return u, nil
+}
+
+// Start runs the node cache until ctx ends and waits for its first list.
+func (p *Proxy) Start(ctx context.Context) error {
+	if p.cache == nil {
+		return nil
+	}
+	go p.cache.run(ctx)
+	if !p.cache.waitSynced(ctx) {
+		return fmt.Errorf("proxy.Start: node cache not synced: %w", ctx.Err())
+	}
+	p.log.Info("node cache synced")
+	return nil
+}
+
+// Ready reports whether the view can answer (the cache, if any, has synced).
+func (p *Proxy) Ready() bool { return p.cache == nil || p.cache.synced() }
+
+// ServeHTTP implements http.Handler.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rt, err := classify(r.URL)
+	if err != nil {
+		p.refuse(w, r, rt, badRequest(err))
+		return
+	}
+	if p.cfg.Credentials == OwnCredentials {
+		for k := range r.Header {
+			if credentialHeader(k) {
+				r.Header.Del(k)
+			}
+		}
+	}
+	switch rt.kind {
+	case routeOther:
+		p.forward(w, r, rt, decisionForwarded)
+	case routeLegacyProxy:
+		p.refuse(w, r, rt, forbidden("proxy", "", errors.New("the legacy /api/v1/proxy/nodes path is not served")))
+	case routeNodes:
+		switch r.Method {
+		case http.MethodGet, http.MethodHead:
+			p.filter(w, r, rt)
+		case http.MethodDelete:
+			p.refuse(w, r, rt, forbidden("deletecollection", "", errors.New("the view cannot check every node of a collection; delete nodes one by one")))
+		case http.MethodPost:
+			p.refuse(w, r, rt, forbidden("create", "", errors.New("a native CCM never creates nodes")))
+		default:
+			p.refuse(w, r, rt, methodNotAllowed(r.Method, r.URL.Path))
+		}
+	case routeWatchNodes:
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			p.refuse(w, r, rt, methodNotAllowed(r.Method, r.URL.Path))
+			return
+		}
+		p.filter(w, r, rt)
+	case routeNode:
+		if rt.subresource == "" && r.Method == http.MethodDelete {
+			p.deleteNode(w, r, rt)
+			return
+		}
+		p.single(w, r, rt)
+	}
+}
+
+// filter injects the platform selector into a list or watch and forwards it.
+func (p *Proxy) filter(w http.ResponseWriter, r *http.Request, rt route) {
+	q, err := viewSelector(r.URL.Query(), p.requirement)
+	if err != nil {
+		p.refuse(w, r, rt, badRequest(err))
+		return
+	}
+	r.URL.RawQuery = q
+	r.RequestURI = ""
+	p.forward(w, r, rt, decisionFiltered)
+}
+
+// single forwards a request for one Node (or one of its subresources) when the
+// Node is in the view, and answers 404 otherwise.
+func (p *Proxy) single(w http.ResponseWriter, r *http.Request, rt route) {
+	_, ok, err := p.lookup(r, rt.name, true)
+	if err != nil {
+		p.lookupFailed(w, r, rt, err)
+		return
+	}
+	if !ok {
+		p.hide(w, r, rt)
+		return
+	}
+	p.forward(w, r, rt, decisionForwarded)
+}
+
+// deleteNode checks the Node with a fresh read and forwards the DELETE with
+// uid and resourceVersion preconditions of what it checked: if the Node was
+// relabelled (or replaced) in between, the API server answers 409 Conflict.
+func (p *Proxy) deleteNode(w http.ResponseWriter, r *http.Request, rt route) {
+	meta, ok, err := p.lookup(r, rt.name, false)
+	if err != nil {
+		p.lookupFailed(w, r, rt, err)
+		return
+	}
+	if !ok {
+		p.hide(w, r, rt)
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxDeleteBody+1))
+	if err != nil {
+		p.refuse(w, r, rt, badRequest(fmt.Errorf("read delete options: %w", err)))
+		return
+	}
+	if len(body) > maxDeleteBody {
+		p.refuse(w, r, rt, badRequest(errors.New("delete options too large")))
+		return
+	}
+	opts, err := decodeDeleteOptions(body, r.Header.Get("Content-Type"))
+	if err != nil {
+		p.refuse(w, r, rt, badRequest(err))
+		return
+	}
+	if opts.Preconditions == nil {
+		opts.Preconditions = &metav1.Preconditions{}
+	}
+	if opts.Preconditions.UID == nil {
+		uid := types.UID(meta.UID)
+		opts.Preconditions.UID = &uid
+	}
+	if opts.Preconditions.ResourceVersion == nil {
+		rv := meta.ResourceVersion
+		opts.Preconditions.ResourceVersion = &rv
+	}
+	out, err := encodeDeleteOptions(opts)
+	if err != nil {
+		p.refuse(w, r, rt, badRequest(err))
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(out))
+	r.ContentLength = int64(len(out))
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set("Content-Length", strconv.Itoa(len(out)))
+	r.Header.Del("Content-Encoding")
+	r.TransferEncoding = nil
+	p.log.V(2).Info("forwarding node delete with preconditions", "node", rt.name, "uid", meta.UID, "resourceVersion", meta.ResourceVersion)
+	p.forward(w, r, rt, decisionForwarded)
+}
+
+// lookup says whether a Node is in the view. cached allows the node cache; a
+// cache miss is always confirmed by a read, so a node that just joined the
+// view is never hidden by a cache that is behind.
+func (p *Proxy) lookup(r *http.Request, name string, cached bool) (nodeMeta, bool, error) {
+	if cached && p.cache != nil && p.cache.synced() {
+		start := time.Now()
+		m, ok := p.cache.get(name)
+		if ok && p.inView(m) {
+			p.metrics.checks.WithLabelValues(sourceCache).Observe(since(start))
+			return m, true, nil
+		}
+	}
+	start := time.Now()
+	m, found, err := p.readNode(r.Context(), r.Header, name)
+	p.metrics.checks.WithLabelValues(sourceAPI).Observe(since(start))
+	if err != nil || !found {
+		return nodeMeta{}, false, err
+	}
+	return m, p.inView(m), nil
+}
+
+func (p *Proxy) inView(m nodeMeta) bool {
+	v, ok := m.Labels[p.cfg.PlatformLabel]
+	return ok && v == p.cfg.Platform
+}
+
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, rt route, decision string) {
+	p.metrics.requests.WithLabelValues(rt.kind.String(), decision).Inc()
+	p.log.V(5).Info("forwarding", "method", r.Method, "path", r.URL.Path, "query", r.URL.RawQuery, "decision", decision)
+	p.rp.ServeHTTP(w, r)
+}
+
+func (p *Proxy) hide(w http.ResponseWriter, r *http.Request, rt route) {
+	p.metrics.requests.WithLabelValues(rt.kind.String(), decisionHidden).Inc()
+	p.log.V(2).Info("node outside the view", "node", rt.name, "method", r.Method, "subresource", rt.subresource)
+	writeStatus(w, notFound(rt.name))
+}
+
+func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, rt route, s metav1.Status) {
+	p.metrics.requests.WithLabelValues(rt.kind.String(), decisionRefused).Inc()
+	p.log.Info("refused request", "method", r.Method, "path", r.URL.Path, "code", s.Code, "message", s.Message)
+	writeStatus(w, s)
+}
+
+func (p *Proxy) lookupFailed(w http.ResponseWriter, r *http.Request, rt route, err error) {
+	p.metrics.requests.WithLabelValues(rt.kind.String(), decisionError).Inc()
+	var ue *upstreamError
+	if errors.As(err, &ue) {
+		// The API server's own answer to the check (401, 403, 429, ...).
+		if ue.contentType != "" {
+			w.Header().Set("Content-Type", ue.contentType)
+		}
+		w.WriteHeader(ue.code)
+		_, _ = w.Write(ue.body)
+		return
+	}
+	if r.Context().Err() == nil {
+		p.log.Error(err, "node check failed", "node", rt.name, "method", r.Method)
+	}
+	writeStatus(w, badGateway(err))
+}
+
+func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil {
+		return // the client went away (a watch ended): nothing to answer
+	}
+	p.metrics.requests.WithLabelValues("upstream", decisionError).Inc()
+	p.log.Error(err, "API server request failed", "method", r.Method, "path", r.URL.Path)
+	writeStatus(w, badGateway(err))
+}
+
+// credentialHeader reports whether a header carries the caller's identity.
+func credentialHeader(k string) bool {
+	k = http.CanonicalHeaderKey(k)
+	return k == "Authorization" || strings.HasPrefix(k, "Impersonate-")
+}
+
+func joinPath(a, b string) string {
+	return strings.TrimSuffix(a, "/") + b
+}

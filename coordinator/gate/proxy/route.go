@@ -1,0 +1,106 @@
+package proxy
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+)
+
+// routeKind is what a request path means to the view.
+type routeKind int
+
+const (
+	// routeOther is anything that is not about Nodes: forwarded unchanged.
+	routeOther routeKind = iota
+	// routeNodes is the Node collection, /api/v1/nodes (list, watch, create,
+	// deletecollection).
+	routeNodes
+	// routeWatchNodes is the legacy watch path /api/v1/watch/nodes[/{name}].
+	routeWatchNodes
+	// routeNode is one Node or one of its subresources, /api/v1/nodes/{name}[/...].
+	routeNode
+	// routeLegacyProxy is /api/v1/proxy/nodes/..., long removed from the API server.
+	routeLegacyProxy
+)
+
+// String names the route in metrics and logs.
+func (k routeKind) String() string {
+	switch k {
+	case routeNodes:
+		return "nodes"
+	case routeWatchNodes:
+		return "watch-nodes"
+	case routeNode:
+		return "node"
+	case routeLegacyProxy:
+		return "legacy-proxy"
+	default:
+		return "other"
+	}
+}
+
+// route is a classified request path.
+type route struct {
+	kind routeKind
+	// name of the Node (routeNode, and routeWatchNodes for a single node).
+	name string
+	// subresource is the rest of the path after the name ("status", "proxy/...").
+	subresource string
+}
+
+// classify maps a request URL to a route. Paths the API server could read
+// differently from the gate (escaped slashes, dot segments, empty segments) are
+// errors for every route, so that what the gate checks is what the API server
+// serves.
+func classify(u *url.URL) (route, error) {
+	p := u.Path
+	if u.RawPath != "" {
+		return route{}, fmt.Errorf("path %q contains escaped characters", u.EscapedPath())
+	}
+	if !strings.HasPrefix(p, "/") {
+		return route{}, fmt.Errorf("path %q is not absolute", p)
+	}
+	var segs []string
+	empty := false
+	for _, s := range strings.Split(p[1:], "/") {
+		switch s {
+		case ".", "..":
+			return route{}, fmt.Errorf("path %q contains dot segments", p)
+		case "":
+			empty = true
+		default:
+			segs = append(segs, s)
+		}
+	}
+	if len(segs) < 3 || segs[0] != "api" || segs[1] != "v1" {
+		return route{kind: routeOther}, nil
+	}
+	if empty && (segs[2] == "nodes" || segs[2] == "watch" || segs[2] == "proxy") {
+		// "//" or a trailing slash: the gate must read these paths exactly as the
+		// API server does, so it reads only the canonical form.
+		return route{}, fmt.Errorf("path %q contains an empty segment", p)
+	}
+	switch segs[2] {
+	case "nodes":
+		if len(segs) == 3 {
+			return route{kind: routeNodes}, nil
+		}
+		return route{kind: routeNode, name: segs[3], subresource: strings.Join(segs[4:], "/")}, nil
+	case "watch":
+		if len(segs) >= 4 && segs[3] == "nodes" {
+			switch len(segs) {
+			case 4:
+				return route{kind: routeWatchNodes}, nil
+			case 5:
+				return route{kind: routeWatchNodes, name: segs[4]}, nil
+			default:
+				return route{}, fmt.Errorf("path %q: watch of a node subresource", p)
+			}
+		}
+	case "proxy":
+		if len(segs) >= 4 && segs[3] == "nodes" {
+			return route{kind: routeLegacyProxy}, nil
+		}
+	}
+	return route{kind: routeOther}, nil
+}

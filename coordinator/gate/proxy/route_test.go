@@ -1,0 +1,152 @@
+package proxy
+
+import (
+	"net/url"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+func TestClassify(t *testing.T) {
+	tests := []struct {
+		// raw is the request URI as a client sends it.
+		raw string
+		// want is the route; ignored when wantErr.
+		want route
+		// wantErr: the gate must refuse the path (400).
+		wantErr bool
+	}{
+		{raw: "/api/v1/nodes", want: route{kind: routeNodes}},
+		{raw: "/api/v1/nodes?watch=true&labelSelector=a%3Db", want: route{kind: routeNodes}},
+		{raw: "/api/v1/nodes/web-1", want: route{kind: routeNode, name: "web-1"}},
+		{raw: "/api/v1/nodes/web-1/status", want: route{kind: routeNode, name: "web-1", subresource: "status"}},
+		{raw: "/api/v1/nodes/web-1/proxy/metrics/cadvisor", want: route{kind: routeNode, name: "web-1", subresource: "proxy/metrics/cadvisor"}},
+		{raw: "/api/v1/watch/nodes", want: route{kind: routeWatchNodes}},
+		{raw: "/api/v1/watch/nodes/web-1", want: route{kind: routeWatchNodes, name: "web-1"}},
+		{raw: "/api/v1/watch/nodes/web-1/status", wantErr: true},
+		{raw: "/api/v1/proxy/nodes/web-1/pods", want: route{kind: routeLegacyProxy}},
+		{raw: "/api/v1/namespaces/kube-system/leases/x", want: route{kind: routeOther}},
+		{raw: "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/x", want: route{kind: routeOther}},
+		{raw: "/api/v1", want: route{kind: routeOther}},
+		{raw: "/api", want: route{kind: routeOther}},
+		{raw: "/", want: route{kind: routeOther}},
+		{raw: "/healthz", want: route{kind: routeOther}},
+		{raw: "/openapi/v3/", want: route{kind: routeOther}},
+		// Paths the API server could read differently from the gate.
+		{raw: "/api/v1/nodes/aws-1%2Fstatus", wantErr: true},
+		{raw: "/api/v1/nodes/web-1/../aws-1", wantErr: true},
+		{raw: "/api/v1/namespaces/../nodes/aws-1", wantErr: true},
+		{raw: "/api//v1/nodes/aws-1", wantErr: true},
+		{raw: "/api/v1//nodes", wantErr: true},
+		{raw: "/api/v1/nodes/", wantErr: true},
+		{raw: "/api/v1/nodes/aws-1/", wantErr: true},
+		{raw: "/api/v1/watch//nodes", wantErr: true},
+		{raw: "/api/v1/./nodes", wantErr: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.raw, func(t *testing.T) {
+			u, err := url.ParseRequestURI(tc.raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := classify(u)
+			if tc.wantErr {
+				if err == nil {
+					t.Fatalf("classify = %+v, want an error", got)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Fatalf("classify = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestViewSelector(t *testing.T) {
+	req, err := platformRequirement(DefaultPlatformLabel, "hcloud")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		// query is the client's raw query.
+		query string
+		// want is the labelSelector forwarded; ignored when wantErr.
+		want string
+		// wantErr: refused with 400.
+		wantErr bool
+	}{
+		{query: "", want: DefaultPlatformLabel + "=hcloud"},
+		{query: "labelSelector=", want: DefaultPlatformLabel + "=hcloud"},
+		{query: "labelSelector=zone%3Da", want: DefaultPlatformLabel + "=hcloud,zone=a"},
+		{query: "labelSelector=" + url.QueryEscape(DefaultPlatformLabel+"=aws"), want: DefaultPlatformLabel + "=aws," + DefaultPlatformLabel + "=hcloud"},
+		{query: "labelSelector=" + url.QueryEscape("x in (a,b),!y"), want: DefaultPlatformLabel + "=hcloud,x in (a,b),!y"},
+		// A selector that, pasted as text, would swallow the platform requirement.
+		{query: "labelSelector=" + url.QueryEscape("x in (a"), wantErr: true},
+		{query: "labelSelector=a&labelSelector=b", wantErr: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.query, func(t *testing.T) {
+			q, _ := url.ParseQuery(tc.query)
+			raw, err := viewSelector(q, req)
+			if tc.wantErr {
+				if err == nil {
+					t.Fatalf("viewSelector = %q, want an error", raw)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, _ := url.ParseQuery(raw)
+			if got := out.Get("labelSelector"); got != tc.want {
+				t.Fatalf("labelSelector = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestDecodeDeleteOptions(t *testing.T) {
+	uid := types.UID("u-1")
+	grace := int64(5)
+	in := &metav1.DeleteOptions{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "DeleteOptions"}, GracePeriodSeconds: &grace, Preconditions: &metav1.Preconditions{UID: &uid}}
+	s := runtime.NewScheme()
+	metav1.AddToGroupVersion(s, metav1.SchemeGroupVersion)
+	pb, err := runtime.Encode(protobuf.NewSerializer(s, s), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, contentType string
+		body              []byte
+		// wantUID is the precondition read back; empty: none.
+		wantUID string
+	}{
+		{name: "empty body", body: nil},
+		{name: "json", contentType: "application/json", body: []byte(`{"kind":"DeleteOptions","apiVersion":"v1","preconditions":{"uid":"u-1"}}`), wantUID: "u-1"},
+		{name: "json without kind", contentType: "application/json", body: []byte(`{"preconditions":{"uid":"u-1"}}`), wantUID: "u-1"},
+		{name: "json meta.k8s.io", contentType: "application/json", body: []byte(`{"kind":"DeleteOptions","apiVersion":"meta.k8s.io/v1","preconditions":{"uid":"u-1"}}`), wantUID: "u-1"},
+		{name: "protobuf", contentType: "application/vnd.kubernetes.protobuf", body: pb, wantUID: "u-1"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := decodeDeleteOptions(tc.body, tc.contentType)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var uid string
+			if got.Preconditions != nil && got.Preconditions.UID != nil {
+				uid = string(*got.Preconditions.UID)
+			}
+			if uid != tc.wantUID {
+				t.Fatalf("uid precondition %q, want %q", uid, tc.wantUID)
+			}
+		})
+	}
+}

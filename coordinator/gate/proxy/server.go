@@ -1,0 +1,156 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+)
+
+// ServerOptions are ccm-gate's command-line options.
+type ServerOptions struct {
+	// Listen is the proxy's address; loopback, because the CCM is in the same pod.
+	Listen string
+	// TLSDir holds the self-signed serving certificate; empty serves plain HTTP.
+	TLSDir string
+	// HealthListen serves /livez, /readyz and /metrics; empty disables it.
+	HealthListen string
+	// Kubeconfig of the upstream API server; empty: in-cluster configuration.
+	Kubeconfig string
+	// Platform and PlatformLabel define the view.
+	Platform      string
+	PlatformLabel string
+	// Credentials is "forward" or "own".
+	Credentials string
+	// Cache keeps the platform's node names in memory for single-node checks.
+	Cache bool
+}
+
+// DefaultServerOptions are the defaults of the flags.
+func DefaultServerOptions() ServerOptions {
+	return ServerOptions{
+		Listen:        "127.0.0.1:20258",
+		HealthListen:  ":21258",
+		PlatformLabel: DefaultPlatformLabel,
+		Credentials:   string(ForwardCredentials),
+		Cache:         true,
+	}
+}
+
+// BindFlags registers the options as flags.
+func (o *ServerOptions) BindFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Listen, "listen", o.Listen, "Address the proxy serves the native CCM on (keep it on loopback).")
+	fs.StringVar(&o.TLSDir, "tls-dir", o.TLSDir, "Directory for the self-signed serving certificate ("+CertFile+", "+KeyFile+"); empty serves plain HTTP.")
+	fs.StringVar(&o.HealthListen, "health-listen", o.HealthListen, "Address of /livez, /readyz and /metrics; empty disables them.")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the API server; empty uses the pod's in-cluster configuration.")
+	fs.StringVar(&o.Platform, "platform", o.Platform, "Platform whose nodes the CCM may see (value of --platform-label). Required.")
+	fs.StringVar(&o.PlatformLabel, "platform-label", o.PlatformLabel, "Node label that routes nodes to platforms.")
+	fs.StringVar(&o.Credentials, "credentials", o.Credentials, `Whose credentials reach the API server: "forward" (the CCM's own, default) or "own" (the gate's kubeconfig; only where the CCM's cannot be forwarded).`)
+	fs.BoolVar(&o.Cache, "cache", o.Cache, "Keep the platform's node names in memory for single-node checks (otherwise every check reads the node).")
+}
+
+// Serve runs ccm-gate until ctx ends. ready, if not nil, is called once both
+// listeners accept connections, with the proxy's URL and the health address
+// (empty when disabled).
+func Serve(ctx context.Context, o ServerOptions, ready func(proxyURL, healthAddr string)) error {
+	const op = "proxy.Serve"
+	log := klog.FromContext(ctx)
+	var upstream *rest.Config
+	var err error
+	if o.Kubeconfig != "" {
+		upstream, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	} else {
+		upstream, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return fmt.Errorf("%s: upstream configuration: %w", op, err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	p, err := New(Config{
+		Upstream:      upstream,
+		Platform:      o.Platform,
+		PlatformLabel: o.PlatformLabel,
+		Credentials:   CredentialMode(o.Credentials),
+		DisableCache:  !o.Cache,
+		Registerer:    reg,
+		Log:           log,
+	})
+	if err != nil {
+		return err
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, 3)
+	go func() {
+		if err := p.Start(ctx); err != nil && ctx.Err() == nil {
+			errs <- err
+		}
+	}()
+
+	var servers []*http.Server
+	var healthAddr string
+	if o.HealthListen != "" {
+		ln, err := net.Listen("tcp", o.HealthListen)
+		if err != nil {
+			return fmt.Errorf("%s: health listener: %w", op, err)
+		}
+		healthAddr = ln.Addr().String()
+		hs := &http.Server{Handler: p.HealthHandler(reg), ReadHeaderTimeout: 10 * time.Second}
+		servers = append(servers, hs)
+		go func() { errs <- ignoreClosed(hs.Serve(ln)) }()
+	}
+
+	ln, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		return fmt.Errorf("%s: listener: %w", op, err)
+	}
+	ps := &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second}
+	servers = append(servers, ps)
+	scheme := "http"
+	if o.TLSDir != "" {
+		cert, err := LoadOrCreateServingCert(o.TLSDir)
+		if err != nil {
+			_ = ln.Close()
+			return err
+		}
+		ps.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
+		ln = tls.NewListener(ln, ps.TLSConfig)
+		scheme = "https"
+	}
+	go func() { errs <- ignoreClosed(ps.Serve(ln)) }()
+	log.Info("ccm-gate serving", "address", scheme+"://"+ln.Addr().String(), "platform", o.Platform, "credentials", o.Credentials, "upstream", upstream.Host)
+	if ready != nil {
+		ready(scheme+"://"+ln.Addr().String(), healthAddr)
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errs:
+	}
+	shutdown, cancelShutdown := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancelShutdown()
+	for _, s := range servers {
+		_ = s.Shutdown(shutdown)
+	}
+	return runErr
+}
+
+func ignoreClosed(err error) error {
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
