@@ -5,6 +5,7 @@
 package main
 
 import (
+	goflag "flag"
 	"fmt"
 	"os"
 	"time"
@@ -50,6 +51,9 @@ func main() {
 	leaderOpts.BindFlags(flag.CommandLine)
 	clientOpts.BindFlags(flag.CommandLine)
 	rateOpts.BindFlags(flag.CommandLine)
+	// --kubeconfig (registered by controller-runtime on the Go flag set; without
+	// it: $KUBECONFIG, in-cluster, ~/.kube/config)
+	flag.CommandLine.AddGoFlagSet(goflag.CommandLine)
 	flag.Parse()
 
 	log := logger.NewLogger(logOpts)

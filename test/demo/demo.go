@@ -26,9 +26,14 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	cloudproviderapi "k8s.io/cloud-provider/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/csr/csrtest"
+	v1alpha1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
@@ -114,7 +119,9 @@ func Run(ctx context.Context, o Options) (err error) {
 	defer os.RemoveAll(work)
 
 	v.step("starting a real control plane (kube-apiserver + etcd)")
-	env, err := testenv.Start(testenv.Options{})
+	env, err := testenv.Start(testenv.Options{
+		CRDDirectoryPaths: []string{filepath.Join(testenv.RepoRoot(), "charts", "ccm-coordinator", "crds")},
+	})
 	if err != nil {
 		return err
 	}
@@ -157,6 +164,22 @@ func Run(ctx context.Context, o Options) (err error) {
 	}
 	defer stopCCM()
 
+	v.step("starting ccm-coordinator; NativeCCMs for hcloud, aws, gcp with credentials Secrets")
+	stopCoord, err := startProcess(filepath.Join(o.BinDir, "ccm-coordinator"), filepath.Join(work, "ccm-coordinator.log"),
+		"--kubeconfig="+env.KubeconfigPath, "--metrics-addr=0", "--health-addr=0", "--helm-wait=false",
+		"--uninstall-grace-period=30s", "--wait-interval=2s", "--log-level=info")
+	if err != nil {
+		return err
+	}
+	defer stopCoord()
+	cc, err := controllerClient(env)
+	if err != nil {
+		return err
+	}
+	if err := createNativeCCMs(ctx, cc); err != nil {
+		return err
+	}
+
 	v.step("registering nodes as kubelets do (uninitialized taint, provided-node-ip)")
 	cs := env.Client
 	for _, n := range nodes {
@@ -182,7 +205,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		st, err := observe(ctx, cs, len(nodes))
+		st, err := observe(ctx, cs, cc, len(nodes))
 		if err != nil {
 			return err
 		}
@@ -287,10 +310,11 @@ func submitCSR(ctx context.Context, env *testenv.Env, n simNode, csrName string,
 type state struct {
 	nodes    []corev1.Node
 	csrs     []certificatesv1.CertificateSigningRequest
+	natives  []v1alpha1.NativeCCM
 	expected int
 }
 
-func observe(ctx context.Context, cs kubernetes.Interface, expected int) (*state, error) {
+func observe(ctx context.Context, cs kubernetes.Interface, cc client.Client, expected int) (*state, error) {
 	nl, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
@@ -299,9 +323,14 @@ func observe(ctx context.Context, cs kubernetes.Interface, expected int) (*state
 	if err != nil {
 		return nil, err
 	}
+	var ncl v1alpha1.NativeCCMList
+	if err := cc.List(ctx, &ncl); err != nil {
+		return nil, err
+	}
+	sort.Slice(ncl.Items, func(i, j int) bool { return ncl.Items[i].Name < ncl.Items[j].Name })
 	sort.Slice(nl.Items, func(i, j int) bool { return nl.Items[i].Name < nl.Items[j].Name })
 	sort.Slice(cl.Items, func(i, j int) bool { return cl.Items[i].Name < cl.Items[j].Name })
-	return &state{nodes: nl.Items, csrs: cl.Items, expected: expected}, nil
+	return &state{nodes: nl.Items, csrs: cl.Items, natives: ncl.Items, expected: expected}, nil
 }
 
 func initialized(n *corev1.Node) bool {
@@ -341,12 +370,31 @@ func (s *state) counts() (initDone, approved, denied int) {
 
 func (s *state) done() bool {
 	i, a, d := s.counts()
-	return i == s.expected && a == s.expected && d == len(s.csrs)-s.expected
+	return i == s.expected && a == s.expected && d == len(s.csrs)-s.expected && s.readyNatives() == len(demoClouds)
+}
+
+func nativeReady(n *v1alpha1.NativeCCM) (bool, string) {
+	c := apimeta.FindStatusCondition(n.Status.Conditions, "Ready")
+	if c == nil {
+		return false, "(not reconciled yet)"
+	}
+	return c.Status == metav1.ConditionTrue, c.Reason + ": " + c.Message
+}
+
+func (s *state) readyNatives() int {
+	n := 0
+	for i := range s.natives {
+		if ok, _ := nativeReady(&s.natives[i]); ok && s.natives[i].Status.Release != nil {
+			n++
+		}
+	}
+	return n
 }
 
 func (s *state) pending() string {
 	i, a, d := s.counts()
-	return fmt.Sprintf("%d/%d nodes initialized, %d/%d CSRs approved, %d denied", i, s.expected, a, s.expected, d)
+	return fmt.Sprintf("%d/%d nodes initialized, %d/%d CSRs approved, %d denied, %d/%d native CCMs installed",
+		i, s.expected, a, s.expected, d, s.readyNatives(), len(demoClouds))
 }
 
 // Check verifies the end state in detail (used by the demo test).
@@ -369,5 +417,45 @@ func (s *state) Check() error {
 			errs = append(errs, fmt.Errorf("CSR %s: %s (%s), want %s", c.Name, d, reason, want))
 		}
 	}
+	for i := range s.natives {
+		n := &s.natives[i]
+		if ok, why := nativeReady(n); !ok || n.Status.Release == nil {
+			errs = append(errs, fmt.Errorf("NativeCCM %s not installed: %s", n.Name, why))
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// demoClouds are the platforms that get a native CCM (metal has none).
+var demoClouds = []struct {
+	platform string
+	secret   string
+	data     map[string]string
+}{
+	{"aws", "aws-ccm", map[string]string{"access-key-id": "AKIADEMO", "secret-access-key": "demo", "cloud.conf": "[Global]\nRegion=eu-central-1\n"}},
+	{"gcp", "gcp-ccm", map[string]string{"credentials.json": "{}", "gce.conf": "[global]\nproject-id=hybrid-demo\n"}},
+	{"hcloud", "hcloud", map[string]string{"token": "demo-token"}},
+}
+
+func controllerClient(env *testenv.Env) (client.Client, error) {
+	sch := k8sruntime.NewScheme()
+	_ = clientgoscheme.AddToScheme(sch)
+	_ = v1alpha1.AddToScheme(sch)
+	return client.New(env.Config, client.Options{Scheme: sch})
+}
+
+// createNativeCCMs creates, per demo cloud, its credentials Secret (dummy
+// values: nothing leaves the machine) and a NativeCCM with install policy Auto.
+func createNativeCCMs(ctx context.Context, c client.Client) error {
+	for _, d := range demoClouds {
+		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: d.secret, Namespace: "kube-system"}, StringData: d.data}
+		if err := c.Create(ctx, sec); err != nil {
+			return fmt.Errorf("secret %s: %w", d.secret, err)
+		}
+		n := &v1alpha1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: d.platform}, Spec: v1alpha1.NativeCCMSpec{Platform: d.platform}}
+		if err := c.Create(ctx, n); err != nil {
+			return fmt.Errorf("nativeccm %s: %w", d.platform, err)
+		}
+	}
+	return nil
 }

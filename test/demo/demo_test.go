@@ -16,7 +16,7 @@ import (
 // CSR approved, the forged one denied.
 func TestDemoReachesEndState(t *testing.T) {
 	bin := t.TempDir()
-	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/talos-ccm").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/talos-ccm", "../../cmd/ccm-coordinator").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	var out bytes.Buffer
@@ -30,7 +30,8 @@ func TestDemoReachesEndState(t *testing.T) {
 		"node/hcloud-app-1", "providerID=hcloud://5101",
 		"node/web-metal1", "providerID=talos://metal/192.168.10.11",
 		"csr/forged-by-aws-web-1", "Denied",
-		"8/8 nodes initialized, 8/8 CSRs approved, 1 denied",
+		"nativeccm/hcloud", "installed: release native-ccm-hcloud",
+		"8/8 nodes initialized, 8/8 CSRs approved, 1 denied, 3/3 native CCMs installed",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out.String())

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	v1alpha1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 )
 
 // view renders the demo state: a table redrawn in place (interactive) or a line
@@ -58,6 +60,9 @@ func (v *view) render(s *state) {
 			}
 			v.changed("csr/"+s.csrs[i].Name, d)
 		}
+		for i := range s.natives {
+			v.changed("nativeccm/"+s.natives[i].Name, nativeLine(&s.natives[i]))
+		}
 		return
 	}
 	var b strings.Builder
@@ -66,8 +71,9 @@ func (v *view) render(s *state) {
 	for _, st := range v.steps {
 		fmt.Fprintf(&b, "  ✓ %s\n", st)
 	}
-	fmt.Fprintf(&b, "\n  nodes initialized %s %d/%d    CSRs approved %s %d/%d    denied %d\n\n",
-		bar(initDone, s.expected), initDone, s.expected, bar(approved, s.expected), approved, s.expected, denied)
+	fmt.Fprintf(&b, "\n  nodes initialized %s %d/%d    CSRs approved %s %d/%d    denied %d    native CCMs %s %d/%d\n\n",
+		bar(initDone, s.expected), initDone, s.expected, bar(approved, s.expected), approved, s.expected, denied,
+		bar(s.readyNatives(), len(demoClouds)), s.readyNatives(), len(demoClouds))
 	tw := tabwriter.NewWriter(&b, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  NODE\tPLATFORM\tPROVIDER ID\tZONE\tTYPE\tEXTRA LABELS")
 	for i := range s.nodes {
@@ -92,6 +98,17 @@ func (v *view) render(s *state) {
 		d, reason := csrDecision(c)
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t\t\n", c.Name, c.Spec.Username, d, reason)
 	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "  NATIVECCM\tNODES\tRELEASE\tSTATUS\t\t")
+	for i := range s.natives {
+		n := &s.natives[i]
+		rel := "-"
+		if n.Status.Release != nil {
+			rel = fmt.Sprintf("%s rev %d (%s)", n.Status.Release.Name, n.Status.Release.Revision, n.Status.Release.Chart)
+		}
+		_, why := nativeReady(n)
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t\t\n", n.Name, n.Status.Nodes, rel, why)
+	}
 	_ = tw.Flush()
 	fmt.Fprint(v.out, b.String())
 }
@@ -109,4 +126,12 @@ func (v *view) summary(s *state) {
 	if err := s.Check(); err != nil {
 		fmt.Fprintf(v.out, "not as expected:\n%v\n", err)
 	}
+}
+
+func nativeLine(n *v1alpha1.NativeCCM) string {
+	ok, why := nativeReady(n)
+	if ok && n.Status.Release != nil {
+		return fmt.Sprintf("installed: release %s rev %d, %d node(s), lifecycle-only", n.Status.Release.Name, n.Status.Release.Revision, n.Status.Nodes)
+	}
+	return why
 }
