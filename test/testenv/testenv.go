@@ -6,6 +6,7 @@
 package testenv
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -116,4 +117,15 @@ func Run(m *testing.M, opts Options, setup func(*Env)) int {
 	defer func() { _ = env.Stop() }()
 	setup(env)
 	return m.Run()
+}
+
+// BenchmarksRequested reports whether `go test -bench` selected benchmarks. A
+// benchmark-only package's TestMain uses it to skip starting a control plane
+// when it runs as part of `go test ./...`.
+func BenchmarksRequested() bool {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	f := flag.Lookup("test.bench")
+	return f != nil && f.Value.String() != ""
 }
