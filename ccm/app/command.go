@@ -96,9 +96,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 			Constructor: func(ic cpapp.ControllerInitContext, cc *cloudcontrollerconfig.CompletedConfig, _ cloudprovider.Interface) cpapp.InitFunc {
 				return func(ctx context.Context, _ genericcontrollermanager.ControllerContext) (controller.Interface, bool, error) {
 					client := cc.ClientBuilder.ClientOrDie(ic.ClientName)
-					// Nodes are cached without managedFields: no talos-ccm controller reads
-					// them, and they are a large share of a Node's memory.
-					_ = cc.SharedInformers.Core().V1().Nodes().Informer().SetTransform(stripManagedFields)
+					slimNodeCache(cc)
 					c, err := cloudnode.New(client, cc.SharedInformers.Core().V1().Nodes(), provider,
 						newRecorder(ctx, client, "talos-ccm"), cloudnode.Options{
 							Workers:               int(cc.ComponentConfig.NodeController.ConcurrentNodeSyncs),
@@ -120,6 +118,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 		Constructor: func(ic cpapp.ControllerInitContext, cc *cloudcontrollerconfig.CompletedConfig, _ cloudprovider.Interface) cpapp.InitFunc {
 			return func(ctx context.Context, _ genericcontrollermanager.ControllerContext) (controller.Interface, bool, error) {
 				client := cc.ClientBuilder.ClientOrDie(ic.ClientName)
+				slimNodeCache(cc)
 				c, err := csr.NewController(client, cc.SharedInformers.Certificates().V1().CertificateSigningRequests(),
 					cc.SharedInformers.Core().V1().Nodes(), provider, nil, csrOpts)
 				if err != nil {
@@ -149,6 +148,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 				if err != nil {
 					return nil, false, err
 				}
+				slimNodeCache(cc)
 				c, err := ipam.NewController(cc.ClientBuilder.ClientOrDie(ic.ClientName),
 					cc.SharedInformers.Core().V1().Nodes(), talosClient, nil, cfg)
 				if err != nil {
@@ -205,6 +205,17 @@ func newRecorder(ctx context.Context, client interface {
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	go func() { <-ctx.Done(); b.Shutdown() }()
 	return b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
+}
+
+// slimNodeCache makes the shared node informer cache Nodes without
+// managedFields: no talos-ccm controller reads them, and they are a large share
+// of a Node's memory. Every controller calls it (whichever --controllers
+// enables); it must happen before the informers start, which the framework does
+// after all controllers are constructed.
+func slimNodeCache(cc *cloudcontrollerconfig.CompletedConfig) {
+	// SetTransform fails only once the informer runs; a second call replaces the
+	// same function.
+	_ = cc.SharedInformers.Core().V1().Nodes().Informer().SetTransform(stripManagedFields)
 }
 
 // stripManagedFields drops metadata.managedFields from cached objects.

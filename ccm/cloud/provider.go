@@ -13,7 +13,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"sync"
 	"time"
@@ -313,10 +312,4 @@ func (p *Provider) Facts(ctx context.Context, node *corev1.Node) (*Facts, error)
 	p.mu.Unlock()
 	klog.V(4).InfoS("Established node facts", "node", klog.KObj(node), "platform", f.Platform, "providerID", f.ProviderID, "rules", f.Rules, "talosAddress", target)
 	return f, nil
-}
-
-// NewFromConfig is a cloudprovider factory for registration (reader and rules
-// are set by talos-ccm's main).
-func NewFromConfig(r TalosReader, rules *transform.Config) func(io.Reader) (cloudprovider.Interface, error) {
-	return func(io.Reader) (cloudprovider.Interface, error) { return New(r, rules), nil }
 }
