@@ -43,7 +43,7 @@ fuzz:
 	@hack/fuzz.sh $(FUZZTIME)
 
 bench: control-plane
-	KUBEBUILDER_ASSETS=$$(hack/control-plane.sh) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./test/bench/...
+	KUBEBUILDER_ASSETS=$$(hack/control-plane.sh) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./test/bench/... ./ccm/csr/integration
 
 demo: control-plane build
 	KUBEBUILDER_ASSETS=$$(hack/control-plane.sh) bin/hybridctl demo
