@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -86,6 +87,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 	csrOpts.AddFlags(fss.FlagSet("node-csr-approval"))
 
 	var provider *cloud.Provider
+	events := &sharedRecorder{}
 	initCloud := func(c *cloudcontrollerconfig.CompletedConfig) cloudprovider.Interface {
 		return provider
 	}
@@ -98,7 +100,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 					client := cc.ClientBuilder.ClientOrDie(ic.ClientName)
 					slimNodeCache(cc)
 					c, err := cloudnode.New(client, cc.SharedInformers.Core().V1().Nodes(), provider,
-						newRecorder(ctx, client, "talos-ccm"), cloudnode.Options{
+						events.recorder(ctx, client, cloudnode.ControllerName), cloudnode.Options{
 							Workers:               int(cc.ComponentConfig.NodeController.ConcurrentNodeSyncs),
 							StatusUpdateFrequency: cc.ComponentConfig.NodeStatusUpdateFrequency.Duration,
 							Enforce:               tf.enforce || provider.Rules().Global.Enforce,
@@ -120,7 +122,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 				client := cc.ClientBuilder.ClientOrDie(ic.ClientName)
 				slimNodeCache(cc)
 				c, err := csr.NewController(client, cc.SharedInformers.Certificates().V1().CertificateSigningRequests(),
-					cc.SharedInformers.Core().V1().Nodes(), provider, nil, csrOpts)
+					cc.SharedInformers.Core().V1().Nodes(), provider, events.recorder(ctx, client, csr.ControllerName), csrOpts)
 				if err != nil {
 					return nil, false, err
 				}
@@ -149,8 +151,8 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 					return nil, false, err
 				}
 				slimNodeCache(cc)
-				c, err := ipam.NewController(cc.ClientBuilder.ClientOrDie(ic.ClientName),
-					cc.SharedInformers.Core().V1().Nodes(), talosClient, nil, cfg)
+				client := cc.ClientBuilder.ClientOrDie(ic.ClientName)
+				c, err := ipam.NewController(client, cc.SharedInformers.Core().V1().Nodes(), talosClient, events.recorder(ctx, client, ipam.ControllerName), cfg)
 				if err != nil {
 					return nil, false, err
 				}
@@ -197,14 +199,24 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 	return cmd, nil
 }
 
-func newRecorder(ctx context.Context, client interface {
+// sharedRecorder is the one event broadcaster of the process; each controller
+// records through it under its own name as the event source component.
+type sharedRecorder struct {
+	once        sync.Once
+	broadcaster record.EventBroadcaster
+}
+
+func (r *sharedRecorder) recorder(ctx context.Context, client interface {
 	CoreV1() typedcorev1.CoreV1Interface
 }, component string) record.EventRecorder {
-	b := record.NewBroadcaster(record.WithContext(ctx))
-	b.StartStructuredLogging(3)
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	go func() { <-ctx.Done(); b.Shutdown() }()
-	return b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
+	r.once.Do(func() {
+		b := record.NewBroadcaster(record.WithContext(ctx))
+		b.StartStructuredLogging(3)
+		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+		go func() { <-ctx.Done(); b.Shutdown() }()
+		r.broadcaster = b
+	})
+	return r.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
 }
 
 // slimNodeCache makes the shared node informer cache Nodes without
