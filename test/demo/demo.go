@@ -153,12 +153,13 @@ func Run(ctx context.Context, o Options) (err error) {
 		return err
 	}
 
-	v.step("starting talos-ccm (cloud-node, node-csr-approval)")
+	v.step("starting talos-ccm (cloud-node, node-csr-approval, node-ipam-controller)")
 	logPath := filepath.Join(work, "talos-ccm.log")
 	stopCCM, err := startProcess(filepath.Join(o.BinDir, "talos-ccm"), logPath,
 		"--kubeconfig="+env.KubeconfigPath, "--authentication-kubeconfig="+env.KubeconfigPath,
 		"--authorization-kubeconfig="+env.KubeconfigPath, "--talosconfig="+talosconfig,
-		"--cloud-config="+rules, "--node-initialized-events", "--leader-elect=false", "--secure-port=0", "--v=2")
+		"--cloud-config="+rules, "--node-initialized-events", "--leader-elect=false", "--secure-port=0", "--v=2",
+		"--allocate-node-cidrs", "--cluster-cidr=10.244.0.0/16,fd00:10:244::/56")
 	if err != nil {
 		return err
 	}
@@ -353,7 +354,7 @@ func csrDecision(c *certificatesv1.CertificateSigningRequest) (string, string) {
 
 func (s *state) counts() (initDone, approved, denied int) {
 	for i := range s.nodes {
-		if initialized(&s.nodes[i]) {
+		if initialized(&s.nodes[i]) && len(s.nodes[i].Spec.PodCIDRs) == 2 {
 			initDone++
 		}
 	}
@@ -404,6 +405,9 @@ func (s *state) Check() error {
 		n := &s.nodes[i]
 		if !initialized(n) || n.Labels["node.cloudprovider.kubernetes.io/platform"] == "" {
 			errs = append(errs, fmt.Errorf("node %s not initialized", n.Name))
+		}
+		if len(n.Spec.PodCIDRs) != 2 {
+			errs = append(errs, fmt.Errorf("node %s has pod CIDRs %v, want one per family", n.Name, n.Spec.PodCIDRs))
 		}
 	}
 	for i := range s.csrs {

@@ -49,7 +49,8 @@ func (v *view) render(s *state) {
 			n := &s.nodes[i]
 			line := "waiting for talos-ccm"
 			if initialized(n) {
-				line = fmt.Sprintf("initialized: platform=%s providerID=%s zone=%s", n.Labels["node.cloudprovider.kubernetes.io/platform"], n.Spec.ProviderID, n.Labels["topology.kubernetes.io/zone"])
+				line = fmt.Sprintf("initialized: platform=%s providerID=%s zone=%s podCIDRs=%s", n.Labels["node.cloudprovider.kubernetes.io/platform"],
+					n.Spec.ProviderID, n.Labels["topology.kubernetes.io/zone"], strings.Join(n.Spec.PodCIDRs, ","))
 			}
 			v.changed("node/"+n.Name, line)
 		}
@@ -75,11 +76,11 @@ func (v *view) render(s *state) {
 		bar(initDone, s.expected), initDone, s.expected, bar(approved, s.expected), approved, s.expected, denied,
 		bar(s.readyNatives(), len(demoClouds)), s.readyNatives(), len(demoClouds))
 	tw := tabwriter.NewWriter(&b, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  NODE\tPLATFORM\tPROVIDER ID\tZONE\tTYPE\tEXTRA LABELS")
+	fmt.Fprintln(tw, "  NODE\tPLATFORM\tPROVIDER ID\tZONE\tTYPE\tPOD CIDRS\tEXTRA LABELS")
 	for i := range s.nodes {
 		n := &s.nodes[i]
 		if !initialized(n) {
-			fmt.Fprintf(tw, "  %s\t…\t(uninitialized)\t\t\t\n", n.Name)
+			fmt.Fprintf(tw, "  %s\t…\t(uninitialized)\t\t\t\t\n", n.Name)
 			continue
 		}
 		var extra []string
@@ -88,8 +89,9 @@ func (v *view) render(s *state) {
 				extra = append(extra, k+"="+val)
 			}
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Labels["node.cloudprovider.kubernetes.io/platform"],
-			n.Spec.ProviderID, n.Labels["topology.kubernetes.io/zone"], n.Labels["node.kubernetes.io/instance-type"], strings.Join(extra, ","))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Labels["node.cloudprovider.kubernetes.io/platform"],
+			n.Spec.ProviderID, n.Labels["topology.kubernetes.io/zone"], n.Labels["node.kubernetes.io/instance-type"],
+			strings.Join(n.Spec.PodCIDRs, ","), strings.Join(extra, ","))
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "  CSR\tREQUESTOR\tDECISION\tREASON\t\t")
