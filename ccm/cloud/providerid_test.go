@@ -1,6 +1,7 @@
 package cloud
 
 import (
+	"context"
 	"errors"
 	"net/netip"
 	"reflect"
@@ -110,5 +111,25 @@ func TestTalosTargets(t *testing.T) {
 	got, err := talosTargets(n, true)
 	if err != nil || got[0].String() != "fd00::1" || got[1].String() != "10.0.0.1" {
 		t.Fatalf("dual-stack preferIPv6: %v %v", got, err)
+	}
+}
+
+// talos-ccm has no cloud API: it must never be the reason a node is deleted or
+// tainted as shut down, whatever the node (unknown, foreign, uninitialized).
+func TestLifecycleAnswersNeverHarmNodes(t *testing.T) {
+	p := New(nil, nil)
+	for _, n := range []*corev1.Node{
+		{},
+		{Spec: corev1.NodeSpec{ProviderID: "aws:///us-east-1a/i-gone"}},
+		{Spec: corev1.NodeSpec{ProviderID: "talos://metal/10.0.0.1"}},
+	} {
+		exists, err := p.InstanceExists(context.Background(), n)
+		if !exists || err != nil {
+			t.Fatalf("InstanceExists(%q) = %v, %v", n.Spec.ProviderID, exists, err)
+		}
+		shutdown, err := p.InstanceShutdown(context.Background(), n)
+		if shutdown || err != nil {
+			t.Fatalf("InstanceShutdown(%q) = %v, %v", n.Spec.ProviderID, shutdown, err)
+		}
 	}
 }
