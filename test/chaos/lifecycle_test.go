@@ -1,0 +1,329 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clientfeatures "k8s.io/client-go/features"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/cloud-provider/controllers/nodelifecycle"
+	controllersmetrics "k8s.io/component-base/metrics/prometheus/controllers"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/gatetest"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy"
+	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
+)
+
+const (
+	ccmNamespace = "kube-system"
+	ccmName      = "native-ccm-hcloud"
+	// monitorPeriod is cloud-node-lifecycle's --node-monitor-period here (5 s upstream).
+	monitorPeriod = 100 * time.Millisecond
+	// settlePasses are the monitor passes the controller gets after the expected
+	// deletions, to make wrong ones that would follow visible.
+	settlePasses = 5
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) {
+	if _, err := testenv.AssetsDir(); err != nil {
+		fmt.Fprintln(os.Stderr, "skipping the chaos test:", err)
+		os.Exit(0)
+	}
+	os.Exit(testenv.Run(m, testenv.Options{}, func(e *testenv.Env) { env = e }))
+}
+
+// cluster is the scenario's cluster: four platforms and uninitialized nodes,
+// ten each, 30% of each NotReady.
+func cluster() []gatetest.NodeSpec {
+	var specs []gatetest.NodeSpec
+	for _, p := range []struct{ platform, id string }{
+		{"hcloud", "hcloud://%d"},
+		{"aws", "aws:///eu-central-1a/i-%08d"},
+		{"gcp", "gce://project/europe-west3-a/gcp-%d"},
+		{"metal", "talos://metal/10.0.0.%d"},
+		{"", ""}, // uninitialized: no platform label, empty providerID
+	} {
+		prefix := p.platform
+		if prefix == "" {
+			prefix = "uninit"
+		}
+		for i := range 10 {
+			s := gatetest.NodeSpec{Name: fmt.Sprintf("%s-%d", prefix, i), Platform: p.platform, Ready: i >= 3}
+			if p.id != "" {
+				s.ProviderID = fmt.Sprintf(p.id, i)
+			}
+			specs = append(specs, s)
+		}
+	}
+	return specs
+}
+
+func notReady(platform string) func(gatetest.NodeSpec) bool {
+	return func(s gatetest.NodeSpec) bool { return !s.Ready && (platform == "*" || s.Platform == platform) }
+}
+
+// TestLifecycleChaos runs the unmodified cloud-node-lifecycle controller of
+// k8s.io/cloud-provider with a cloud that says no instance exists, as the
+// hcloud NativeCCM's ServiceAccount, against a real API server.
+func TestLifecycleChaos(t *testing.T) {
+	scenarios := []struct {
+		name string
+		// view puts ccm-gate between the controller and the API server.
+		view bool
+		// credentials of the gate (view only): own (client certificate identity)
+		// or forward (a real ServiceAccount token, as in the pod).
+		credentials proxy.CredentialMode
+		// fence installs the admission policy.
+		fence bool
+		// wantDeleted are the nodes that must be gone; every other must remain.
+		wantDeleted func(gatetest.NodeSpec) bool
+		// foreignSeen: the cloud is asked about nodes of other platforms.
+		foreignSeen bool
+		// watchList turns on client-go's WatchListClient (as current CCMs run).
+		watchList bool
+	}{
+		{name: "ungated deletes foreign nodes", wantDeleted: notReady("*"), foreignSeen: true},
+		{name: "gate (view + fence)", view: true, credentials: proxy.OwnCredentials, fence: true, wantDeleted: notReady("hcloud")},
+		{name: "gate with forwarded ServiceAccount token", view: true, credentials: proxy.ForwardCredentials, fence: true, wantDeleted: notReady("hcloud")},
+		{name: "gate with a WatchList client", view: true, credentials: proxy.ForwardCredentials, fence: true, wantDeleted: notReady("hcloud"), watchList: true},
+		{name: "ungated WatchList client deletes foreign nodes", wantDeleted: notReady("*"), foreignSeen: true, watchList: true},
+		{name: "fence alone (view bypassed)", fence: true, wantDeleted: notReady("hcloud"), foreignSeen: true},
+		{name: "view alone (no fence)", view: true, credentials: proxy.OwnCredentials, wantDeleted: notReady("hcloud")},
+	}
+	ctx := context.Background()
+	admin := env.Client
+	if err := gatetest.GrantNativeCCM(ctx, admin, ccmNamespace, ccmName); err != nil {
+		t.Fatal(err)
+	}
+	ccmCert, err := gatetest.ServiceAccountUser(env, ccmNamespace, ccmName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := gatetest.ServiceAccountToken(ctx, admin, ccmNamespace, ccmName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ccmToken := &rest.Config{Host: env.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: env.Config.CAData}, BearerToken: token, QPS: -1, Burst: -1}
+	crc, err := client.New(env.Config, client.Options{Scheme: clientgoscheme.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fence := gate.Fence{NativeCCM: "hcloud", Platform: "hcloud", Username: gatetest.Username(ccmNamespace, ccmName), ProviderIDPrefixes: []string{"hcloud://", "hrobot://"}}
+
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+			defer cancel()
+			specs := cluster()
+			if err := gatetest.DeleteAllNodes(ctx, admin); err != nil {
+				t.Fatal(err)
+			}
+			if err := gatetest.CreateNodes(ctx, admin, specs...); err != nil {
+				t.Fatal(err)
+			}
+			direct := kubernetes.NewForConfigOrDie(ccmCert)
+			if sc.fence {
+				if _, err := gate.EnsurePolicy(ctx, crc, fence); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := gate.DeletePolicy(ctx, crc, "hcloud"); err != nil {
+				t.Fatal(err)
+			}
+			if err := gatetest.WaitFence(ctx, direct, "aws-0", sc.fence); err != nil {
+				t.Fatalf("fence active=%v never reached: %v", sc.fence, err)
+			}
+
+			// The CCM's API server: ccm-gate on loopback, or the real one.
+			ccm := ccmCert
+			if sc.credentials == proxy.ForwardCredentials {
+				ccm = ccmToken
+			}
+			if sc.view {
+				p, err := proxy.New(proxy.Config{Upstream: ccm, Platform: "hcloud", Credentials: sc.credentials})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := p.Start(ctx); err != nil {
+					t.Fatal(err)
+				}
+				srv := httptest.NewServer(p)
+				// Registered before the controller's cleanup, so it runs after it:
+				// a live informer would reconnect and keep Close waiting.
+				t.Cleanup(srv.Close)
+				through := &rest.Config{Host: srv.URL, QPS: -1, Burst: -1}
+				if sc.credentials == proxy.ForwardCredentials {
+					through.BearerToken = token
+				}
+				ccm = through
+			}
+
+			if sc.watchList {
+				prev := clientfeatures.FeatureGates()
+				clientfeatures.ReplaceFeatureGates(watchListGates{Gates: prev})
+				defer clientfeatures.ReplaceFeatureGates(prev)
+			}
+			cloud := newDangerousCloud()
+			passes := runLifecycle(t, ctx, ccm, cloud)
+
+			// Wait for the expected deletions, then give the controller more
+			// passes in which any wrong deletion would happen.
+			want := map[string]bool{}
+			for _, s := range specs {
+				if sc.wantDeleted(s) {
+					want[s.Name] = true
+				}
+			}
+			err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+				l, err := admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+				if err != nil {
+					return false, err
+				}
+				for _, n := range l.Items {
+					if want[n.Name] {
+						return false, nil
+					}
+				}
+				return true, nil
+			})
+			if err != nil {
+				t.Fatalf("expected deletions did not happen: %v", err)
+			}
+			start := passes.count()
+			if err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
+				return passes.count() >= start+settlePasses, nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+
+			l, err := admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var deleted, kept []string
+			present := map[string]bool{}
+			for _, n := range l.Items {
+				present[n.Name] = true
+			}
+			for _, s := range specs {
+				switch {
+				case !present[s.Name] && !want[s.Name]:
+					t.Errorf("node %s (platform %q, providerID %q, ready %v) was deleted", s.Name, s.Platform, s.ProviderID, s.Ready)
+				case present[s.Name] && want[s.Name]:
+					t.Errorf("node %s should have been deleted", s.Name)
+				case !present[s.Name]:
+					deleted = append(deleted, s.Name)
+				default:
+					kept = append(kept, s.Name)
+				}
+			}
+			t.Logf("deleted %d: %v; kept %d", len(deleted), deleted, len(kept))
+
+			seen := cloud.seen()
+			foreign := slices.ContainsFunc(seen, func(n string) bool { return !strings.HasPrefix(n, "hcloud-") })
+			if foreign != sc.foreignSeen {
+				t.Errorf("cloud asked about %v; foreign nodes seen = %v, want %v", seen, foreign, sc.foreignSeen)
+			}
+
+			if sc.fence && !sc.view {
+				// The controller tried and the API server refused, naming the CCM
+				// and the node; its Warning events carry the denial.
+				checkDenialEvents(t, ctx, l.Items, specs)
+			}
+		})
+	}
+	_ = gate.DeletePolicy(ctx, crc, "hcloud")
+}
+
+// runLifecycle starts the unmodified cloud-node-lifecycle controller with its
+// own informer and client from cfg, until the test ends.
+func runLifecycle(t *testing.T, ctx context.Context, cfg *rest.Config, cloud *dangerousCloud) *countingNodeInformer {
+	t.Helper()
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	factory := informers.NewSharedInformerFactory(cs, 0)
+	nodes := &countingNodeInformer{NodeInformer: factory.Core().V1().Nodes()}
+	ctrl, err := nodelifecycle.NewCloudNodeLifecycleController(nodes, cs, cloud, monitorPeriod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	runCtx, cancel := context.WithCancel(ctx)
+	factory.Start(stop)
+	if !cache.WaitForCacheSync(ctx.Done(), nodes.Informer().HasSynced) {
+		t.Fatal("node informer never synced")
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ctrl.Run(runCtx, controllersmetrics.NewControllerManagerMetrics("chaos"))
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		close(stop)
+		factory.Shutdown()
+	})
+	return nodes
+}
+
+// checkDenialEvents waits for a DeletingNodeFailed event per foreign NotReady
+// node whose message names the NativeCCM and the node.
+func checkDenialEvents(t *testing.T, ctx context.Context, nodes []corev1.Node, specs []gatetest.NodeSpec) {
+	t.Helper()
+	uids := map[string]string{}
+	for _, n := range nodes {
+		uids[n.Name] = string(n.UID)
+	}
+	for _, s := range specs {
+		if s.Ready || s.Platform == "hcloud" {
+			continue
+		}
+		sel := fields.Set{"involvedObject.name": s.Name, "involvedObject.uid": uids[s.Name], "reason": "DeletingNodeFailed"}.AsSelector().String()
+		var msg string
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			l, err := env.Client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: sel})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return false, err
+			}
+			if len(l.Items) == 0 {
+				return false, nil
+			}
+			msg = l.Items[0].Message
+			return true, nil
+		})
+		if err != nil {
+			t.Errorf("no DeletingNodeFailed event for %s: %v", s.Name, err)
+			continue
+		}
+		for _, want := range []string{"hybrid-ccm gate", "NativeCCM hcloud", "node " + s.Name} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("event for %s: %q does not mention %q", s.Name, msg, want)
+			}
+		}
+	}
+}
+
+// watchListGates turns client-go's WatchListClient feature on.
+type watchListGates struct{ clientfeatures.Gates }
+
+func (g watchListGates) Enabled(f clientfeatures.Feature) bool {
+	return f == clientfeatures.WatchListClient || g.Gates.Enabled(f)
+}
