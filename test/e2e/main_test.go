@@ -35,11 +35,13 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binaries = dir
-	if out, err := exec.Command("go", "build", "-o", dir, "../../cmd/talos-ccm").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build talos-ccm: %v\n%s", err, out)
+	if out, err := exec.Command("go", "build", "-o", dir, "../../cmd/talos-ccm", "../../cmd/ccm-coordinator").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
 		os.Exit(1)
 	}
-	code := testenv.Run(m, testenv.Options{}, func(e *testenv.Env) { env = e })
+	code := testenv.Run(m, testenv.Options{
+		CRDDirectoryPaths: []string{filepath.Join(testenv.RepoRoot(), "charts", "ccm-coordinator", "crds")},
+	}, func(e *testenv.Env) { env = e })
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
 }

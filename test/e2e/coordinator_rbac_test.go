@@ -1,0 +1,183 @@
+package e2e
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/controller"
+	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
+)
+
+// renderChart renders a chart of charts/ with its default values (the Helm SDK's
+// engine, as `helm template` does) and returns the objects.
+func renderChart(t *testing.T, name, namespace string) []*unstructured.Unstructured {
+	t.Helper()
+	ch, err := loader.Load(filepath.Join(testenv.RepoRoot(), "charts", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals, err := chartutil.ToRenderValues(ch, map[string]any{},
+		chartutil.ReleaseOptions{Name: name, Namespace: namespace, IsInstall: true}, chartutil.DefaultCapabilities)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := engine.Render(ch, vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*unstructured.Unstructured
+	for path, content := range files {
+		if !strings.HasSuffix(path, ".yaml") {
+			continue
+		}
+		for _, doc := range strings.Split(content, "\n---") {
+			var m map[string]any
+			if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+			if len(m) == 0 {
+				continue
+			}
+			out = append(out, &unstructured.Unstructured{Object: m})
+		}
+	}
+	return out
+}
+
+// kubeconfigFor writes a kubeconfig for a rest.Config (client certificate user).
+func kubeconfigFor(t *testing.T, cfg *rest.Config) string {
+	t.Helper()
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["u"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
+	kc.Contexts["x"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
+	kc.CurrentContext = "x"
+	p := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// ccm-coordinator runs with exactly the RBAC its chart grants: installing a
+// native CCM (with the RBAC it hands on, which the API server only lets it grant
+// if it holds it), fencing it, reporting status and uninstalling must all work
+// with that identity and nothing more.
+func TestCoordinatorWorksWithItsChartRBAC(t *testing.T) {
+	ctx := context.Background()
+	c, err := controllerClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns = "kube-system"
+	var sa string
+	for _, o := range renderChart(t, "ccm-coordinator", ns) {
+		switch o.GetKind() {
+		case "ServiceAccount":
+			sa = o.GetName()
+			fallthrough
+		case "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
+			if o.GetNamespace() == "" && (o.GetKind() == "Role" || o.GetKind() == "RoleBinding" || o.GetKind() == "ServiceAccount") {
+				o.SetNamespace(ns)
+			}
+			if err := c.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Fatalf("apply %s %s: %v", o.GetKind(), o.GetName(), err)
+			}
+		}
+	}
+	if sa == "" {
+		t.Fatal("chart renders no ServiceAccount")
+	}
+	user := "system:serviceaccount:" + ns + ":" + sa
+	cfg, err := env.AddUser(user, "system:serviceaccounts", "system:serviceaccounts:"+ns, "system:authenticated")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	cmd := exec.Command(filepath.Join(binaries, "ccm-coordinator"), "--kubeconfig="+kubeconfigFor(t, cfg),
+		"--release-namespace="+ns, "--metrics-addr=0", "--health-addr=0", "--helm-wait=false",
+		"--uninstall-grace-period=1s", "--wait-interval=1s")
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("ccm-coordinator logs:\n%s", tail(logs.String(), 8000))
+		}
+	})
+
+	if err := c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "hcloud", Namespace: ns}, StringData: map[string]string{"token": "t"}}); err != nil {
+		t.Fatal(err)
+	}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "rbac-hcloud-1", Labels: map[string]string{v1alpha1.PlatformLabel: "hcloud"}},
+		Spec: corev1.NodeSpec{ProviderID: "hcloud://77"}}
+	if err := c.Create(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), n) })
+	nccm := &v1alpha1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "hcloud"}, Spec: v1alpha1.NativeCCMSpec{Platform: "hcloud"}}
+	if err := c.Create(ctx, nccm); err != nil {
+		t.Fatal(err)
+	}
+	var got v1alpha1.NativeCCM
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, client.ObjectKey{Name: "hcloud"}, &got); err != nil {
+			return false, nil
+		}
+		r := apimeta.FindStatusCondition(got.Status.Conditions, "Ready")
+		return r != nil && r.Status == metav1.ConditionTrue && got.Status.Release != nil, nil
+	})
+	if err != nil {
+		t.Fatalf("NativeCCM hcloud not Ready with the chart's RBAC: %+v", got.Status.Conditions)
+	}
+	var dep unstructured.Unstructured
+	dep.SetAPIVersion("apps/v1")
+	dep.SetKind("Deployment")
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: got.ReleaseName()}, &dep); err != nil {
+		t.Fatalf("release Deployment: %v", err)
+	}
+
+	// deletion: the finalizer uninstalls with the same identity
+	if err := c.Delete(ctx, nccm); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		err := c.Get(ctx, client.ObjectKey{Name: "hcloud"}, &got)
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Fatalf("NativeCCM not removed: %+v", got.Status.Conditions)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: got.ReleaseName()}, &dep); !apierrors.IsNotFound(err) {
+		t.Fatalf("release Deployment left behind: %v", err)
+	}
+}
+
+func controllerClient() (client.Client, error) {
+	return client.New(env.Config, client.Options{Scheme: controller.NewScheme()})
+}
+
+
