@@ -179,5 +179,3 @@ func TestCoordinatorWorksWithItsChartRBAC(t *testing.T) {
 func controllerClient() (client.Client, error) {
 	return client.New(env.Config, client.Options{Scheme: controller.NewScheme()})
 }
-
-
