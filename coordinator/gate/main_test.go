@@ -2,6 +2,7 @@ package gate_test
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
@@ -15,7 +16,8 @@ func TestMain(m *testing.M) {
 		// Unit tests still run; integration tests skip themselves.
 		os.Exit(m.Run())
 	}
-	os.Exit(testenv.Run(m, testenv.Options{}, func(e *testenv.Env) { env = e }))
+	crds := filepath.Join(testenv.RepoRoot(), "charts", "ccm-coordinator", "crds")
+	os.Exit(testenv.Run(m, testenv.Options{CRDDirectoryPaths: []string{crds}}, func(e *testenv.Env) { env = e }))
 }
 
 func needEnv(t *testing.T) *testenv.Env {

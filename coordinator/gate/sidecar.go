@@ -1,0 +1,351 @@
+package gate
+
+import (
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
+)
+
+// Where the sidecar and the CCM meet inside the pod.
+const (
+	// SidecarName is the ccm-gate container's name.
+	SidecarName = "ccm-gate"
+	// KubeconfigPath is the CCM's kubeconfig (from the release's ConfigMap).
+	KubeconfigPath = "/etc/ccm-gate/kubeconfig"
+	// TLSDir is the shared volume holding the gate's self-signed certificate.
+	TLSDir = "/var/run/ccm-gate"
+	// ServiceAccountTokenPath is the CCM's own ServiceAccount token, which the
+	// gate forwards.
+	ServiceAccountTokenPath = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+	// KubeconfigAnnotation on the pod template is the digest of the kubeconfig,
+	// so that pods restart when it changes.
+	KubeconfigAnnotation = "hybridccm.io/gate-kubeconfig"
+
+	kubeconfigVolume = "ccm-gate-kubeconfig"
+	tlsVolume        = "ccm-gate-tls"
+	kubeconfigKey    = "kubeconfig"
+
+	// Ports are derived from the CCM's unique --secure-port, so that CCMs on
+	// the host network never clash.
+	proxyPortOffset  = 10000
+	healthPortOffset = 11000
+)
+
+// Sidecar is the release mutator that puts ccm-gate in front of a native CCM:
+// it adds the gate as a native sidecar (an init container with restartPolicy
+// Always, so it is ready before the CCM starts), generates a kubeconfig that
+// points the CCM at the gate on loopback with the CCM's own ServiceAccount
+// token, and rewrites the CCM container's --kubeconfig (dropping --master).
+type Sidecar struct {
+	// Release is the release name; the CCM's pod template carries it in the
+	// label hybridccm.io/native-ccm (set by release.Lifecycle, which runs first).
+	Release string `json:"release"`
+	// Namespace of the release.
+	Namespace string `json:"namespace"`
+	// Platform the view shows.
+	Platform string `json:"platform"`
+	// Image of ccm-gate.
+	Image string `json:"image"`
+	// ImagePullPolicy of the gate; empty: Kubernetes' default.
+	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
+	// Container is the CCM container's name; empty: the first container.
+	Container string `json:"container,omitempty"`
+	// ProxyPort is the gate's loopback port, HealthPort serves its probes and
+	// metrics.
+	ProxyPort  int32 `json:"proxyPort"`
+	HealthPort int32 `json:"healthPort"`
+	// PlainHTTP serves the CCM plain HTTP on loopback instead of HTTPS.
+	PlainHTTP bool `json:"plainHTTP,omitempty"`
+}
+
+var _ release.Mutator = Sidecar{}
+
+// SidecarFor derives the sidecar of a release from its lifecycle settings.
+func SidecarFor(l release.Lifecycle, image string) Sidecar {
+	s := Sidecar{
+		Release:    l.Release,
+		Namespace:  l.Namespace,
+		Platform:   l.Platform,
+		Image:      image,
+		ProxyPort:  l.SecurePort + proxyPortOffset,
+		HealthPort: l.SecurePort + healthPortOffset,
+	}
+	if l.Workload != nil {
+		s.Container = l.Workload.Container
+	}
+	return s
+}
+
+// Name implements release.Mutator.
+func (s Sidecar) Name() string { return "gate" }
+
+// Fingerprint implements release.Mutator.
+func (s Sidecar) Fingerprint() string {
+	b, _ := json.Marshal(struct {
+		V int
+		S Sidecar
+	}{V: 1, S: s})
+	return fmt.Sprintf("%x", sha256.Sum256(b))[:16]
+}
+
+// ConfigMapName holds the CCM's kubeconfig.
+func (s Sidecar) ConfigMapName() string { return s.Release + "-gate" }
+
+// ProxyURL is where the CCM finds its API server.
+func (s Sidecar) ProxyURL() string {
+	scheme := "https"
+	if s.PlainHTTP {
+		scheme = "http"
+	}
+	return scheme + "://127.0.0.1:" + strconv.Itoa(int(s.ProxyPort))
+}
+
+// Kubeconfig is the CCM's kubeconfig: the gate on loopback, the CCM's own
+// ServiceAccount token (re-read by client-go as the kubelet rotates it).
+func (s Sidecar) Kubeconfig() ([]byte, error) {
+	c := clientcmdapi.NewConfig()
+	cluster := &clientcmdapi.Cluster{Server: s.ProxyURL()}
+	if !s.PlainHTTP {
+		cluster.CertificateAuthority = path.Join(TLSDir, proxy.CertFile)
+	}
+	c.Clusters[SidecarName] = cluster
+	c.AuthInfos[s.Release] = &clientcmdapi.AuthInfo{TokenFile: ServiceAccountTokenPath}
+	c.Contexts[SidecarName] = &clientcmdapi.Context{Cluster: SidecarName, AuthInfo: s.Release}
+	c.CurrentContext = SidecarName
+	return clientcmd.Write(*c)
+}
+
+func (s Sidecar) validate() error {
+	switch {
+	case s.Release == "" || s.Namespace == "":
+		return fmt.Errorf("release and namespace are required")
+	case s.Platform == "":
+		return fmt.Errorf("platform is required: an empty platform would show every unlabelled node")
+	case s.Image == "":
+		return fmt.Errorf("ccm-gate image is required")
+	case s.ProxyPort <= 0 || s.ProxyPort > 65535 || s.HealthPort <= 0 || s.HealthPort > 65535:
+		return fmt.Errorf("ports %d/%d out of range (secure port too high?)", s.ProxyPort, s.HealthPort)
+	}
+	return nil
+}
+
+// Mutate implements release.Mutator.
+func (s Sidecar) Mutate(m *release.Manifests) error {
+	if err := s.validate(); err != nil {
+		return fmt.Errorf("gate sidecar of %s: %w", s.Release, err)
+	}
+	w, err := s.findWorkload(m)
+	if err != nil {
+		return err
+	}
+	raw, found, err := unstructured.NestedMap(w.Object, "spec", "template")
+	if err != nil || !found {
+		return fmt.Errorf("%s %s: no spec.template: %v", w.GetKind(), w.GetName(), err)
+	}
+	var tpl corev1.PodTemplateSpec
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &tpl); err != nil {
+		return fmt.Errorf("%s %s: decode pod template: %w", w.GetKind(), w.GetName(), err)
+	}
+	kubeconfig, err := s.Kubeconfig()
+	if err != nil {
+		return err
+	}
+	if err := s.editPod(&tpl, kubeconfig); err != nil {
+		return fmt.Errorf("%s %s: %w", w.GetKind(), w.GetName(), err)
+	}
+	out, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&tpl)
+	if err != nil {
+		return err
+	}
+	unstructured.RemoveNestedField(out, "metadata", "creationTimestamp")
+	if err := unstructured.SetNestedMap(w.Object, out, "spec", "template"); err != nil {
+		return err
+	}
+	cm, err := s.configMap(kubeconfig)
+	if err != nil {
+		return err
+	}
+	m.Remove(func(o *unstructured.Unstructured) bool {
+		return o.GetKind() == "ConfigMap" && o.GetName() == cm.GetName() && o.GetNamespace() == cm.GetNamespace()
+	})
+	m.Add(cm)
+	return nil
+}
+
+// findWorkload is the one Deployment or DaemonSet whose pod template the
+// lifecycle mutator marked as this release's CCM.
+func (s Sidecar) findWorkload(m *release.Manifests) (*unstructured.Unstructured, error) {
+	var found []*unstructured.Unstructured
+	for _, o := range m.Objects {
+		if o.GetKind() != "Deployment" && o.GetKind() != "DaemonSet" {
+			continue
+		}
+		labels, _, _ := unstructured.NestedStringMap(o.Object, "spec", "template", "metadata", "labels")
+		if labels[release.NativeCCMLabel] == s.Release {
+			found = append(found, o)
+		}
+	}
+	if len(found) != 1 {
+		return nil, fmt.Errorf("gate sidecar: want exactly one workload with pod label %s=%s (the lifecycle mutator runs first), found %d", release.NativeCCMLabel, s.Release, len(found))
+	}
+	return found[0], nil
+}
+
+func (s Sidecar) editPod(tpl *corev1.PodTemplateSpec, kubeconfig []byte) error {
+	spec := &tpl.Spec
+	if len(spec.Containers) == 0 {
+		return fmt.Errorf("no containers")
+	}
+	idx := 0
+	if s.Container != "" {
+		if idx = slices.IndexFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == s.Container }); idx < 0 {
+			return fmt.Errorf("no container %q", s.Container)
+		}
+	}
+	ccm := &spec.Containers[idx]
+	if ccm.Name == SidecarName {
+		return fmt.Errorf("the CCM container is named %q, like the gate", SidecarName)
+	}
+
+	// The CCM talks only to the gate: its own kubeconfig and --master go.
+	if len(ccm.Command) > 1 {
+		ccm.Command = append(ccm.Command[:1:1], stripFlags(ccm.Command[1:], "--kubeconfig", "--master")...)
+	}
+	ccm.Args = append(stripFlags(ccm.Args, "--kubeconfig", "--master"), "--kubeconfig="+KubeconfigPath)
+	ccm.VolumeMounts = setMount(ccm.VolumeMounts,
+		corev1.VolumeMount{Name: kubeconfigVolume, MountPath: path.Dir(KubeconfigPath), ReadOnly: true},
+		corev1.VolumeMount{Name: tlsVolume, MountPath: TLSDir, ReadOnly: true},
+	)
+
+	spec.InitContainers = slices.DeleteFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == SidecarName })
+	spec.InitContainers = append([]corev1.Container{s.container()}, spec.InitContainers...)
+	spec.Volumes = setVolume(spec.Volumes,
+		corev1.Volume{Name: kubeconfigVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: s.ConfigMapName()},
+		}}},
+		corev1.Volume{Name: tlsVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+			Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("1Mi")),
+		}}},
+	)
+	if tpl.Annotations == nil {
+		tpl.Annotations = map[string]string{}
+	}
+	tpl.Annotations[KubeconfigAnnotation] = fmt.Sprintf("%x", sha256.Sum256(kubeconfig))[:16]
+	return nil
+}
+
+// container is the ccm-gate native sidecar.
+func (s Sidecar) container() corev1.Container {
+	args := []string{
+		"--listen=127.0.0.1:" + strconv.Itoa(int(s.ProxyPort)),
+		"--health-listen=:" + strconv.Itoa(int(s.HealthPort)),
+		"--platform=" + s.Platform,
+		"--credentials=" + string(proxy.ForwardCredentials),
+	}
+	if !s.PlainHTTP {
+		args = append(args, "--tls-dir="+TLSDir)
+	}
+	probe := func(path string, period, failures int32) *corev1.Probe {
+		return &corev1.Probe{
+			ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString("gate-health")}},
+			PeriodSeconds:    period,
+			FailureThreshold: failures,
+		}
+	}
+	return corev1.Container{
+		Name:            SidecarName,
+		Image:           s.Image,
+		ImagePullPolicy: s.ImagePullPolicy,
+		Args:            args,
+		// A native sidecar: started (and ready) before the CCM, stopped after it.
+		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
+		Ports:         []corev1.ContainerPort{{Name: "gate-health", ContainerPort: s.HealthPort, Protocol: corev1.ProtocolTCP}},
+		// The CCM starts only once the gate's node cache has synced.
+		StartupProbe:   probe("/readyz", 1, 300),
+		ReadinessProbe: probe("/readyz", 10, 3),
+		LivenessProbe:  probe("/livez", 20, 3),
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("5m"), corev1.ResourceMemory: resource.MustParse("24Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+		},
+		SecurityContext: &corev1.SecurityContext{
+			RunAsNonRoot:             ptr.To(true),
+			RunAsUser:                ptr.To[int64](65532),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			AllowPrivilegeEscalation: ptr.To(false),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+		VolumeMounts: []corev1.VolumeMount{{Name: tlsVolume, MountPath: TLSDir}},
+	}
+}
+
+func (s Sidecar) configMap(kubeconfig []byte) (*unstructured.Unstructured, error) {
+	cm := &corev1.ConfigMap{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: s.ConfigMapName(), Namespace: s.Namespace,
+			Labels: map[string]string{
+				release.ManagedByLabel: release.ManagedByValue,
+				release.NativeCCMLabel: s.Release,
+				release.PlatformLabel:  s.Platform,
+			},
+		},
+		Data: map[string]string{kubeconfigKey: string(kubeconfig)},
+	}
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(cm)
+	if err != nil {
+		return nil, err
+	}
+	unstructured.RemoveNestedField(obj, "metadata", "creationTimestamp")
+	return &unstructured.Unstructured{Object: obj}, nil
+}
+
+// stripFlags removes flags (--name=value, --name value, -name ...) from args.
+func stripFlags(args []string, names ...string) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		name, _, hasValue := strings.Cut(args[i], "=")
+		if !strings.HasPrefix(name, "-") || !slices.Contains(names, "--"+strings.TrimLeft(name, "-")) {
+			out = append(out, args[i])
+			continue
+		}
+		if !hasValue && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
+			i++ // the value was the next argument
+		}
+	}
+	return out
+}
+
+func setMount(mounts []corev1.VolumeMount, add ...corev1.VolumeMount) []corev1.VolumeMount {
+	for _, a := range add {
+		mounts = slices.DeleteFunc(mounts, func(m corev1.VolumeMount) bool { return m.Name == a.Name || m.MountPath == a.MountPath })
+		mounts = append(mounts, a)
+	}
+	return mounts
+}
+
+func setVolume(vols []corev1.Volume, add ...corev1.Volume) []corev1.Volume {
+	for _, a := range add {
+		vols = slices.DeleteFunc(vols, func(v corev1.Volume) bool { return v.Name == a.Name })
+		vols = append(vols, a)
+	}
+	return vols
+}

@@ -1,0 +1,284 @@
+package gate_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/tools/clientcmd"
+
+	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
+)
+
+const gateImage = "ghcr.io/hybrid-ccm/ccm-gate:test"
+
+// renderGated renders a built-in profile's release with the gate sidecar.
+func renderGated(t *testing.T, name string) (release.Request, gate.Sidecar, []*unstructured.Unstructured) {
+	t.Helper()
+	set, err := profile.Builtin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, ok := set.Get(name)
+	if !ok {
+		t.Fatalf("no profile %s", name)
+	}
+	req, err := release.FromProfile(p, release.Instance{ReleaseName: "native-ccm-" + name, Namespace: "kube-system", Platform: p.Platforms[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := gate.SidecarFor(req.Lifecycle, gateImage)
+	req.Mutators = []release.Mutator{s}
+	out, err := release.NewEngine(nil, release.Options{}).Render(context.Background(), req)
+	var chartErr *release.ChartError
+	if errors.As(err, &chartErr) {
+		t.Skipf("profile %s: chart not available offline: %v", name, err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req, s, decodeAll(t, out)
+}
+
+func decodeAll(t *testing.T, manifests string) []*unstructured.Unstructured {
+	t.Helper()
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(manifests), 4096)
+	var out []*unstructured.Unstructured
+	for {
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			if errors.Is(err, io.EOF) {
+				return out
+			}
+			t.Fatal(err)
+		}
+		if len(m) > 0 {
+			out = append(out, &unstructured.Unstructured{Object: m})
+		}
+	}
+}
+
+// podOf returns the pod template of the CCM workload.
+func podOf(t *testing.T, objs []*unstructured.Unstructured, release string) (*unstructured.Unstructured, corev1.PodTemplateSpec) {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() != "Deployment" && o.GetKind() != "DaemonSet" {
+			continue
+		}
+		raw, _, _ := unstructured.NestedMap(o.Object, "spec", "template")
+		var tpl corev1.PodTemplateSpec
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &tpl); err != nil {
+			t.Fatal(err)
+		}
+		if tpl.Labels["hybridccm.io/native-ccm"] == release {
+			return o, tpl
+		}
+	}
+	t.Fatalf("no workload of %s", release)
+	return nil, corev1.PodTemplateSpec{}
+}
+
+func TestSidecarEveryProfile(t *testing.T) {
+	set, err := profile.Builtin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range set.Names() {
+		t.Run(name, func(t *testing.T) {
+			req, s, objs := renderGated(t, name)
+			_, tpl := podOf(t, objs, req.Name)
+			spec := tpl.Spec
+
+			// The gate is the first init container, a native sidecar.
+			if len(spec.InitContainers) == 0 || spec.InitContainers[0].Name != gate.SidecarName {
+				t.Fatalf("init containers %v: the gate must come first", spec.InitContainers)
+			}
+			g := spec.InitContainers[0]
+			if g.RestartPolicy == nil || *g.RestartPolicy != corev1.ContainerRestartPolicyAlways || g.StartupProbe == nil {
+				t.Errorf("gate is not a native sidecar with a startup probe: %+v", g)
+			}
+			for _, want := range []string{"--platform=" + req.Lifecycle.Platform, "--credentials=forward", "--tls-dir=" + gate.TLSDir} {
+				if !slices.Contains(g.Args, want) {
+					t.Errorf("gate args %v lack %s", g.Args, want)
+				}
+			}
+			if g.Image != gateImage {
+				t.Errorf("gate image %s", g.Image)
+			}
+
+			// The CCM's only API server is the gate.
+			ccm := spec.Containers[0]
+			if req.Lifecycle.Workload != nil && req.Lifecycle.Workload.Container != "" {
+				ccm = spec.Containers[slices.IndexFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == req.Lifecycle.Workload.Container })]
+			}
+			all := append(slices.Clone(ccm.Command), ccm.Args...)
+			var kubeconfigs []string
+			for _, a := range all {
+				if strings.HasPrefix(a, "--kubeconfig") {
+					kubeconfigs = append(kubeconfigs, a)
+				}
+				if strings.HasPrefix(a, "--master") {
+					t.Errorf("CCM keeps %s", a)
+				}
+			}
+			if !slices.Equal(kubeconfigs, []string{"--kubeconfig=" + gate.KubeconfigPath}) {
+				t.Errorf("CCM kubeconfig flags %v", kubeconfigs)
+			}
+			mounts := map[string]string{}
+			for _, m := range ccm.VolumeMounts {
+				mounts[m.MountPath] = m.Name
+			}
+			if mounts["/etc/ccm-gate"] == "" || mounts[gate.TLSDir] == "" {
+				t.Errorf("CCM mounts %v", ccm.VolumeMounts)
+			}
+			if tpl.Annotations[gate.KubeconfigAnnotation] == "" {
+				t.Error("no kubeconfig digest on the pod template")
+			}
+
+			// The kubeconfig: loopback, the gate's CA, the CCM's own token.
+			var cm *unstructured.Unstructured
+			for _, o := range objs {
+				if o.GetKind() == "ConfigMap" && o.GetName() == s.ConfigMapName() {
+					cm = o
+				}
+			}
+			if cm == nil {
+				t.Fatal("no kubeconfig ConfigMap")
+			}
+			data, _, _ := unstructured.NestedString(cm.Object, "data", "kubeconfig")
+			kc, err := clientcmd.Load([]byte(data))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cluster := kc.Clusters[kc.Contexts[kc.CurrentContext].Cluster]
+			user := kc.AuthInfos[kc.Contexts[kc.CurrentContext].AuthInfo]
+			if !strings.HasPrefix(cluster.Server, "https://127.0.0.1:") || cluster.CertificateAuthority != gate.TLSDir+"/"+proxy.CertFile {
+				t.Errorf("cluster %+v", cluster)
+			}
+			if user.TokenFile != gate.ServiceAccountTokenPath || user.Token != "" || len(user.ClientCertificateData) > 0 {
+				t.Errorf("user %+v: want only the ServiceAccount token file", user)
+			}
+		})
+	}
+}
+
+func TestSidecarRewritesCCMFlags(t *testing.T) {
+	dep := &appsv1.Deployment{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: metav1.ObjectMeta{Name: "ccm", Namespace: "kube-system"},
+		Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{release.NativeCCMLabel: "native-ccm-x"}},
+			Spec: corev1.PodSpec{
+				InitContainers: []corev1.Container{{Name: gate.SidecarName, Image: "old"}, {Name: "other", Image: "busybox"}},
+				Containers: []corev1.Container{{
+					Name:    "ccm",
+					Command: []string{"/ccm", "--master", "https://10.0.0.1:6443", "--v=2"},
+					Args:    []string{"--kubeconfig", "/etc/kubernetes/ccm.conf", "--cloud-provider=x", "-master=https://evil", "--controllers=cloud-node-lifecycle"},
+				}},
+			},
+		}},
+	}
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(dep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &release.Manifests{Objects: []*unstructured.Unstructured{{Object: obj}}}
+	s := gate.Sidecar{Release: "native-ccm-x", Namespace: "kube-system", Platform: "x", Image: gateImage, ProxyPort: 20000, HealthPort: 21000}
+	for range 2 { // idempotent: a second run changes nothing more
+		if err := s.Mutate(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, tpl := podOf(t, m.Objects, "native-ccm-x")
+	c := tpl.Spec.Containers[0]
+	if !slices.Equal(c.Command, []string{"/ccm", "--v=2"}) {
+		t.Errorf("command %v", c.Command)
+	}
+	if !slices.Equal(c.Args, []string{"--cloud-provider=x", "--controllers=cloud-node-lifecycle", "--kubeconfig=" + gate.KubeconfigPath}) {
+		t.Errorf("args %v", c.Args)
+	}
+	var inits []string
+	for _, ic := range tpl.Spec.InitContainers {
+		inits = append(inits, ic.Name+"="+ic.Image)
+	}
+	if !slices.Equal(inits, []string{gate.SidecarName + "=" + gateImage, "other=busybox"}) {
+		t.Errorf("init containers %v", inits)
+	}
+	cms := m.Find("ConfigMap")
+	if len(cms) != 1 {
+		t.Errorf("%d ConfigMaps after two runs", len(cms))
+	}
+	if len(tpl.Spec.Volumes) != 2 || len(c.VolumeMounts) != 2 {
+		t.Errorf("volumes %v mounts %v", tpl.Spec.Volumes, c.VolumeMounts)
+	}
+
+	t.Run("no workload", func(t *testing.T) {
+		if err := s.Mutate(&release.Manifests{}); err == nil {
+			t.Fatal("want an error without a CCM workload")
+		}
+	})
+	t.Run("no platform", func(t *testing.T) {
+		bad := s
+		bad.Platform = ""
+		if err := bad.Mutate(m); err == nil {
+			t.Fatal("want an error without a platform")
+		}
+	})
+	t.Run("fingerprint follows the settings", func(t *testing.T) {
+		other := s
+		other.Image = "ghcr.io/hybrid-ccm/ccm-gate:v2"
+		if s.Fingerprint() == other.Fingerprint() || s.Fingerprint() != s.Fingerprint() {
+			t.Fatal("fingerprint must change with the image and only then")
+		}
+	})
+}
+
+// TestSidecarManifestsValidate sends the gated manifests to the real API
+// server as a dry run: the pod template (native sidecar, probes, volumes) and
+// the ConfigMap are valid objects.
+func TestSidecarManifestsValidate(t *testing.T) {
+	e := needEnv(t)
+	_, _, objs := renderGated(t, "hcloud")
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "Deployment", "DaemonSet", "ConfigMap":
+		default:
+			continue
+		}
+		var buf bytes.Buffer
+		if err := unstructured.UnstructuredJSONScheme.Encode(o, &buf); err != nil {
+			t.Fatal(err)
+		}
+		res := e.Client.AppsV1().RESTClient().Post()
+		if o.GetKind() == "ConfigMap" {
+			res = e.Client.CoreV1().RESTClient().Post()
+		}
+		plural := strings.ToLower(o.GetKind()) + "s"
+		err := res.Namespace(o.GetNamespace()).Resource(plural).Param("dryRun", "All").
+			SetHeader("Content-Type", "application/json").Body(buf.Bytes()).Do(context.Background()).Error()
+		if err != nil {
+			t.Errorf("%s %s: %v", o.GetKind(), o.GetName(), err)
+		}
+	}
+}
+
+// The view, the fence and the coordinator's API key on the same label.
+func TestPlatformLabelAgrees(t *testing.T) {
+	if proxy.DefaultPlatformLabel != v1.PlatformLabel {
+		t.Fatalf("proxy label %q, API label %q", proxy.DefaultPlatformLabel, v1.PlatformLabel)
+	}
+}
