@@ -1,0 +1,8 @@
+{{- define "hybrid-ccm.labels" -}}
+app.kubernetes.io/name: hybrid-ccm
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/part-of: hybrid-ccm
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
