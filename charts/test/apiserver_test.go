@@ -1,8 +1,20 @@
 package charts_test
 
 import (
+	"context"
+	"fmt"
+	"path/filepath"
 	"sync"
 	"testing"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
 
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
@@ -14,14 +26,15 @@ var (
 )
 
 // controlPlane starts the real kube-apiserver + etcd once for the package, with
-// the NativeCCM CRD of charts/ccm-coordinator and the stand-in for the CRD Talos
-// installs for its ServiceAccount kind.
+// the NativeCCM CRD of charts/ccm-coordinator and testdata/crds: the stand-in
+// for the CRD Talos itself installs for its talos.dev ServiceAccount kind (the
+// test API server is not a Talos cluster).
 func controlPlane(t *testing.T) *testenv.Env {
 	t.Helper()
 	cpOnce.Do(func() {
 		cp, cpErr = testenv.Start(testenv.Options{CRDDirectoryPaths: []string{
-			testenv.RepoRoot() + "/charts/ccm-coordinator/crds",
-			"testdata/crds",
+			filepath.Join(testenv.RepoRoot(), "charts", "ccm-coordinator", "crds"),
+			filepath.Join("testdata", "crds"),
 		}})
 	})
 	if cpErr != nil {
@@ -33,5 +46,171 @@ func controlPlane(t *testing.T) *testenv.Env {
 func stopControlPlane() {
 	if cp != nil {
 		_ = cp.Stop()
+	}
+}
+
+// applier sends objects to the API server with server-side apply.
+type applier struct {
+	dyn    dynamic.Interface
+	mapper *restmapper.DeferredDiscoveryRESTMapper
+}
+
+func newApplier(t *testing.T, env *testenv.Env) *applier {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &applier{dyn: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(env.Client.Discovery()))}
+}
+
+// apply server-side applies obj as Helm's field manager would; dryRun asks the
+// API server to run everything (defaulting, schema and CEL validation,
+// admission) without persisting.
+func (a *applier) apply(ctx context.Context, obj *unstructured.Unstructured, dryRun bool) (*unstructured.Unstructured, error) {
+	gvk := obj.GroupVersionKind()
+	mapping, err := a.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", gvk.Kind, obj.GetName(), err)
+	}
+	opts := metav1.ApplyOptions{FieldManager: "helm", Force: true}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	var ri dynamic.ResourceInterface = a.dyn.Resource(mapping.Resource)
+	if mapping.Scope.Name() == "namespace" {
+		ns := obj.GetNamespace()
+		if ns == "" {
+			ns = releaseNamespace // helm install -n kube-system
+		}
+		ri = a.dyn.Resource(mapping.Resource).Namespace(ns)
+	}
+	out, err := ri.Apply(ctx, obj.GetName(), obj, opts)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", gvk.Kind, obj.GetName(), err)
+	}
+	return out, nil
+}
+
+// TestUmbrellaServerSideDryRun: every object the umbrella renders, for every
+// value set, is accepted by a real API server (server-side apply, dry-run):
+// NativeCCMs pass the CRD's schema and CEL rules, the talos.dev
+// ServiceAccount its (stand-in) CRD, everything else the built-in validation.
+func TestUmbrellaServerSideDryRun(t *testing.T) {
+	env := controlPlane(t)
+	a := newApplier(t, env)
+	for _, vs := range valueSets {
+		t.Run(vs.name, func(t *testing.T) {
+			m := mustRender(t, hybridCCM, hybridCCM.valuesFor(t, vs.name))
+			kinds := map[string]int{}
+			for _, obj := range m {
+				out, err := a.apply(context.Background(), obj, true)
+				if err != nil {
+					t.Errorf("API server rejects: %v", err)
+					continue
+				}
+				kinds[out.GetKind()]++
+				if out.GetKind() == "NativeCCM" {
+					// the API server's defaulting ran on it
+					if install, _, _ := unstructured.NestedString(out.Object, "spec", "install"); install == "" {
+						t.Errorf("NativeCCM %s came back without spec.install", out.GetName())
+					}
+				}
+			}
+			if kinds["Deployment"] != 2 || kinds["ServiceAccount"] != 3 {
+				t.Errorf("applied kinds %v", kinds)
+			}
+			if vs.name == "multi-cloud" && kinds["NativeCCM"] != 4 {
+				t.Errorf("NativeCCMs applied: %d, want 4", kinds["NativeCCM"])
+			}
+		})
+	}
+}
+
+// TestTalosCCMRBACOnAPIServer: with the chart's ServiceAccount and RBAC
+// installed in a real API server, its authorizer allows talos-ccm what its
+// controllers do and refuses the rest (SubjectAccessReviews).
+func TestTalosCCMRBACOnAPIServer(t *testing.T) {
+	env := controlPlane(t)
+	a := newApplier(t, env)
+	ctx := context.Background()
+	m := mustRender(t, talosCCM, nil)
+	for _, kind := range []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"} {
+		for _, obj := range m.find(kind) {
+			if obj.GetAPIVersion() == "talos.dev/v1alpha1" {
+				continue
+			}
+			if _, err := a.apply(ctx, obj, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	type access struct {
+		verb, group, resource, sub, namespace, name string
+	}
+	allowed := []access{
+		{verb: "watch", resource: "nodes"},
+		{verb: "update", resource: "nodes", name: "web-1"},
+		{verb: "patch", resource: "nodes", name: "web-1"},
+		{verb: "update", resource: "nodes", sub: "status", name: "web-1"},
+		{verb: "create", resource: "events", namespace: "default"},
+		{verb: "create", group: "events.k8s.io", resource: "events", namespace: "default"},
+		{verb: "list", group: "certificates.k8s.io", resource: "certificatesigningrequests"},
+		{verb: "update", group: "certificates.k8s.io", resource: "certificatesigningrequests", sub: "approval", name: "csr-1"},
+		{verb: "approve", group: "certificates.k8s.io", resource: "signers", name: "kubernetes.io/kubelet-serving"},
+		{verb: "create", group: "coordination.k8s.io", resource: "leases", namespace: "kube-system"},
+		{verb: "update", group: "coordination.k8s.io", resource: "leases", namespace: "kube-system", name: "talos-ccm"},
+		{verb: "get", resource: "configmaps", namespace: "kube-system", name: "extension-apiserver-authentication"},
+		{verb: "create", group: "authentication.k8s.io", resource: "tokenreviews"},
+		{verb: "create", group: "authorization.k8s.io", resource: "subjectaccessreviews"},
+	}
+	denied := []access{
+		{verb: "delete", resource: "nodes", name: "web-1"},
+		{verb: "create", resource: "nodes"},
+		{verb: "deletecollection", resource: "nodes"},
+		{verb: "approve", group: "certificates.k8s.io", resource: "signers", name: "kubernetes.io/kube-apiserver-client"},
+		{verb: "approve", group: "certificates.k8s.io", resource: "signers", name: "kubernetes.io/kube-apiserver-client-kubelet"},
+		{verb: "update", group: "certificates.k8s.io", resource: "certificatesigningrequests", sub: "status", name: "csr-1"},
+		{verb: "delete", group: "certificates.k8s.io", resource: "certificatesigningrequests", name: "csr-1"},
+		{verb: "update", group: "coordination.k8s.io", resource: "leases", namespace: "kube-system", name: "cloud-controller-manager"},
+		{verb: "update", group: "coordination.k8s.io", resource: "leases", namespace: "kube-system", name: "kube-controller-manager"},
+		{verb: "get", resource: "secrets", namespace: "kube-system", name: "talos-ccm-talos"},
+		{verb: "list", resource: "secrets", namespace: "kube-system"},
+		{verb: "get", resource: "configmaps", namespace: "kube-system", name: "kubeadm-config"},
+		{verb: "create", resource: "serviceaccounts", sub: "token", namespace: "kube-system", name: "talos-ccm"},
+		{verb: "create", resource: "pods", namespace: "kube-system"},
+		{verb: "get", group: "hybridccm.io", resource: "nativeccms", name: "hcloud"},
+	}
+	user := "system:serviceaccount:" + releaseNamespace + ":talos-ccm"
+	groups := []string{"system:serviceaccounts", "system:serviceaccounts:" + releaseNamespace, "system:authenticated"}
+	review := func(ctx context.Context, x access) (bool, error) {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: user, Groups: groups,
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Verb: x.verb, Group: x.group, Resource: x.resource, Subresource: x.sub, Namespace: x.namespace, Name: x.name,
+			},
+		}}
+		res, err := env.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+		if err != nil {
+			return false, err
+		}
+		return res.Status.Allowed, nil
+	}
+	// RBAC objects reach the authorizer through its informers: wait for the first.
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		return review(ctx, allowed[0])
+	}); err != nil {
+		t.Fatalf("the chart's RBAC never took effect: %v", err)
+	}
+	for _, x := range allowed {
+		if ok, err := review(ctx, x); err != nil || !ok {
+			t.Errorf("%s is not allowed: %+v (err %v)", user, x, err)
+		}
+	}
+	for _, x := range denied {
+		if ok, err := review(ctx, x); err != nil || ok {
+			t.Errorf("%s is allowed: %+v (err %v)", user, x, err)
+		}
 	}
 }

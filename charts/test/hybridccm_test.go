@@ -1,0 +1,155 @@
+package charts_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluxcd/pkg/apis/meta"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+)
+
+// nativeCCMs decodes the rendered NativeCCMs strictly (an unknown field fails)
+// into the coordinator's API type, by name.
+func nativeCCMs(t *testing.T, m manifests) map[string]v1.NativeCCM {
+	t.Helper()
+	out := map[string]v1.NativeCCM{}
+	for _, u := range m.find(v1.GroupVersion.String() + " " + v1.NativeCCMKind) {
+		var n v1.NativeCCM
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(u.Object, &n, true); err != nil {
+			t.Fatalf("NativeCCM %s does not decode into the API type: %v", u.GetName(), err)
+		}
+		out[n.Name] = n
+	}
+	return out
+}
+
+// TestUmbrellaDefaults: by default the umbrella installs both controllers and
+// no NativeCCM; talos-ccm keeps its own stable name.
+func TestUmbrellaDefaults(t *testing.T) {
+	m := mustRender(t, hybridCCM, nil)
+	for _, name := range []string{"talos-ccm", "hybrid-ccm"} {
+		found := false
+		for _, o := range m.find("Deployment") {
+			found = found || o.GetName() == name
+		}
+		if !found {
+			t.Errorf("Deployment %s not rendered (have %v)", name, m.names())
+		}
+	}
+	if n := len(nativeCCMs(t, m)); n != 0 {
+		t.Errorf("NativeCCMs = %d with no cloud enabled", n)
+	}
+	if n := len(m.find("talos.dev/v1alpha1 ServiceAccount")); n != 1 {
+		t.Errorf("talos.dev ServiceAccounts = %d", n)
+	}
+
+	// Each controller can be left out (installed separately).
+	m = mustRender(t, hybridCCM, values(t, `components: {talos-ccm: false}`))
+	for _, o := range m.find("Deployment") {
+		if o.GetName() == "talos-ccm" {
+			t.Error("talos-ccm rendered although components.talos-ccm=false")
+		}
+	}
+	m = mustRender(t, hybridCCM, values(t, `components: {ccm-coordinator: false}`))
+	for _, o := range m.find("Deployment") {
+		if o.GetName() != "talos-ccm" {
+			t.Errorf("Deployment %s rendered although components.ccm-coordinator=false", o.GetName())
+		}
+	}
+}
+
+// TestUmbrellaNativeCCMs: every enabled cloud becomes one NativeCCM whose spec
+// carries the cloud's values, falling back to cloudDefaults.
+func TestUmbrellaNativeCCMs(t *testing.T) {
+	got := nativeCCMs(t, mustRender(t, hybridCCM, hybridCCM.ciValues(t, "multi-cloud")))
+	gp := func(d time.Duration) *metav1.Duration { return &metav1.Duration{Duration: d} }
+	want := map[string]v1.NativeCCMSpec{
+		"hcloud": {
+			Platform: "hcloud", Install: v1.InstallAuto, UninstallGracePeriod: gp(time.Hour),
+			Credentials: &v1.Credentials{SecretRef: meta.LocalObjectReference{Name: "hcloud-prod"}},
+			Overrides: &v1.Overrides{
+				Image: &v1.Image{Tag: "v1.35.0"},
+				Env:   []corev1.EnvVar{{Name: "HCLOUD_DEBUG", Value: "false"}},
+			},
+		},
+		"aws": {
+			Platform: "aws", Install: v1.InstallAlways, UninstallGracePeriod: gp(15 * time.Minute),
+			Credentials: &v1.Credentials{SecretRef: meta.LocalObjectReference{Name: "aws-ccm-prod"}},
+		},
+		"gcp":           {Platform: "gcp", Install: v1.InstallAuto, UninstallGracePeriod: gp(time.Hour)},
+		"digital-ocean": {Platform: "digital-ocean", Install: v1.InstallAuto, UninstallGracePeriod: gp(time.Hour), Suspend: true},
+	}
+	if len(got) != len(want) {
+		t.Errorf("NativeCCMs %d, want %d", len(got), len(want))
+	}
+	for name, spec := range want {
+		n, ok := got[name]
+		if !ok {
+			t.Errorf("no NativeCCM %s", name)
+			continue
+		}
+		if !equality.Semantic.DeepEqual(n.Spec, spec) {
+			t.Errorf("NativeCCM %s spec:\n got  %+v\n want %+v", name, n.Spec, spec)
+		}
+		if n.Namespace != "" {
+			t.Errorf("NativeCCM %s namespaced (%s); the kind is cluster-scoped", name, n.Namespace)
+		}
+		if n.Labels["app.kubernetes.io/instance"] != hybridCCM.releaseName() {
+			t.Errorf("NativeCCM %s labels %v", name, n.Labels)
+		}
+	}
+	if got["gcp"].Annotations["example.com/owner"] != "platform-team" {
+		t.Errorf("gcp annotations %v", got["gcp"].Annotations)
+	}
+
+	// A cloud of your own: another key, its platform and profile named.
+	got = nativeCCMs(t, mustRender(t, hybridCCM, values(t, `
+clouds:
+  hcloud-fsn:
+    enabled: true
+    platform: hcloud
+    profile: hcloud
+    overrides:
+      args: ["--allow-untagged-cloud"]
+      values: {replicaCount: 2}
+`)))
+	n := got["hcloud-fsn"]
+	if n.Spec.Platform != "hcloud" || n.Spec.Profile != "hcloud" || n.Spec.Overrides == nil ||
+		len(n.Spec.Overrides.Args) != 1 || n.Spec.Overrides.Values == nil || !strings.Contains(string(n.Spec.Overrides.Values.Raw), `"replicaCount":2`) {
+		t.Errorf("hcloud-fsn spec %+v", n.Spec)
+	}
+}
+
+// TestUmbrellaSchema: cloud values the coordinator would reject (or that could
+// never become a valid NativeCCM) are refused at install time.
+func TestUmbrellaSchema(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		values string
+	}{
+		{"unknown install policy", `clouds: {hcloud: {enabled: true, install: Sometimes}}`},
+		{"enforced flag in overrides", `clouds: {hcloud: {enabled: true, overrides: {args: ["--controllers=*"]}}}`},
+		{"lease flag in overrides", `clouds: {hcloud: {enabled: true, overrides: {args: ["--leader-elect-resource-name=x"]}}}`},
+		{"name too long for a release", `clouds: {a-very-long-cloud-name-that-does-not-fit-in-42: {enabled: true}}`},
+		{"name not a DNS label", `clouds: {Hetzner: {enabled: true}}`},
+		{"Secret name with capitals", `clouds: {hcloud: {enabled: true, credentials: {secretName: HCloud}}}`},
+		{"credentials in clear", `clouds: {hcloud: {enabled: true, credentials: {token: abc}}}`},
+		{"misspelt field", `clouds: {hcloud: {enabled: true, platfrom: hcloud}}`},
+		{"bad grace period", `cloudDefaults: {uninstallGracePeriod: soon}`},
+		{"unknown component", `components: {gate: true}`},
+		{"subchart schema still applies", `talos-ccm: {controllers: [route]}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := render(t, hybridCCM, values(t, tc.values))
+			if err == nil || !strings.Contains(err.Error(), "schema") {
+				t.Errorf("values accepted (err %v):\n%s", err, tc.values)
+			}
+		})
+	}
+}
