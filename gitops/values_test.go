@@ -275,6 +275,21 @@ func TestNativeCCMHealthCheckExprs(t *testing.T) {
 				}
 			}
 		}
+		// Before the coordinator's first status write the object has no status:
+		// the expressions cannot be evaluated, which kstatus reports as Unknown
+		// (kustomize-controller keeps polling until its timeout), never Current.
+		if len(e.syncs["hybrid-ccm"].Spec.HealthCheckExprs) > 0 {
+			hc := e.syncs["hybrid-ccm"].Spec.HealthCheckExprs[0]
+			ev, err := fluxcel.NewStatusEvaluator(&hc.HealthCheckExpressions)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fresh := nativeCCM(t, 1, 0)
+			unstructured.RemoveNestedField(fresh.Object, "status")
+			if res, err := ev.Evaluate(context.Background(), fresh); err == nil {
+				t.Errorf("%s: a NativeCCM without status evaluates to %s; docs/gitops.md says it cannot be evaluated yet", env, res.Status)
+			}
+		}
 		if len(exprs) != 1 {
 			t.Errorf("%s: %d NativeCCM healthCheckExprs, want 1", env, len(exprs))
 		}
