@@ -324,8 +324,10 @@ func TestMain(m *testing.M) {
 	flag.Parse()
 	code := m.Run()
 	stopControlPlane()
-	if tempRoot != "" {
-		_ = os.RemoveAll(tempRoot)
+	for _, dir := range []string{tempRoot, binaryDir} {
+		if dir != "" {
+			_ = os.RemoveAll(dir)
+		}
 	}
 	os.Exit(code)
 }
