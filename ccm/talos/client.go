@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/resource"
@@ -76,12 +77,37 @@ type Options struct {
 	Endpoints []string
 	// Timeout bounds each request (default 10s).
 	Timeout time.Duration
+	// ReloadInterval is how often the talosconfig file is checked for changes
+	// (default 30s; negative disables). Talos renews the certificate of a Talos
+	// ServiceAccount in its mounted Secret: a changed file is loaded and
+	// used for the following requests.
+	ReloadInterval time.Duration
 }
 
 // Client reads node facts from the Talos API over one shared connection.
 type Client struct {
-	c       *talosclient.Client
+	opts    Options
+	path    string
 	timeout time.Duration
+
+	mu      sync.RWMutex
+	c       *talosclient.Client
+	stamp   fileStamp
+	checked time.Time
+}
+
+// fileStamp identifies a version of the talosconfig file.
+type fileStamp struct {
+	mod  time.Time
+	size int64
+}
+
+func stampOf(path string) fileStamp {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileStamp{}
+	}
+	return fileStamp{mod: fi.ModTime(), size: fi.Size()}
 }
 
 // LoadConfig reads a talosconfig without ever creating one (a missing file is an
@@ -117,40 +143,91 @@ func LoadConfig(path string) (*clientconfig.Config, string, error) {
 
 // New creates a client. It does not dial yet.
 func New(ctx context.Context, o Options) (*Client, error) {
-	cfg, path, err := LoadConfig(o.ConfigPath)
+	if o.Timeout <= 0 {
+		o.Timeout = 10 * time.Second
+	}
+	if o.ReloadInterval == 0 {
+		o.ReloadInterval = 30 * time.Second
+	}
+	c := &Client{opts: o, timeout: o.Timeout}
+	tc, path, err := c.build(ctx)
 	if err != nil {
 		return nil, err
 	}
-	opts := []talosclient.OptionFunc{talosclient.WithConfig(cfg)}
-	if o.Context != "" {
-		if _, ok := cfg.Contexts[o.Context]; !ok {
-			return nil, fmt.Errorf("talosconfig %s: context %q not found", path, o.Context)
-		}
-		opts = append(opts, talosclient.WithContextName(o.Context))
-	}
-	if len(o.Endpoints) > 0 {
-		opts = append(opts, talosclient.WithEndpoints(o.Endpoints...))
-	}
-	c, err := talosclient.New(ctx, opts...)
+	c.c, c.path, c.stamp, c.checked = tc, path, stampOf(path), time.Now()
+	return c, nil
+}
+
+// build loads the talosconfig and creates a machinery client from it.
+func (c *Client) build(ctx context.Context) (*talosclient.Client, string, error) {
+	cfg, path, err := LoadConfig(c.opts.ConfigPath)
 	if err != nil {
-		return nil, fmt.Errorf("talos client from %s: %w", path, err)
+		return nil, path, err
 	}
-	t := o.Timeout
-	if t <= 0 {
-		t = 10 * time.Second
+	opts := []talosclient.OptionFunc{talosclient.WithConfig(cfg)}
+	if c.opts.Context != "" {
+		if _, ok := cfg.Contexts[c.opts.Context]; !ok {
+			return nil, path, fmt.Errorf("talosconfig %s: context %q not found", path, c.opts.Context)
+		}
+		opts = append(opts, talosclient.WithContextName(c.opts.Context))
 	}
-	return &Client{c: c, timeout: t}, nil
+	if len(c.opts.Endpoints) > 0 {
+		opts = append(opts, talosclient.WithEndpoints(c.opts.Endpoints...))
+	}
+	tc, err := talosclient.New(ctx, opts...)
+	if err != nil {
+		return nil, path, fmt.Errorf("talos client from %s: %w", path, err)
+	}
+	return tc, path, nil
+}
+
+// current returns the machinery client, first reloading the talosconfig if the
+// file changed since it was loaded (checked at most every ReloadInterval). A
+// file that no longer loads keeps the previous client and is logged.
+func (c *Client) current(ctx context.Context) *talosclient.Client {
+	c.mu.RLock()
+	tc, due := c.c, c.opts.ReloadInterval > 0 && time.Since(c.checked) >= c.opts.ReloadInterval
+	c.mu.RUnlock()
+	if !due {
+		return tc
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if time.Since(c.checked) < c.opts.ReloadInterval {
+		return c.c
+	}
+	c.checked = time.Now()
+	st := stampOf(c.path)
+	if st == c.stamp || st == (fileStamp{}) {
+		return c.c
+	}
+	fresh, _, err := c.build(ctx)
+	if err != nil {
+		klog.ErrorS(err, "Cannot reload the changed talosconfig; keeping the loaded one", "path", c.path)
+		c.stamp = st // report once per change
+		return c.c
+	}
+	old := c.c
+	c.c, c.stamp = fresh, st
+	klog.InfoS("Reloaded the changed talosconfig", "path", c.path)
+	// requests in flight keep the old connection until they finish
+	time.AfterFunc(2*c.timeout, func() { _ = old.Close() })
+	return c.c
 }
 
 // Close closes the connection.
-func (c *Client) Close() error { return c.c.Close() }
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.c.Close()
+}
 
 // call runs fn against node with the request timeout, counting and timing it.
 func (c *Client) call(ctx context.Context, op, node string, fn func(ctx context.Context, st state.State) error) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	start := time.Now()
-	err := fn(talosclient.WithNode(ctx, node), c.c.COSI)
+	err := fn(talosclient.WithNode(ctx, node), c.current(ctx).COSI)
 	observe(op, start, err)
 	if err != nil {
 		if state.IsNotFoundError(err) || status.Code(err) == codes.NotFound {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -136,4 +137,62 @@ func isCode(err error, code codes.Code) bool {
 		}
 	}
 	return false
+}
+
+// Talos renews the certificate in a Talos ServiceAccount's mounted talosconfig:
+// a changed file is picked up without a restart.
+func TestClientReloadsChangedTalosconfig(t *testing.T) {
+	old, err := talosnode.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Stop()
+	renewed, err := talosnode.Start() // another CA and endpoint: only a reload reaches it
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer renewed.Stop()
+	for _, ep := range []*talosnode.Endpoint{old, renewed} {
+		if _, err := ep.AddNode("n1", []string{"10.3.0.1"}, talosnode.Spec{Metadata: &runtime.PlatformMetadataSpec{Platform: "metal"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "talosconfig")
+	if err := old.WriteClientConfig(path, ""); err != nil {
+		t.Fatal(err)
+	}
+	c, err := talos.New(context.Background(), talos.Options{ConfigPath: path, Timeout: 2 * time.Second, ReloadInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	if _, err := c.PlatformMetadata(context.Background(), "10.3.0.1"); err != nil || old.Requests() != 1 {
+		t.Fatalf("first request: %v (old endpoint saw %d)", err, old.Requests())
+	}
+	if err := renewed.WriteClientConfig(path, ""); err != nil {
+		t.Fatal(err)
+	}
+	// make the change visible even on filesystems with coarse timestamps
+	future := time.Now().Add(time.Minute)
+	if err := os.Chtimes(path, future, future); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	if _, err := c.PlatformMetadata(context.Background(), "10.3.0.1"); err != nil {
+		t.Fatalf("after renewal: %v", err)
+	}
+	if renewed.Requests() != 1 || old.Requests() != 1 {
+		t.Fatalf("requests: old %d, renewed %d; want the second on the renewed endpoint", old.Requests(), renewed.Requests())
+	}
+	// a broken file keeps the working client
+	if err := os.WriteFile(path, []byte("not: [a talosconfig"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(path, future.Add(time.Minute), future.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	if _, err := c.PlatformMetadata(context.Background(), "10.3.0.1"); err != nil {
+		t.Fatalf("after a broken file: %v", err)
+	}
 }
