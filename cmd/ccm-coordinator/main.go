@@ -18,12 +18,14 @@ import (
 	"github.com/fluxcd/pkg/runtime/metrics"
 	"github.com/fluxcd/pkg/runtime/probes"
 	flag "github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/controller"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 )
@@ -46,6 +48,8 @@ func main() {
 		helmTimeout  = flag.Duration("helm-timeout", 5*time.Minute, "Timeout of each Helm action.")
 		concurrent   = flag.Int("concurrent", 4, "The number of NativeCCMs reconciled at the same time.")
 		listProfiles = flag.Bool("list-profiles", false, "Print the resolved profile names and exit.")
+		gateImage    = flag.String("gate-image", "ghcr.io/hybrid-ccm/ccm-gate:0.1.0", "Image of the ccm-gate sidecar added to every native CCM.")
+		gatePull     = flag.String("gate-image-pull-policy", "", "Pull policy of the ccm-gate image (default: Kubernetes' default).")
 	)
 	logOpts.BindFlags(flag.CommandLine)
 	leaderOpts.BindFlags(flag.CommandLine)
@@ -111,7 +115,12 @@ func main() {
 		Engine: release.NewEngine(restConfig, release.Options{
 			Wait: *helmWait, Timeout: *helmTimeout, Log: log.WithName("helm"),
 		}),
-		Profiles:             profiles,
+		Profiles: profiles,
+		// The gate: every release gets the ccm-gate sidecar (the view) and an
+		// admission policy (the fence). There is deliberately no switch to turn
+		// it off: an ungated native CCM deletes other platforms' nodes.
+		Mutators: gate.Coordinator{Client: mgr.GetClient(), Image: *gateImage,
+			ImagePullPolicy: corev1.PullPolicy(*gatePull)}.Mutators,
 		Namespace:            *namespace,
 		UninstallGracePeriod: *grace,
 		RetryInterval:        *retry,

@@ -449,6 +449,11 @@ func (r *NativeCCMReconciler) secretName(obj *v1.NativeCCM, p *profile.Profile) 
 // ensureRelease installs, upgrades (rolling back a failed upgrade) or confirms
 // the release.
 func (r *NativeCCMReconciler) ensureRelease(ctx context.Context, obj *v1.NativeCCM, req release.Request) error {
+	return r.ensureReleaseWith(ctx, obj, req, false)
+}
+
+// ensureReleaseWith is ensureRelease; readHistory forces the history read.
+func (r *NativeCCMReconciler) ensureReleaseWith(ctx context.Context, obj *v1.NativeCCM, req release.Request, readHistory bool) error {
 	log := ctrl.LoggerFrom(ctx)
 	digest := req.Digest()
 	// With no release recorded and no failure since, go straight to Install:
@@ -457,7 +462,7 @@ func (r *NativeCCMReconciler) ensureRelease(ctx context.Context, obj *v1.NativeC
 	// matters most (the first node of a platform appears).
 	var info *release.Info
 	var err error
-	if obj.Status.Release != nil || obj.Status.Failures > 0 {
+	if readHistory || obj.Status.Release != nil || obj.Status.Failures > 0 {
 		if info, err = r.Engine.Get(ctx, req.Namespace, req.Name); err != nil {
 			return err
 		}
@@ -496,6 +501,13 @@ func (r *NativeCCMReconciler) ensureRelease(ctx context.Context, obj *v1.NativeC
 			}
 		}
 		info, err = r.Engine.Install(ctx, req)
+		if errors.Is(err, release.ErrNameInUse) && !readHistory {
+			// An earlier reconcile installed it and the status read here predates
+			// that (the history read is skipped for speed): not a failure, look
+			// again with the history.
+			log.V(1).Info("release already installed; reading its history")
+			return r.ensureReleaseWith(ctx, obj, req, true)
+		}
 		if err != nil {
 			return r.actionFailed(obj, info, v1.InstallFailedReason, err)
 		}

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -201,12 +202,22 @@ func (e *Engine) Install(ctx context.Context, req Request) (*Info, error) {
 	in.Description = "installed by ccm-coordinator"
 	rel, err := in.RunWithContext(ctx, ch, req.Values)
 	if err != nil {
+		if strings.Contains(err.Error(), nameInUse) {
+			err = fmt.Errorf("%w: %v", ErrNameInUse, err)
+		}
 		return e.infoAfter(ctx, req, fmt.Errorf("%s: %s/%s: %w", op, req.Namespace, req.Name, err))
 	}
 	info := &Info{LastDeployed: rel.Version}
 	fill(info, rel)
 	return info, nil
 }
+
+// nameInUse is what Helm's install says when the release already exists.
+const nameInUse = "cannot re-use a name that is still in use"
+
+// ErrNameInUse: Install found the release already there (someone — usually an
+// earlier reconcile whose status the caller has not seen yet — installed it).
+var ErrNameInUse = errors.New("release already exists")
 
 // Upgrade makes a new revision of an existing release.
 func (e *Engine) Upgrade(ctx context.Context, req Request) (*Info, error) {

@@ -202,6 +202,7 @@ func Run(ctx context.Context, o Options) (err error) {
 		return err
 	}
 
+	var probes []gateProbe
 	deadline := time.After(o.Timeout)
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
@@ -210,8 +211,16 @@ func Run(ctx context.Context, o Options) (err error) {
 		if err != nil {
 			return err
 		}
+		st.probes = probes
+		if st.done() && probes == nil {
+			v.step("the hcloud CCM's identity tries to delete an aws node (what an ungated Hetzner CCM does)")
+			if probes, err = probeGate(ctx, env, cs, "hcloud-app-2", "aws-web-1"); err != nil {
+				return err
+			}
+			st.probes = probes
+		}
 		v.render(st)
-		if st.done() && o.ExitWhenDone {
+		if st.done() && probes != nil && o.ExitWhenDone {
 			v.summary(st)
 			return st.Check()
 		}
@@ -312,6 +321,7 @@ type state struct {
 	nodes    []corev1.Node
 	csrs     []certificatesv1.CertificateSigningRequest
 	natives  []v1alpha1.NativeCCM
+	probes   []gateProbe
 	expected int
 }
 
@@ -426,6 +436,9 @@ func (s *state) Check() error {
 		if ok, why := nativeReady(n); !ok || n.Status.Release == nil {
 			errs = append(errs, fmt.Errorf("NativeCCM %s not installed: %s", n.Name, why))
 		}
+	}
+	if len(s.probes) != 2 || s.probes[0].Allowed || !s.probes[1].Allowed {
+		errs = append(errs, fmt.Errorf("gate: want the foreign delete denied and the own dry-run delete allowed, got %+v", s.probes))
 	}
 	return errors.Join(errs...)
 }

@@ -31,6 +31,8 @@ func TestDemoReachesEndState(t *testing.T) {
 		"node/web-metal1", "providerID=talos://metal/192.168.10.11",
 		"csr/forged-by-aws-web-1", "Denied",
 		"nativeccm/hcloud", "installed: release native-ccm-hcloud",
+		"gate/delete node/aws-web-1", "denied: ", "hybrid-ccm gate",
+		"gate/delete node/hcloud-app-2 (dry run)", "allowed",
 		"8/8 nodes initialized, 8/8 CSRs approved, 1 denied, 3/3 native CCMs installed",
 	} {
 		if !strings.Contains(out.String(), want) {

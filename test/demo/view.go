@@ -64,6 +64,9 @@ func (v *view) render(s *state) {
 		for i := range s.natives {
 			v.changed("nativeccm/"+s.natives[i].Name, nativeLine(&s.natives[i]))
 		}
+		for _, p := range s.probes {
+			v.changed("gate/delete node/"+p.Target, probeLine(p))
+		}
 		return
 	}
 	var b strings.Builder
@@ -111,6 +114,13 @@ func (v *view) render(s *state) {
 		_, why := nativeReady(n)
 		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t\t\n", n.Name, n.Status.Nodes, rel, why)
 	}
+	if len(s.probes) > 0 {
+		fmt.Fprintln(tw)
+		fmt.Fprintln(tw, "  GATE: DELETE AS\tNODE\tDECISION\t\t\t")
+		for _, p := range s.probes {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t\t\t\n", p.Who, p.Target, probeLine(p))
+		}
+	}
 	_ = tw.Flush()
 	fmt.Fprint(v.out, b.String())
 }
@@ -136,4 +146,11 @@ func nativeLine(n *v1alpha1.NativeCCM) string {
 		return fmt.Sprintf("installed: release %s rev %d, %d node(s), lifecycle-only", n.Status.Release.Name, n.Status.Release.Revision, n.Status.Nodes)
 	}
 	return why
+}
+
+func probeLine(p gateProbe) string {
+	if p.Allowed {
+		return "allowed"
+	}
+	return "denied: " + p.Message
 }

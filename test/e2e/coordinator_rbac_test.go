@@ -11,6 +11,7 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/controller"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
 
@@ -159,6 +161,24 @@ func TestCoordinatorWorksWithItsChartRBAC(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: got.ReleaseName()}, &dep); err != nil {
 		t.Fatalf("release Deployment: %v", err)
 	}
+	// the gate came with it: the fence written with this identity, the sidecar in the pod
+	if g := apimeta.FindStatusCondition(got.Status.Conditions, v1alpha1.GatedCondition); g == nil || g.Status != metav1.ConditionTrue {
+		t.Fatalf("Gated condition: %+v", g)
+	}
+	var binding admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	if err := c.Get(ctx, client.ObjectKey{Name: gate.PolicyName("hcloud")}, &binding); err != nil {
+		t.Fatalf("fence binding: %v", err)
+	}
+	inits, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "initContainers")
+	sidecar := false
+	for _, c := range inits {
+		if m, ok := c.(map[string]any); ok && m["name"] == gate.SidecarName && m["restartPolicy"] == "Always" {
+			sidecar = true
+		}
+	}
+	if !sidecar {
+		t.Fatalf("release pod lacks the %s native sidecar: %v", gate.SidecarName, inits)
+	}
 
 	// deletion: the finalizer uninstalls with the same identity
 	if err := c.Delete(ctx, nccm); err != nil {
@@ -173,6 +193,13 @@ func TestCoordinatorWorksWithItsChartRBAC(t *testing.T) {
 	}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: got.ReleaseName()}, &dep); !apierrors.IsNotFound(err) {
 		t.Fatalf("release Deployment left behind: %v", err)
+	}
+	// the fence is owned by the NativeCCM: the garbage collector would remove it
+	// (there is none in this control plane), so check the owner reference
+	if err := c.Get(ctx, client.ObjectKey{Name: gate.PolicyName("hcloud")}, &binding); err == nil {
+		if refs := binding.GetOwnerReferences(); len(refs) != 1 || refs[0].Kind != "NativeCCM" {
+			t.Fatalf("fence binding owners %+v", refs)
+		}
 	}
 }
 

@@ -1,0 +1,81 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
+	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
+)
+
+// gateProbe is one write attempted as a native CCM's ServiceAccount.
+type gateProbe struct {
+	// Who is the ServiceAccount user name, Target the node.
+	Who, Target string
+	// Allowed is what the API server decided; Message its answer.
+	Allowed bool
+	Message string
+}
+
+// probeGate acts as the hcloud native CCM (impersonating its ServiceAccount, the
+// identity the coordinator gave it): it tries to delete an aws node for real —
+// what an ungated Hetzner CCM does to nodes it cannot find — and, as a dry run,
+// its own hcloud node. The API server's admission policy (the fence) decides.
+func probeGate(ctx context.Context, env *testenv.Env, cs kubernetes.Interface, ownNode, foreignNode string) ([]gateProbe, error) {
+	const who = "system:serviceaccount:kube-system:native-ccm-hcloud"
+	// wait until the coordinator has put the fence in place
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		_, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, gate.PolicyName("hcloud"), metav1.GetOptions{})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("no admission policy binding %s for NativeCCM hcloud: %w", gate.PolicyName("hcloud"), err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: who,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"}}
+	ccm, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	// a new policy takes a moment to become active: retry the dry run of the
+	// foreign delete until the fence answers
+	var foreign error
+	for i := 0; i < 100; i++ {
+		foreign = ccm.CoreV1().Nodes().Delete(ctx, foreignNode, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+		if foreign != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if foreign == nil {
+		return nil, fmt.Errorf("the fence never denied %s deleting node %s", who, foreignNode)
+	}
+	// now for real: denied, and the node survives
+	foreign = ccm.CoreV1().Nodes().Delete(ctx, foreignNode, metav1.DeleteOptions{})
+	own := ccm.CoreV1().Nodes().Delete(ctx, ownNode, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+	probes := []gateProbe{
+		{Who: who, Target: foreignNode, Allowed: foreign == nil, Message: errMessage(foreign)},
+		{Who: who, Target: ownNode + " (dry run)", Allowed: own == nil, Message: errMessage(own)},
+	}
+	if _, err := cs.CoreV1().Nodes().Get(ctx, foreignNode, metav1.GetOptions{}); err != nil {
+		return probes, fmt.Errorf("node %s is gone: %w", foreignNode, err)
+	}
+	return probes, nil
+}
+
+func errMessage(err error) string {
+	if err == nil {
+		return "allowed"
+	}
+	return err.Error()
+}
