@@ -95,6 +95,9 @@ type nodeCache struct {
 
 var nodesGVR = schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
 
+// cachePageSize bounds how many nodes' metadata the cache decodes at once.
+const cachePageSize = 250
+
 func newNodeCache(cfg *rest.Config, label, platform string) (*nodeCache, error) {
 	mc, err := metadata.NewForConfig(cfg)
 	if err != nil {
@@ -102,33 +105,48 @@ func newNodeCache(cfg *rest.Config, label, platform string) (*nodeCache, error) 
 	}
 	selector := label + "=" + platform
 	nodes := mc.Resource(nodesGVR)
+	// Keep only what the view reads: a few hundred bytes per node. Stripping
+	// happens per page and per event, so the full metadata (managed fields,
+	// annotations) of many nodes is never held at once.
+	strip := func(m *metav1.PartialObjectMetadata) {
+		m.ObjectMeta = metav1.ObjectMeta{
+			Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion,
+			Labels: map[string]string{label: m.Labels[label]},
+		}
+	}
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = selector
-			return nodes.List(ctx, o)
+			// A consistent, paginated read: a resourceVersion=0 list would come
+			// from the watch cache in one piece, however many nodes there are.
+			o.ResourceVersion, o.ResourceVersionMatch = "", ""
+			if o.Limit == 0 || o.Limit > cachePageSize {
+				o.Limit = cachePageSize
+			}
+			l, err := nodes.List(ctx, o)
+			if err != nil {
+				return nil, err
+			}
+			for i := range l.Items {
+				strip(&l.Items[i])
+			}
+			return l, nil
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.LabelSelector = selector
-			return nodes.Watch(ctx, o)
+			w, err := nodes.Watch(ctx, o)
+			if err != nil {
+				return nil, err
+			}
+			return watch.Filter(w, func(ev watch.Event) (watch.Event, bool) {
+				if m, ok := ev.Object.(*metav1.PartialObjectMetadata); ok && ev.Type != watch.Bookmark {
+					strip(m)
+				}
+				return ev, true
+			}), nil
 		},
 	}
 	inf := cache.NewSharedIndexInformer(lw, &metav1.PartialObjectMetadata{}, 0, cache.Indexers{})
-	// Keep only what the view reads: a few hundred bytes per node.
-	if err := inf.SetTransform(func(o any) (any, error) {
-		m, ok := o.(*metav1.PartialObjectMetadata)
-		if !ok {
-			return o, nil
-		}
-		return &metav1.PartialObjectMetadata{
-			TypeMeta: m.TypeMeta,
-			ObjectMeta: metav1.ObjectMeta{
-				Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion,
-				Labels: map[string]string{label: m.Labels[label]},
-			},
-		}, nil
-	}); err != nil {
-		return nil, err
-	}
 	return &nodeCache{informer: inf}, nil
 }
 

@@ -130,7 +130,6 @@ func New(cfg Config) (*Proxy, error) {
 		Transport:     transport,
 		FlushInterval: -1, // watches and large lists stream through as they come
 		ErrorHandler:  p.upstreamFailed,
-		ErrorLog:      nil,
 	}
 	return p, nil
 }

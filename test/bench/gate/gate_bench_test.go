@@ -1,0 +1,401 @@
+// Package gate benchmarks ccm-gate, the node-view proxy, as the native CCM uses
+// it: the real ccm-gate binary as a subprocess (HTTPS on loopback, forwarding
+// the CCM's ServiceAccount token) in front of a real kube-apiserver, measured
+// against the same API server directly in the same run. It also reports the
+// gate's peak resident memory (VmHWM).
+package gate
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/gatetest"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy"
+	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
+)
+
+const (
+	// nodes of the platform in the cluster (all visible through the gate, the
+	// worst case for its cache and the same answer as the direct list).
+	nodes = 5000
+	// lists and initial-event streams per path; the median is reported.
+	lists       = 20
+	initialRuns = 10
+	// watchEvents are node updates streamed to both watchers.
+	watchEvents = 1000
+	platform    = "hcloud"
+	ccmNS       = "kube-system"
+	ccmName     = "native-ccm-hcloud"
+)
+
+var (
+	env *testenv.Env
+	bin string
+	// workDir holds the binary, the gate's kubeconfig, certificate and log.
+	workDir string
+)
+
+func TestMain(m *testing.M) {
+	if !testenv.BenchmarksRequested() {
+		os.Exit(m.Run())
+	}
+	dir, err := os.MkdirTemp("", "hybrid-ccm-bench-gate-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	workDir = dir
+	bin = filepath.Join(dir, "ccm-gate")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/ccm-gate")
+	build.Dir = testenv.RepoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build ccm-gate: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := testenv.Run(m, testenv.Options{}, func(e *testenv.Env) { env = e })
+	if shared != nil {
+		_ = shared.gate.Process.Kill()
+		_ = shared.gate.Wait()
+	}
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// fixture is the cluster, the CCM identity and a running ccm-gate process.
+type fixture struct {
+	direct, gated *rest.Config
+	gate          *exec.Cmd
+}
+
+var (
+	setupOnce sync.Once
+	shared    *fixture
+	setupErr  error
+)
+
+func setup(b *testing.B) *fixture {
+	b.Helper()
+	setupOnce.Do(func() { shared, setupErr = start(workDir) })
+	if setupErr != nil {
+		b.Fatal(setupErr)
+	}
+	return shared
+}
+
+func start(dir string) (*fixture, error) {
+	ctx := context.Background()
+	if err := gatetest.GrantNativeCCM(ctx, env.Client, ccmNS, ccmName); err != nil {
+		return nil, err
+	}
+	token, err := gatetest.ServiceAccountToken(ctx, env.Client, ccmNS, ccmName)
+	if err != nil {
+		return nil, err
+	}
+	specs := make([]gatetest.NodeSpec, nodes)
+	for i := range specs {
+		specs[i] = gatetest.NodeSpec{Name: fmt.Sprintf("bench-%05d", i), Platform: platform, ProviderID: fmt.Sprintf("hcloud://%d", i), Ready: true}
+	}
+	if err := gatetest.CreateNodes(ctx, env.Client, specs...); err != nil {
+		return nil, err
+	}
+	direct := &rest.Config{Host: env.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: env.Config.CAData}, BearerToken: token, QPS: -1, Burst: -1}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := gatetest.WriteKubeconfig(direct, kubeconfig); err != nil {
+		return nil, err
+	}
+	listen, health := freePort(), freePort()
+	tlsDir := filepath.Join(dir, "tls")
+	args := []string{"--listen=" + listen, "--health-listen=" + health, "--tls-dir=" + tlsDir,
+		"--kubeconfig=" + kubeconfig, "--platform=" + platform, "--credentials=forward", "--v=0"}
+	// GATE_BENCH_FLAGS adds flags, e.g. --cache=false to compare.
+	cmd := exec.Command(bin, append(args, strings.Fields(os.Getenv("GATE_BENCH_FLAGS"))...)...)
+	logFile, err := os.Create(filepath.Join(dir, "ccm-gate.log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// The gate dies with the benchmark process, however that ends.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	f := &fixture{direct: direct, gate: cmd}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		resp, err := http.Get("http://" + health + "/readyz")
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			return nil, fmt.Errorf("ccm-gate never became ready: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	f.gated = &rest.Config{Host: "https://" + listen, TLSClientConfig: rest.TLSClientConfig{CAFile: filepath.Join(tlsDir, proxy.CertFile)}, BearerToken: token, QPS: -1, Burst: -1}
+	return f, nil
+}
+
+func freePort() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().String()
+}
+
+// report prints direct vs gate as medians and minima (the minimum is the least
+// disturbed by other work on the machine).
+func report(b *testing.B, what string, d, g []time.Duration) {
+	md, mg := median(d), median(g)
+	nd, ng := slices.Min(d), slices.Min(g)
+	b.ReportMetric(ms(md), "direct-ms")
+	b.ReportMetric(ms(mg), "gate-ms")
+	b.ReportMetric(float64(mg)/float64(md), "gate/direct")
+	b.ReportMetric(float64(ng)/float64(nd), "min-gate/direct")
+	b.Logf("%s, %d runs each: median direct %.1f ms, through ccm-gate %.1f ms (%.2fx); min direct %.1f ms, through ccm-gate %.1f ms (%.2fx)",
+		what, len(d), ms(md), ms(mg), float64(mg)/float64(md), ms(nd), ms(ng), float64(ng)/float64(nd))
+}
+
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// BenchmarkList5000 lists the platform's 5000 nodes directly (with the same
+// label selector the gate injects) and through the gate, alternating, as
+// protobuf (the CCM default) and JSON.
+func BenchmarkList5000(b *testing.B) {
+	f := setup(b)
+	for _, ct := range []string{"application/vnd.kubernetes.protobuf", "application/json"} {
+		name := map[string]string{"application/vnd.kubernetes.protobuf": "protobuf", "application/json": "json"}[ct]
+		b.Run(name, func(b *testing.B) {
+			client := func(cfg *rest.Config) kubernetes.Interface {
+				c := rest.CopyConfig(cfg)
+				c.ContentType, c.AcceptContentTypes = ct, ct
+				return kubernetes.NewForConfigOrDie(c)
+			}
+			direct, gated := client(f.direct), client(f.gated)
+			ctx := context.Background()
+			list := func(cs kubernetes.Interface, selector string) time.Duration {
+				start := time.Now()
+				l, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: selector})
+				d := time.Since(start)
+				if err != nil || len(l.Items) != nodes {
+					b.Fatalf("list: %d nodes, %v", len(l.Items), err)
+				}
+				return d
+			}
+			// Warm both paths (connections, watch cache, TLS).
+			list(direct, gatetest.PlatformLabel+"="+platform)
+			list(gated, "")
+			b.ResetTimer()
+			for range b.N {
+				var d, g []time.Duration
+				for range lists {
+					d = append(d, list(direct, gatetest.PlatformLabel+"="+platform))
+					g = append(g, list(gated, ""))
+				}
+				report(b, fmt.Sprintf("list %d nodes (%s)", nodes, name), d, g)
+			}
+		})
+	}
+}
+
+// BenchmarkWatch streams node updates to two watchers at once, one direct and
+// one through the gate, and compares when each update arrives. It also times
+// the initial events of a WatchList (what a CCM's informer does at start).
+func BenchmarkWatch(b *testing.B) {
+	f := setup(b)
+	ctx := context.Background()
+
+	for _, ct := range []string{"application/vnd.kubernetes.protobuf", "application/json"} {
+		name := map[string]string{"application/vnd.kubernetes.protobuf": "protobuf", "application/json": "json"}[ct]
+		b.Run("initial-events/"+name, func(b *testing.B) {
+			client := func(cfg *rest.Config) kubernetes.Interface {
+				c := rest.CopyConfig(cfg)
+				c.ContentType, c.AcceptContentTypes = ct, ct
+				return kubernetes.NewForConfigOrDie(c)
+			}
+			direct, gated := client(f.direct), client(f.gated)
+			initial := func(cs kubernetes.Interface, selector string) time.Duration {
+				start := time.Now()
+				w, err := cs.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{
+					LabelSelector: selector, SendInitialEvents: ptr.To(true),
+					ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan, AllowWatchBookmarks: true,
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer w.Stop()
+				n := 0
+				for ev := range w.ResultChan() {
+					if ev.Type == watch.Bookmark {
+						if o, ok := ev.Object.(*corev1.Node); ok && o.Annotations[metav1.InitialEventsAnnotationKey] == "true" {
+							break
+						}
+						continue
+					}
+					n++
+				}
+				if n != nodes {
+					b.Fatalf("%d initial events, want %d", n, nodes)
+				}
+				return time.Since(start)
+			}
+			initial(direct, gatetest.PlatformLabel+"="+platform)
+			initial(gated, "")
+			b.ResetTimer()
+			for range b.N {
+				var d, g []time.Duration
+				for range initialRuns {
+					d = append(d, initial(direct, gatetest.PlatformLabel+"="+platform))
+					g = append(g, initial(gated, ""))
+				}
+				report(b, fmt.Sprintf("WatchList initial events for %d nodes (%s)", nodes, name), d, g)
+			}
+		})
+	}
+
+	b.Run("updates", func(b *testing.B) {
+		direct, gated := kubernetes.NewForConfigOrDie(f.direct), kubernetes.NewForConfigOrDie(f.gated)
+		for range b.N {
+			l, err := direct.CoreV1().Nodes().List(ctx, metav1.ListOptions{Limit: 1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			rv := l.ResourceVersion
+			open := func(cs kubernetes.Interface, selector string) watch.Interface {
+				w, err := cs.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: rv})
+				if err != nil {
+					b.Fatal(err)
+				}
+				return w
+			}
+			wd, wg := open(direct, gatetest.PlatformLabel+"="+platform), open(gated, "")
+			sent := make([]time.Time, watchEvents)
+			var mu sync.Mutex
+			receive := func(w watch.Interface, out []time.Duration, done chan<- struct{}) {
+				defer close(done)
+				got := 0
+				for ev := range w.ResultChan() {
+					n, ok := ev.Object.(*corev1.Node)
+					if !ok || ev.Type != watch.Modified {
+						continue
+					}
+					i, err := strconv.Atoi(n.Annotations["bench-seq"])
+					if err != nil || i >= watchEvents || out[i] != 0 {
+						continue
+					}
+					mu.Lock()
+					out[i] = time.Since(sent[i])
+					mu.Unlock()
+					if got++; got == watchEvents {
+						return
+					}
+				}
+			}
+			latD, latG := make([]time.Duration, watchEvents), make([]time.Duration, watchEvents)
+			doneD, doneG := make(chan struct{}), make(chan struct{})
+			go receive(wd, latD, doneD)
+			go receive(wg, latG, doneG)
+			b.ResetTimer()
+			for i := range watchEvents {
+				patch := []byte(`{"metadata":{"annotations":{"bench-seq":"` + strconv.Itoa(i) + `"}}}`)
+				mu.Lock()
+				sent[i] = time.Now()
+				mu.Unlock()
+				if _, err := env.Client.CoreV1().Nodes().Patch(ctx, fmt.Sprintf("bench-%05d", i%nodes), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for _, done := range []chan struct{}{doneD, doneG} {
+				select {
+				case <-done:
+				case <-time.After(2 * time.Minute):
+					b.Fatal("watch events missing")
+				}
+			}
+			b.StopTimer()
+			wd.Stop()
+			wg.Stop()
+			pd, pg := percentile(latD, 50), percentile(latG, 50)
+			qd, qg := percentile(latD, 99), percentile(latG, 99)
+			b.ReportMetric(ms(pd), "direct-p50-ms")
+			b.ReportMetric(ms(pg), "gate-p50-ms")
+			b.ReportMetric(ms(qd), "direct-p99-ms")
+			b.ReportMetric(ms(qg), "gate-p99-ms")
+			b.Logf("%d node updates streamed: latency p50 direct %.2f ms, through ccm-gate %.2f ms; p99 direct %.2f ms, through ccm-gate %.2f ms",
+				watchEvents, ms(pd), ms(pg), ms(qd), ms(qg))
+		}
+	})
+}
+
+// BenchmarkRSS reports the gate's resident memory after the list and watch
+// benchmarks (run it with them: VmHWM is the peak over the whole run).
+func BenchmarkRSS(b *testing.B) {
+	f := setup(b)
+	for range b.N {
+		reportRSS(b, f)
+	}
+}
+
+func percentile(d []time.Duration, p int) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[(len(s)-1)*p/100]
+}
+
+// reportRSS reads the gate process' peak and current resident memory.
+func reportRSS(b *testing.B, f *fixture) {
+	b.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", f.gate.Process.Pid))
+	if err != nil {
+		b.Logf("no /proc status of ccm-gate: %v", err)
+		return
+	}
+	var hwm, rss float64
+	for _, line := range strings.Split(string(data), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseFloat(fields[1], 64)
+		switch fields[0] {
+		case "VmHWM:":
+			hwm = kb / 1024
+		case "VmRSS:":
+			rss = kb / 1024
+		}
+	}
+	b.ReportMetric(hwm, "gate-VmHWM-MiB")
+	b.ReportMetric(rss, "gate-VmRSS-MiB")
+	b.Logf("ccm-gate (%d nodes in its cache): VmHWM %.1f MiB, VmRSS %.1f MiB", nodes, hwm, rss)
+}
