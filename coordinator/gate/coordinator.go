@@ -39,7 +39,9 @@ type Coordinator struct {
 
 // Mutators ensures the NativeCCM's fence (owned by the NativeCCM, so it goes
 // with it) before the release is installed or upgraded, and returns the
-// sidecar mutator that adds the view. It records the Gated condition.
+// sidecar mutator that adds the view. It records the Gated condition. Errors
+// that wrap ErrConfig need a change of the NativeCCM or profile; others (the
+// API server) are worth a retry.
 func (g Coordinator) Mutators(ctx context.Context, obj *v1.NativeCCM, p *profile.Profile, l release.Lifecycle) ([]release.Mutator, error) {
 	f := Fence{
 		NativeCCM:          obj.Name,

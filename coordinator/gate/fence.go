@@ -49,6 +49,11 @@ type Fence struct {
 	Owner *metav1.OwnerReference
 }
 
+// ErrConfig marks errors that only a change of the NativeCCM or its profile
+// can fix (an empty platform, no providerID prefixes, ...). Other errors from
+// this package are API errors worth retrying.
+var ErrConfig = errors.New("invalid gate configuration")
+
 // PolicyName is the name of the policy and of its binding for a NativeCCM.
 func PolicyName(nativeCCM string) string { return policyPrefix + nativeCCM }
 
@@ -90,7 +95,7 @@ func (f Fence) Validate() error {
 		}
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("fence of NativeCCM %q: %w", f.NativeCCM, errors.Join(errs...))
+		return fmt.Errorf("%w: fence of NativeCCM %q: %w", ErrConfig, f.NativeCCM, errors.Join(errs...))
 	}
 	return nil
 }

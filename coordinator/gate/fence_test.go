@@ -2,6 +2,7 @@ package gate_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/gatetest"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 )
 
 func TestFenceValidate(t *testing.T) {
@@ -240,4 +242,15 @@ func TestFence(t *testing.T) {
 			t.Fatalf("fence still active after DeletePolicy: %v", err)
 		}
 	})
+}
+
+func TestConfigErrorsAreMarked(t *testing.T) {
+	_, _, err := gate.Policy("hcloud", "", "system:serviceaccount:kube-system:x", []string{"hcloud://"})
+	if !errors.Is(err, gate.ErrConfig) {
+		t.Fatalf("empty platform: %v does not wrap ErrConfig", err)
+	}
+	s := gate.Sidecar{Release: "r", Namespace: "n", Platform: "p", ProxyPort: 1, HealthPort: 2}
+	if err := s.Mutate(&release.Manifests{}); !errors.Is(err, gate.ErrConfig) {
+		t.Fatalf("no image: %v does not wrap ErrConfig", err)
+	}
 }

@@ -133,6 +133,13 @@ func (s Sidecar) Kubeconfig() ([]byte, error) {
 }
 
 func (s Sidecar) validate() error {
+	if err := s.check(); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return nil
+}
+
+func (s Sidecar) check() error {
 	switch {
 	case s.Release == "" || s.Namespace == "":
 		return fmt.Errorf("release and namespace are required")
