@@ -55,16 +55,27 @@ func isPublic(a netip.Addr) bool {
 	return a.IsGlobalUnicast() && !a.IsPrivate() && !a.IsLoopback() && !a.IsLinkLocalUnicast()
 }
 
-// nodeAddresses builds status.addresses: InternalIP = the provided node IPs (at
-// most one per family, preferred family first); ExternalIP = the external link's
-// addresses, plus public global-unicast addresses where the platform (or a rule's
-// publicIPDiscovery) says so; Hostname; InternalDNS/ExternalDNS.
+// nodeAddresses builds status.addresses: InternalIP = the provided node IPs that
+// are addresses of the node per its Talos API (at most one per family, preferred
+// family first); ExternalIP = the external link's addresses, plus public
+// global-unicast addresses where the platform (or a rule's publicIPDiscovery)
+// says so; Hostname; InternalDNS/ExternalDNS.
+//
+// A provided node IP the Talos API does not report is left out: the kubelet
+// writes provided-node-ip itself, and only one of its addresses needs to reach
+// the node's Talos API, so an extra entry (a second family, or an unreachable
+// address listed first) would otherwise be "established" from the kubelet's
+// word alone. The cloud-node controller then reports ProvidedNodeIPNotFound.
 func nodeAddresses(internal []netip.Addr, talosAddrs []talos.Address, md *Metadata, discoverPublic bool, preferIPv6 bool) []corev1.NodeAddress {
 	var out []corev1.NodeAddress
 	seen := map[netip.Addr]bool{}
+	onNode := map[netip.Addr]bool{}
+	for _, a := range talosAddrs {
+		onNode[a.Prefix.Addr().Unmap().WithZone("")] = true
+	}
 	var v4, v6 bool
 	for _, ip := range orderByFamily(internal, preferIPv6) {
-		if (ip.Is4() && v4) || (ip.Is6() && v6) {
+		if (ip.Is4() && v4) || (ip.Is6() && v6) || !onNode[ip.Unmap().WithZone("")] {
 			continue
 		}
 		v4, v6 = v4 || ip.Is4(), v6 || ip.Is6()

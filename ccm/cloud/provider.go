@@ -22,6 +22,7 @@ import (
 	cloudproviderapi "k8s.io/cloud-provider/api"
 	"k8s.io/klog/v2"
 
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/csr"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/transform"
 )
@@ -71,7 +72,8 @@ type Facts struct {
 	Region       string
 	Zone         string
 	Addresses    []corev1.NodeAddress
-	// Labels are the routing/cluster/lifecycle labels plus rule labels.
+	// Labels are every label talos-ccm writes (NodeLabels): rule labels, instance
+	// type, topology, routing, cluster name and lifecycle.
 	Labels      map[string]string
 	Annotations map[string]string
 	Taints      []corev1.Taint
@@ -95,6 +97,7 @@ type Provider struct {
 var (
 	_ cloudprovider.Interface   = (*Provider)(nil)
 	_ cloudprovider.InstancesV2 = (*Provider)(nil)
+	_ csr.AddressSource         = (*Provider)(nil)
 )
 
 // New returns a provider reading through r and applying rules (may be nil).
@@ -167,7 +170,10 @@ func (p *Provider) EstablishedAddresses(ctx context.Context, node *corev1.Node) 
 	p.mu.RUnlock()
 	if f == nil {
 		var err error
-		if f, err = p.Facts(ctx, node); err != nil {
+		if f, err = p.Facts(ctx, node); errors.Is(err, ErrIdentity) {
+			// another machine answered: tell the approver to deny, not retry
+			return nil, fmt.Errorf("%w: %w", csr.ErrNotThisNode, err)
+		} else if err != nil {
 			return nil, err
 		}
 	}
@@ -277,7 +283,7 @@ func (p *Provider) Facts(ctx context.Context, node *corev1.Node) (*Facts, error)
 	}
 	md = res.Metadata
 
-	id, err := providerID(&md, target.String())
+	id, err := ProviderID(&md, target.String())
 	if err != nil {
 		return nil, fmt.Errorf("%s: node %s: %w", op, node.Name, err)
 	}
@@ -288,24 +294,12 @@ func (p *Provider) Facts(ctx context.Context, node *corev1.Node) (*Facts, error)
 		Region:       md.Region,
 		Zone:         md.Zone,
 		Addresses:    nodeAddresses(targets, addrs, &md, res.Features.PublicIPDiscovery, preferIPv6),
-		Labels:       map[string]string{},
+		Labels:       NodeLabels(&md, res.Labels, p.rules.Global.ClusterName),
 		Annotations:  res.Annotations,
 		Taints:       res.Taints,
 		Rules:        res.Matched,
 		Result:       res,
 		ReadAt:       readTime,
-	}
-	for k, v := range res.Labels {
-		f.Labels[k] = v
-	}
-	if md.Platform != "" {
-		f.Labels[LabelPlatform] = md.Platform
-	}
-	if cn := p.rules.Global.ClusterName; cn != "" {
-		f.Labels[LabelClusterName] = cn
-	}
-	if md.Spot {
-		f.Labels[LabelLifecycle] = "spot"
 	}
 	p.mu.Lock()
 	p.facts[node.Name] = f

@@ -3,6 +3,8 @@ package cloud
 import (
 	"fmt"
 	"strings"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // nativePlatforms are Talos platforms whose cloud has its own CCM. A node of such
@@ -41,10 +43,12 @@ func HasNativeCCM(platform string) bool {
 	return ok
 }
 
-// providerID decides the node's providerID from (transformed) metadata.
+// ProviderID decides the providerID talos-ccm writes for a node whose
+// (transformed) metadata is md and whose Talos API answered on nodeIP (used only
+// by the talos://<platform>/<ip> fallback of platforms without a native CCM).
 // An empty result with a nil error never happens: either a value or an error
-// wrapping ErrMetadataIncomplete (retry later).
-func providerID(md *Metadata, nodeIP string) (string, error) {
+// wrapping ErrMetadataIncomplete (the node is left uninitialized and retried).
+func ProviderID(md *Metadata, nodeIP string) (string, error) {
 	if id := strings.TrimSpace(md.ProviderID); id != "" {
 		return normalizeProviderID(id), nil
 	}
@@ -80,4 +84,33 @@ func normalizeProviderID(id string) string {
 		end = len(id) - start
 	}
 	return id[:start] + strings.ToLower(id[start:start+end]) + id[start+end:]
+}
+
+// NodeLabels returns every label talos-ccm writes on a node whose transformed
+// metadata is md: the rule labels, then the labels it derives itself — instance
+// type, topology region and zone (stable and beta keys), the routing label
+// node.cloudprovider.kubernetes.io/platform, .../clustername (global.clusterName)
+// and .../lifecycle=spot. Empty values are not written.
+func NodeLabels(md *Metadata, ruleLabels map[string]string, clusterName string) map[string]string {
+	out := make(map[string]string, len(ruleLabels)+9)
+	for k, v := range ruleLabels {
+		out[k] = v
+	}
+	set := func(v string, keys ...string) {
+		if v == "" {
+			return
+		}
+		for _, k := range keys {
+			out[k] = v
+		}
+	}
+	set(md.InstanceType, corev1.LabelInstanceTypeStable, corev1.LabelInstanceType)
+	set(md.Zone, corev1.LabelTopologyZone, corev1.LabelFailureDomainBetaZone)
+	set(md.Region, corev1.LabelTopologyRegion, corev1.LabelFailureDomainBetaRegion)
+	set(md.Platform, LabelPlatform)
+	set(clusterName, LabelClusterName)
+	if md.Spot {
+		out[LabelLifecycle] = "spot"
+	}
+	return out
 }

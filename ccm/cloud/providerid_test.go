@@ -36,7 +36,7 @@ func TestProviderID(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := providerID(&c.md, c.ip)
+			got, err := ProviderID(&c.md, c.ip)
 			if c.retry {
 				if !errors.Is(err, ErrMetadataIncomplete) || got != "" {
 					t.Fatalf("want retry, got %q, %v", got, err)
@@ -85,8 +85,19 @@ func TestNodeAddresses(t *testing.T) {
 			md:    Metadata{Platform: "gcp"},
 			want:  []corev1.NodeAddress{a(corev1.NodeInternalIP, "10.0.0.1"), a(corev1.NodeExternalIP, "198.51.100.4")}},
 		{name: "dual-stack preferIPv6 orders v6 first, one per family", internal: ips("10.0.0.1", "fd00::1", "10.0.0.2"), v6: true,
-			md:   Metadata{Platform: "metal", InternalDNS: "i.example", ExternalDNS: "e.example"},
-			want: []corev1.NodeAddress{a(corev1.NodeInternalIP, "fd00::1"), a(corev1.NodeInternalIP, "10.0.0.1"), a(corev1.NodeInternalDNS, "i.example"), a(corev1.NodeExternalDNS, "e.example")}},
+			talos: []talos.Address{ta("eth0", "10.0.0.1/24"), ta("eth0", "10.0.0.2/24"), ta("eth0", "fd00::1/64")},
+			md:    Metadata{Platform: "metal", InternalDNS: "i.example", ExternalDNS: "e.example"},
+			want:  []corev1.NodeAddress{a(corev1.NodeInternalIP, "fd00::1"), a(corev1.NodeInternalIP, "10.0.0.1"), a(corev1.NodeInternalDNS, "i.example"), a(corev1.NodeExternalDNS, "e.example")}},
+		// the kubelet writes provided-node-ip: an entry the Talos API does not
+		// report is not established, whichever family or position it has
+		{name: "provided IPs not on the node are left out", internal: ips("10.99.0.1", "10.0.0.1", "fd00::99"),
+			talos: []talos.Address{ta("eth0", "10.0.0.1/24"), ta("eth0", "fd00::1/64")},
+			md:    Metadata{Platform: "aws", Hostname: "n1"},
+			want:  []corev1.NodeAddress{a(corev1.NodeInternalIP, "10.0.0.1"), a(corev1.NodeHostName, "n1")}},
+		{name: "IPv4-mapped AddressStatus matches", internal: ips("10.0.0.1"),
+			talos: []talos.Address{ta("eth0", "::ffff:10.0.0.1/128")},
+			md:    Metadata{Platform: "aws"},
+			want:  []corev1.NodeAddress{a(corev1.NodeInternalIP, "10.0.0.1")}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -131,5 +142,28 @@ func TestLifecycleAnswersNeverHarmNodes(t *testing.T) {
 		if shutdown || err != nil {
 			t.Fatalf("InstanceShutdown(%q) = %v, %v", n.Spec.ProviderID, shutdown, err)
 		}
+	}
+}
+
+func TestNodeLabels(t *testing.T) {
+	got := NodeLabels(&Metadata{Platform: "aws", Region: "us-east-1", Zone: "us-east-1a", InstanceType: "t3.small", Spot: true},
+		map[string]string{"node-role.kubernetes.io/web": ""}, "prod")
+	want := map[string]string{
+		"node-role.kubernetes.io/web":              "",
+		"node.kubernetes.io/instance-type":         "t3.small",
+		"beta.kubernetes.io/instance-type":         "t3.small",
+		"topology.kubernetes.io/zone":              "us-east-1a",
+		"failure-domain.beta.kubernetes.io/zone":   "us-east-1a",
+		"topology.kubernetes.io/region":            "us-east-1",
+		"failure-domain.beta.kubernetes.io/region": "us-east-1",
+		LabelPlatform:    "aws",
+		LabelClusterName: "prod",
+		LabelLifecycle:   "spot",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got  %v\nwant %v", got, want)
+	}
+	if got := NodeLabels(&Metadata{Platform: "metal"}, nil, ""); !reflect.DeepEqual(got, map[string]string{LabelPlatform: "metal"}) {
+		t.Fatalf("empty values must not be written: %v", got)
 	}
 }

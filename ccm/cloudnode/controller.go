@@ -290,17 +290,8 @@ func applyFacts(n *corev1.Node, f *cloud.Facts, enforce bool) {
 	if n.Labels == nil {
 		n.Labels = map[string]string{}
 	}
-	set := func(v string, keys ...string) {
-		if v == "" {
-			return
-		}
-		for _, k := range keys {
-			n.Labels[k] = v
-		}
-	}
-	set(f.InstanceType, corev1.LabelInstanceTypeStable, corev1.LabelInstanceType)
-	set(f.Zone, corev1.LabelTopologyZone, corev1.LabelFailureDomainBetaZone)
-	set(f.Region, corev1.LabelTopologyRegion, corev1.LabelFailureDomainBetaRegion)
+	// f.Labels is cloud.NodeLabels: rule labels, instance type, topology,
+	// platform, cluster name, lifecycle (what `hybridctl transform explain` shows)
 	maps.Copy(n.Labels, f.Labels)
 	if len(f.Annotations) > 0 {
 		if n.Annotations == nil {

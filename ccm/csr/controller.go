@@ -40,7 +40,9 @@ import (
 //
 // Implementations must not modify node (it is the shared informer copy) and should
 // return an error, not an empty list, when they cannot tell: an error makes the
-// controller retry, an empty list makes it deny every IP SAN.
+// controller retry, an empty list makes it deny every IP SAN. An error wrapping
+// ErrNotThisNode (the machine that answered is provably another node) makes it
+// deny the request (NodeIdentityMismatch).
 type AddressSource interface {
 	EstablishedAddresses(ctx context.Context, node *corev1.Node) ([]corev1.NodeAddress, error)
 }
@@ -54,6 +56,13 @@ const (
 // pendingByNode indexes pending kubelet-serving CSRs by the node that requested them,
 // so that a node becoming initialized (or getting new addresses) re-queues its CSRs.
 const pendingByNode = "node-csr-approval/pending-by-node"
+
+// ErrNotThisNode is what an AddressSource's error wraps when the machine it read
+// for the node is provably another one (its Talos nodename differs). Nothing is
+// established for the node; the request is denied, not retried: the address the
+// kubelet names leads to a different machine, which waiting does not change (a
+// genuine kubelet submits a new request later).
+var ErrNotThisNode = errors.New("the machine answering for the node is another node")
 
 // errRetry asks the worker to look at a request again after a back-off.
 var errRetry = errors.New("decision postponed")
@@ -245,7 +254,10 @@ func (c *Controller) decide(ctx context.Context, csr *certificatesv1.Certificate
 	var established []corev1.NodeAddress
 	if node != nil && (!c.opts.WaitForInitialization || Initialized(node)) {
 		var err error
-		if established, err = c.addrs.EstablishedAddresses(ctx, node); err != nil {
+		if established, err = c.addrs.EstablishedAddresses(ctx, node); errors.Is(err, ErrNotThisNode) {
+			return Decision{Action: Deny, Reason: ReasonNodeIdentityMismatch,
+				Message: fmt.Sprintf("the Talos API reached for node %q is another machine: %s", node.Name, clipLong(err.Error()))}, node, nil
+		} else if err != nil {
 			klog.ErrorS(err, "Cannot read the addresses talos-ccm established for node", "csr", klog.KObj(csr), "node", klog.KObj(node))
 			return Decision{Action: Retry, Reason: ReasonAddressLookupFailed,
 				Message: fmt.Sprintf("cannot read the addresses of node %q: %v", node.Name, err)}, node, nil

@@ -103,6 +103,9 @@ const (
 	// Hostname/InternalDNS/ExternalDNS address talos-ccm established (nor under an
 	// allowed suffix).
 	ReasonDNSNameNotEstablished = "DNSNameNotEstablished"
+	// ReasonNodeIdentityMismatch: the AddressSource found that the machine answering
+	// for the node is another node (ErrNotThisNode; Deny, controller only).
+	ReasonNodeIdentityMismatch = "NodeIdentityMismatch"
 	// ReasonAddressLookupFailed: the AddressSource failed (Retry; controller only).
 	ReasonAddressLookupFailed = "AddressLookupFailed"
 

@@ -390,6 +390,16 @@ func clip(s string) string {
 	return strings.ToValidUTF8(s[:max], "") + "…"
 }
 
+// clipLong bounds an error chain (which names the machine that answered) in a
+// message; it is longer than clip because the interesting part comes last.
+func clipLong(s string) string {
+	const max = 512
+	if len(s) <= max {
+		return s
+	}
+	return strings.ToValidUTF8(s[:max], "") + "…"
+}
+
 func clipAll(ss []string) []string {
 	if len(ss) > 4 {
 		ss = append(ss[:4:4], fmt.Sprintf("… %d more", len(ss)-4))

@@ -228,9 +228,13 @@ func (c *Client) call(ctx context.Context, op, node string, fn func(ctx context.
 	defer cancel()
 	start := time.Now()
 	err := fn(talosclient.WithNode(ctx, node), c.current(ctx).COSI)
-	observe(op, start, err)
+	code := status.Code(err)
+	if state.IsNotFoundError(err) {
+		code = codes.NotFound // the COSI client returns its own error, not a status
+	}
+	observe(op, start, code)
 	if err != nil {
-		if state.IsNotFoundError(err) || status.Code(err) == codes.NotFound {
+		if code == codes.NotFound {
 			err = ErrNotFound
 		}
 		klog.V(4).InfoS("Talos API call failed", "op", op, "node", node, "err", err)

@@ -4,7 +4,7 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/codes"
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
 )
@@ -34,8 +34,8 @@ func register() {
 	})
 }
 
-func observe(op string, start time.Time, err error) {
+func observe(op string, start time.Time, code codes.Code) {
 	register()
-	apiRequests.WithLabelValues(op, status.Code(err).String()).Inc()
+	apiRequests.WithLabelValues(op, code.String()).Inc()
 	apiDuration.WithLabelValues(op).Observe(time.Since(start).Seconds())
 }
