@@ -7,12 +7,14 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/cloud"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/transform"
 )
@@ -22,6 +24,7 @@ type explainOptions struct {
 	config   string // rules file
 	metadata string // metadata file
 	node     string // live mode: node address, read through the Talos API
+	nodeIP   string // file mode: the address talos-ccm reaches the node's Talos API on
 
 	talosconfig    string   // live mode: talosconfig (default paths as talos-ccm)
 	talosContext   string   // live mode: talosconfig context
@@ -36,7 +39,9 @@ func newTransformExplainCommand() *cobra.Command {
 		Short: "Show what the transformation rules give a node, and why",
 		Long: "explain evaluates a talos-ccm rules file against one node's platform metadata exactly as\n" +
 			"talos-ccm does, and shows which rules matched (and, for the others, which expression failed),\n" +
-			"the metadata after overrides, and the labels, annotations, taints and features the node gets.\n\n" +
+			"the metadata after overrides, and what talos-ccm writes on the Node: the providerID, every label\n" +
+			"(its own — platform, cluster name, lifecycle, topology, instance type — and the rules'), the\n" +
+			"annotations and taints, and the features the node gets.\n\n" +
 			"The metadata file holds the Talos PlatformMetadata fields (platform, hostname, region, zone,\n" +
 			"instanceType, instanceId, providerId, spot, internalDNS, externalDNS, tags), optionally the\n" +
 			"SystemInformation ones, or simply the output of\n" +
@@ -54,6 +59,7 @@ func newTransformExplainCommand() *cobra.Command {
 	fs.StringVarP(&o.config, "config", "c", "", "transformation rules file (talos-ccm --cloud-config)")
 	fs.StringVarP(&o.metadata, "metadata", "m", "", "node metadata file (YAML or JSON, plain fields or talosctl output)")
 	fs.StringVar(&o.node, "node", "", "read the metadata of a live node (its IP) through its Talos API instead of --metadata")
+	fs.StringVar(&o.nodeIP, "node-ip", "", "with --metadata: the node's IP (its provided-node-ip), for the talos://<platform>/<ip> providerID of platforms without a native CCM")
 	fs.StringVar(&o.talosconfig, "talosconfig", os.Getenv("TALOSCONFIG"), "with --node: Talos client config (default: $TALOSCONFIG, ~/.talos/config)")
 	fs.StringVar(&o.talosContext, "talos-context", "", "with --node: talosconfig context")
 	fs.StringSliceVar(&o.talosEndpoints, "talos-endpoints", nil, "with --node: Talos API endpoints overriding the talosconfig")
@@ -67,6 +73,8 @@ func (o *explainOptions) metadataSource() (MetadataSource, error) {
 	switch {
 	case o.metadata != "" && o.node != "":
 		return nil, errors.New("use either --metadata or --node, not both")
+	case o.node != "" && o.nodeIP != "":
+		return nil, errors.New("--node-ip is for --metadata; with --node the providerID uses the --node address")
 	case o.metadata != "":
 		return FileMetadataSource{Path: o.metadata}, nil
 	case o.node != "":
@@ -105,7 +113,11 @@ func (o *explainOptions) run(cmd *cobra.Command) error {
 		return err
 	}
 	ex, applyErr := cfg.Explain(md)
-	r := newExplainReport(cfg, src, md, ex, applyErr)
+	nodeIP := o.nodeIP
+	if o.node != "" {
+		nodeIP = o.node
+	}
+	r := newExplainReport(cfg, src, md, ex, applyErr, nodeIP)
 	out := cmd.OutOrStdout()
 	switch o.output {
 	case "json":
@@ -136,9 +148,17 @@ type explainReport struct {
 	// Rules in order; rules after a failing one are not evaluated.
 	Rules []ruleReport `json:"rules"`
 	// Input is the metadata as read; Metadata after the overrides.
-	Input       transform.Metadata  `json:"input"`
-	Metadata    *transform.Metadata `json:"metadata,omitempty"`
+	Input    transform.Metadata  `json:"input"`
+	Metadata *transform.Metadata `json:"metadata,omitempty"`
+	// ProviderID is what talos-ccm writes as spec.providerID (ccm/cloud.ProviderID);
+	// ProviderIDRetry says why it writes none yet and leaves the node
+	// uninitialized (a cloud platform without instance ID or providerID).
+	ProviderID      string `json:"providerID,omitempty"`
+	ProviderIDRetry string `json:"providerIDRetry,omitempty"`
+	// Labels are every label talos-ccm writes (ccm/cloud.NodeLabels): its own
+	// and the rules'; RuleLabels only the rules'.
 	Labels      map[string]string   `json:"labels,omitempty"`
+	RuleLabels  map[string]string   `json:"ruleLabels,omitempty"`
 	Annotations map[string]string   `json:"annotations,omitempty"`
 	Taints      []corev1.Taint      `json:"taints,omitempty"`
 	Features    *transform.Features `json:"features,omitempty"`
@@ -153,7 +173,11 @@ type ruleReport struct {
 	Evaluated bool `json:"evaluated"`
 }
 
-func newExplainReport(cfg *transform.Config, src MetadataSource, md transform.Metadata, ex *transform.Explanation, applyErr error) *explainReport {
+// unknownNodeIP stands for the node's address in a talos:// providerID when
+// explain was given neither --node nor --node-ip.
+const unknownNodeIP = "<node-ip>"
+
+func newExplainReport(cfg *transform.Config, src MetadataSource, md transform.Metadata, ex *transform.Explanation, applyErr error, nodeIP string) *explainReport {
 	r := &explainReport{Config: cfg.Source(), Source: src.String(), Input: md, enforce: cfg.Global.Enforce}
 	for i, t := range cfg.Transformations {
 		rr := ruleReport{RuleOutcome: transform.RuleOutcome{Index: i, Name: t.Name, Term: -1}}
@@ -167,7 +191,17 @@ func newExplainReport(cfg *transform.Config, src MetadataSource, md transform.Me
 		return r
 	}
 	res := ex.Result
-	r.Metadata, r.Labels, r.Annotations, r.Taints, r.Features = &res.Metadata, res.Labels, res.Annotations, res.Taints, &res.Features
+	r.Metadata, r.RuleLabels, r.Annotations, r.Taints, r.Features = &res.Metadata, res.Labels, res.Annotations, res.Taints, &res.Features
+	// exactly what talos-ccm derives: the same functions it uses
+	r.Labels = cloud.NodeLabels(&res.Metadata, res.Labels, cfg.Global.ClusterName)
+	if nodeIP == "" {
+		nodeIP = unknownNodeIP
+	}
+	if id, err := cloud.ProviderID(&res.Metadata, nodeIP); err != nil {
+		r.ProviderIDRetry = err.Error()
+	} else {
+		r.ProviderID = id
+	}
 	return r
 }
 
@@ -244,6 +278,14 @@ func (r *explainReport) writeText(w io.Writer) {
 		}
 	}
 
+	switch {
+	case r.ProviderIDRetry != "":
+		section(w, "ProviderID", []string{"none yet: talos-ccm leaves the node uninitialized and retries (" + r.ProviderIDRetry + ")"})
+	case strings.Contains(r.ProviderID, unknownNodeIP):
+		section(w, "ProviderID", []string{r.ProviderID + "  (the node's IP: give --node-ip)"})
+	default:
+		section(w, "ProviderID", []string{r.ProviderID})
+	}
 	section(w, "Labels", sortedPairs(r.Labels, "="))
 	section(w, "Annotations", sortedPairs(r.Annotations, ": "))
 	var taints []string

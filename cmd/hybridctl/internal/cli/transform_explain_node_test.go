@@ -46,7 +46,8 @@ func TestExplainLiveNode(t *testing.T) {
 	if err != nil {
 		t.Fatalf("explain --node: %v\n%s", err, stderr)
 	}
-	for _, want := range []string{"web-nodes", "matched", `node-role.kubernetes.io/web=""`} {
+	for _, want := range []string{"web-nodes", "matched", `node-role.kubernetes.io/web=""`,
+		"ProviderID\n  talos://metal/10.70.0.7\n", `node.cloudprovider.kubernetes.io/platform="metal"`, `topology.kubernetes.io/region="dc1"`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -54,5 +55,48 @@ func TestExplainLiveNode(t *testing.T) {
 	// an address no node answers on is a clear error naming it
 	if _, _, err := run(t, "transform", "explain", "-c", rules, "--node", "10.70.0.99", "--talosconfig", tc); err == nil || !strings.Contains(err.Error(), "10.70.0.99") {
 		t.Fatalf("unknown node: want error naming it, got %v", err)
+	}
+}
+
+// --node finds the talosconfig as talos-ccm does ($TALOSCONFIG when no
+// --talosconfig), and --talos-endpoints overrides the talosconfig's endpoints.
+func TestExplainLiveNodeTalosconfigLookup(t *testing.T) {
+	ep, err := talosnode.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Stop()
+	if _, err := ep.AddNode("db-3", []string{"10.71.0.3"}, talosnode.Spec{
+		Metadata: &runtime.PlatformMetadataSpec{Platform: "nocloud", Hostname: "db-3"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := ep.ClientConfig("os:reader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Contexts[cfg.Context].Endpoints = []string{"127.0.0.1:1"} // nothing listens there
+	b, err := cfg.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := writeFile(t, "talosconfig", string(b))
+	t.Setenv("TALOSCONFIG", tc)
+	t.Setenv("HOME", t.TempDir())
+	rules := writeFile(t, "rules.yaml", "transformations: []\n")
+
+	// the flag default is read when the command is built, as in hybridctl
+	if _, _, err := run(t, "transform", "explain", "-c", rules, "--node", "10.71.0.3"); err == nil {
+		t.Fatal("the talosconfig's dead endpoint answered")
+	}
+	if ep.Requests() != 0 {
+		t.Fatalf("endpoint saw %d requests without the override", ep.Requests())
+	}
+	out, stderr, err := run(t, "transform", "explain", "-c", rules, "--node", "10.71.0.3", "--talos-endpoints", ep.Addr())
+	if err != nil {
+		t.Fatalf("explain --talos-endpoints: %v\n%s", err, stderr)
+	}
+	if !strings.Contains(out, "talos://nocloud/10.71.0.3") || ep.Requests() == 0 {
+		t.Fatalf("output (endpoint saw %d requests):\n%s", ep.Requests(), out)
 	}
 }

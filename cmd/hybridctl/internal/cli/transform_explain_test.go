@@ -108,7 +108,7 @@ func TestExplainText(t *testing.T) {
 func TestExplainStructuredOutput(t *testing.T) {
 	for _, format := range []string{"json", "yaml"} {
 		t.Run(format, func(t *testing.T) {
-			out, _, err := run(t, "transform", "explain", "-c", "testdata/rules.yaml", "-m", "testdata/web-1.talosctl.yaml", "-o", format)
+			out, _, err := run(t, "transform", "explain", "-c", "testdata/rules.yaml", "-m", "testdata/web-1.talosctl.yaml", "--node-ip", "10.0.0.5", "-o", format)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -121,11 +121,14 @@ func TestExplainStructuredOutput(t *testing.T) {
 					Misses    []string
 					Evaluated bool
 				}
-				Input    map[string]any
-				Metadata map[string]any
-				Labels   map[string]string
-				Taints   []corev1.Taint
-				Features map[string]bool
+				Input           map[string]any
+				Metadata        map[string]any
+				Labels          map[string]string
+				RuleLabels      map[string]string
+				ProviderID      string
+				ProviderIDRetry string
+				Taints          []corev1.Taint
+				Features        map[string]bool
 			}
 			if format == "json" {
 				err = json.Unmarshal([]byte(out), &r)
@@ -141,8 +144,21 @@ func TestExplainStructuredOutput(t *testing.T) {
 			if r.Metadata["region"] != "fra-on-metal" || r.Input["region"] != "fra" || r.Metadata["serialNumber"] != "S123" {
 				t.Errorf("metadata %v, input %v", r.Metadata, r.Input)
 			}
-			if !reflect.DeepEqual(r.Labels, map[string]string{"node-role.kubernetes.io/web": ""}) {
-				t.Errorf("labels: %v", r.Labels)
+			wantLabels := map[string]string{
+				"node-role.kubernetes.io/web":                  "",
+				"node.cloudprovider.kubernetes.io/platform":    "metal",
+				"node.cloudprovider.kubernetes.io/clustername": "demo",
+				"topology.kubernetes.io/region":                "fra-on-metal",
+				"failure-domain.beta.kubernetes.io/region":     "fra-on-metal",
+			}
+			if !reflect.DeepEqual(r.Labels, wantLabels) {
+				t.Errorf("labels:\n got %v\nwant %v", r.Labels, wantLabels)
+			}
+			if !reflect.DeepEqual(r.RuleLabels, map[string]string{"node-role.kubernetes.io/web": ""}) {
+				t.Errorf("ruleLabels: %v", r.RuleLabels)
+			}
+			if r.ProviderID != "talos://metal/10.0.0.5" || r.ProviderIDRetry != "" {
+				t.Errorf("providerID %q (retry %q)", r.ProviderID, r.ProviderIDRetry)
 			}
 			if want := []corev1.Taint{{Key: "dedicated", Value: "web", Effect: corev1.TaintEffectNoSchedule}}; !reflect.DeepEqual(r.Taints, want) {
 				t.Errorf("taints: %+v", r.Taints)
@@ -180,6 +196,7 @@ func TestExplainErrors(t *testing.T) {
 		},
 		{name: "no --config", args: []string{"-m", "testdata/web-1.talosctl.yaml"}, wantErr: []string{`"config" not set`}},
 		{name: "no metadata", args: []string{"-c", "testdata/rules.yaml"}, wantErr: []string{"--metadata is required"}},
+		{name: "--node-ip with --node", args: []string{"-c", "testdata/rules.yaml", "--node", "10.0.0.5", "--node-ip", "10.0.0.6"}, wantErr: []string{"--node-ip is for --metadata"}},
 		{name: "both sources", args: []string{"-c", "testdata/rules.yaml", "-m", "x", "--node", "10.0.0.5"}, wantErr: []string{"either --metadata or --node"}},
 		{name: "live mode without talosconfig", args: []string{"-c", "testdata/rules.yaml", "--node", "10.0.0.5", "--talosconfig", "testdata/no-talosconfig"}, wantErr: []string{"--node 10.0.0.5", "testdata/no-talosconfig"}},
 		{name: "bad output format", args: []string{"-c", "testdata/rules.yaml", "-m", "x", "-o", "xml"}, wantErr: []string{`--output "xml"`}},
@@ -222,5 +239,92 @@ func TestExplainWarnsAboutUnknownKeys(t *testing.T) {
 	}
 	if !strings.Contains(stderr, `warning: `+md+`: line 3: unknown key "zoen" ignored`) {
 		t.Errorf("stderr = %q", stderr)
+	}
+}
+
+// explain shows what talos-ccm writes on the Node besides rule output: the
+// providerID (native format, Azure resource group lower-cased, talos://
+// fallback, or none and a retry) and the labels talos-ccm sets itself.
+func TestExplainShowsWhatTalosCCMWrites(t *testing.T) {
+	rules := writeFile(t, "rules.yaml", `global:
+  clusterName: prod
+transformations:
+  - name: gpu
+    nodeSelector:
+      - matchExpressions:
+          - {key: instanceType, operator: Regexp, values: ["^g"]}
+    labels:
+      example.com/gpu: "true"
+    platformMetadata:
+      zone: "{{ .Zone }}-gpu"
+`)
+	lines := func(kv ...string) []string { return kv }
+	tests := []struct {
+		name     string
+		metadata string
+		args     []string
+		want     []string // lines stdout must contain
+		notWant  []string
+	}{
+		{
+			name:     "aws spot: providerID from zone and instance ID, every derived label",
+			metadata: "platform: aws\nhostname: ip-10-0-0-1\nregion: us-east-1\nzone: us-east-1a\ninstanceType: g5.xlarge\ninstanceId: i-0abc\nspot: true\n",
+			want: lines("ProviderID\n  aws:///us-east-1a-gpu/i-0abc\n",
+				`example.com/gpu="true"`,
+				`node.cloudprovider.kubernetes.io/platform="aws"`,
+				`node.cloudprovider.kubernetes.io/clustername="prod"`,
+				`node.cloudprovider.kubernetes.io/lifecycle="spot"`,
+				`topology.kubernetes.io/region="us-east-1"`,
+				`failure-domain.beta.kubernetes.io/region="us-east-1"`,
+				`topology.kubernetes.io/zone="us-east-1a-gpu"`,
+				`failure-domain.beta.kubernetes.io/zone="us-east-1a-gpu"`,
+				`node.kubernetes.io/instance-type="g5.xlarge"`,
+				`beta.kubernetes.io/instance-type="g5.xlarge"`),
+		},
+		{
+			name:     "azure: resource group lower-cased",
+			metadata: "platform: azure\nhostname: vm1\nproviderId: azure:///subscriptions/S/resourceGroups/My-RG/providers/Microsoft.Compute/virtualMachines/VM1\n",
+			want: lines("ProviderID\n  azure:///subscriptions/S/resourceGroups/my-rg/providers/Microsoft.Compute/virtualMachines/VM1\n",
+				`node.cloudprovider.kubernetes.io/platform="azure"`),
+			notWant: lines("lifecycle", "topology.kubernetes.io", "instance-type", "example.com/gpu"),
+		},
+		{
+			name:     "metal: talos:// fallback with --node-ip",
+			metadata: "platform: metal\nhostname: web-1\n",
+			args:     lines("--node-ip", "192.0.2.7"),
+			want:     lines("ProviderID\n  talos://metal/192.0.2.7\n", `node.cloudprovider.kubernetes.io/platform="metal"`),
+		},
+		{
+			name:     "metal without --node-ip says what is missing",
+			metadata: "platform: metal\nhostname: web-1\n",
+			want:     lines("ProviderID\n  talos://metal/<node-ip>  (the node's IP: give --node-ip)\n"),
+		},
+		{
+			name:     "hcloud without instance ID: no providerID, retried",
+			metadata: "platform: hcloud\nhostname: cx-1\nregion: fsn1\n",
+			args:     lines("--node-ip", "192.0.2.8"),
+			want: lines("ProviderID\n  none yet: talos-ccm leaves the node uninitialized and retries (",
+				`platform "hcloud" has a native providerID format but metadata has no providerID/instanceID yet`),
+			notWant: lines("talos://"),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			md := writeFile(t, "node.yaml", tt.metadata)
+			out, stderr, err := run(t, append([]string{"transform", "explain", "-c", rules, "-m", md}, tt.args...)...)
+			if err != nil {
+				t.Fatalf("explain: %v\n%s", err, stderr)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("output does not contain %q:\n%s", w, out)
+				}
+			}
+			for _, w := range tt.notWant {
+				if strings.Contains(out, w) {
+					t.Errorf("output contains %q:\n%s", w, out)
+				}
+			}
+		})
 	}
 }
