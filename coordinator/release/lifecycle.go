@@ -69,10 +69,12 @@ func (l Lifecycle) Name() string { return "lifecycle" }
 
 // Fingerprint implements Mutator.
 func (l Lifecycle) Fingerprint() string {
+	// V versions what the enforcement renders beyond l itself; raising it
+	// upgrades every release once (2: nodes update no longer granted).
 	b, _ := json.Marshal(struct {
 		V int
 		L Lifecycle
-	}{V: 1, L: l})
+	}{V: 2, L: l})
 	return fmt.Sprintf("%x", sha256.Sum256(b))[:16]
 }
 
@@ -352,10 +354,16 @@ func (l Lifecycle) movePort(c *corev1.Container, old int32) {
 	}
 }
 
-// Rules are the least privilege cloud-node-lifecycle needs cluster-wide.
+// LifecycleRules are the least privilege cloud-node-lifecycle needs
+// cluster-wide. The controller of k8s.io/cloud-provider (v0.34) lists and
+// watches nodes through an informer, reads one with GET before changing its
+// taints, changes the shutdown taint with a strategic-merge PATCH and DELETEs
+// nodes whose instance is gone; it never sends an UPDATE (PUT) of a node or
+// touches nodes/status, so neither is granted. test/chaos runs that controller
+// with exactly these rules.
 func LifecycleRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch", "update", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch", "delete"}},
 		{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch", "update"}},
 	}
 }

@@ -69,6 +69,7 @@ func TestLifecycleEnforcesOnUpstreamManifests(t *testing.T) {
 	}
 	rendered := out.String()
 	assertLifecycleOnly(t, rendered, l)
+	assertLifecycleRules(t, rendered)
 
 	d := decode(t, rendered)
 	c := d.deployments[0].Spec.Template.Spec.Containers[0]

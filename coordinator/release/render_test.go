@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -55,6 +56,7 @@ func TestGoldenProfiles(t *testing.T) {
 				t.Errorf("rendered manifests differ from %s (run with -update after checking the change):\n%s", file, lineDiff(string(want), got))
 			}
 			assertLifecycleOnly(t, got, req.Lifecycle)
+			assertLifecycleRules(t, got)
 		})
 	}
 }
@@ -181,5 +183,31 @@ func assertLifecycleOnly(t *testing.T, manifest string, l Lifecycle) {
 	}
 	if len(d.roles) != 1 || d.roles[0].Rules[0].ResourceNames[0] != l.LeaseName {
 		t.Errorf("lease role = %+v", d.roles)
+	}
+}
+
+// assertLifecycleRules: the enforced ClusterRole is exactly LifecycleRules, and
+// on nodes exactly what cloud-node-lifecycle uses (get, list, watch, patch,
+// delete: no update, no create, nothing on nodes/status). The native-ccm
+// chart's own RBAC, rendered without the post-renderer, is replaced by it.
+func assertLifecycleRules(t *testing.T, manifest string) {
+	t.Helper()
+	d := decode(t, manifest)
+	if len(d.clusterRole) != 1 {
+		t.Fatalf("cluster roles: %v", d.kinds)
+	}
+	var nodeVerbs []string
+	for _, r := range d.clusterRole[0].Rules {
+		for _, res := range r.Resources {
+			if strings.HasPrefix(res, "nodes") {
+				if res != "nodes" {
+					t.Errorf("cluster role grants %v on %s", r.Verbs, res)
+				}
+				nodeVerbs = append(nodeVerbs, r.Verbs...)
+			}
+		}
+	}
+	if !slices.Equal(nodeVerbs, []string{"get", "list", "watch", "patch", "delete"}) {
+		t.Errorf("cluster role grants %v on nodes, want get, list, watch, patch, delete", nodeVerbs)
 	}
 }

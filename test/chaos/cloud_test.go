@@ -16,6 +16,10 @@ import (
 // instance exists, for every node it is asked about. Behind an ungated CCM that
 // deletes every NotReady node of the cluster.
 type dangerousCloud struct {
+	// exists and shutdown are the answers to InstanceExists and
+	// InstanceShutdown (both false: the dangerous cloud).
+	exists, shutdown bool
+
 	mu sync.Mutex
 	// asked are the nodes InstanceExists was called for.
 	asked map[string]int
@@ -28,15 +32,21 @@ var (
 
 func newDangerousCloud() *dangerousCloud { return &dangerousCloud{asked: map[string]int{}} }
 
+// newShutdownCloud says that every instance exists and is shut down: the
+// controller taints NotReady nodes instead of deleting them.
+func newShutdownCloud() *dangerousCloud {
+	return &dangerousCloud{exists: true, shutdown: true, asked: map[string]int{}}
+}
+
 func (c *dangerousCloud) InstanceExists(_ context.Context, node *corev1.Node) (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.asked[node.Name]++
-	return false, nil
+	return c.exists, nil
 }
 
 func (c *dangerousCloud) InstanceShutdown(context.Context, *corev1.Node) (bool, error) {
-	return false, nil
+	return c.shutdown, nil
 }
 
 func (c *dangerousCloud) InstanceMetadata(context.Context, *corev1.Node) (*cloudprovider.InstanceMetadata, error) {

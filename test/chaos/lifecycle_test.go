@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientfeatures "k8s.io/client-go/features"
 	"k8s.io/client-go/informers"
@@ -21,6 +22,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	cloudproviderapi "k8s.io/cloud-provider/api"
 	"k8s.io/cloud-provider/controllers/nodelifecycle"
 	controllersmetrics "k8s.io/component-base/metrics/prometheus/controllers"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -44,10 +46,7 @@ const (
 var env *testenv.Env
 
 func TestMain(m *testing.M) {
-	if _, err := testenv.AssetsDir(); err != nil {
-		fmt.Fprintln(os.Stderr, "skipping the chaos test:", err)
-		os.Exit(0)
-	}
+	// No skipping: without KUBEBUILDER_ASSETS testenv.Run fails the package.
 	os.Exit(testenv.Run(m, testenv.Options{}, func(e *testenv.Env) { env = e }))
 }
 
@@ -111,7 +110,9 @@ func TestLifecycleChaos(t *testing.T) {
 	}
 	ctx := context.Background()
 	admin := env.Client
-	if err := gatetest.GrantNativeCCM(ctx, admin, ccmNamespace, ccmName); err != nil {
+	// Exactly the RBAC the coordinator grants (no update of nodes, nothing on
+	// nodes/status): the unmodified controller must work with it.
+	if err := gatetest.GrantLifecycle(ctx, admin, ccmNamespace, ccmName); err != nil {
 		t.Fatal(err)
 	}
 	ccmCert, err := gatetest.ServiceAccountUser(env, ccmNamespace, ccmName)
@@ -326,4 +327,114 @@ type watchListGates struct{ clientfeatures.Gates }
 
 func (g watchListGates) Enabled(f clientfeatures.Feature) bool {
 	return f == clientfeatures.WatchListClient || g.Gates.Enabled(f)
+}
+
+// TestLifecycleShutdownTaintWithCoordinatorRBAC: the other write of
+// cloud-node-lifecycle. With a cloud that says every instance exists but is
+// shut down, the unmodified controller, as the hcloud NativeCCM's
+// ServiceAccount with exactly the coordinator's RBAC (nodes
+// get/list/watch/patch/delete, no update), through ccm-gate and the fence,
+// taints its NotReady nodes and untaints its Ready one, and touches no other
+// platform's node. The taint writes are GET + strategic-merge PATCH: if the
+// controller needed update, they would be refused and no taint would change.
+func TestLifecycleShutdownTaintWithCoordinatorRBAC(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	admin := env.Client
+	if err := gatetest.GrantLifecycle(ctx, admin, ccmNamespace, ccmName); err != nil {
+		t.Fatal(err)
+	}
+	token, err := gatetest.ServiceAccountToken(ctx, admin, ccmNamespace, ccmName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crc, err := client.New(env.Config, client.Options{Scheme: clientgoscheme.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fence := gate.Fence{NativeCCM: "hcloud", Platform: "hcloud", Username: gatetest.Username(ccmNamespace, ccmName), ProviderIDPrefixes: []string{"hcloud://", "hrobot://"}}
+	if _, err := gate.EnsurePolicy(ctx, crc, fence); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gate.DeletePolicy(context.Background(), crc, "hcloud") })
+
+	specs := cluster()
+	if err := gatetest.DeleteAllNodes(ctx, admin); err != nil {
+		t.Fatal(err)
+	}
+	if err := gatetest.CreateNodes(ctx, admin, specs...); err != nil {
+		t.Fatal(err)
+	}
+	// A Ready hcloud node and a Ready aws node that still carry the shutdown
+	// taint: the controller removes it from its own node only.
+	shutdownTaint := `{"spec":{"taints":[{"key":"` + cloudproviderapi.TaintNodeShutdown + `","effect":"NoSchedule"}]}}`
+	for _, n := range []string{"hcloud-9", "aws-9"} {
+		if _, err := admin.CoreV1().Nodes().Patch(ctx, n, types.StrategicMergePatchType, []byte(shutdownTaint), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ccmCert, err := gatetest.ServiceAccountUser(env, ccmNamespace, ccmName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gatetest.WaitFence(ctx, kubernetes.NewForConfigOrDie(ccmCert), "aws-0", true); err != nil {
+		t.Fatal(err)
+	}
+
+	upstream := &rest.Config{Host: env.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: env.Config.CAData}, BearerToken: token, QPS: -1, Burst: -1}
+	p, err := proxy.New(proxy.Config{Upstream: upstream, Platform: "hcloud", Credentials: proxy.ForwardCredentials})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(p)
+	t.Cleanup(srv.Close)
+	passes := runLifecycle(t, ctx, &rest.Config{Host: srv.URL, BearerToken: token, QPS: -1, Burst: -1}, newShutdownCloud())
+
+	tainted := func(n *corev1.Node) bool {
+		return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == cloudproviderapi.TaintNodeShutdown })
+	}
+	// want: NotReady hcloud nodes tainted, hcloud-9 untainted, everything else as created.
+	want := func(s gatetest.NodeSpec) bool {
+		switch {
+		case s.Name == "aws-9":
+			return true
+		case s.Platform == "hcloud":
+			return !s.Ready
+		}
+		return false
+	}
+	check := func() []string {
+		var wrong []string
+		for _, s := range specs {
+			n, err := admin.CoreV1().Nodes().Get(ctx, s.Name, metav1.GetOptions{})
+			if err != nil {
+				wrong = append(wrong, s.Name+": "+err.Error())
+				continue
+			}
+			if tainted(n) != want(s) {
+				wrong = append(wrong, fmt.Sprintf("%s tainted=%v", s.Name, tainted(n)))
+			}
+		}
+		return wrong
+	}
+	var wrong []string
+	if err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
+		wrong = check()
+		return len(wrong) == 0, nil
+	}); err != nil {
+		t.Fatalf("shutdown taints never as expected: %v", wrong)
+	}
+	// More passes: nothing else changes (and nothing is deleted).
+	start := passes.count()
+	if err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
+		return passes.count() >= start+settlePasses, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if wrong := check(); len(wrong) > 0 {
+		t.Errorf("after %d more passes: %v", settlePasses, wrong)
+	}
 }

@@ -26,6 +26,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
 
@@ -65,21 +66,34 @@ func ServiceAccountToken(ctx context.Context, cs kubernetes.Interface, namespace
 	return tr.Status.Token, nil
 }
 
-// GrantNativeCCM gives the ServiceAccount namespace/name exactly the RBAC the
+// GrantNativeCCM gives the ServiceAccount namespace/name more than the
 // coordinator grants a native CCM: nodes get/list/watch/patch/update/delete,
 // nodes/status patch/update, events create/patch, and leases in its namespace
-// get/create/update.
+// get/create/update. The fence and proxy tests use it so that RBAC lets every
+// write they try reach admission (the fence must hold even for a CCM whose
+// RBAC is broader); GrantLifecycle is exactly what the coordinator grants.
 func GrantNativeCCM(ctx context.Context, cs kubernetes.Interface, namespace, name string) error {
+	return grant(ctx, cs, namespace, name, []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch", "update", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes/status"}, Verbs: []string{"patch", "update"}},
+		{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+	})
+}
+
+// GrantLifecycle gives the ServiceAccount namespace/name exactly the
+// cluster-wide RBAC the coordinator grants every native CCM
+// (release.LifecycleRules), plus leases in its namespace.
+func GrantLifecycle(ctx context.Context, cs kubernetes.Interface, namespace, name string) error {
+	return grant(ctx, cs, namespace, name, release.LifecycleRules())
+}
+
+func grant(ctx context.Context, cs kubernetes.Interface, namespace, name string, rules []rbacv1.PolicyRule) error {
 	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: namespace}}
 	objs := []func() error{
 		func() error {
 			_, err := cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
 				ObjectMeta: metav1.ObjectMeta{Name: name},
-				Rules: []rbacv1.PolicyRule{
-					{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch", "update", "delete"}},
-					{APIGroups: []string{""}, Resources: []string{"nodes/status"}, Verbs: []string{"patch", "update"}},
-					{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
-				},
+				Rules:      rules,
 			}, metav1.CreateOptions{})
 			return err
 		},
