@@ -104,6 +104,10 @@ transformations:
 
 // Run runs the demo until the end state (ExitWhenDone) or until ctx ends; it
 // always cleans up what it started.
+//
+// When ctx is cancelled (Ctrl-C) Run stops whatever it has started so far, in
+// reverse order, and returns nil: an interrupted demo is a normal way to end it,
+// wherever it was. Its last line says whether everything was cleaned up.
 func Run(ctx context.Context, o Options) (err error) {
 	if o.Out == nil {
 		o.Out = os.Stdout
@@ -112,11 +116,43 @@ func Run(ctx context.Context, o Options) (err error) {
 		o.Timeout = 3 * time.Minute
 	}
 	v := newView(o.Out, o.Interactive)
+	// registered first, so it runs last: after every cleanup below
+	var cleanupErrs []error
+	cleanup := func(what string, f func() error) {
+		v.note(what)
+		switch err := f(); {
+		case errors.Is(err, errKilled): // gone, but say so
+			v.note(err.Error())
+		case err != nil:
+			cleanupErrs = append(cleanupErrs, fmt.Errorf("%s: %w", what, err))
+		}
+	}
+	defer func() {
+		interrupted := errors.Is(ctx.Err(), context.Canceled)
+		if interrupted && err != nil {
+			if !errors.Is(err, context.Canceled) {
+				v.note("interrupted while: " + err.Error())
+			}
+			err = nil
+		}
+		how := "finished"
+		if interrupted {
+			how = "stopped"
+		}
+		if cerr := errors.Join(cleanupErrs...); cerr != nil {
+			v.note(fmt.Sprintf("demo %s; cleanup incomplete:\n%v", how, cerr))
+			if err == nil {
+				err = fmt.Errorf("cleanup: %w", cerr)
+			}
+			return
+		}
+		v.note("demo " + how + "; everything it started is stopped and its temporary files are removed")
+	}()
 	work, err := os.MkdirTemp("", "hybrid-ccm-demo-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(work)
+	defer cleanup("removing temporary files ("+work+")", func() error { return os.RemoveAll(work) })
 
 	v.step("starting a real control plane (kube-apiserver + etcd)")
 	env, err := testenv.Start(testenv.Options{
@@ -125,14 +161,14 @@ func Run(ctx context.Context, o Options) (err error) {
 	if err != nil {
 		return err
 	}
-	defer func() { v.step("stopping the control plane"); _ = env.Stop() }()
+	defer cleanup("stopping the control plane (kube-apiserver, etcd)", env.Stop)
 
 	v.step("starting the simulated Talos endpoint (mTLS, COSI API) on loopback")
 	ep, err := talosnode.Start()
 	if err != nil {
 		return err
 	}
-	defer ep.Stop()
+	defer cleanup("stopping the simulated Talos endpoint", func() error { ep.Stop(); return nil })
 	nodes := fleet()
 	for _, n := range nodes {
 		md := n.md
@@ -163,7 +199,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	if err != nil {
 		return err
 	}
-	defer stopCCM()
+	defer cleanup("stopping talos-ccm", stopCCM)
 
 	v.step("starting ccm-coordinator; NativeCCMs for hcloud, aws, gcp with credentials Secrets")
 	stopCoord, err := startProcess(filepath.Join(o.BinDir, "ccm-coordinator"), filepath.Join(work, "ccm-coordinator.log"),
@@ -172,7 +208,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	if err != nil {
 		return err
 	}
-	defer stopCoord()
+	defer cleanup("stopping ccm-coordinator", stopCoord)
 	cc, err := controllerClient(env)
 	if err != nil {
 		return err
@@ -245,7 +281,13 @@ func tailString(s string, n int) string {
 	return s
 }
 
-func startProcess(bin, logPath string, args ...string) (func(), error) {
+// errKilled marks a process that had to be killed: it is gone, but late.
+var errKilled = errors.New("killed")
+
+// startProcess starts bin with its output in logPath; the returned function
+// stops it (SIGINT, SIGKILL after 5s) and waits for it. The process is in the
+// demo's process group, so a Ctrl-C on the terminal reaches it directly too.
+func startProcess(bin, logPath string, args ...string) (func() error, error) {
 	if _, err := os.Stat(bin); err != nil {
 		return nil, fmt.Errorf("%s not built (run `make build`): %w", bin, err)
 	}
@@ -256,19 +298,22 @@ func startProcess(bin, logPath string, args ...string) (func(), error) {
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
+		_ = logf.Close()
 		return nil, err
 	}
-	return func() {
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	return func() error {
+		defer logf.Close()
 		_ = cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
 		select {
 		case <-done:
+			return nil
 		case <-time.After(5 * time.Second):
 			_ = cmd.Process.Kill()
 			<-done
+			return fmt.Errorf("%w: %s did not stop within 5s of SIGINT", errKilled, filepath.Base(bin))
 		}
-		_ = logf.Close()
 	}, nil
 }
 

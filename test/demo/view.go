@@ -18,6 +18,8 @@ type view struct {
 	start       time.Time
 	steps       []string
 	last        map[string]string
+	// drawn is set once the live table is on screen (interactive)
+	drawn bool
 }
 
 func newView(out io.Writer, interactive bool) *view {
@@ -26,11 +28,26 @@ func newView(out io.Writer, interactive bool) *view {
 
 func (v *view) elapsed() string { return time.Since(v.start).Truncate(100 * time.Millisecond).String() }
 
+// step records a stage of the demo. The live table lists the stages; until it
+// is first drawn (the control plane takes a while to start) they are printed.
 func (v *view) step(s string) {
 	v.steps = append(v.steps, s)
-	if !v.interactive {
+	switch {
+	case !v.interactive:
 		fmt.Fprintf(v.out, "[%7s] %s\n", v.elapsed(), s)
+	case !v.drawn:
+		fmt.Fprintf(v.out, "  … %s\n", s)
 	}
+}
+
+// note prints a line in both modes, below the live table when there is one
+// (used while stopping, when the table is no longer redrawn).
+func (v *view) note(s string) {
+	if v.interactive {
+		fmt.Fprintf(v.out, "%s\n", s)
+		return
+	}
+	fmt.Fprintf(v.out, "[%7s] %s\n", v.elapsed(), s)
 }
 
 func bar(done, total int) string {
@@ -70,7 +87,6 @@ func (v *view) render(s *state) {
 		return
 	}
 	var b strings.Builder
-	b.WriteString("\x1b[H\x1b[2J")
 	fmt.Fprintf(&b, "Hybrid CCM demo — %s   (Ctrl-C to stop and clean up)\n\n", v.elapsed())
 	for _, st := range v.steps {
 		fmt.Fprintf(&b, "  ✓ %s\n", st)
@@ -122,6 +138,25 @@ func (v *view) render(s *state) {
 		}
 	}
 	_ = tw.Flush()
+	v.redraw(b.String())
+}
+
+// redraw replaces the screen with frame without clearing it first (no
+// flicker): cursor home, each line overwritten and its rest erased, then
+// everything below erased. The first frame clears the screen.
+func (v *view) redraw(frame string) {
+	var b strings.Builder
+	if !v.drawn {
+		b.WriteString("\x1b[H\x1b[2J")
+		v.drawn = true
+	} else {
+		b.WriteString("\x1b[H")
+	}
+	for _, line := range strings.Split(strings.TrimRight(frame, "\n"), "\n") {
+		b.WriteString(strings.TrimRight(line, " "))
+		b.WriteString("\x1b[K\n")
+	}
+	b.WriteString("\x1b[J")
 	fmt.Fprint(v.out, b.String())
 }
 

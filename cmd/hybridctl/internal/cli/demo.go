@@ -26,8 +26,9 @@ func newDemoCommand() *cobra.Command {
 		Short: "Run Hybrid CCM locally: real control plane, simulated Talos nodes of several clouds, real talos-ccm",
 		Long: "demo starts a real kube-apiserver + etcd (from $KUBEBUILDER_ASSETS, which `make demo` builds),\n" +
 			"a simulated Talos endpoint with nodes on aws, hcloud, gcp and metal speaking the real Talos API,\n" +
-			"and talos-ccm as a real process; it registers nodes and kubelet-serving CSRs as kubelets do\n" +
-			"and shows them being initialized and approved (a forged CSR is denied). Ctrl-C cleans up.",
+			"and talos-ccm and ccm-coordinator as real processes; it registers nodes and kubelet-serving CSRs\n" +
+			"as kubelets do and shows them being initialized and approved (a forged CSR is denied), native\n" +
+			"CCMs installed and a foreign-node delete denied by the gate. Ctrl-C stops and cleans up everything.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if binDir == "" {
@@ -38,20 +39,26 @@ func newDemoCommand() *cobra.Command {
 				binDir = filepath.Dir(exe)
 			}
 			interactive := !nonInteractive && term.IsTerminal(int(os.Stdout.Fd()))
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			if ctx == nil {
-				ctx = context.Background()
+			if !cmd.Flags().Changed("exit-when-done") {
+				exitWhenDone = !interactive
 			}
+			parent := cmd.Context()
+			if parent == nil {
+				parent = context.Background()
+			}
+			// Ctrl-C (SIGINT) or SIGTERM cancels ctx; demo.Run then stops
+			// everything it started and returns nil.
+			ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+			defer stop()
 			return demo.Run(ctx, demo.Options{
 				Out: cmd.OutOrStdout(), Interactive: interactive, BinDir: binDir,
-				ExitWhenDone: exitWhenDone || !interactive, Timeout: timeout,
+				ExitWhenDone: exitWhenDone, Timeout: timeout,
 			})
 		},
 	}
-	cmd.Flags().StringVar(&binDir, "bin-dir", "", "directory with the talos-ccm binary (default: next to hybridctl)")
+	cmd.Flags().StringVar(&binDir, "bin-dir", "", "directory with the talos-ccm and ccm-coordinator binaries (default: next to hybridctl)")
 	cmd.Flags().BoolVar(&nonInteractive, "non-interactive", false, "print a log line per change instead of a live table (default when stdout is not a terminal)")
-	cmd.Flags().BoolVar(&exitWhenDone, "exit-when-done", false, "exit once every node is initialized and every CSR decided (always so when non-interactive)")
+	cmd.Flags().BoolVar(&exitWhenDone, "exit-when-done", false, "exit once the end state is reached, non-zero if it is not as expected (default: true when non-interactive, false on a terminal)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 3*time.Minute, "how long to wait for the end state")
 	return cmd
 }

@@ -1,0 +1,231 @@
+package demo_test
+
+import (
+	"bufio"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
+)
+
+// TestDemoCommandInterrupt runs the real `hybridctl demo` binary as `make demo`
+// does (KUBEBUILDER_ASSETS from the environment, binaries next to hybridctl),
+// non-interactively, interrupts it, and checks that it cleans everything up:
+// it exits promptly with status 0 and says so, every process it started
+// (kube-apiserver, etcd, talos-ccm, ccm-coordinator) is gone, its temporary
+// files are removed (it gets its own TMPDIR, which must end up empty) and its
+// listening ports, all on loopback, are closed.
+func TestDemoCommandInterrupt(t *testing.T) {
+	assets, err := testenv.AssetsDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := binaries(t)
+	for _, tc := range []struct {
+		name string
+		// the interrupt is sent once a stdout line contains after
+		after string
+		// group sends SIGINT to the process group, as a terminal's Ctrl-C does
+		// (talos-ccm and ccm-coordinator get it too; envtest puts
+		// kube-apiserver and etcd in groups of their own); otherwise only
+		// hybridctl gets it (kill -INT) and must stop every child itself.
+		group bool
+		// processes that must be running when the interrupt is sent
+		want []string
+	}{
+		{name: "ctrl-c once native CCMs are installed", after: "installed: release native-ccm-", group: true,
+			want: []string{"kube-apiserver", "etcd", "talos-ccm", "ccm-coordinator"}},
+		{name: "sigint while nodes are initialized", after: "initialized: platform=", group: false,
+			want: []string{"kube-apiserver", "etcd", "talos-ccm", "ccm-coordinator"}},
+		{name: "sigint while starting", after: "starting talos-ccm", group: false,
+			want: []string{"kube-apiserver", "etcd"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			interruptDemo(t, bin, assets, tc.after, tc.group, tc.want)
+		})
+	}
+}
+
+// lockedBuffer collects the demo's output from two goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func interruptDemo(t *testing.T, bin, assets, after string, group bool, want []string) {
+	tmp := filepath.Join(t.TempDir(), "tmp")
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(bin, "hybridctl"), "demo", "--non-interactive", "--exit-when-done=false", "--timeout=4m")
+	cmd.Env = append(os.Environ(), "KUBEBUILDER_ASSETS="+assets, "TMPDIR="+tmp)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its own group, like a shell job
+	var out lockedBuffer
+	cmd.Stderr = &out
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+
+	// every process seen below hybridctl; on failure none is left behind
+	var tracked []proc
+	track := func() {
+		for _, p := range descendants(pid) {
+			if !slices.ContainsFunc(tracked, func(q proc) bool { return q.pid == p.pid && q.start == p.start }) {
+				tracked = append(tracked, p)
+			}
+		}
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		for _, p := range tracked {
+			if running(p) {
+				_ = syscall.Kill(p.pid, syscall.SIGKILL)
+			}
+		}
+	})
+
+	seen := make(chan struct{})
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 64*1024), 1024*1024)
+		matched := false
+		for sc.Scan() {
+			_, _ = out.Write(append(sc.Bytes(), '\n'))
+			if !matched && strings.Contains(sc.Text(), after) {
+				matched = true
+				close(seen)
+			}
+		}
+		_, _ = io.Copy(&out, stdout)
+	}()
+	exited := make(chan error, 1)
+	go func() { <-readDone; exited <- cmd.Wait() }()
+
+	// wait for the progress, recording the processes as they appear
+	deadline := time.After(4 * time.Minute)
+	poll := time.NewTicker(100 * time.Millisecond)
+	defer poll.Stop()
+wait:
+	for {
+		track()
+		select {
+		case <-seen:
+			break wait
+		case err := <-exited:
+			t.Fatalf("demo exited before %q: %v\n%s", after, err, out.String())
+		case <-deadline:
+			t.Fatalf("no %q in the demo's output within 4m:\n%s", after, out.String())
+		case <-poll.C:
+		}
+	}
+	track()
+	var names []string
+	var alive []proc
+	for _, p := range tracked {
+		if running(p) {
+			names = append(names, p.comm)
+			alive = append(alive, p)
+		}
+	}
+	for _, w := range want {
+		if !slices.Contains(names, w) {
+			t.Errorf("%s not running when the demo is interrupted; running: %v", w, names)
+		}
+	}
+	listening := listenersOf(append(alive, proc{pid: pid, comm: "hybridctl"}))
+	var ports []listener
+	for who, ls := range listening {
+		for _, l := range ls {
+			if !l.addr.IsLoopback() {
+				t.Errorf("%s listens on %s: not loopback", who, l)
+			}
+			ports = append(ports, l)
+		}
+	}
+	if len(listening[proc{pid: pid, comm: "hybridctl"}.String()]) == 0 {
+		t.Errorf("hybridctl listens on nothing, but the simulated Talos endpoint runs in it: %v", listening)
+	}
+	t.Logf("interrupting with %d processes running %v, listening on %v", len(alive), alive, listening)
+
+	sent := time.Now()
+	if group {
+		err = syscall.Kill(-pid, syscall.SIGINT)
+	} else {
+		err = cmd.Process.Signal(syscall.SIGINT)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err = <-exited:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("demo still running 60s after SIGINT:\n%s", out.String())
+	}
+	took := time.Since(sent)
+	t.Logf("exited %v after SIGINT", took.Round(10*time.Millisecond))
+	if err != nil {
+		t.Errorf("demo exited with %v after SIGINT, want status 0:\n%s", err, out.String())
+	}
+	text := out.String()
+	if !strings.Contains(text, "demo stopped; everything it started is stopped and its temporary files are removed") {
+		t.Errorf("no stopped/cleaned-up message:\n%s", text)
+	}
+	for _, bad := range []string{"cleanup incomplete", "killed", "hybridctl:"} {
+		if strings.Contains(text, bad) {
+			t.Errorf("output contains %q:\n%s", bad, text)
+		}
+	}
+
+	for _, p := range tracked {
+		if running(p) {
+			t.Errorf("%s is still running after the demo exited", p)
+		}
+	}
+	if left := descendants(pid); len(left) > 0 {
+		t.Errorf("processes left below the demo: %v", left)
+	}
+
+	entries, err := os.ReadDir(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		t.Errorf("left in the demo's TMPDIR: %s", e.Name())
+	}
+
+	now := tcpListeners()
+	for _, l := range ports {
+		for _, n := range now {
+			if n.inode == l.inode || (n.port == l.port && n.addr.Equal(l.addr)) {
+				t.Errorf("%s still listening after the demo exited", l)
+			}
+		}
+	}
+}
