@@ -15,6 +15,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
 )
@@ -252,18 +253,40 @@ func TestInitializesNodesOfEveryPlatform(t *testing.T) {
 	}
 }
 
-// A node whose Talos API hangs or is unreachable must not hold up the others,
-// and is initialized once it answers.
+// Nodes whose Talos API hangs or is unreachable must not hold up the others,
+// and are initialized once they answer. No clock is asserted: the hung nodes'
+// requests are held in flight by the simulated endpoint for as long as the
+// test wants (the request timeout is far longer than the test), so "not
+// delayed" means every healthy node is fully initialized while those requests
+// are provably still in flight. A controller that let a hung node block
+// anything beyond its own worker (one worker, a shared lock around Talos calls,
+// a queue that waits for earlier items) never gets there and fails.
 func TestUnreachableAndSlowNodesDoNotDelayOthers(t *testing.T) {
 	ep := startEndpoint(t)
 	md := func(h string) *runtime.PlatformMetadataSpec {
 		return &runtime.PlatformMetadataSpec{Platform: "metal", Hostname: h}
 	}
-	hung, err := ep.AddNode("hung-1", []string{"10.20.0.1"}, talosnode.Spec{Metadata: md("hung-1"), Addresses: []talosnode.Address{{Link: "eth0", Prefix: "10.20.0.1/24"}}})
-	if err != nil {
-		t.Fatal(err)
+	const (
+		workers = 6
+		hungN   = workers - 2 // fewer than --concurrent-node-syncs
+		// Facts reads PlatformMetadata, AddressStatus and Nodename concurrently
+		perSync = 3
+	)
+	var hung []*talosnode.Node
+	for i := range hungN {
+		name, ip := "hung-"+itoa(i), "10.20.0."+itoa(10+i)
+		n, err := ep.AddNode(name, []string{ip}, talosnode.Spec{Metadata: md(name), Addresses: []talosnode.Address{{Link: "eth0", Prefix: ip + "/24"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Hold()
+		hung = append(hung, n)
 	}
-	hung.SetUnreachable(true, true) // hangs until the request deadline
+	t.Cleanup(func() {
+		for _, n := range hung {
+			n.Release()
+		}
+	})
 	gone, err := ep.AddNode("gone-1", []string{"10.20.0.2"}, talosnode.Spec{Metadata: md("gone-1"), Addresses: []talosnode.Address{{Link: "eth0", Prefix: "10.20.0.2/24"}}})
 	if err != nil {
 		t.Fatal(err)
@@ -277,22 +300,48 @@ func TestUnreachableAndSlowNodesDoNotDelayOthers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n.SetLatency(200 * time.Millisecond)
+		n.SetLatency(50 * time.Millisecond)
 		healthy = append(healthy, name)
 	}
-	// few workers, so a hung node would visibly starve the queue if it blocked one
-	startTalosCCM(t, talosCCMArgs(t, ep, "--concurrent-node-syncs=2", "--talos-timeout=30s"))
-	register(t, kubeletNode("hung-1", "10.20.0.1"))
+	startTalosCCM(t, talosCCMArgs(t, ep, "--concurrent-node-syncs="+itoa(workers), "--talos-timeout=10m"))
+
+	// The hung nodes come first and take their workers: wait until every one of
+	// their syncs is in flight at the endpoint.
+	for i, n := range hung {
+		register(t, kubeletNode(n.Name, "10.20.0."+itoa(10+i)))
+	}
+	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
+		for _, n := range hung {
+			if n.Held() < perSync {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		for _, n := range hung {
+			t.Logf("%s: %d requests held", n.Name, n.Held())
+		}
+		t.Fatalf("the hung nodes' Talos requests never all reached the endpoint: %v", err)
+	}
+
 	register(t, kubeletNode("gone-1", "10.20.0.2"))
 	for i, name := range healthy {
 		register(t, kubeletNode(name, "10.20.1."+itoa(i+1)))
 	}
 	for _, name := range healthy {
-		waitNode(t, name, 60*time.Second, initialized)
+		n := waitNode(t, name, 60*time.Second, func(n *corev1.Node) bool { return initialized(n) && len(n.Status.Addresses) == 2 })
+		if n.Spec.ProviderID == "" || n.Labels["node.cloudprovider.kubernetes.io/platform"] != "metal" {
+			t.Fatalf("%s: initialized without its facts: providerID %q labels %v", name, n.Spec.ProviderID, n.Labels)
+		}
 	}
-	// the hung node is still waiting on its (30 s) Talos request: not initialized
-	if n := waitNode(t, "hung-1", time.Second, func(*corev1.Node) bool { return true }); initialized(n) {
-		t.Fatalf("hung node initialized without an answer from its Talos API")
+	// ... while every hung request is still in flight and no hung node moved
+	for _, n := range hung {
+		if held := n.Held(); held < perSync {
+			t.Fatalf("%s: only %d requests still held; the healthy nodes must finish while all are in flight", n.Name, held)
+		}
+		if node := waitNode(t, n.Name, time.Second, func(*corev1.Node) bool { return true }); initialized(node) || node.Spec.ProviderID != "" {
+			t.Fatalf("%s initialized without an answer from its Talos API", n.Name)
+		}
 	}
 	ev := waitEvent(t, "gone-1", "TalosAPIUnavailable", 10*time.Second)
 	if !strings.Contains(ev.Message, "10.20.0.2") {
@@ -301,7 +350,17 @@ func TestUnreachableAndSlowNodesDoNotDelayOthers(t *testing.T) {
 	if n := waitNode(t, "gone-1", time.Second, func(*corev1.Node) bool { return true }); initialized(n) || n.Spec.ProviderID != "" {
 		t.Fatalf("unreachable node must stay uninitialized without providerID: %+v", n.Spec)
 	}
+
+	// Once they answer, they are initialized too.
 	gone.SetUnreachable(false, false)
+	for _, n := range hung {
+		n.Release()
+	}
+	for i, n := range hung {
+		if node := waitNode(t, n.Name, 60*time.Second, initialized); node.Spec.ProviderID != "talos://metal/10.20.0."+itoa(10+i) {
+			t.Fatalf("%s: providerID %q", n.Name, node.Spec.ProviderID)
+		}
+	}
 	n := waitNode(t, "gone-1", 60*time.Second, initialized)
 	if n.Spec.ProviderID != "talos://metal/10.20.0.2" {
 		t.Fatalf("providerID = %q", n.Spec.ProviderID)

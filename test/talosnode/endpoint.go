@@ -7,7 +7,8 @@
 //
 // Each node holds runtime/PlatformMetadata, network/AddressStatus and
 // hardware/SystemInformation resources (and anything else a test adds through
-// Node.State). Faults can be injected per node: latency, errors, unreachable.
+// Node.State). Faults can be injected per node: latency, errors, unreachable,
+// and requests held in flight until the test releases them.
 //
 // This package never implements talos-ccm logic; it is the outside world.
 package talosnode
@@ -65,8 +66,10 @@ type Node struct {
 	err         error
 	unreachable bool
 	blackhole   bool
+	gate        chan struct{} // non-nil while held
 
 	calls atomic.Int64
+	held  atomic.Int64
 }
 
 // Start starts an endpoint on 127.0.0.1 with a freshly generated CA.
@@ -195,6 +198,30 @@ func (n *Node) SetUnreachable(unreachable, blackhole bool) {
 	n.mu.Unlock()
 }
 
+// Hold makes every request to this node wait, in flight, until Release (or the
+// caller's deadline): a machine that accepted the connection and never answers,
+// under the test's control. Held counts the requests waiting.
+func (n *Node) Hold() {
+	n.mu.Lock()
+	if n.gate == nil {
+		n.gate = make(chan struct{})
+	}
+	n.mu.Unlock()
+}
+
+// Release lets held requests (and later ones) through.
+func (n *Node) Release() {
+	n.mu.Lock()
+	if n.gate != nil {
+		close(n.gate)
+		n.gate = nil
+	}
+	n.mu.Unlock()
+}
+
+// Held is the number of requests to this node currently waiting on Hold.
+func (n *Node) Held() int64 { return n.held.Load() }
+
 // route resolves the target node and applies its faults.
 func (e *Endpoint) route(ctx context.Context) (*Node, error) {
 	e.requests.Add(1)
@@ -217,8 +244,18 @@ func (e *Endpoint) route(ctx context.Context) (*Node, error) {
 	}
 	n.calls.Add(1)
 	n.mu.Lock()
-	latency, ferr, unreachable, blackhole := n.latency, n.err, n.unreachable, n.blackhole
+	latency, ferr, unreachable, blackhole, gate := n.latency, n.err, n.unreachable, n.blackhole, n.gate
 	n.mu.Unlock()
+	if gate != nil {
+		n.held.Add(1)
+		select {
+		case <-ctx.Done():
+			n.held.Add(-1)
+			return nil, status.FromContextError(ctx.Err()).Err()
+		case <-gate:
+			n.held.Add(-1)
+		}
+	}
 	if latency > 0 {
 		t := time.NewTimer(latency)
 		select {
