@@ -2,8 +2,9 @@
 // kustomization builds in-process (kustomize's krusty, as kustomize-controller
 // does), every Flux object decodes strictly into Flux's own API types, no
 // Secret is stored in clear, each environment's values render the hybrid-ccm
-// chart and ship the credentials its NativeCCMs need, and the NativeCCM
-// health-check expressions are evaluated by Flux's own CEL status evaluator.
+// chart, whose objects a real API server accepts (server-side dry-run), and ship
+// the credentials its NativeCCMs need, and the NativeCCM health-check
+// expressions are evaluated by Flux's own CEL status evaluator.
 package gitops_test
 
 import (

@@ -19,9 +19,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	"github.com/hybrid-ccm/hybrid-ccm/charts/test/chartstest"
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
@@ -82,35 +82,10 @@ func umbrellaChart(t *testing.T) *chart.Chart {
 		if err != nil {
 			t.Fatal(err)
 		}
-		allowGlobalValues(t, sub)
 		deps = append(deps, sub)
 	}
 	ch.SetDependencies(deps...)
 	return ch
-}
-
-// allowGlobalValues lists Helm's "global" value in a subchart schema that
-// forbids unknown properties without listing it (charts/ccm-coordinator at the
-// time of writing; charts/test TestSubchartSchemasAllowGlobal reports it).
-func allowGlobalValues(t *testing.T, c *chart.Chart) {
-	t.Helper()
-	if len(c.Schema) == 0 {
-		return
-	}
-	var s map[string]any
-	if err := json.Unmarshal(c.Schema, &s); err != nil {
-		t.Fatal(err)
-	}
-	props, _ := s["properties"].(map[string]any)
-	if _, listed := props["global"]; listed || s["additionalProperties"] != false {
-		return
-	}
-	props["global"] = map[string]any{"type": "object"}
-	b, err := json.Marshal(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Schema = b
 }
 
 // renderRelease renders the umbrella the way helm-controller would install it
@@ -125,16 +100,9 @@ func renderRelease(t *testing.T, e environment) []*unstructured.Unstructured {
 	if err != nil {
 		t.Fatalf("%s: the chart refuses the environment's values: %v", e.name, err)
 	}
-	var out []*unstructured.Unstructured
-	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(rel.Manifest), 4096)
-	for {
-		var obj map[string]any
-		if err := dec.Decode(&obj); err != nil {
-			break
-		}
-		if len(obj) > 0 {
-			out = append(out, &unstructured.Unstructured{Object: obj})
-		}
+	out, err := chartstest.Parse(rel.Manifest)
+	if err != nil {
+		t.Fatalf("%s: the rendered chart does not parse: %v", e.name, err)
 	}
 	return out
 }

@@ -2,94 +2,34 @@ package charts_test
 
 import (
 	"context"
-	"fmt"
-	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/restmapper"
 
+	"github.com/hybrid-ccm/hybrid-ccm/charts/test/chartstest"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
 
-var (
-	cpOnce sync.Once
-	cp     *testenv.Env
-	cpErr  error
-)
+// cp is the package's control plane (chartstest.CRDDirectoryPaths installed).
+var cp chartstest.ControlPlane
 
-// controlPlane starts the real kube-apiserver + etcd once for the package, with
-// the NativeCCM CRD of charts/ccm-coordinator and testdata/crds: the stand-in
-// for the CRD Talos itself installs for its talos.dev ServiceAccount kind (the
-// test API server is not a Talos cluster).
 func controlPlane(t *testing.T) *testenv.Env {
 	t.Helper()
-	cpOnce.Do(func() {
-		cp, cpErr = testenv.Start(testenv.Options{CRDDirectoryPaths: []string{
-			filepath.Join(testenv.RepoRoot(), "charts", "ccm-coordinator", "crds"),
-			filepath.Join("testdata", "crds"),
-		}})
-	})
-	if cpErr != nil {
-		t.Fatal(cpErr)
-	}
-	return cp
+	return cp.Env(t)
 }
 
-func stopControlPlane() {
-	if cp != nil {
-		_ = cp.Stop()
-	}
-}
+func stopControlPlane() { cp.Stop() }
 
-// applier sends objects to the API server with server-side apply.
-type applier struct {
-	dyn    dynamic.Interface
-	mapper *restmapper.DeferredDiscoveryRESTMapper
-}
-
-func newApplier(t *testing.T, env *testenv.Env) *applier {
+// newApplier applies into the namespace the documentation installs into.
+func newApplier(t *testing.T, env *testenv.Env) *chartstest.Applier {
 	t.Helper()
-	dyn, err := dynamic.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &applier{dyn: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(env.Client.Discovery()))}
-}
-
-// apply server-side applies obj as Helm's field manager would; dryRun asks the
-// API server to run everything (defaulting, schema and CEL validation,
-// admission) without persisting.
-func (a *applier) apply(ctx context.Context, obj *unstructured.Unstructured, dryRun bool) (*unstructured.Unstructured, error) {
-	gvk := obj.GroupVersionKind()
-	mapping, err := a.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", gvk.Kind, obj.GetName(), err)
-	}
-	opts := metav1.ApplyOptions{FieldManager: "helm", Force: true}
-	if dryRun {
-		opts.DryRun = []string{metav1.DryRunAll}
-	}
-	var ri dynamic.ResourceInterface = a.dyn.Resource(mapping.Resource)
-	if mapping.Scope.Name() == "namespace" {
-		ns := obj.GetNamespace()
-		if ns == "" {
-			ns = releaseNamespace // helm install -n kube-system
-		}
-		ri = a.dyn.Resource(mapping.Resource).Namespace(ns)
-	}
-	out, err := ri.Apply(ctx, obj.GetName(), obj, opts)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", gvk.Kind, obj.GetName(), err)
-	}
-	return out, nil
+	return chartstest.NewApplier(t, env, releaseNamespace)
 }
 
 // TestUmbrellaServerSideDryRun: every object the umbrella renders, for every
@@ -104,7 +44,7 @@ func TestUmbrellaServerSideDryRun(t *testing.T) {
 			m := mustRender(t, hybridCCM, hybridCCM.valuesFor(t, vs.name))
 			kinds := map[string]int{}
 			for _, obj := range m {
-				out, err := a.apply(context.Background(), obj, true)
+				out, err := a.Apply(context.Background(), obj, true)
 				if err != nil {
 					t.Errorf("API server rejects: %v", err)
 					continue
@@ -127,6 +67,40 @@ func TestUmbrellaServerSideDryRun(t *testing.T) {
 	}
 }
 
+// TestChartsServerSideDryRun: every object the other charts render on their
+// own, for every value set, is accepted by a real API server (server-side
+// apply, dry-run).
+func TestChartsServerSideDryRun(t *testing.T) {
+	env := controlPlane(t)
+	a := newApplier(t, env)
+	ctx := context.Background()
+	// ccm-coordinator's multi-cloud values put the native CCMs' namespace
+	// elsewhere; the chart expects it to exist (like the release namespace).
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "cloud-controllers"}}
+	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	for _, c := range []chart{talosCCM, ccmCoordinator, nativeCCM} {
+		for _, vs := range valueSets {
+			t.Run(string(c)+"/"+vs.name, func(t *testing.T) {
+				m := mustRender(t, c, c.valuesFor(t, vs.name))
+				kinds := map[string]int{}
+				for _, obj := range m {
+					out, err := a.Apply(ctx, obj, true)
+					if err != nil {
+						t.Errorf("API server rejects: %v", err)
+						continue
+					}
+					kinds[out.GetKind()]++
+				}
+				if kinds["Deployment"] != 1 || kinds["ServiceAccount"] == 0 {
+					t.Errorf("applied kinds %v", kinds)
+				}
+			})
+		}
+	}
+}
+
 // TestTalosCCMRBACOnAPIServer: with the chart's ServiceAccount and RBAC
 // installed in a real API server, its authorizer allows talos-ccm what its
 // controllers do and refuses the rest (SubjectAccessReviews).
@@ -140,7 +114,7 @@ func TestTalosCCMRBACOnAPIServer(t *testing.T) {
 			if obj.GetAPIVersion() == "talos.dev/v1alpha1" {
 				continue
 			}
-			if _, err := a.apply(ctx, obj, false); err != nil {
+			if _, err := a.Apply(ctx, obj, false); err != nil {
 				t.Fatal(err)
 			}
 		}

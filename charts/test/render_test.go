@@ -1,8 +1,8 @@
-// Package charts_test checks the talos-ccm and hybrid-ccm charts the way users
-// meet them: `helm lint` and `helm template` through the Helm SDK (golden files
-// for the default and a multi-cloud values file), the objects, arguments and
-// RBAC rules they render, and the umbrella chart applied to a real API server
-// with server-side dry-run.
+// Package charts_test checks the charts the way users meet them: `helm lint`
+// and `helm template` through the Helm SDK for every chart (golden files for
+// the default and a multi-cloud values file), the objects, arguments and RBAC
+// rules talos-ccm and the umbrella render, and the charts applied to a real API
+// server with server-side dry-run.
 //
 // The umbrella's file:// dependencies are built with the SDK's dependency
 // manager (what `helm dependency update` does) into a temporary copy of the
@@ -11,8 +11,6 @@ package charts_test
 
 import (
 	"bytes"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -31,9 +29,9 @@ import (
 	"helm.sh/helm/v3/pkg/getter"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	"github.com/hybrid-ccm/hybrid-ccm/charts/test/chartstest"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
 
@@ -50,9 +48,14 @@ var kubeVersion = &chartutil.KubeVersion{Version: "v1.34.4", Major: "1", Minor: 
 type chart string
 
 const (
-	talosCCM  chart = "talos-ccm"
-	hybridCCM chart = "hybrid-ccm"
+	talosCCM       chart = "talos-ccm"
+	ccmCoordinator chart = "ccm-coordinator"
+	nativeCCM      chart = "native-ccm"
+	hybridCCM      chart = "hybrid-ccm"
 )
+
+// allCharts are the charts under charts/.
+var allCharts = []chart{talosCCM, ccmCoordinator, nativeCCM, hybridCCM}
 
 // releaseName is the release the documentation installs the chart as.
 func (c chart) releaseName() string { return string(c) }
@@ -98,9 +101,6 @@ func umbrellaWithDependencies(t *testing.T) string {
 			if umbrellaErr = copyChart(filepath.Join(src, name), filepath.Join(tempRoot, name)); umbrellaErr != nil {
 				return
 			}
-		}
-		if umbrellaErr = allowGlobalValues(filepath.Join(tempRoot, "ccm-coordinator", "values.schema.json")); umbrellaErr != nil {
-			return
 		}
 		umbrellaDir = filepath.Join(tempRoot, "hybrid-ccm")
 		settings := cli.New()
@@ -148,37 +148,6 @@ func copyChart(from, to string) error {
 	})
 }
 
-// allowGlobalValues adds the "global" property to a copied subchart schema
-// that forbids additional properties but does not list it. Helm gives every
-// subchart a "global" value, so such a schema rejects every install of the
-// umbrella. TestSubchartSchemasAllowGlobal reports the original chart; this
-// keeps the other tests about the umbrella itself until it is fixed there.
-func allowGlobalValues(schemaPath string) error {
-	b, err := os.ReadFile(schemaPath)
-	if err != nil {
-		return err
-	}
-	var s map[string]any
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("%s: %w", schemaPath, err)
-	}
-	if !schemaRejectsGlobal(s) {
-		return nil
-	}
-	s["properties"].(map[string]any)["global"] = map[string]any{"type": "object"}
-	if b, err = json.MarshalIndent(s, "", "  "); err != nil {
-		return err
-	}
-	return os.WriteFile(schemaPath, b, 0o644)
-}
-
-// schemaRejectsGlobal reports whether a values schema forbids a top-level "global".
-func schemaRejectsGlobal(s map[string]any) bool {
-	props, _ := s["properties"].(map[string]any)
-	_, listed := props["global"]
-	return s["additionalProperties"] == false && !listed
-}
-
 // render is `helm template <release> <chart> -n kube-system -f values`
 // through the SDK (install, dry-run, client only). Values are validated
 // against the charts' schemas on the way.
@@ -217,21 +186,8 @@ func mustRender(t *testing.T, c chart, values map[string]any) manifests {
 type manifests []*unstructured.Unstructured
 
 func parse(out string) (manifests, error) {
-	var m manifests
-	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(out), 4096)
-	for {
-		var obj map[string]any
-		if err := dec.Decode(&obj); err != nil {
-			if errors.Is(err, io.EOF) {
-				return m, nil
-			}
-			return nil, err
-		}
-		if len(obj) == 0 {
-			continue
-		}
-		m = append(m, &unstructured.Unstructured{Object: obj})
-	}
+	m, err := chartstest.Parse(out)
+	return manifests(m), err
 }
 
 // find returns the objects of a kind (and apiVersion when given as "group/version Kind").

@@ -67,7 +67,7 @@ func TestTalosCCMRunsWithChartRBAC(t *testing.T) {
 			if obj.GetAPIVersion() == "talos.dev/v1alpha1" {
 				continue
 			}
-			if _, err := a.apply(ctx, obj, false); err != nil {
+			if _, err := a.Apply(ctx, obj, false); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -1,0 +1,140 @@
+// Package chartstest holds what the chart tests (charts/test) and the GitOps
+// tests (gitops) share to check rendered charts against a real API server: one
+// control plane per test binary with the CRDs a cluster running the charts has,
+// server-side apply (dry-run or not) of rendered objects, and the parsing of a
+// rendered manifest.
+//
+// It is test support: nothing outside tests imports it.
+package chartstest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
+
+	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
+)
+
+// CRDDirectoryPaths are the CRDs the charts' objects need: the NativeCCM CRD
+// of charts/ccm-coordinator, and charts/test/testdata/crds, the stand-in for
+// the CRD Talos itself installs for its talos.dev ServiceAccount kind (the
+// test API server is not a Talos cluster).
+func CRDDirectoryPaths() []string {
+	root := testenv.RepoRoot()
+	return []string{
+		filepath.Join(root, "charts", "ccm-coordinator", "crds"),
+		filepath.Join(root, "charts", "test", "testdata", "crds"),
+	}
+}
+
+// ControlPlane is the real kube-apiserver + etcd of a test binary, started on
+// first use with CRDDirectoryPaths. The zero value is ready; call Stop from
+// TestMain.
+type ControlPlane struct {
+	once sync.Once
+	env  *testenv.Env
+	err  error
+}
+
+// Env starts the control plane once and returns it, or fails the test.
+func (c *ControlPlane) Env(t testing.TB) *testenv.Env {
+	t.Helper()
+	c.once.Do(func() {
+		c.env, c.err = testenv.Start(testenv.Options{CRDDirectoryPaths: CRDDirectoryPaths()})
+	})
+	if c.err != nil {
+		t.Fatal(c.err)
+	}
+	return c.env
+}
+
+// Stop stops the control plane if it was started.
+func (c *ControlPlane) Stop() {
+	if c.env != nil {
+		_ = c.env.Stop()
+	}
+}
+
+// Applier sends objects to the API server with server-side apply.
+type Applier struct {
+	dyn    dynamic.Interface
+	mapper *restmapper.DeferredDiscoveryRESTMapper
+	// namespace is where a namespaced object without a namespace goes: the
+	// release namespace (helm install -n <namespace>).
+	namespace string
+}
+
+// NewApplier returns an Applier for env that puts namespaced objects without
+// a namespace into namespace.
+func NewApplier(t testing.TB, env *testenv.Env, namespace string) *Applier {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Applier{
+		dyn:       dyn,
+		mapper:    restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(env.Client.Discovery())),
+		namespace: namespace,
+	}
+}
+
+// Apply server-side applies obj as Helm's field manager would; dryRun asks the
+// API server to run everything (defaulting, schema and CEL validation,
+// admission) without persisting.
+func (a *Applier) Apply(ctx context.Context, obj *unstructured.Unstructured, dryRun bool) (*unstructured.Unstructured, error) {
+	gvk := obj.GroupVersionKind()
+	mapping, err := a.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", gvk.Kind, obj.GetName(), err)
+	}
+	opts := metav1.ApplyOptions{FieldManager: "helm", Force: true}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	var ri dynamic.ResourceInterface = a.dyn.Resource(mapping.Resource)
+	if mapping.Scope.Name() == "namespace" {
+		ns := obj.GetNamespace()
+		if ns == "" {
+			ns = a.namespace
+		}
+		ri = a.dyn.Resource(mapping.Resource).Namespace(ns)
+	}
+	out, err := ri.Apply(ctx, obj.GetName(), obj, opts)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", gvk.Kind, obj.GetName(), err)
+	}
+	return out, nil
+}
+
+// Parse splits a rendered manifest (Helm's release manifest, `helm template`
+// output) into its objects, in order; empty documents are left out.
+func Parse(manifest string) ([]*unstructured.Unstructured, error) {
+	var out []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096)
+	for {
+		var obj map[string]any
+		if err := dec.Decode(&obj); err != nil {
+			if errors.Is(err, io.EOF) {
+				return out, nil
+			}
+			return nil, err
+		}
+		if len(obj) == 0 {
+			continue
+		}
+		out = append(out, &unstructured.Unstructured{Object: obj})
+	}
+}
