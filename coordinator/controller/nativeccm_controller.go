@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 )
@@ -229,6 +230,16 @@ func (r *NativeCCMReconciler) reconcileDelete(ctx context.Context, obj *v1.Nativ
 		return ctrl.Result{}, err
 	}
 	r.event(obj, corev1.EventTypeNormal, v1.UninstallSucceededReason, fmt.Sprintf("release %s/%s uninstalled: NativeCCM deleted", r.Namespace, name))
+	// Then the fence, explicitly: the owner reference to the NativeCCM removes
+	// it only where a garbage collector runs (not in every control plane), and
+	// only after the NativeCCM is gone. After the release: the uninstall has
+	// already taken the CCM's RBAC, so there is no moment with an unfenced CCM.
+	if err := gate.DeletePolicy(ctx, r.Client, obj.Name); err != nil {
+		err = fmt.Errorf("remove the fence of NativeCCM %s: %w", obj.Name, err)
+		conditions.MarkFalse(obj, meta.ReadyCondition, v1.UninstallFailedReason, "%s", err)
+		r.event(obj, corev1.EventTypeWarning, v1.UninstallFailedReason, err.Error())
+		return ctrl.Result{}, err
+	}
 	controllerutil.RemoveFinalizer(obj, v1.Finalizer)
 	// Only the finalizer changes; the deferred summary skips the status.
 	return ctrl.Result{}, r.Update(ctx, obj)

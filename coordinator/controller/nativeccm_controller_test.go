@@ -232,6 +232,8 @@ func TestInstallsOnFirstNodeAndUninstallsAfterGracePeriod(t *testing.T) {
 	}{
 		{"delete", "nodes", "", "", "any", true},
 		{"patch", "nodes", "", "", "any", true},
+		// cloud-node-lifecycle patches; it never updates (PUT) a node or its status
+		{"update", "nodes", "", "", "any", false},
 		{"deletecollection", "nodes", "", "", "", false},
 		{"create", "nodes", "", "", "", false},
 		{"get", "secrets", "", releaseNamespace, "hcloud", false},
@@ -347,9 +349,11 @@ func TestEnforcedOverrideIsStalled(t *testing.T) {
 	if !conditions.IsFalse(obj, meta.ReadyCondition) || obj.Status.Release != nil {
 		t.Errorf("status = %+v", obj.Status)
 	}
-	if obj.Status.ObservedGeneration != obj.Generation {
-		t.Errorf("a stalled generation is fully handled: observedGeneration %d, generation %d", obj.Status.ObservedGeneration, obj.Generation)
-	}
+	// The patch helper writes the conditions before the rest of the status.
+	eventually(t, "a stalled generation is fully handled", func() (bool, string) {
+		o := getNativeCCM(t, "hcloud-e")
+		return o.Status.ObservedGeneration == o.Generation, fmt.Sprintf("observedGeneration %d, generation %d", o.Status.ObservedGeneration, o.Generation)
+	})
 	// Fixing the spec recovers.
 	updateNativeCCM(t, "hcloud-e", func(o *v1.NativeCCM) { o.Spec.Overrides = nil })
 	obj = waitCondition(t, "hcloud-e", meta.ReadyCondition, metav1.ConditionTrue, v1.InstallSucceededReason)
@@ -453,7 +457,14 @@ func TestWaitsForCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vol := d.Spec.Template.Spec.Volumes
+	// The credentials Secret is the one Secret volume (the gate adds its own
+	// ConfigMap and emptyDir volumes).
+	var vol []corev1.Volume
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.Secret != nil {
+			vol = append(vol, v)
+		}
+	}
 	if len(vol) != 1 || vol[0].Secret.SecretName != "aws-a-credentials" || !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--cloud-config=/etc/kubernetes/cloud-config/cloud.conf") {
 		t.Errorf("cloud-config not wired: %+v %v", vol, d.Spec.Template.Spec.Containers[0].Args)
 	}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/yaml"
 
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
@@ -34,19 +36,20 @@ import (
 
 const releaseNamespace = "hybrid-ccm-system"
 
+// gateImage is the ccm-gate image of the gated releases.
+const gateImage = "ghcr.io/hybrid-ccm/ccm-gate:test"
+
 var (
 	env      *testenv.Env
 	k8s      client.Client
-	profiles *profile.Set
+	profiles *lockedProfiles
 	// chartRepo serves fake upstream charts on loopback.
 	chartRepo *httptest.Server
 )
 
 func TestMain(m *testing.M) {
-	if _, err := testenv.AssetsDir(); err != nil {
-		fmt.Fprintln(os.Stderr, "skipping coordinator/controller integration tests:", err)
-		os.Exit(0)
-	}
+	// No skipping: without KUBEBUILDER_ASSETS testenv.Start fails and so does
+	// the package.
 	e, err := testenv.Start(testenv.Options{
 		CRDDirectoryPaths: []string{filepath.Join(testenv.RepoRoot(), "charts", "ccm-coordinator", "crds")},
 	})
@@ -78,9 +81,9 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 		"broken":   upstreamChart(brokenObject),
 	})
 
-	var err error
-	profiles, err = profile.Builtin()
+	set, err := profile.Builtin()
 	must(err)
+	profiles = &lockedProfiles{set: set}
 	must(deriveProfile("hcloud", "hcloud-a", 10301, nil))
 	must(deriveProfile("hcloud", "hcloud-b", 10302, nil))
 	must(deriveProfile("hcloud", "hcloud-c", 10303, nil))
@@ -100,6 +103,22 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 	must(deriveProfile("hcloud", "broken-a", 10308, func(p *profile.Profile) {
 		p.Chart = profile.Chart{Source: profile.ChartRepository, Repository: chartRepo.URL, Name: "broken", Version: "1.0.0"}
 	}))
+	must(deriveProfile("hcloud", "always-a", 10309, nil))
+	must(deriveProfile("hcloud", "suspend-a", 10310, nil))
+	must(deriveProfile("hcloud", "profile-a", 10311, nil))
+	must(deriveProfile("hcloud", "lease-a", 10312, nil))
+	must(deriveProfile("hcloud", "fence-a", 10313, nil))
+	must(deriveProfile("hcloud", "upstream-b", 10314, func(p *profile.Profile) {
+		p.Chart = profile.Chart{
+			Source: profile.ChartRepository, Repository: chartRepo.URL, Name: "fake-ccm", Version: "^1.0.0",
+			Values: map[string]any{
+				"secretName": "{{ .SecretName }}",
+				"image":      "{{ .Image.Repository }}:{{ .Image.Tag }}",
+				// an upstream chart that points its CCM at an API server itself
+				"args": map[string]any{"allow-untagged-cloud": "true", "kubeconfig": "/etc/kubernetes/ccm.conf", "master": "https://10.0.0.1:6443"},
+			},
+		}
+	}))
 
 	k8s, err = client.New(e.Config, client.Options{Scheme: NewScheme()})
 	must(err)
@@ -114,11 +133,14 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 	rec, err := events.NewRecorder(mgr, ctrl.Log, "", ControllerName)
 	must(err)
 	r := &NativeCCMReconciler{
-		Client:               mgr.GetClient(),
-		APIReader:            mgr.GetAPIReader(),
-		EventRecorder:        rec,
-		Engine:               release.NewEngine(e.Config, release.Options{Wait: false, Timeout: time.Minute, Log: ctrl.Log.WithName("helm")}),
-		Profiles:             profiles,
+		Client:        mgr.GetClient(),
+		APIReader:     mgr.GetAPIReader(),
+		EventRecorder: rec,
+		Engine:        release.NewEngine(e.Config, release.Options{Wait: false, Timeout: time.Minute, Log: ctrl.Log.WithName("helm")}),
+		Profiles:      profiles,
+		// The gate, wired as cmd/ccm-coordinator wires it: every release gets
+		// the fence and the ccm-gate sidecar.
+		Mutators:             gate.Coordinator{Client: mgr.GetClient(), Image: gateImage}.Mutators,
 		Namespace:            releaseNamespace,
 		UninstallGracePeriod: 2 * time.Second,
 		RetryInterval:        time.Second,
@@ -145,6 +167,35 @@ func zapLevel() zapcore.Level {
 	return zapcore.ErrorLevel
 }
 
+// lockedProfiles lets a test change a profile while the manager runs
+// (profile.Set is not safe for concurrent use).
+type lockedProfiles struct {
+	mu  sync.RWMutex
+	set *profile.Set
+}
+
+func (l *lockedProfiles) Get(name string) (*profile.Profile, bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.set.Get(name)
+}
+
+// edit changes the named profile.
+func (l *lockedProfiles) edit(name string, change func(*profile.Profile)) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p, ok := l.set.Get(name)
+	if !ok {
+		return fmt.Errorf("no profile %s", name)
+	}
+	change(p)
+	data, err := yaml.Marshal(p)
+	if err != nil {
+		return err
+	}
+	return l.set.Override("test/"+name+".yaml", data)
+}
+
 // deriveProfile adds a test profile: a copy of base with its own name,
 // platform and port, optionally edited.
 func deriveProfile(base, name string, port int32, edit func(*profile.Profile)) error {
@@ -160,7 +211,9 @@ func deriveProfile(base, name string, port int32, edit func(*profile.Profile)) e
 	if err != nil {
 		return err
 	}
-	return profiles.Override("test/"+name+".yaml", data)
+	profiles.mu.Lock()
+	defer profiles.mu.Unlock()
+	return profiles.set.Override("test/"+name+".yaml", data)
 }
 
 const brokenObject = `---

@@ -1,0 +1,398 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluxcd/pkg/apis/meta"
+	"github.com/fluxcd/pkg/runtime/conditions"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/gatetest"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
+)
+
+// quiet is how long a test watches for something that must not happen (an
+// install, upgrade or uninstall) after the reconciler has seen the change that
+// would cause it: several grace periods and retry intervals of this suite.
+const quiet = 3 * time.Second
+
+// never fails the test if cond becomes true within d.
+func never(t *testing.T, what string, d time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if bad, state := cond(); bad {
+			t.Fatalf("%s happened: %s", what, state)
+		}
+	}
+}
+
+// waitObserved waits until the reconciler has handled the NativeCCM's current
+// generation (a suspended NativeCCM is handled by doing nothing).
+func waitObserved(t *testing.T, name string) *v1.NativeCCM {
+	t.Helper()
+	var obj *v1.NativeCCM
+	eventually(t, name+" generation observed", func() (bool, string) {
+		obj = getNativeCCM(t, name)
+		return obj.Status.ObservedGeneration == obj.Generation && slices.Contains(obj.Finalizers, v1.Finalizer),
+			fmt.Sprintf("generation %d, observed %d, finalizers %v", obj.Generation, obj.Status.ObservedGeneration, obj.Finalizers)
+	})
+	return obj
+}
+
+// history returns the revisions of a release in Helm's storage.
+func history(t *testing.T, release string) int {
+	t.Helper()
+	var secrets corev1.SecretList
+	if err := k8s.List(ctxT(t), &secrets, client.InNamespace(releaseNamespace), client.MatchingLabels{"owner": "helm", "name": release}); err != nil {
+		t.Fatal(err)
+	}
+	return len(secrets.Items)
+}
+
+// requestReconcile asks for a reconcile the Flux way (how a profile or lease
+// change reaches a NativeCCM before the next --interval).
+func requestReconcile(t *testing.T, name string) {
+	t.Helper()
+	updateNativeCCM(t, name, func(o *v1.NativeCCM) {
+		if o.Annotations == nil {
+			o.Annotations = map[string]string{}
+		}
+		o.Annotations[meta.ReconcileRequestAnnotation] = time.Now().Format(time.RFC3339Nano)
+	})
+}
+
+// fence returns the NativeCCM's policy and binding; nil when absent.
+func fence(t *testing.T, name string) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+	t.Helper()
+	p := &admissionregistrationv1.ValidatingAdmissionPolicy{}
+	if err := k8s.Get(ctxT(t), client.ObjectKey{Name: gate.PolicyName(name)}, p); apierrors.IsNotFound(err) {
+		p = nil
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	b := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+	if err := k8s.Get(ctxT(t), client.ObjectKey{Name: gate.PolicyName(name)}, b); apierrors.IsNotFound(err) {
+		b = nil
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return p, b
+}
+
+// TestDeleteRemovesFence: deleting a gated NativeCCM removes its release and
+// then its fence. This control plane has no garbage collector, so the owner
+// reference alone would leave the policy and binding behind.
+func TestDeleteRemovesFence(t *testing.T) {
+	hcloudSecret(t)
+	createNode(t, "fa-1", "fence-a", "hcloud://9001")
+	obj := &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "fence-a"}, Spec: v1.NativeCCMSpec{Platform: "fence-a"}}
+	createNativeCCM(t, obj)
+	got := waitCondition(t, "fence-a", meta.ReadyCondition, metav1.ConditionTrue, v1.InstallSucceededReason)
+	if !conditions.IsTrue(got, v1.GatedCondition) {
+		t.Fatalf("not gated: %+v", got.Status.Conditions)
+	}
+	policy, binding := fence(t, "fence-a")
+	if policy == nil || binding == nil {
+		t.Fatalf("fence not written: policy %v, binding %v", policy != nil, binding != nil)
+	}
+	for _, o := range []metav1.Object{policy, binding} {
+		if refs := o.GetOwnerReferences(); len(refs) != 1 || refs[0].Kind != v1.NativeCCMKind || refs[0].UID != got.UID {
+			t.Errorf("%s owners %+v, want the NativeCCM %s", o.GetName(), refs, got.UID)
+		}
+	}
+
+	if err := k8s.Delete(ctxT(t), obj); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "NativeCCM, release and fence gone", func() (bool, string) {
+		err := k8s.Get(ctxT(t), client.ObjectKey{Name: "fence-a"}, &v1.NativeCCM{})
+		_, derr := getDeployment(t, "native-ccm-fence-a")
+		p, b := fence(t, "fence-a")
+		return apierrors.IsNotFound(err) && apierrors.IsNotFound(derr) && p == nil && b == nil,
+			fmt.Sprintf("nativeccm: %v, deployment: %v, policy left: %v, binding left: %v", err, derr, p != nil, b != nil)
+	})
+}
+
+// TestInstallAlways: install: Always installs without a single node of the
+// platform; back to Auto, the release goes (no nodes, grace period over).
+func TestInstallAlways(t *testing.T) {
+	hcloudSecret(t)
+	createNativeCCM(t, &v1.NativeCCM{
+		ObjectMeta: metav1.ObjectMeta{Name: "always-a"},
+		Spec:       v1.NativeCCMSpec{Platform: "always-a", Install: v1.InstallAlways},
+	})
+	obj := waitCondition(t, "always-a", meta.ReadyCondition, metav1.ConditionTrue, v1.InstallSucceededReason)
+	if obj.Status.Nodes != 0 || obj.Status.Release == nil || obj.Status.Release.Revision != 1 {
+		t.Fatalf("status = %+v", obj.Status)
+	}
+	if _, err := getDeployment(t, "native-ccm-always-a"); err != nil {
+		t.Fatalf("no release Deployment without nodes: %v", err)
+	}
+	// Still there on the next looks (the grace period of Auto does not apply).
+	requestReconcile(t, "always-a")
+	never(t, "uninstall of an Always release", quiet, func() (bool, string) {
+		_, err := getDeployment(t, "native-ccm-always-a")
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+
+	updateNativeCCM(t, "always-a", func(o *v1.NativeCCM) { o.Spec.Install = v1.InstallAuto })
+	waitCondition(t, "always-a", v1.InstalledCondition, metav1.ConditionFalse, v1.NoNodesReason)
+	eventually(t, "deployment removed", func() (bool, string) {
+		_, err := getDeployment(t, "native-ccm-always-a")
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+}
+
+// TestSuspend: a suspended NativeCCM is neither installed, upgraded nor
+// uninstalled; each resumes as soon as suspend is false again.
+func TestSuspend(t *testing.T) {
+	const name, rel = "suspend-a", "native-ccm-suspend-a"
+	hcloudSecret(t)
+	createNode(t, "sa-1", name, "hcloud://9101")
+	createNativeCCM(t, &v1.NativeCCM{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1.NativeCCMSpec{Platform: name, Suspend: true,
+			UninstallGracePeriod: &metav1.Duration{Duration: time.Second}},
+	})
+	released := func() (bool, string) {
+		_, err := getDeployment(t, rel)
+		n := history(t, rel)
+		return err == nil || n > 0, fmt.Sprintf("deployment: %v, revisions: %d", err, n)
+	}
+
+	// Suspended from the start, with a node and credentials: no install.
+	waitObserved(t, name)
+	never(t, "install while suspended", quiet, released)
+	if obj := getNativeCCM(t, name); obj.Status.Release != nil {
+		t.Fatalf("release recorded while suspended: %+v", obj.Status.Release)
+	}
+	updateNativeCCM(t, name, func(o *v1.NativeCCM) { o.Spec.Suspend = false })
+	obj := waitCondition(t, name, meta.ReadyCondition, metav1.ConditionTrue, v1.InstallSucceededReason)
+	if obj.Status.Release.Revision != 1 {
+		t.Fatalf("release = %+v", obj.Status.Release)
+	}
+
+	// A change that needs an upgrade, made while suspended: no upgrade.
+	updateNativeCCM(t, name, func(o *v1.NativeCCM) {
+		o.Spec.Suspend = true
+		o.Spec.Overrides = &v1.Overrides{Args: []string{"--v=4"}}
+	})
+	waitObserved(t, name)
+	never(t, "upgrade while suspended", quiet, func() (bool, string) {
+		n := history(t, rel)
+		return n != 1, fmt.Sprintf("revisions: %d", n)
+	})
+	updateNativeCCM(t, name, func(o *v1.NativeCCM) { o.Spec.Suspend = false })
+	obj = waitCondition(t, name, meta.ReadyCondition, metav1.ConditionTrue, v1.UpgradeSucceededReason)
+	if obj.Status.Release.Revision != 2 {
+		t.Fatalf("release = %+v", obj.Status.Release)
+	}
+	if d, err := getDeployment(t, rel); err != nil || !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--v=4") {
+		t.Fatalf("upgrade after resume not applied: %v", err)
+	}
+
+	// The last node goes while suspended: no uninstall, grace period or not.
+	updateNativeCCM(t, name, func(o *v1.NativeCCM) { o.Spec.Suspend = true })
+	waitObserved(t, name)
+	deleteNode(t, "sa-1")
+	never(t, "uninstall while suspended", quiet, func() (bool, string) {
+		_, err := getDeployment(t, rel)
+		return err != nil, fmt.Sprint(err)
+	})
+	updateNativeCCM(t, name, func(o *v1.NativeCCM) { o.Spec.Suspend = false })
+	waitCondition(t, name, v1.InstalledCondition, metav1.ConditionFalse, v1.NoNodesReason)
+	eventually(t, "release removed after resume", func() (bool, string) {
+		bad, state := released()
+		return !bad, state
+	})
+}
+
+// TestProfileChangeUpgrades: a changed profile (not the NativeCCM) makes a new
+// revision once the NativeCCM is reconciled.
+func TestProfileChangeUpgrades(t *testing.T) {
+	hcloudSecret(t)
+	createNode(t, "pa-1", "profile-a", "hcloud://9201")
+	createNativeCCM(t, &v1.NativeCCM{
+		ObjectMeta: metav1.ObjectMeta{Name: "profile-a"},
+		Spec:       v1.NativeCCMSpec{Platform: "profile-a"},
+	})
+	obj := waitCondition(t, "profile-a", meta.ReadyCondition, metav1.ConditionTrue, v1.InstallSucceededReason)
+	first := *obj.Status.Release
+
+	if err := profiles.edit("profile-a", func(p *profile.Profile) {
+		p.CCM.Image.Tag = "v9.8.7"
+		p.CCM.Args = append(p.CCM.Args, "--profile-changed=true")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	requestReconcile(t, "profile-a")
+	obj = waitCondition(t, "profile-a", meta.ReadyCondition, metav1.ConditionTrue, v1.UpgradeSucceededReason)
+	if obj.Status.Release.Revision != 2 || obj.Status.Release.Digest == first.Digest {
+		t.Errorf("release = %+v, first %+v", obj.Status.Release, first)
+	}
+	d, err := getDeployment(t, "native-ccm-profile-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := d.Spec.Template.Spec.Containers[0]
+	if !strings.HasSuffix(c.Image, ":v9.8.7") || !slices.Contains(c.Args, "--profile-changed=true") {
+		t.Errorf("profile change not in the release: image %s, args %v", c.Image, c.Args)
+	}
+}
+
+// TestForeignLeaseHolderIsConflict: the release's lease held by someone who is
+// not one of its pods is a LeaseNameShared conflict (reported, not blocking);
+// held by the release's pod, it is none.
+func TestForeignLeaseHolderIsConflict(t *testing.T) {
+	hcloudSecret(t)
+	createNode(t, "la-1", "lease-a", "hcloud://9301")
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "native-ccm-lease-a", Namespace: releaseNamespace},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("someones-ccm-5d8f9_1f2e3d4c")},
+	}
+	if err := k8s.Create(ctxT(t), lease); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), lease) })
+	createNativeCCM(t, &v1.NativeCCM{
+		ObjectMeta: metav1.ObjectMeta{Name: "lease-a"},
+		Spec:       v1.NativeCCMSpec{Platform: "lease-a"},
+	})
+	obj := waitCondition(t, "lease-a", v1.ConflictCondition, metav1.ConditionTrue, v1.LeaseNameSharedReason)
+	want := `lease ` + releaseNamespace + `/native-ccm-lease-a is held by "someones-ccm-5d8f9_1f2e3d4c", which is not this release's pod`
+	if msg := conditions.GetMessage(obj, v1.ConflictCondition); msg != want {
+		t.Errorf("conflict message %q, want %q", msg, want)
+	}
+	if ok, state := hasEvent(t, "lease-a", v1.LeaseNameSharedReason); !ok {
+		t.Errorf("no LeaseNameShared event: %s", state)
+	}
+	// Reported, never blocking.
+	waitCondition(t, "lease-a", v1.InstalledCondition, metav1.ConditionTrue, "")
+
+	// Our pod takes the lease: no conflict.
+	if err := k8s.Get(ctxT(t), client.ObjectKeyFromObject(lease), lease); err != nil {
+		t.Fatal(err)
+	}
+	lease.Spec.HolderIdentity = ptr.To("native-ccm-lease-a-7c9d8f6b5-x2x4z_0a1b2c3d")
+	if err := k8s.Update(ctxT(t), lease); err != nil {
+		t.Fatal(err)
+	}
+	requestReconcile(t, "lease-a")
+	waitCondition(t, "lease-a", v1.ConflictCondition, metav1.ConditionFalse, v1.NoConflictReason)
+}
+
+// TestGatedUpstreamChart: an upstream chart from the HTTP chart repository that
+// sets its own --kubeconfig and --master is installed with the gate: the
+// ccm-gate sidecar, the CCM pointed at it on loopback, and an active fence for
+// this NativeCCM's ServiceAccount.
+func TestGatedUpstreamChart(t *testing.T) {
+	const name, rel = "upstream-b", "native-ccm-upstream-b"
+	hcloudSecret(t)
+	createNode(t, "upb-1", name, "hcloud://9401")
+	createNode(t, "upb-aws-1", "aws", "aws:///eu-central-1a/i-9401")
+	createNativeCCM(t, &v1.NativeCCM{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       v1.NativeCCMSpec{Platform: name},
+	})
+	obj := waitCondition(t, name, meta.ReadyCondition, metav1.ConditionTrue, v1.InstallSucceededReason)
+	if obj.Status.Release.Chart != "fake-ccm@1.0.0" {
+		t.Errorf("chart = %s", obj.Status.Release.Chart)
+	}
+	if c := conditions.Get(obj, v1.GatedCondition); c == nil || c.Status != metav1.ConditionTrue || c.Reason != gate.GateEnforcedReason {
+		t.Errorf("Gated = %+v", c)
+	}
+
+	d, err := getDeployment(t, rel+"-upstream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := d.Spec.Template.Spec
+	// the view: ccm-gate as a native sidecar, for this platform, on loopback
+	var sidecar *corev1.Container
+	for i := range spec.InitContainers {
+		if spec.InitContainers[i].Name == gate.SidecarName {
+			sidecar = &spec.InitContainers[i]
+		}
+	}
+	if sidecar == nil {
+		t.Fatalf("no %s init container: %+v", gate.SidecarName, spec.InitContainers)
+	}
+	if sidecar.RestartPolicy == nil || *sidecar.RestartPolicy != corev1.ContainerRestartPolicyAlways || sidecar.Image != gateImage {
+		t.Errorf("sidecar restartPolicy %v image %s", sidecar.RestartPolicy, sidecar.Image)
+	}
+	for _, want := range []string{"--platform=" + name, "--listen=127.0.0.1:20314", "--credentials=forward"} {
+		if !slices.Contains(sidecar.Args, want) {
+			t.Errorf("sidecar args %v lack %s", sidecar.Args, want)
+		}
+	}
+	// the CCM talks to the gate only: the chart's --kubeconfig and --master are gone
+	ccm := spec.Containers[0]
+	all := append(append([]string{}, ccm.Command...), ccm.Args...)
+	var kubeconfigs []string
+	for _, a := range all {
+		if strings.HasPrefix(a, "--kubeconfig") || strings.HasPrefix(a, "--master") {
+			kubeconfigs = append(kubeconfigs, a)
+		}
+	}
+	if !slices.Equal(kubeconfigs, []string{"--kubeconfig=" + gate.KubeconfigPath}) {
+		t.Errorf("CCM API server flags %v, want only --kubeconfig=%s", kubeconfigs, gate.KubeconfigPath)
+	}
+	if !slices.Contains(ccm.Args, "--controllers=cloud-node-lifecycle") {
+		t.Errorf("CCM args %v", ccm.Args)
+	}
+	if !slices.ContainsFunc(ccm.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/etc/ccm-gate" }) {
+		t.Errorf("kubeconfig not mounted: %+v", ccm.VolumeMounts)
+	}
+	if d.Spec.Template.Annotations[gate.KubeconfigAnnotation] == "" {
+		t.Errorf("pod annotations %v lack %s", d.Spec.Template.Annotations, gate.KubeconfigAnnotation)
+	}
+	cm := &corev1.ConfigMap{}
+	if err := k8s.Get(ctxT(t), client.ObjectKey{Namespace: releaseNamespace, Name: rel + "-gate"}, cm); err != nil {
+		t.Fatalf("gate kubeconfig: %v", err)
+	}
+	if kc := cm.Data["kubeconfig"]; !strings.Contains(kc, "https://127.0.0.1:20314") || !strings.Contains(kc, gate.ServiceAccountTokenPath) {
+		t.Errorf("kubeconfig does not point at the gate with the CCM's token:\n%s", kc)
+	}
+
+	// the fence: this NativeCCM's policy, for the release's ServiceAccount, enforced
+	policy, binding := fence(t, name)
+	if policy == nil || binding == nil {
+		t.Fatalf("fence not written: policy %v, binding %v", policy != nil, binding != nil)
+	}
+	user := gatetest.Username(releaseNamespace, rel)
+	if len(policy.Spec.MatchConditions) != 1 || !strings.Contains(policy.Spec.MatchConditions[0].Expression, `"`+user+`"`) {
+		t.Errorf("policy match conditions %+v, want user %s", policy.Spec.MatchConditions, user)
+	}
+	if binding.Spec.PolicyName != policy.Name || policy.Labels["hybridccm.io/nativeccm"] != name {
+		t.Errorf("binding %+v, policy labels %v", binding.Spec, policy.Labels)
+	}
+	cfg, err := gatetest.ServiceAccountUser(env, releaseNamespace, rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ccmClient := kubernetes.NewForConfigOrDie(cfg)
+	// The release's own RBAC lets it patch nodes: the fence is what refuses.
+	if err := gatetest.WaitFence(ctxT(t), ccmClient, "upb-aws-1", true); err != nil {
+		t.Fatalf("fence not enforced for %s: %v", user, err)
+	}
+	_, err = ccmClient.CoreV1().Nodes().Patch(ctxT(t), "upb-1", types.StrategicMergePatchType,
+		[]byte(`{"metadata":{"annotations":{"hybridccm.io/fence-probe":"x"}}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		t.Errorf("the CCM may not patch its own node: %v", err)
+	}
+}
