@@ -51,6 +51,9 @@ type Options struct {
 	ExitWhenDone bool
 	// Timeout bounds the wait for the end state.
 	Timeout time.Duration
+	// TerminalSize, if set, returns the terminal's width and height; the live
+	// view cuts its frame to fit (interactive only).
+	TerminalSize func() (width, height int)
 }
 
 // simNode is one simulated machine.
@@ -116,6 +119,7 @@ func Run(ctx context.Context, o Options) (err error) {
 		o.Timeout = 3 * time.Minute
 	}
 	v := newView(o.Out, o.Interactive)
+	v.size = o.TerminalSize
 	// registered first, so it runs last: after every cleanup below
 	var cleanupErrs []error
 	cleanup := func(what string, f func() error) {

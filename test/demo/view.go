@@ -20,6 +20,8 @@ type view struct {
 	last        map[string]string
 	// drawn is set once the live table is on screen (interactive)
 	drawn bool
+	// size returns the terminal's width and height (nil or zero: unknown)
+	size func() (width, height int)
 }
 
 func newView(out io.Writer, interactive bool) *view {
@@ -134,7 +136,7 @@ func (v *view) render(s *state) {
 		fmt.Fprintln(tw)
 		fmt.Fprintln(tw, "  GATE: DELETE AS\tNODE\tDECISION\t\t\t")
 		for _, p := range s.probes {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t\t\t\n", p.Who, p.Target, probeLine(p))
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t\t\t\n", p.Who[strings.LastIndex(p.Who, ":")+1:], p.Target, shortProbeLine(p))
 		}
 	}
 	_ = tw.Flush()
@@ -152,12 +154,32 @@ func (v *view) redraw(frame string) {
 	} else {
 		b.WriteString("\x1b[H")
 	}
-	for _, line := range strings.Split(strings.TrimRight(frame, "\n"), "\n") {
-		b.WriteString(strings.TrimRight(line, " "))
+	lines := strings.Split(strings.TrimRight(frame, "\n"), "\n")
+	width, height := 0, 0
+	if v.size != nil {
+		width, height = v.size()
+	}
+	// a frame taller than the terminal would scroll and the next frame
+	// would not overwrite it: cut it, and cut lines that would wrap
+	if height > 1 && len(lines) > height-1 {
+		lines = append(lines[:height-2], "  … (enlarge the terminal to see the rest)")
+	}
+	for _, line := range lines {
+		b.WriteString(clip(strings.TrimRight(line, " "), width-1))
 		b.WriteString("\x1b[K\n")
 	}
 	b.WriteString("\x1b[J")
 	fmt.Fprint(v.out, b.String())
+}
+
+// clip shortens s to at most width runes (every rune the view prints is one
+// column wide), ending it with "…"; width <= 0 means no limit.
+func clip(s string, width int) string {
+	r := []rune(s)
+	if width <= 0 || len(r) <= width {
+		return s
+	}
+	return string(r[:width-1]) + "…"
 }
 
 func (v *view) changed(key, line string) {
@@ -181,6 +203,19 @@ func nativeLine(n *v1alpha1.NativeCCM) string {
 		return fmt.Sprintf("installed: release %s rev %d, %d node(s), lifecycle-only", n.Status.Release.Name, n.Status.Release.Revision, n.Status.Nodes)
 	}
 	return why
+}
+
+// shortProbeLine is probeLine without the API server's preamble ("nodes ... is
+// forbidden: ValidatingAdmissionPolicy ... denied request: "), for the table.
+func shortProbeLine(p gateProbe) string {
+	if p.Allowed {
+		return "allowed"
+	}
+	msg := p.Message
+	if _, rest, ok := strings.Cut(msg, "denied request: "); ok {
+		msg = rest
+	}
+	return "denied: " + msg
 }
 
 func probeLine(p gateProbe) string {

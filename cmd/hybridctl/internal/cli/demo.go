@@ -53,6 +53,13 @@ func newDemoCommand() *cobra.Command {
 			return demo.Run(ctx, demo.Options{
 				Out: cmd.OutOrStdout(), Interactive: interactive, BinDir: binDir,
 				ExitWhenDone: exitWhenDone, Timeout: timeout,
+				TerminalSize: func() (int, int) {
+					w, h, err := term.GetSize(int(os.Stdout.Fd()))
+					if err != nil {
+						return 0, 0
+					}
+					return w, h
+				},
 			})
 		},
 	}
