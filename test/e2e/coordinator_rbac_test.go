@@ -4,6 +4,7 @@ import (
 	"context"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"helm.sh/helm/v3/pkg/engine"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -169,6 +171,19 @@ func TestCoordinatorWorksWithItsChartRBAC(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKey{Name: gate.PolicyName("hcloud")}, &binding); err != nil {
 		t.Fatalf("fence binding: %v", err)
 	}
+	if refs := binding.GetOwnerReferences(); len(refs) != 1 || refs[0].Kind != "NativeCCM" || refs[0].UID != got.UID {
+		t.Fatalf("fence binding owners %+v", refs)
+	}
+	// the native CCM got least privilege on nodes: patch and delete, no update
+	var role rbacv1.ClusterRole
+	if err := c.Get(ctx, client.ObjectKey{Name: got.ReleaseName()}, &role); err != nil {
+		t.Fatalf("native CCM ClusterRole: %v", err)
+	}
+	for _, r := range role.Rules {
+		if slices.Contains(r.Resources, "nodes") && !slices.Equal(r.Verbs, []string{"get", "list", "watch", "patch", "delete"}) {
+			t.Fatalf("native CCM may %v nodes", r.Verbs)
+		}
+	}
 	inits, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "initContainers")
 	sidecar := false
 	for _, c := range inits {
@@ -194,12 +209,15 @@ func TestCoordinatorWorksWithItsChartRBAC(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: got.ReleaseName()}, &dep); !apierrors.IsNotFound(err) {
 		t.Fatalf("release Deployment left behind: %v", err)
 	}
-	// the fence is owned by the NativeCCM: the garbage collector would remove it
-	// (there is none in this control plane), so check the owner reference
-	if err := c.Get(ctx, client.ObjectKey{Name: gate.PolicyName("hcloud")}, &binding); err == nil {
-		if refs := binding.GetOwnerReferences(); len(refs) != 1 || refs[0].Kind != "NativeCCM" {
-			t.Fatalf("fence binding owners %+v", refs)
-		}
+	// the fence goes with it, deleted by the coordinator with the same identity
+	// (there is no garbage collector in this control plane to follow the owner
+	// reference)
+	if err := c.Get(ctx, client.ObjectKey{Name: gate.PolicyName("hcloud")}, &binding); !apierrors.IsNotFound(err) {
+		t.Fatalf("fence binding left behind: %v", err)
+	}
+	var policy admissionregistrationv1.ValidatingAdmissionPolicy
+	if err := c.Get(ctx, client.ObjectKey{Name: gate.PolicyName("hcloud")}, &policy); !apierrors.IsNotFound(err) {
+		t.Fatalf("fence policy left behind: %v", err)
 	}
 }
 
