@@ -15,6 +15,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
@@ -492,5 +493,37 @@ func TestImpostorNodeIsNotInitializedFromAnotherMachine(t *testing.T) {
 	}
 	if n := waitNode(t, "impostor-1", time.Second, func(*corev1.Node) bool { return true }); initialized(n) || n.Spec.ProviderID != "" {
 		t.Fatalf("impostor initialized with %q", n.Spec.ProviderID)
+	}
+}
+
+// The kubelet writes provided-node-ip itself; only one entry has to reach the
+// node's Talos API. An entry the Talos API does not report as an address of
+// the node (here a second family) is not taken as the node's InternalIP: the
+// node is reported and left uninitialized until the annotation is right.
+func TestProvidedIPNotOnTheNodeIsNotTaken(t *testing.T) {
+	ep := startEndpoint(t)
+	if _, err := ep.AddNode("extra-ip-1", []string{"10.50.0.1"}, talosnode.Spec{
+		Metadata:  &runtime.PlatformMetadataSpec{Platform: "metal", Hostname: "extra-ip-1"},
+		Addresses: []talosnode.Address{{Link: "eth0", Prefix: "10.50.0.1/24"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	startTalosCCM(t, talosCCMArgs(t, ep))
+	register(t, kubeletNode("extra-ip-1", "10.50.0.1", "fd00:50::99"), "10.50.0.1", "fd00:50::99")
+	ev := waitEvent(t, "extra-ip-1", "ProvidedNodeIPNotFound", 20*time.Second)
+	if !strings.Contains(ev.Message, "fd00:50::99") {
+		t.Errorf("event should name the address: %q", ev.Message)
+	}
+	if n := waitNode(t, "extra-ip-1", time.Second, func(*corev1.Node) bool { return true }); initialized(n) || n.Spec.ProviderID != "" {
+		t.Fatalf("initialized with an address its Talos API does not report: %q %v", n.Spec.ProviderID, n.Status.Addresses)
+	}
+	n := waitNode(t, "extra-ip-1", time.Second, func(*corev1.Node) bool { return true })
+	n.Annotations["alpha.kubernetes.io/provided-node-ip"] = "10.50.0.1"
+	if _, err := env.Client.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n = waitNode(t, "extra-ip-1", 60*time.Second, initialized)
+	if n.Spec.ProviderID != "talos://metal/10.50.0.1" {
+		t.Fatalf("providerID %q", n.Spec.ProviderID)
 	}
 }
