@@ -250,6 +250,9 @@ func (p *Provider) Facts(ctx context.Context, node *corev1.Node) (*Facts, error)
 		// The kubelet writes provided-node-ip itself: whoever answers there must
 		// prove to be this node before anything it says is believed.
 		if nameErr == nil && nodename != node.Name {
+			// What was proven before no longer holds: the approver must not go on
+			// accepting the remembered addresses.
+			p.Forget(node.Name)
 			return nil, fmt.Errorf("%s: node %s: %w: the Talos API at %s belongs to node %q", op, node.Name, ErrIdentity, ip, nodename)
 		}
 		if nameErr == nil && mdErr == nil && addrErr == nil && (sysErr == nil || errors.Is(sysErr, talos.ErrNotFound)) {
