@@ -91,12 +91,17 @@ func interruptDemo(t *testing.T, bin, assets, after string, group bool, want []s
 	}
 	pid := cmd.Process.Pid
 
-	// every process seen below hybridctl; on failure none is left behind
+	// every process seen below hybridctl; on failure none is left behind. A
+	// child first seen between fork and exec still has hybridctl's name, so
+	// the name is refreshed whenever the process is seen again.
 	var tracked []proc
 	track := func() {
 		for _, p := range descendants(pid) {
-			if !slices.ContainsFunc(tracked, func(q proc) bool { return q.pid == p.pid && q.start == p.start }) {
+			i := slices.IndexFunc(tracked, func(q proc) bool { return q.pid == p.pid && q.start == p.start })
+			if i < 0 {
 				tracked = append(tracked, p)
+			} else {
+				tracked[i].comm = p.comm
 			}
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -31,6 +32,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	cloudproviderapi "k8s.io/cloud-provider/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/csr/csrtest"
 	v1alpha1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
@@ -118,6 +120,9 @@ func Run(ctx context.Context, o Options) (err error) {
 	if o.Timeout == 0 {
 		o.Timeout = 3 * time.Minute
 	}
+	// envtest logs through controller-runtime; its lines are not part of the
+	// view, and without a logger controller-runtime prints a stack trace.
+	ctrllog.SetLogger(logr.Discard())
 	v := newView(o.Out, o.Interactive)
 	v.size = o.TerminalSize
 	// registered first, so it runs last: after every cleanup below
