@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	cloudprovider "k8s.io/cloud-provider"
 	cpapp "k8s.io/cloud-provider/app"
@@ -88,6 +89,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 
 	var provider *cloud.Provider
 	events := &sharedRecorder{}
+	startup := &startupPages{}
 	initCloud := func(c *cloudcontrollerconfig.CompletedConfig) cloudprovider.Interface {
 		return provider
 	}
@@ -99,6 +101,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 				return func(ctx context.Context, _ genericcontrollermanager.ControllerContext) (controller.Interface, bool, error) {
 					client := cc.ClientBuilder.ClientOrDie(ic.ClientName)
 					slimNodeCache(cc)
+					startup.releaseAfterSync(ctx, cc.SharedInformers.Core().V1().Nodes().Informer())
 					c, err := cloudnode.New(client, cc.SharedInformers.Core().V1().Nodes(), provider,
 						events.recorder(ctx, client, cloudnode.ControllerName), cloudnode.Options{
 							Workers:               int(cc.ComponentConfig.NodeController.ConcurrentNodeSyncs),
@@ -121,6 +124,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 			return func(ctx context.Context, _ genericcontrollermanager.ControllerContext) (controller.Interface, bool, error) {
 				client := cc.ClientBuilder.ClientOrDie(ic.ClientName)
 				slimNodeCache(cc)
+				startup.releaseAfterSync(ctx, cc.SharedInformers.Core().V1().Nodes().Informer())
 				c, err := csr.NewController(client, cc.SharedInformers.Certificates().V1().CertificateSigningRequests(),
 					cc.SharedInformers.Core().V1().Nodes(), provider, events.recorder(ctx, client, csr.ControllerName), csrOpts)
 				if err != nil {
@@ -151,6 +155,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 					return nil, false, err
 				}
 				slimNodeCache(cc)
+				startup.releaseAfterSync(ctx, cc.SharedInformers.Core().V1().Nodes().Informer())
 				client := cc.ClientBuilder.ClientOrDie(ic.ClientName)
 				c, err := ipam.NewController(client, cc.SharedInformers.Core().V1().Nodes(), talosClient, events.recorder(ctx, client, ipam.ControllerName), cfg)
 				if err != nil {
@@ -192,7 +197,8 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 				return err
 			}
 		}
-		klog.InfoS("talos-ccm configured", "rules", len(rules.Transformations), "enforce", tf.enforce || rules.Global.Enforce)
+		klog.InfoS("talos-ccm configured", "rules", len(rules.Transformations), "enforce", tf.enforce || rules.Global.Enforce,
+			"initPagesReleasedMiB", releasedInitPages>>20)
 		return run(cmd, args)
 	}
 	cmd.SilenceUsage = true
@@ -217,6 +223,28 @@ func (r *sharedRecorder) recorder(ctx context.Context, client interface {
 		r.broadcaster = b
 	})
 	return r.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
+}
+
+// startupPages releases, once, the executable's pages that start-up touched
+// (flags, configuration, serving, leader election, informer set-up): when the
+// node informer has synced, the controllers are constructed and running, and
+// what they use from now on comes back on first touch. See ReleaseInitPages.
+type startupPages struct{ once sync.Once }
+
+func (s *startupPages) releaseAfterSync(ctx context.Context, inf cache.SharedIndexInformer) {
+	s.once.Do(func() {
+		go func() {
+			if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+				return
+			}
+			n, err := ReleaseInitPages()
+			if err != nil {
+				klog.V(1).InfoS("could not release start-up pages", "err", err)
+				return
+			}
+			klog.V(1).InfoS("released start-up pages of the executable", "MiB", n>>20)
+		}()
+	})
 }
 
 // slimNodeCache makes the shared node informer cache Nodes without

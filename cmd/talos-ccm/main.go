@@ -15,6 +15,8 @@ import (
 const defaultGCPercent = 50
 
 func main() {
+	// Before anything else: give back what package initialization faulted in.
+	_, _ = app.ReleaseInitPages()
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(defaultGCPercent)
 	}

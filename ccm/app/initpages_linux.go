@@ -1,0 +1,83 @@
+package app
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// releasedInitPages is the file-backed resident memory ReleaseInitPages gave
+// back, in bytes, logged at start-up.
+var releasedInitPages uint64
+
+// ReleaseInitPages drops the executable's read-only pages (code and read-only
+// data) from the process's resident set. Call it first thing in main.
+//
+// Package initialization of a cloud-controller-manager runs an init function
+// in about a thousand packages spread over the whole binary, and the kernel
+// maps each faulting page together with its neighbours (fault-around), so a
+// process that has done nothing yet holds some 35 MiB of the executable
+// resident, most of which it never touches again. These pages are clean and
+// backed by the executable: MADV_DONTNEED only unmaps them, and whatever the
+// process uses later comes back from the page cache on first touch. Writable
+// mappings (.data, .bss, heap) are never touched.
+//
+// It returns how much file-backed resident memory the process gave back.
+func ReleaseInitPages() (uint64, error) {
+	before := rssFile()
+	exe, err := os.Readlink("/proc/self/exe")
+	if err != nil {
+		return 0, fmt.Errorf("release init pages: %w", err)
+	}
+	f, err := os.Open("/proc/self/maps")
+	if err != nil {
+		return 0, fmt.Errorf("release init pages: %w", err)
+	}
+	defer f.Close()
+	var ranges [][2]uint64
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// address perms offset dev inode path
+		fs := strings.Fields(sc.Text())
+		if len(fs) != 6 || fs[5] != exe || (fs[1] != "r-xp" && fs[1] != "r--p") {
+			continue
+		}
+		lo, hi, ok := strings.Cut(fs[0], "-")
+		start, err1 := strconv.ParseUint(lo, 16, 64)
+		end, err2 := strconv.ParseUint(hi, 16, 64)
+		if !ok || err1 != nil || err2 != nil || end <= start {
+			continue
+		}
+		ranges = append(ranges, [2]uint64{start, end})
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("release init pages: /proc/self/maps: %w", err)
+	}
+	for _, r := range ranges {
+		if _, _, errno := syscall.Syscall(syscall.SYS_MADVISE, uintptr(r[0]), uintptr(r[1]-r[0]), syscall.MADV_DONTNEED); errno != 0 {
+			return 0, fmt.Errorf("release init pages: madvise %#x-%#x: %w", r[0], r[1], errno)
+		}
+	}
+	if after := rssFile(); after < before {
+		releasedInitPages = before - after
+	}
+	return releasedInitPages, nil
+}
+
+// rssFile is the process's file-backed resident memory in bytes (0 if unknown).
+func rssFile() uint64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "RssFile:"); ok {
+			kb, _ := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
