@@ -3,6 +3,7 @@ package charts_test
 import (
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	"helm.sh/helm/v3/pkg/action"
@@ -66,6 +67,42 @@ func TestGolden(t *testing.T) {
 				compareGolden(t, string(c)+"/"+vs.name+".yaml", out)
 			})
 		}
+	}
+}
+
+// TestNativeCCMNeedsImageAndCloudProvider: once a platform is set, a missing
+// image or --cloud-provider name is a render error naming the value, never a
+// Deployment with image ":".
+func TestNativeCCMNeedsImageAndCloudProvider(t *testing.T) {
+	base := func() map[string]any {
+		return map[string]any{"platform": "hcloud", "cloudProvider": "hcloud",
+			"image": map[string]any{"repository": "docker.io/hetznercloud/hcloud-cloud-controller-manager", "tag": "v1.35.0"}}
+	}
+	if _, err := render(t, nativeCCM, base()); err != nil {
+		t.Fatalf("complete values: %v", err)
+	}
+	for _, tc := range []struct {
+		name  string
+		edit  func(map[string]any)
+		wants []string
+	}{
+		{"no image repository", func(v map[string]any) { v["image"].(map[string]any)["repository"] = "" }, []string{`platform "hcloud"`, "image.repository"}},
+		{"no image tag", func(v map[string]any) { v["image"].(map[string]any)["tag"] = "" }, []string{`platform "hcloud"`, "image.tag"}},
+		{"no cloud provider", func(v map[string]any) { v["cloudProvider"] = "" }, []string{`platform "hcloud"`, "cloudProvider"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := base()
+			tc.edit(v)
+			_, err := render(t, nativeCCM, v)
+			if err == nil {
+				t.Fatal("rendered")
+			}
+			for _, w := range tc.wants {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not name %s", err, w)
+				}
+			}
+		})
 	}
 }
 

@@ -83,12 +83,18 @@ func TestCoordinatorChart(t *testing.T) {
 	}
 }
 
-// TestNativeCCMChartStandalone: with its defaults (no coordinator) the chart
-// renders its own ServiceAccount and least-privilege RBAC, and the schema
-// refuses enforced flags in args.
+// TestNativeCCMChartStandalone: used without the coordinator, the chart
+// renders its own ServiceAccount and least-privilege RBAC once a platform is
+// set (nothing without one), and the schema refuses enforced flags in args.
 func TestNativeCCMChartStandalone(t *testing.T) {
 	out, err := renderChartDir(t, "native-ccm", map[string]any{
 		"image": map[string]any{"repository": "r", "tag": "t"}, "cloudProvider": "hcloud",
+	})
+	if err != nil || strings.TrimSpace(out) != "" {
+		t.Errorf("without a platform: %v\n%s", err, out)
+	}
+	out, err = renderChartDir(t, "native-ccm", map[string]any{
+		"platform": "hcloud", "image": map[string]any{"repository": "r", "tag": "t"}, "cloudProvider": "hcloud",
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -28,3 +28,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 hybridccm.io/platform: {{ . | quote }}
 {{- end }}
 {{- end -}}
+
+{{/* Image reference; both parts are required once a platform is set. */}}
+{{- define "native-ccm.image" -}}
+{{- if not (and .Values.image.repository .Values.image.tag) -}}
+{{- fail (printf "native-ccm: platform %q is set but image.repository (%q) and image.tag (%q) are not both set (the coordinator takes them from the platform's profile)" .Values.platform .Values.image.repository .Values.image.tag) -}}
+{{- end -}}
+{{- printf "%s:%s" .Values.image.repository .Values.image.tag -}}
+{{- end -}}
