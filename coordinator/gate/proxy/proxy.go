@@ -224,7 +224,9 @@ func (p *Proxy) filter(w http.ResponseWriter, r *http.Request, rt route) {
 	}
 	r.URL.RawQuery = q
 	r.RequestURI = ""
-	p.forward(w, r, rt, decisionFiltered)
+	cw := newCoalescingWriter(w, flushWindow)
+	defer cw.close()
+	p.forward(cw, r, rt, decisionFiltered)
 }
 
 // single forwards a request for one Node (or one of its subresources) when the

@@ -39,8 +39,8 @@ const (
 	// worst case for its cache and the same answer as the direct list).
 	nodes = 5000
 	// lists and initial-event streams per path; the median is reported.
-	lists       = 20
-	initialRuns = 10
+	lists       = 30
+	initialRuns = 30
 	// watchEvents are node updates streamed to both watchers.
 	watchEvents = 1000
 	platform    = "hcloud"
