@@ -32,6 +32,7 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/cloud"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/cloudnode"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/csr"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/events"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/ipam"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/transform"
@@ -88,7 +89,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 	csrOpts.AddFlags(fss.FlagSet("node-csr-approval"))
 
 	var provider *cloud.Provider
-	events := &sharedRecorder{}
+	recorders := &sharedRecorder{}
 	startup := &startupPages{}
 	initCloud := func(c *cloudcontrollerconfig.CompletedConfig) cloudprovider.Interface {
 		return provider
@@ -103,7 +104,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 					slimNodeCache(cc)
 					startup.releaseAfterSync(ctx, cc.SharedInformers.Core().V1().Nodes().Informer())
 					c, err := cloudnode.New(client, cc.SharedInformers.Core().V1().Nodes(), provider,
-						events.recorder(ctx, client, cloudnode.ControllerName), cloudnode.Options{
+						recorders.recorder(ctx, client, cloudnode.ControllerName), cloudnode.Options{
 							Workers:               int(cc.ComponentConfig.NodeController.ConcurrentNodeSyncs),
 							StatusUpdateFrequency: cc.ComponentConfig.NodeStatusUpdateFrequency.Duration,
 							Enforce:               tf.enforce || provider.Rules().Global.Enforce,
@@ -126,7 +127,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 				slimNodeCache(cc)
 				startup.releaseAfterSync(ctx, cc.SharedInformers.Core().V1().Nodes().Informer())
 				c, err := csr.NewController(client, cc.SharedInformers.Certificates().V1().CertificateSigningRequests(),
-					cc.SharedInformers.Core().V1().Nodes(), provider, events.recorder(ctx, client, csr.ControllerName), csrOpts)
+					cc.SharedInformers.Core().V1().Nodes(), provider, recorders.recorder(ctx, client, csr.ControllerName), csrOpts)
 				if err != nil {
 					return nil, false, err
 				}
@@ -157,7 +158,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 				slimNodeCache(cc)
 				startup.releaseAfterSync(ctx, cc.SharedInformers.Core().V1().Nodes().Informer())
 				client := cc.ClientBuilder.ClientOrDie(ic.ClientName)
-				c, err := ipam.NewController(client, cc.SharedInformers.Core().V1().Nodes(), talosClient, events.recorder(ctx, client, ipam.ControllerName), cfg)
+				c, err := ipam.NewController(client, cc.SharedInformers.Core().V1().Nodes(), talosClient, recorders.recorder(ctx, client, ipam.ControllerName), cfg)
 				if err != nil {
 					return nil, false, err
 				}
@@ -218,7 +219,7 @@ func (r *sharedRecorder) recorder(ctx context.Context, client interface {
 	r.once.Do(func() {
 		b := record.NewBroadcaster(record.WithContext(ctx))
 		b.StartStructuredLogging(3)
-		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+		b.StartRecordingToSink(events.NewAsyncSink(ctx, &typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")}, events.Workers, events.Queue))
 		go func() { <-ctx.Done(); b.Shutdown() }()
 		r.broadcaster = b
 	})

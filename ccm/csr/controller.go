@@ -26,6 +26,8 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/events"
 )
 
 // AddressSource tells which addresses talos-ccm itself established for a node (read
@@ -153,7 +155,7 @@ func (c *Controller) Run(ctx context.Context) {
 
 	if c.broadcaster != nil {
 		c.broadcaster.StartStructuredLogging(3)
-		c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.client.CoreV1().Events("")})
+		c.broadcaster.StartRecordingToSink(events.NewAsyncSink(ctx, &typedcorev1.EventSinkImpl{Interface: c.client.CoreV1().Events("")}, events.Workers, events.Queue))
 		defer c.broadcaster.Shutdown()
 	}
 
