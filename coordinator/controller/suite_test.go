@@ -31,6 +31,7 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release/releasetest"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
 
@@ -231,45 +232,14 @@ func upstreamChart(extra string) map[string]string {
 	return map[string]string{
 		"Chart.yaml":  "apiVersion: v2\nname: NAME\nversion: 1.0.0\n",
 		"values.yaml": "image: upstream/ccm:v0\nsecretName: hcloud\nargs: {}\n",
-		"templates/ccm.yaml": `apiVersion: v1
-kind: ServiceAccount
-metadata:
-  name: cloud-controller-manager
-  namespace: {{ .Release.Namespace }}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: {{ .Release.Name }}-cluster-admin
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}
-subjects: [{kind: ServiceAccount, name: cloud-controller-manager, namespace: {{ .Release.Namespace }}}]
----
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: {{ .Release.Name }}-upstream
-  namespace: {{ .Release.Namespace }}
-spec:
-  selector: {matchLabels: {app: upstream-ccm}}
-  template:
-    metadata: {labels: {app: upstream-ccm}}
-    spec:
-      serviceAccountName: cloud-controller-manager
-      containers:
-        - name: ccm
-          image: {{ .Values.image }}
-          command: [/bin/ccm]
+		"templates/ccm.yaml": releasetest.UpstreamCCMTemplate("", `          command: [/bin/ccm]
           args:
             - --cloud-provider=hcloud
             - --leader-elect=true
             {{- range $k, $v := .Values.args }}
             - --{{ $k }}={{ $v }}
             {{- end }}
-          env:
-            - name: HCLOUD_TOKEN
-              valueFrom: {secretKeyRef: {name: {{ .Values.secretName }}, key: token}}
-          ports: [{containerPort: 10258, name: metrics}]
-` + extra,
+`) + extra,
 	}
 }
 

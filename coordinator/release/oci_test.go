@@ -26,6 +26,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release/releasetest"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
 
@@ -219,43 +220,9 @@ func ociChart(t *testing.T, name, version, build string) []byte {
 	ch := &chart.Chart{
 		Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: name, Version: version},
 		Values:   map[string]any{"image": "upstream/ccm:v0", "secretName": "hcloud"},
-		Templates: []*chart.File{{Name: "templates/ccm.yaml", Data: []byte(`apiVersion: v1
-kind: ServiceAccount
-metadata:
-  name: cloud-controller-manager
-  namespace: {{ .Release.Namespace }}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: {{ .Release.Name }}-cluster-admin
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}
-subjects: [{kind: ServiceAccount, name: cloud-controller-manager, namespace: {{ .Release.Namespace }}}]
----
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: {{ .Release.Name }}-upstream
-  namespace: {{ .Release.Namespace }}
-  annotations:
-    example.com/chart-version: {{ .Chart.Version | quote }}
-    example.com/build: "` + build + `"
-spec:
-  selector: {matchLabels: {app: upstream-ccm}}
-  template:
-    metadata: {labels: {app: upstream-ccm}}
-    spec:
-      serviceAccountName: cloud-controller-manager
-      containers:
-        - name: ccm
-          image: {{ .Values.image }}
-          command: [/bin/ccm, --controllers=*, --cloud-provider=hcloud]
-          args: [--leader-elect=true, --secure-port=10258]
-          env:
-            - name: HCLOUD_TOKEN
-              valueFrom: {secretKeyRef: {name: {{ .Values.secretName }}, key: token}}
-          ports: [{containerPort: 10258, name: https}]
-`)}},
+		Templates: []*chart.File{{Name: "templates/ccm.yaml", Data: []byte(releasetest.UpstreamCCMTemplate(
+			"    example.com/chart-version: {{ .Chart.Version | quote }}\n    example.com/build: \""+build+"\"\n",
+			"          command: [/bin/ccm, --controllers=*, --cloud-provider=hcloud]\n          args: [--leader-elect=true, --secure-port=10258]\n"))}},
 	}
 	file, err := chartutil.Save(ch, t.TempDir())
 	if err != nil {

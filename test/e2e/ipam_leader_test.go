@@ -3,22 +3,19 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net/netip"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/ipam"
+	"github.com/hybrid-ccm/hybrid-ccm/test/nodechurn"
 )
 
 // Leader changes between real talos-ccm processes while nodes come and go.
@@ -86,59 +83,10 @@ func TestIPAMLeaderHandover(t *testing.T) {
 		return found
 	}
 
-	var (
-		mu      sync.Mutex
-		live    = map[string]bool{}
-		created atomic.Int64
-		stop    = make(chan struct{})
-		wg      sync.WaitGroup
-	)
-	churn := func(seed uint64) {
-		defer wg.Done()
-		r := rand.New(rand.NewPCG(seed, seed))
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			mu.Lock()
-			n := len(live)
-			var victim string
-			for name := range live {
-				victim = name
-				break
-			}
-			mu.Unlock()
-			if n < maxLive && (n == 0 || r.IntN(10) < 6) {
-				name := "handover-" + strconv.FormatInt(created.Add(1), 10)
-				if _, err := env.Client.CoreV1().Nodes().Create(ctx, newNode(name), metav1.CreateOptions{}); err != nil {
-					t.Errorf("create %s: %v", name, err)
-					return
-				}
-				mu.Lock()
-				live[name] = true
-				mu.Unlock()
-				time.Sleep(20 * time.Millisecond)
-				continue
-			}
-			mu.Lock()
-			if !live[victim] {
-				mu.Unlock()
-				continue
-			}
-			delete(live, victim)
-			mu.Unlock()
-			if err := env.Client.CoreV1().Nodes().Delete(ctx, victim, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-				t.Errorf("delete %s: %v", victim, err)
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
+	var churn *nodechurn.Churn
 	waitCreated := func(n int64) {
-		for created.Load() < n && !t.Failed() {
-			time.Sleep(20 * time.Millisecond)
+		if err := churn.WaitCreated(n); err != nil {
+			t.Fatal(err)
 		}
 	}
 
@@ -146,12 +94,7 @@ func TestIPAMLeaderHandover(t *testing.T) {
 	// the current leader is allocating, not just holding the lease.
 	caughtUp := func(who string) {
 		t.Helper()
-		mu.Lock()
-		var names []string
-		for name := range live {
-			names = append(names, name)
-		}
-		mu.Unlock()
+		names := churn.Live()
 		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 			for _, name := range names {
 				n, err := env.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
@@ -167,31 +110,27 @@ func TestIPAMLeaderHandover(t *testing.T) {
 	}
 
 	first := leader()
-	for i := range 3 {
-		wg.Add(1)
-		go churn(uint64(i + 11))
-	}
+	churn = nodechurn.Start(env.Client, nodechurn.Options{Workers: 3, MaxLive: maxLive, Prefix: "handover-", NewNode: newNode, Pause: 20 * time.Millisecond, Seed: 10})
 	waitCreated(60)
 	caughtUp("first")
 	_ = first.cmd.Process.Kill() // SIGKILL: the lease is not released
 	<-first.done
-	killed := created.Load()
+	killed := churn.Created()
 	replicas = append(replicas, startTalosCCM(t, args))
 	second := leader(first)
-	t.Logf("SIGKILL of the leader: %d nodes created before the standby took over", created.Load()-killed)
-	waitCreated(created.Load() + 60)
+	t.Logf("SIGKILL of the leader: %d nodes created before the standby took over", churn.Created()-killed)
+	waitCreated(churn.Created() + 60)
 	caughtUp("second")
 	_ = second.cmd.Process.Signal(syscall.SIGTERM)
 	<-second.done
 	third := leader(first, second)
-	waitCreated(created.Load() + 60)
+	waitCreated(churn.Created() + 60)
 	caughtUp("third")
-	close(stop)
-	wg.Wait()
-	if t.Failed() {
-		return
+	live, err := churn.Stop()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("%d nodes created, %d live; three leaders in turn", created.Load(), len(live))
+	t.Logf("%d nodes created, %d live; three leaders in turn", churn.Created(), len(live))
 
 	allocated := func(names []string) map[string][]netip.Prefix {
 		t.Helper()
@@ -244,10 +183,7 @@ func TestIPAMLeaderHandover(t *testing.T) {
 		}
 	}
 
-	var names []string
-	for name := range live {
-		names = append(names, name)
-	}
+	names := live
 	list, err := env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: label + "=ipam-leader"})
 	if err != nil {
 		t.Fatal(err)

@@ -2,16 +2,12 @@ package integration
 
 import (
 	"context"
-	"math/rand/v2"
 	"net/netip"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -21,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/ipam"
+	"github.com/hybrid-ccm/hybrid-ccm/test/nodechurn"
 )
 
 // Nodes are created and deleted concurrently while the controller is
@@ -35,65 +32,12 @@ func TestRestartMidChurn(t *testing.T) {
 	const capacity = 64 // /28s of a /22, /64s of a /58
 	const maxLive = 48
 
-	var (
-		mu      sync.Mutex
-		live    = map[string]bool{}
-		created atomic.Int64
-		stop    = make(chan struct{})
-		wg      sync.WaitGroup
-	)
-	churn := func(seed uint64) {
-		defer wg.Done()
-		r := rand.New(rand.NewPCG(seed, seed))
-		ctx := context.Background()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			mu.Lock()
-			n := len(live)
-			var victim string
-			for name := range live {
-				victim = name
-				break
-			}
-			mu.Unlock()
-			if n < maxLive && (n == 0 || r.IntN(10) < 6) {
-				name := "churn-" + strconv.FormatInt(created.Add(1), 10)
-				if _, err := env.Client.CoreV1().Nodes().Create(ctx, node(name), metav1.CreateOptions{}); err != nil {
-					t.Errorf("create %s: %v", name, err)
-					return
-				}
-				mu.Lock()
-				live[name] = true
-				mu.Unlock()
-				continue
-			}
-			mu.Lock()
-			if !live[victim] {
-				mu.Unlock()
-				continue
-			}
-			delete(live, victim)
-			mu.Unlock()
-			if err := env.Client.CoreV1().Nodes().Delete(ctx, victim, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-				t.Errorf("delete %s: %v", victim, err)
-				return
-			}
-		}
-	}
-	waitCreated := func(n int64) {
-		for created.Load() < n && !t.Failed() {
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-
 	a := startController(t, cfg, nil)
-	for i := range 4 {
-		wg.Add(1)
-		go churn(uint64(i + 1))
+	churn := nodechurn.Start(env.Client, nodechurn.Options{Workers: 4, MaxLive: maxLive, Prefix: "churn-", NewNode: func(name string) *corev1.Node { return node(name) }})
+	waitCreated := func(n int64) {
+		if err := churn.WaitCreated(n); err != nil {
+			t.Error(err)
+		}
 	}
 	waitCreated(120)
 	a.stop()
@@ -104,19 +48,18 @@ func TestRestartMidChurn(t *testing.T) {
 	time.Sleep(time.Second)
 	startController(t, cfg, nil)
 	waitCreated(360)
-	close(stop)
-	wg.Wait()
+	names, err := churn.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if t.Failed() {
 		return
 	}
+	live := len(names)
 
-	var names []string
-	for name := range live {
-		names = append(names, name)
-	}
 	got := waitAllocated(t, 60*time.Second, names...)
-	if len(got) != len(live) {
-		t.Fatalf("API has %d nodes, the test believes %d are live", len(got), len(live))
+	if len(got) != live {
+		t.Fatalf("API has %d nodes, the test believes %d are live", len(got), live)
 	}
 	for name, cidrs := range got {
 		if len(cidrs) != 2 || !v4.Contains(cidrs[0].Addr()) || !v6.Contains(cidrs[1].Addr()) {
@@ -124,13 +67,13 @@ func TestRestartMidChurn(t *testing.T) {
 		}
 	}
 	assertNoOverlap(t, got)
-	waitMetric(t, "talos_ccm_ipam_cidrs_allocated", map[string]string{"pool": v4.String()}, float64(len(live)))
-	waitMetric(t, "talos_ccm_ipam_cidrs_allocated", map[string]string{"pool": v6.String()}, float64(len(live)))
-	waitMetric(t, "talos_ccm_ipam_cidrs_free", map[string]string{"pool": v4.String()}, float64(capacity-len(live)))
+	waitMetric(t, "talos_ccm_ipam_cidrs_allocated", map[string]string{"pool": v4.String()}, float64(live))
+	waitMetric(t, "talos_ccm_ipam_cidrs_allocated", map[string]string{"pool": v6.String()}, float64(live))
+	waitMetric(t, "talos_ccm_ipam_cidrs_free", map[string]string{"pool": v4.String()}, float64(capacity-live))
 
 	// nothing leaked: the pool takes exactly capacity nodes
 	var fill []string
-	for i := range capacity - len(live) {
+	for i := range capacity - live {
 		name := "fill-" + strconv.Itoa(i)
 		createNode(t, node(name))
 		fill = append(fill, name)
