@@ -40,6 +40,9 @@ func TestDemoCommandInterrupt(t *testing.T) {
 		group bool
 		// processes that must be running when the interrupt is sent
 		want []string
+		// kill sends SIGKILL to hybridctl instead: nothing can clean up, but
+		// the controllers it started must not outlive it
+		kill bool
 	}{
 		{name: "ctrl-c once native CCMs are installed", after: "installed: release native-ccm-", group: true,
 			want: []string{"kube-apiserver", "etcd", "talos-ccm", "ccm-coordinator"}},
@@ -47,9 +50,11 @@ func TestDemoCommandInterrupt(t *testing.T) {
 			want: []string{"kube-apiserver", "etcd", "talos-ccm", "ccm-coordinator"}},
 		{name: "sigint while starting", after: "starting talos-ccm", group: false,
 			want: []string{"kube-apiserver", "etcd"}},
+		{name: "sigkill once native CCMs are installed", after: "installed: release native-ccm-", kill: true,
+			want: []string{"kube-apiserver", "etcd", "talos-ccm", "ccm-coordinator"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			interruptDemo(t, bin, assets, tc.after, tc.group, tc.want)
+			interruptDemo(t, bin, assets, tc.after, tc.group, tc.kill, tc.want)
 		})
 	}
 }
@@ -72,7 +77,7 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-func interruptDemo(t *testing.T, bin, assets, after string, group bool, want []string) {
+func interruptDemo(t *testing.T, bin, assets, after string, group, kill bool, want []string) {
 	tmp := filepath.Join(t.TempDir(), "tmp")
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		t.Fatal(err)
@@ -179,6 +184,28 @@ wait:
 	}
 	t.Logf("interrupting with %d processes running %v, listening on %v", len(alive), alive, listening)
 
+	if kill {
+		// The kernel stops the controllers with hybridctl (parent-death
+		// signal). kube-apiserver and etcd are envtest's processes; the
+		// cleanup above kills them.
+		if err := cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		<-exited
+		deadline := time.Now().Add(10 * time.Second)
+		for _, p := range tracked {
+			if p.comm != "talos-ccm" && p.comm != "ccm-coordinator" {
+				continue
+			}
+			for running(p) && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+			}
+			if running(p) {
+				t.Errorf("%s outlived hybridctl's SIGKILL by 10s", p)
+			}
+		}
+		return
+	}
 	sent := time.Now()
 	if group {
 		err = syscall.Kill(-pid, syscall.SIGINT)

@@ -308,6 +308,7 @@ func startProcess(bin, logPath string, args ...string) (func() error, error) {
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = childAttr()
 	if err := cmd.Start(); err != nil {
 		_ = logf.Close()
 		return nil, err
