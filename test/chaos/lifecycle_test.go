@@ -43,11 +43,26 @@ const (
 	settlePasses = 5
 )
 
-var env *testenv.Env
+var (
+	env *testenv.Env
+	// gateBin is the ccm-gate binary, built once for the package.
+	gateBin string
+)
 
 func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "hybrid-ccm-chaos-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if gateBin, err = gatetest.BuildGate(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	// No skipping: without KUBEBUILDER_ASSETS testenv.Run fails the package.
-	os.Exit(testenv.Run(m, testenv.Options{}, func(e *testenv.Env) { env = e }))
+	code := testenv.Run(m, testenv.Options{}, func(e *testenv.Env) { env = e })
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 // cluster is the scenario's cluster: four platforms and uninitialized nodes,
@@ -99,11 +114,15 @@ func TestLifecycleChaos(t *testing.T) {
 		foreignSeen bool
 		// watchList turns on client-go's WatchListClient (as current CCMs run).
 		watchList bool
+		// binary runs the real ccm-gate binary (HTTPS on loopback, forwarded
+		// token) instead of the proxy in-process.
+		binary bool
 	}{
 		{name: "ungated deletes foreign nodes", wantDeleted: notReady("*"), foreignSeen: true},
 		{name: "gate (view + fence)", view: true, credentials: proxy.OwnCredentials, fence: true, wantDeleted: notReady("hcloud")},
 		{name: "gate with forwarded ServiceAccount token", view: true, credentials: proxy.ForwardCredentials, fence: true, wantDeleted: notReady("hcloud")},
 		{name: "gate with a WatchList client", view: true, credentials: proxy.ForwardCredentials, fence: true, wantDeleted: notReady("hcloud"), watchList: true},
+		{name: "ccm-gate binary as the sidecar, WatchList client", view: true, credentials: proxy.ForwardCredentials, fence: true, wantDeleted: notReady("hcloud"), watchList: true, binary: true},
 		{name: "ungated WatchList client deletes foreign nodes", wantDeleted: notReady("*"), foreignSeen: true, watchList: true},
 		{name: "fence alone (view bypassed)", fence: true, wantDeleted: notReady("hcloud"), foreignSeen: true},
 		{name: "view alone (no fence)", view: true, credentials: proxy.OwnCredentials, wantDeleted: notReady("hcloud")},
@@ -158,7 +177,21 @@ func TestLifecycleChaos(t *testing.T) {
 			if sc.credentials == proxy.ForwardCredentials {
 				ccm = ccmToken
 			}
-			if sc.view {
+			if sc.view && sc.binary {
+				g, err := gatetest.StartGate(gateBin, t.TempDir(), "hcloud", ccmToken, token)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// Registered before the controller's cleanup, so it runs after it.
+				t.Cleanup(func() {
+					g.Stop()
+					if t.Failed() {
+						out, _ := os.ReadFile(g.Log)
+						t.Logf("ccm-gate log:\n%s", out)
+					}
+				})
+				ccm = g.Config
+			} else if sc.view {
 				p, err := proxy.New(proxy.Config{Upstream: ccm, Platform: "hcloud", Credentials: sc.credentials})
 				if err != nil {
 					t.Fatal(err)

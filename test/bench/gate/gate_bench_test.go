@@ -8,16 +8,11 @@ package gate
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -30,7 +25,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/gatetest"
-	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
 
@@ -65,17 +59,13 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	workDir = dir
-	bin = filepath.Join(dir, "ccm-gate")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/ccm-gate")
-	build.Dir = testenv.RepoRoot()
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build ccm-gate: %v\n%s", err, out)
+	if bin, err = gatetest.BuildGate(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := testenv.Run(m, testenv.Options{}, func(e *testenv.Env) { env = e })
 	if shared != nil {
-		_ = shared.gate.Process.Kill()
-		_ = shared.gate.Wait()
+		shared.gate.Stop()
 	}
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
@@ -84,7 +74,7 @@ func TestMain(m *testing.M) {
 // fixture is the cluster, the CCM identity and a running ccm-gate process.
 type fixture struct {
 	direct, gated *rest.Config
-	gate          *exec.Cmd
+	gate          *gatetest.Gate
 }
 
 var (
@@ -119,53 +109,12 @@ func start(dir string) (*fixture, error) {
 		return nil, err
 	}
 	direct := &rest.Config{Host: env.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: env.Config.CAData}, BearerToken: token, QPS: -1, Burst: -1}
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := gatetest.WriteKubeconfig(direct, kubeconfig); err != nil {
-		return nil, err
-	}
-	listen, health := freePort(), freePort()
-	tlsDir := filepath.Join(dir, "tls")
-	args := []string{"--listen=" + listen, "--health-listen=" + health, "--tls-dir=" + tlsDir,
-		"--kubeconfig=" + kubeconfig, "--platform=" + platform, "--credentials=forward", "--v=0"}
 	// GATE_BENCH_FLAGS adds flags, e.g. --cache=false to compare.
-	cmd := exec.Command(bin, append(args, strings.Fields(os.Getenv("GATE_BENCH_FLAGS"))...)...)
-	logFile, err := os.Create(filepath.Join(dir, "ccm-gate.log"))
+	g, err := gatetest.StartGate(bin, dir, platform, direct, token, strings.Fields(os.Getenv("GATE_BENCH_FLAGS"))...)
 	if err != nil {
 		return nil, err
 	}
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// The gate dies with the benchmark process, however that ends.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	f := &fixture{direct: direct, gate: cmd}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		resp, err := http.Get("http://" + health + "/readyz")
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			return nil, fmt.Errorf("ccm-gate never became ready: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	f.gated = &rest.Config{Host: "https://" + listen, TLSClientConfig: rest.TLSClientConfig{CAFile: filepath.Join(tlsDir, proxy.CertFile)}, BearerToken: token, QPS: -1, Burst: -1}
-	return f, nil
-}
-
-func freePort() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().String()
+	return &fixture{direct: direct, gated: g.Config, gate: g}, nil
 }
 
 // report prints direct vs gate as medians and minima (the minimum is the least
@@ -376,7 +325,7 @@ func percentile(d []time.Duration, p int) time.Duration {
 // reportRSS reads the gate process' peak and current resident memory.
 func reportRSS(b *testing.B, f *fixture) {
 	b.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", f.gate.Process.Pid))
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", f.gate.Cmd.Process.Pid))
 	if err != nil {
 		b.Logf("no /proc status of ccm-gate: %v", err)
 		return

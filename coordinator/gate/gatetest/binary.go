@@ -1,0 +1,102 @@
+package gatetest
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy"
+	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
+)
+
+// BuildGate builds cmd/ccm-gate into dir and returns the binary's path.
+func BuildGate(dir string) (string, error) {
+	bin := filepath.Join(dir, "ccm-gate")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/ccm-gate")
+	build.Dir = testenv.RepoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build ccm-gate: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// Gate is a running ccm-gate process: HTTPS on loopback with its own serving
+// certificate, forwarding the CCM's ServiceAccount token, as the coordinator
+// runs it beside a native CCM.
+type Gate struct {
+	Cmd *exec.Cmd
+	// Config reaches the API server through the gate with token.
+	Config *rest.Config
+	// Log is the gate's output file.
+	Log string
+}
+
+// StartGate runs bin for platform in front of upstream's API server (TLS trust
+// taken from upstream; its credentials are not used: the gate forwards the
+// caller's), with its files in dir, and waits until it is ready.
+func StartGate(bin, dir, platform string, upstream *rest.Config, token string, extra ...string) (*Gate, error) {
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := WriteKubeconfig(upstream, kubeconfig); err != nil {
+		return nil, err
+	}
+	listen, health := FreePort(), FreePort()
+	tlsDir := filepath.Join(dir, "tls")
+	args := append([]string{"--listen=" + listen, "--health-listen=" + health, "--tls-dir=" + tlsDir,
+		"--kubeconfig=" + kubeconfig, "--platform=" + platform, "--credentials=forward", "--v=0"}, extra...)
+	logPath := filepath.Join(dir, "ccm-gate.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// The gate dies with the test process, however that ends.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		_ = logFile.Close()
+		return nil, err
+	}
+	_ = logFile.Close() // the child has its own descriptor
+	deadline := time.Now().Add(time.Minute)
+	for {
+		resp, err := http.Get("http://" + health + "/readyz")
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			out, _ := os.ReadFile(logPath)
+			return nil, fmt.Errorf("ccm-gate never became ready: %v\n%s", err, out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return &Gate{Cmd: cmd, Log: logPath, Config: &rest.Config{Host: "https://" + listen,
+		TLSClientConfig: rest.TLSClientConfig{CAFile: filepath.Join(tlsDir, proxy.CertFile)}, BearerToken: token, QPS: -1, Burst: -1}}, nil
+}
+
+// Stop kills the gate and waits for it.
+func (g *Gate) Stop() {
+	_ = g.Cmd.Process.Kill()
+	_ = g.Cmd.Wait()
+}
+
+// FreePort returns a loopback address with a port nobody listens on now.
+func FreePort() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().String()
+}
