@@ -3,7 +3,6 @@ package cloud_test
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -38,11 +37,7 @@ func TestIdentityChangeRevokesProof(t *testing.T) {
 		}
 	}
 	addMachine("web-1")
-	tc := filepath.Join(t.TempDir(), "talosconfig")
-	if err := ep.WriteClientConfig(tc, "os:reader"); err != nil {
-		t.Fatal(err)
-	}
-	client, err := talos.New(context.Background(), talos.Options{ConfigPath: tc, Timeout: 5 * time.Second})
+	client, err := ep.NewClient(t.TempDir(), talos.Options{Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

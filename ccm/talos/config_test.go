@@ -141,17 +141,8 @@ func TestEndpointsOverride(t *testing.T) {
 	if _, err := ep.AddNode("n1", []string{"10.4.0.1"}, talosnode.Spec{Metadata: &runtime.PlatformMetadataSpec{Platform: "metal"}}); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := ep.ClientConfig("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Contexts[cfg.Context].Endpoints = []string{"127.0.0.1:1"} // nothing listens there
-	b, err := cfg.Bytes()
-	if err != nil {
-		t.Fatal(err)
-	}
 	path := filepath.Join(t.TempDir(), "talosconfig")
-	if err := os.WriteFile(path, b, 0o600); err != nil {
+	if err := ep.WriteClientConfig(path, "", "127.0.0.1:1"); err != nil { // nothing listens there
 		t.Fatal(err)
 	}
 	t.Setenv("TALOSCONFIG", path) // found through the default lookup

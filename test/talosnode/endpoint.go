@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -37,6 +38,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
 )
 
 // Roles accepted in client certificates (Organization), as Talos RBAC does.
@@ -122,17 +125,31 @@ func (e *Endpoint) ClientConfig(role string) (*clientconfig.Config, error) {
 		&x509.PEMEncodedCertificateAndKey{Crt: crt, Key: key}), nil
 }
 
-// WriteClientConfig writes ClientConfig(role) to path.
-func (e *Endpoint) WriteClientConfig(path, role string) error {
+// WriteClientConfig writes ClientConfig(role) to path; endpoints, when given,
+// replace the endpoint's own address in the talosconfig's context.
+func (e *Endpoint) WriteClientConfig(path, role string, endpoints ...string) error {
 	cfg, err := e.ClientConfig(role)
 	if err != nil {
 		return err
+	}
+	if len(endpoints) > 0 {
+		cfg.Contexts[cfg.Context].Endpoints = endpoints
 	}
 	b, err := cfg.Bytes()
 	if err != nil {
 		return err
 	}
 	return os.WriteFile(path, b, 0o600)
+}
+
+// NewClient writes an os:reader talosconfig into dir and returns talos-ccm's
+// Talos client for it (opts.ConfigPath is set here). The caller closes it.
+func (e *Endpoint) NewClient(dir string, opts talos.Options) (*talos.Client, error) {
+	opts.ConfigPath = filepath.Join(dir, "talosconfig")
+	if err := e.WriteClientConfig(opts.ConfigPath, "os:reader"); err != nil {
+		return nil, err
+	}
+	return talos.New(context.Background(), opts)
 }
 
 // AddNode creates a simulated node reachable under its name and every IP in ips

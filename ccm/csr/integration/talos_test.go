@@ -1,8 +1,6 @@
 package integration
 
 import (
-	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -54,11 +52,7 @@ func TestTalosProviderIsTheProof(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tc := filepath.Join(t.TempDir(), "talosconfig")
-	if err := ep.WriteClientConfig(tc, "os:reader"); err != nil {
-		t.Fatal(err)
-	}
-	client, err := talos.New(context.Background(), talos.Options{ConfigPath: tc, Timeout: 5 * time.Second})
+	client, err := ep.NewClient(t.TempDir(), talos.Options{Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -360,11 +359,7 @@ func talosEndpoint(t *testing.T) (*talosnode.Endpoint, *talos.Client) {
 		t.Fatal(err)
 	}
 	t.Cleanup(ep.Stop)
-	path := filepath.Join(t.TempDir(), "talosconfig")
-	if err := ep.WriteClientConfig(path, "os:reader"); err != nil {
-		t.Fatal(err)
-	}
-	c, err := talos.New(context.Background(), talos.Options{ConfigPath: path, Timeout: 5 * time.Second})
+	c, err := ep.NewClient(t.TempDir(), talos.Options{Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

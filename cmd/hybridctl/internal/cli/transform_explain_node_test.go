@@ -71,16 +71,10 @@ func TestExplainLiveNodeTalosconfigLookup(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := ep.ClientConfig("os:reader")
-	if err != nil {
+	tc := filepath.Join(t.TempDir(), "talosconfig")
+	if err := ep.WriteClientConfig(tc, "os:reader", "127.0.0.1:1"); err != nil { // nothing listens there
 		t.Fatal(err)
 	}
-	cfg.Contexts[cfg.Context].Endpoints = []string{"127.0.0.1:1"} // nothing listens there
-	b, err := cfg.Bytes()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc := writeFile(t, "talosconfig", string(b))
 	t.Setenv("TALOSCONFIG", tc)
 	t.Setenv("HOME", t.TempDir())
 	rules := writeFile(t, "rules.yaml", "transformations: []\n")
