@@ -65,6 +65,25 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// inProcessGate serves the hcloud view of upstream from the proxy package on
+// loopback and returns the config a CCM uses to reach it (bearer: the token it
+// sends, "" for none). The server is closed when the test ends; call it before
+// starting the controller, so that its cleanup runs after the controller's (a
+// live informer would reconnect and keep Close waiting).
+func inProcessGate(t *testing.T, ctx context.Context, upstream *rest.Config, creds proxy.CredentialMode, bearer string) *rest.Config {
+	t.Helper()
+	p, err := proxy.New(proxy.Config{Upstream: upstream, Platform: "hcloud", Credentials: creds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(p)
+	t.Cleanup(srv.Close)
+	return &rest.Config{Host: srv.URL, BearerToken: bearer, QPS: -1, Burst: -1}
+}
+
 // cluster is the scenario's cluster: four platforms and uninitialized nodes,
 // ten each, 30% of each NotReady.
 func cluster() []gatetest.NodeSpec {
@@ -192,22 +211,11 @@ func TestLifecycleChaos(t *testing.T) {
 				})
 				ccm = g.Config
 			} else if sc.view {
-				p, err := proxy.New(proxy.Config{Upstream: ccm, Platform: "hcloud", Credentials: sc.credentials})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := p.Start(ctx); err != nil {
-					t.Fatal(err)
-				}
-				srv := httptest.NewServer(p)
-				// Registered before the controller's cleanup, so it runs after it:
-				// a live informer would reconnect and keep Close waiting.
-				t.Cleanup(srv.Close)
-				through := &rest.Config{Host: srv.URL, QPS: -1, Burst: -1}
+				bearer := ""
 				if sc.credentials == proxy.ForwardCredentials {
-					through.BearerToken = token
+					bearer = token
 				}
-				ccm = through
+				ccm = inProcessGate(t, ctx, ccm, sc.credentials, bearer)
 			}
 
 			if sc.watchList {
@@ -415,16 +423,7 @@ func TestLifecycleShutdownTaintWithCoordinatorRBAC(t *testing.T) {
 	}
 
 	upstream := &rest.Config{Host: env.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: env.Config.CAData}, BearerToken: token, QPS: -1, Burst: -1}
-	p, err := proxy.New(proxy.Config{Upstream: upstream, Platform: "hcloud", Credentials: proxy.ForwardCredentials})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(p)
-	t.Cleanup(srv.Close)
-	passes := runLifecycle(t, ctx, &rest.Config{Host: srv.URL, BearerToken: token, QPS: -1, Burst: -1}, newShutdownCloud())
+	passes := runLifecycle(t, ctx, inProcessGate(t, ctx, upstream, proxy.ForwardCredentials, token), newShutdownCloud())
 
 	tainted := func(n *corev1.Node) bool {
 		return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == cloudproviderapi.TaintNodeShutdown })
