@@ -3,7 +3,7 @@ package events
 
 import (
 	"context"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -28,8 +28,7 @@ type AsyncSink struct {
 	sink  record.EventSink
 	queue chan *corev1.Event
 
-	mu      sync.Mutex
-	dropped int
+	dropped atomic.Int64
 }
 
 // NewAsyncSink starts workers writers of sink until ctx ends, with room for
@@ -57,10 +56,14 @@ func (s *AsyncSink) create(ctx context.Context, ev *corev1.Event) {
 	var err error
 	_ = wait.ExponentialBackoffWithContext(ctx, backoff, func(context.Context) (bool, error) {
 		_, err = s.sink.Create(ev)
+		if apierrors.IsAlreadyExists(err) {
+			err = nil // written by an earlier attempt whose answer was lost
+		}
 		return err == nil || !retriable(err), nil
 	})
-	if err != nil {
-		klog.V(2).InfoS("event not recorded", "object", klog.KRef(ev.InvolvedObject.Namespace, ev.InvolvedObject.Name), "reason", ev.Reason, "err", err)
+	if err != nil && ctx.Err() == nil {
+		// as client-go's broadcaster reports an event the server rejected
+		klog.ErrorS(err, "Event not recorded", "object", klog.KRef(ev.InvolvedObject.Namespace, ev.InvolvedObject.Name), "kind", ev.InvolvedObject.Kind, "reason", ev.Reason)
 	}
 }
 
@@ -69,11 +72,11 @@ func (s *AsyncSink) Create(ev *corev1.Event) (*corev1.Event, error) {
 	select {
 	case s.queue <- ev.DeepCopy():
 	default:
-		s.mu.Lock()
-		s.dropped++
-		n := s.dropped
-		s.mu.Unlock()
-		klog.V(2).InfoS("event queue full, event dropped", "object", klog.KRef(ev.InvolvedObject.Namespace, ev.InvolvedObject.Name), "reason", ev.Reason, "droppedSoFar", n)
+		// said once, then every 1000th, so a flood does not flood the log too
+		if n := s.dropped.Add(1); n == 1 || n%1000 == 0 {
+			klog.InfoS("Event queue full, events dropped", "queue", cap(s.queue), "droppedSoFar", n,
+				"object", klog.KRef(ev.InvolvedObject.Namespace, ev.InvolvedObject.Name), "reason", ev.Reason)
+		}
 	}
 	return ev, nil
 }
@@ -87,9 +90,9 @@ func (s *AsyncSink) Patch(ev *corev1.Event, data []byte) (*corev1.Event, error) 
 }
 
 // retriable: failures that another attempt may not repeat (timeouts, 429,
-// 5xx, connection errors). An event that exists already is done.
+// 5xx, connection errors).
 func retriable(err error) bool {
-	return !apierrors.IsAlreadyExists(err) && !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) &&
+	return !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) &&
 		!apierrors.IsNotFound(err) && !apierrors.IsBadRequest(err) && !apierrors.IsUnauthorized(err)
 }
 

@@ -16,7 +16,10 @@ const defaultGCPercent = 50
 
 func main() {
 	// Before anything else: give back what package initialization faulted in.
-	_, _ = app.ReleaseInitPages()
+	if _, err := app.ReleaseInitPages(); err != nil {
+		// only memory is at stake: say so and go on
+		os.Stderr.WriteString("talos-ccm: " + err.Error() + " (continuing)\n")
+	}
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(defaultGCPercent)
 	}

@@ -91,16 +91,20 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 	must(deriveProfile("hcloud", "hcloud-d", 10304, nil))
 	must(deriveProfile("hcloud", "hcloud-e", 10305, nil))
 	must(deriveProfile("aws", "aws-a", 10306, nil))
-	must(deriveProfile("hcloud", "upstream-a", 10307, func(p *profile.Profile) {
-		p.Chart = profile.Chart{
-			Source: profile.ChartRepository, Repository: chartRepo.URL, Name: "fake-ccm", Version: "^1.0.0",
-			Values: map[string]any{
-				"secretName": "{{ .SecretName }}",
-				"image":      "{{ .Image.Repository }}:{{ .Image.Tag }}",
-				"args":       map[string]any{"allow-untagged-cloud": "true"},
-			},
+	// upstream installs the fake upstream chart from the repository with args.
+	upstream := func(args map[string]any) func(*profile.Profile) {
+		return func(p *profile.Profile) {
+			p.Chart = profile.Chart{
+				Source: profile.ChartRepository, Repository: chartRepo.URL, Name: "fake-ccm", Version: "^1.0.0",
+				Values: map[string]any{
+					"secretName": "{{ .SecretName }}",
+					"image":      "{{ .Image.Repository }}:{{ .Image.Tag }}",
+					"args":       args,
+				},
+			}
 		}
-	}))
+	}
+	must(deriveProfile("hcloud", "upstream-a", 10307, upstream(map[string]any{"allow-untagged-cloud": "true"})))
 	must(deriveProfile("hcloud", "broken-a", 10308, func(p *profile.Profile) {
 		p.Chart = profile.Chart{Source: profile.ChartRepository, Repository: chartRepo.URL, Name: "broken", Version: "1.0.0"}
 	}))
@@ -109,17 +113,9 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 	must(deriveProfile("hcloud", "profile-a", 10311, nil))
 	must(deriveProfile("hcloud", "lease-a", 10312, nil))
 	must(deriveProfile("hcloud", "fence-a", 10313, nil))
-	must(deriveProfile("hcloud", "upstream-b", 10314, func(p *profile.Profile) {
-		p.Chart = profile.Chart{
-			Source: profile.ChartRepository, Repository: chartRepo.URL, Name: "fake-ccm", Version: "^1.0.0",
-			Values: map[string]any{
-				"secretName": "{{ .SecretName }}",
-				"image":      "{{ .Image.Repository }}:{{ .Image.Tag }}",
-				// an upstream chart that points its CCM at an API server itself
-				"args": map[string]any{"allow-untagged-cloud": "true", "kubeconfig": "/etc/kubernetes/ccm.conf", "master": "https://10.0.0.1:6443"},
-			},
-		}
-	}))
+	// an upstream chart that points its CCM at an API server itself
+	must(deriveProfile("hcloud", "upstream-b", 10314, upstream(map[string]any{
+		"allow-untagged-cloud": "true", "kubeconfig": "/etc/kubernetes/ccm.conf", "master": "https://10.0.0.1:6443"})))
 
 	k8s, err = client.New(e.Config, client.Options{Scheme: NewScheme()})
 	must(err)
