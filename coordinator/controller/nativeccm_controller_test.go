@@ -38,10 +38,16 @@ func createNode(t *testing.T, name, platform, providerID string) {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1.PlatformLabel: platform}},
 		Spec:       corev1.NodeSpec{ProviderID: providerID},
 	}
-	if err := k8s.Create(ctxT(t), n); err != nil {
+	create(t, n)
+}
+
+// create creates obj and deletes it when the test ends.
+func create(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := k8s.Create(ctxT(t), obj); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = k8s.Delete(context.Background(), n) })
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), obj) })
 }
 
 func deleteNode(t *testing.T, name string) {
@@ -53,12 +59,7 @@ func deleteNode(t *testing.T, name string) {
 
 func createNativeCCM(t *testing.T, obj *v1.NativeCCM) {
 	t.Helper()
-	if err := k8s.Create(ctxT(t), obj); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = k8s.Delete(context.Background(), obj)
-	})
+	create(t, obj)
 }
 
 func getNativeCCM(t *testing.T, name string) *v1.NativeCCM {
@@ -532,10 +533,7 @@ func TestConflictsAreReported(t *testing.T) {
 			},
 		},
 	}
-	if err := k8s.Create(ctxT(t), foreign); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = k8s.Delete(context.Background(), foreign) })
+	create(t, foreign)
 	createNativeCCM(t, &v1.NativeCCM{
 		ObjectMeta: metav1.ObjectMeta{Name: "hcloud-c"},
 		Spec:       v1.NativeCCMSpec{Platform: "hcloud-c"},

@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -265,10 +264,7 @@ func TestForeignLeaseHolderIsConflict(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "native-ccm-lease-a", Namespace: releaseNamespace},
 		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("someones-ccm-5d8f9_1f2e3d4c")},
 	}
-	if err := k8s.Create(ctxT(t), lease); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = k8s.Delete(context.Background(), lease) })
+	create(t, lease)
 	createNativeCCM(t, &v1.NativeCCM{
 		ObjectMeta: metav1.ObjectMeta{Name: "lease-a"},
 		Spec:       v1.NativeCCMSpec{Platform: "lease-a"},

@@ -91,16 +91,7 @@ func TestExplainText(t *testing.T) {
 			if err != nil {
 				t.Fatalf("explain: %v\n%s", err, stderr)
 			}
-			for _, w := range tt.want {
-				if !strings.Contains(out, w) {
-					t.Errorf("output does not contain %q:\n%s", w, out)
-				}
-			}
-			for _, w := range tt.notWant {
-				if strings.Contains(out, w) {
-					t.Errorf("output contains %q:\n%s", w, out)
-				}
-			}
+			assertOutput(t, out, tt.want, tt.notWant)
 		})
 	}
 }
@@ -315,16 +306,22 @@ transformations:
 			if err != nil {
 				t.Fatalf("explain: %v\n%s", err, stderr)
 			}
-			for _, w := range tt.want {
-				if !strings.Contains(out, w) {
-					t.Errorf("output does not contain %q:\n%s", w, out)
-				}
-			}
-			for _, w := range tt.notWant {
-				if strings.Contains(out, w) {
-					t.Errorf("output contains %q:\n%s", w, out)
-				}
-			}
+			assertOutput(t, out, tt.want, tt.notWant)
 		})
+	}
+}
+
+// assertOutput checks that out contains every want and no notWant.
+func assertOutput(t *testing.T, out string, want, notWant []string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			t.Errorf("output does not contain %q:\n%s", w, out)
+		}
+	}
+	for _, w := range notWant {
+		if strings.Contains(out, w) {
+			t.Errorf("output contains %q:\n%s", w, out)
+		}
 	}
 }
