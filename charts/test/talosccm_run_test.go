@@ -1,7 +1,6 @@
 package charts_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -34,20 +33,6 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
-
-// lockedBuffer collects a process's output.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
 
 // TestTalosCCMRunsWithChartRBAC runs the real talos-ccm binary with the
 // arguments the chart renders, authenticated as the chart's ServiceAccount (a
@@ -127,7 +112,7 @@ func TestTalosCCMRunsWithChartRBAC(t *testing.T) {
 		}
 		args = append(args, arg)
 	}
-	logs := &lockedBuffer{}
+	logs := &testenv.Buffer{}
 	cmd := exec.Command(talosCCMBinary(t), args...)
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -59,24 +58,6 @@ func TestDemoCommandInterrupt(t *testing.T) {
 	}
 }
 
-// lockedBuffer collects the demo's output from two goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func interruptDemo(t *testing.T, bin, assets, after string, group, kill bool, want []string) {
 	tmp := filepath.Join(t.TempDir(), "tmp")
 	if err := os.Mkdir(tmp, 0o700); err != nil {
@@ -85,7 +66,7 @@ func interruptDemo(t *testing.T, bin, assets, after string, group, kill bool, wa
 	cmd := exec.Command(filepath.Join(bin, "hybridctl"), "demo", "--non-interactive", "--exit-when-done=false", "--timeout=4m")
 	cmd.Env = append(os.Environ(), "KUBEBUILDER_ASSETS="+assets, "TMPDIR="+tmp)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its own group, like a shell job
-	var out lockedBuffer
+	var out testenv.Buffer
 	cmd.Stderr = &out
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

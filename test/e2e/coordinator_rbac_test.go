@@ -117,7 +117,7 @@ func TestCoordinatorWorksWithItsChartRBAC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &testenv.Buffer{}
 	cmd := exec.Command(filepath.Join(binaries, "ccm-coordinator"), "--kubeconfig="+kubeconfigFor(t, cfg),
 		"--release-namespace="+ns, "--metrics-addr=0", "--health-addr=0", "--helm-wait=false",
 		"--uninstall-grace-period=1s", "--wait-interval=1s")

@@ -3,14 +3,12 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -49,22 +47,10 @@ func TestMain(m *testing.M) {
 // process is a running talos-ccm.
 type process struct {
 	cmd  *exec.Cmd
-	logs *syncBuffer
+	logs *testenv.Buffer
 	done chan struct{}
 	err  error
 }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 // talosCCMArgs are the flags every test run uses: the test's API server and
 // talosconfig, no serving port (tests run one after another), no leader election.
@@ -89,7 +75,7 @@ func talosCCMArgs(t *testing.T, ep *talosnode.Endpoint, extra ...string) []strin
 // startTalosCCM runs the binary until the test ends.
 func startTalosCCM(t *testing.T, args []string) *process {
 	t.Helper()
-	p := &process{logs: &syncBuffer{}, done: make(chan struct{})}
+	p := &process{logs: &testenv.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(filepath.Join(binaries, "talos-ccm"), args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	if err := p.cmd.Start(); err != nil {
