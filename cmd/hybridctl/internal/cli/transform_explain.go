@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"sort"
 	"strings"
@@ -75,6 +76,8 @@ func (o *explainOptions) metadataSource() (MetadataSource, error) {
 		return nil, errors.New("use either --metadata or --node, not both")
 	case o.node != "" && o.nodeIP != "":
 		return nil, errors.New("--node-ip is for --metadata; with --node the providerID uses the --node address")
+	case o.nodeIP != "" && !isIP(o.nodeIP):
+		return nil, fmt.Errorf("--node-ip %q: not an IP address", o.nodeIP)
 	case o.metadata != "":
 		return FileMetadataSource{Path: o.metadata}, nil
 	case o.node != "":
@@ -353,4 +356,9 @@ func fieldsOf(md transform.Metadata) [][2]string {
 		out = append(out, [2]string{"tags." + k, md.Tags[k]})
 	}
 	return out
+}
+
+func isIP(s string) bool {
+	_, err := netip.ParseAddr(s)
+	return err == nil
 }

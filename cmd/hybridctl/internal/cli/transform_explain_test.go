@@ -188,6 +188,7 @@ func TestExplainErrors(t *testing.T) {
 		{name: "no --config", args: []string{"-m", "testdata/web-1.talosctl.yaml"}, wantErr: []string{`"config" not set`}},
 		{name: "no metadata", args: []string{"-c", "testdata/rules.yaml"}, wantErr: []string{"--metadata is required"}},
 		{name: "--node-ip with --node", args: []string{"-c", "testdata/rules.yaml", "--node", "10.0.0.5", "--node-ip", "10.0.0.6"}, wantErr: []string{"--node-ip is for --metadata"}},
+		{name: "--node-ip not an address", args: []string{"-c", "testdata/rules.yaml", "-m", "testdata/web-1.talosctl.yaml", "--node-ip", "web-1"}, wantErr: []string{`--node-ip "web-1": not an IP address`}},
 		{name: "both sources", args: []string{"-c", "testdata/rules.yaml", "-m", "x", "--node", "10.0.0.5"}, wantErr: []string{"either --metadata or --node"}},
 		{name: "live mode without talosconfig", args: []string{"-c", "testdata/rules.yaml", "--node", "10.0.0.5", "--talosconfig", "testdata/no-talosconfig"}, wantErr: []string{"--node 10.0.0.5", "testdata/no-talosconfig"}},
 		{name: "bad output format", args: []string{"-c", "testdata/rules.yaml", "-m", "x", "-o", "xml"}, wantErr: []string{`--output "xml"`}},
