@@ -100,9 +100,10 @@ func TestNativeCCMChartStandalone(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := decode(t, out)
-	if len(d.sas) != 1 || len(d.clusterRole) != 1 || len(d.roles) != 1 || len(d.crbs) != 1 || len(d.rbs) != 1 {
+	if len(d.sas) != 1 || len(d.clusterRole) != 1 || len(d.roles) != 1 {
 		t.Errorf("objects = %v", d.kinds)
 	}
+	assertDelegatedAuthn(t, d, "x", "hybrid-ccm-system")
 	assertLifecycleOnly(t, out, Lifecycle{Release: "x", Namespace: "hybrid-ccm-system", LeaseName: "x", SecurePort: 10270})
 	if _, err := renderChartDir(t, "native-ccm", map[string]any{"args": []any{"--controllers=*"}}); err == nil {
 		t.Error("schema accepted --controllers in args")

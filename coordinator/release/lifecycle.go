@@ -354,6 +354,17 @@ func (l Lifecycle) movePort(c *corev1.Container, old int32) {
 	}
 }
 
+// The roles every cluster has for delegated authentication of a secure port,
+// bound to each native CCM (see identity), and the suffixes of those bindings'
+// names (release name + suffix).
+const (
+	AuthDelegatorClusterRole      = "system:auth-delegator"
+	AuthDelegatorSuffix           = ":auth-delegator"
+	AuthenticationReaderRole      = "extension-apiserver-authentication-reader"
+	AuthenticationReaderNamespace = "kube-system"
+	AuthenticationReaderSuffix    = ":extension-apiserver-authentication-reader"
+)
+
 // LifecycleRules are the least privilege cloud-node-lifecycle needs
 // cluster-wide. The controller of k8s.io/cloud-provider (v0.34) lists and
 // watches nodes through an informer, reads one with GET before changing its
@@ -406,6 +417,23 @@ func (l Lifecycle) identity() ([]*unstructured.Unstructured, error) {
 			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
 			ObjectMeta: meta(l.Release, l.Namespace),
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: l.Release},
+			Subjects:   subject,
+		},
+		// Every CCM built on k8s.io/cloud-provider/app serves --secure-port with
+		// delegated authentication and authorization: at start it reads the
+		// client CA from kube-system/extension-apiserver-authentication and
+		// exits when it may not; requests are checked with TokenReviews and
+		// SubjectAccessReviews. The two roles every cluster has for that.
+		&rbacv1.ClusterRoleBinding{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"},
+			ObjectMeta: meta(l.Release+AuthDelegatorSuffix, ""),
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: AuthDelegatorClusterRole},
+			Subjects:   subject,
+		},
+		&rbacv1.RoleBinding{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
+			ObjectMeta: meta(l.Release+AuthenticationReaderSuffix, AuthenticationReaderNamespace),
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: AuthenticationReaderRole},
 			Subjects:   subject,
 		},
 	}

@@ -3,6 +3,7 @@ package release
 import (
 	"context"
 	"flag"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -57,6 +58,7 @@ func TestGoldenProfiles(t *testing.T) {
 			}
 			assertLifecycleOnly(t, got, req.Lifecycle)
 			assertLifecycleRules(t, got)
+			assertDelegatedAuthn(t, decode(t, got), req.Lifecycle.ServiceAccountName(), req.Lifecycle.Namespace)
 		})
 	}
 }
@@ -209,5 +211,39 @@ func assertLifecycleRules(t *testing.T, manifest string) {
 	}
 	if !slices.Equal(nodeVerbs, []string{"get", "list", "watch", "patch", "delete"}) {
 		t.Errorf("cluster role grants %v on nodes, want get, list, watch, patch, delete", nodeVerbs)
+	}
+}
+
+// assertDelegatedAuthn: besides its own ClusterRole and lease Role, the CCM's
+// ServiceAccount is bound to exactly the two roles its secure port needs
+// (delegated authentication and authorization): without them a CCM built on
+// k8s.io/cloud-provider/app exits at start.
+func assertDelegatedAuthn(t *testing.T, d decoded, sa, namespace string) {
+	t.Helper()
+	want := map[string]string{
+		"ClusterRole/" + AuthDelegatorClusterRole:                                "",
+		"ClusterRole/" + d.clusterRole[0].Name:                                   "",
+		"Role/" + AuthenticationReaderRole + "@" + AuthenticationReaderNamespace: "",
+		"Role/" + d.roles[0].Name + "@" + d.roles[0].Namespace:                   "",
+	}
+	got := map[string]string{}
+	check := func(kind, name, ns string, subjects []rbacv1.Subject) {
+		key := kind + "/" + name
+		if ns != "" {
+			key += "@" + ns
+		}
+		got[key] = ""
+		if len(subjects) != 1 || subjects[0].Kind != rbacv1.ServiceAccountKind || subjects[0].Name != sa || subjects[0].Namespace != namespace {
+			t.Errorf("binding to %s: subjects %+v, want ServiceAccount %s/%s only", key, subjects, namespace, sa)
+		}
+	}
+	for _, b := range d.crbs {
+		check(b.RoleRef.Kind, b.RoleRef.Name, "", b.Subjects)
+	}
+	for _, b := range d.rbs {
+		check(b.RoleRef.Kind, b.RoleRef.Name, b.Namespace, b.Subjects)
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("bindings %v, want %v", slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)))
 	}
 }
