@@ -530,7 +530,7 @@ func (r *NativeCCMReconciler) ensureReleaseWith(ctx context.Context, obj *v1.Nat
 		if err != nil {
 			uerr := r.actionFailed(obj, info, v1.UpgradeFailedReason, err)
 			var chartErr *release.ChartError
-			if errors.As(err, &chartErr) {
+			if errors.As(err, &chartErr) || errors.As(err, new(*release.RefusedError)) {
 				return uerr // nothing was changed in the cluster
 			}
 			rb, rerr := r.Engine.Rollback(ctx, req.Namespace, req.Name)
@@ -560,14 +560,23 @@ func (r *NativeCCMReconciler) actionFailed(obj *v1.NativeCCM, info *release.Info
 		r.recordRelease(obj, info)
 	}
 	obj.Status.Failures++
-	if errors.As(err, new(*release.ChartError)) {
+	refused := errors.As(err, new(*release.RefusedError))
+	switch {
+	case errors.As(err, new(*release.ChartError)):
 		reason = v1.ChartLoadFailedReason
+	case refused:
+		reason = v1.UnsafePodSpecReason
 	}
 	conditions.MarkFalse(obj, meta.ReadyCondition, reason, "%s", err)
 	if reason != v1.UpgradeFailedReason {
 		conditions.MarkFalse(obj, v1.InstalledCondition, reason, "%s", err)
 	}
 	r.event(obj, corev1.EventTypeWarning, reason, err.Error())
+	if refused {
+		// nothing was sent to the cluster; only a change of the profile, the
+		// overrides or the chart can help
+		return &stallError{reason: reason, err: err}
+	}
 	return err
 }
 

@@ -60,6 +60,9 @@ type Lifecycle struct {
 	Workload *profile.Workload `json:"workload,omitempty"`
 	// Drop removes objects (e.g. a node-manager DaemonSet of an upstream chart).
 	Drop []profile.ObjectMatch `json:"drop,omitempty"`
+	// HostNetwork is what the profile declares (ccm.hostNetwork): the only
+	// host access a native CCM pod may have (see checkPodSecurity).
+	HostNetwork bool `json:"hostNetwork,omitempty"`
 }
 
 var _ Mutator = Lifecycle{}
@@ -70,11 +73,12 @@ func (l Lifecycle) Name() string { return "lifecycle" }
 // Fingerprint implements Mutator.
 func (l Lifecycle) Fingerprint() string {
 	// V versions what the enforcement renders beyond l itself; raising it
-	// upgrades every release once (2: nodes update no longer granted).
+	// upgrades every release once (2: nodes update no longer granted; 3: the
+	// delegated-authentication bindings).
 	b, _ := json.Marshal(struct {
 		V int
 		L Lifecycle
-	}{V: 2, L: l})
+	}{V: 3, L: l})
 	return fmt.Sprintf("%x", sha256.Sum256(b))[:16]
 }
 
@@ -203,6 +207,9 @@ func (l Lifecycle) enforceWorkload(w *unstructured.Unstructured) error {
 		return fmt.Errorf("decode pod template: %w", err)
 	}
 	spec := &tpl.Spec
+	if err := l.checkPodSecurity(spec); err != nil {
+		return err
+	}
 
 	if tpl.Labels == nil {
 		tpl.Labels = map[string]string{}

@@ -55,6 +55,8 @@ func TestLifecycleEnforcesOnUpstreamManifests(t *testing.T) {
 		LeaseName: "native-ccm-azure", SecurePort: 10271, Image: "mcr/azure-ccm:v2",
 		Args: []string{"--v=4", "--configure-cloud-routes=false"},
 		Drop: []profile.ObjectMatch{{Kind: "DaemonSet", Name: ".*node-manager"}},
+		// the upstream chart runs on the host network, as the profile declares
+		HostNetwork: true,
 	}
 	m, err := parseManifests([]byte(upstreamLike))
 	if err != nil {

@@ -88,16 +88,17 @@ func FromProfile(p *profile.Profile, in Instance) (Request, error) {
 	args := append(append([]string{}, p.CCM.Args...), in.Args...)
 
 	lc := Lifecycle{
-		Release:    in.ReleaseName,
-		Namespace:  in.Namespace,
-		Platform:   in.Platform,
-		LeaseName:  in.ReleaseName,
-		SecurePort: p.CCM.SecurePort,
-		Image:      image.Reference(),
-		Args:       args,
-		Env:        env,
-		Workload:   p.Chart.Workload,
-		Drop:       p.Chart.Drop,
+		Release:     in.ReleaseName,
+		Namespace:   in.Namespace,
+		Platform:    in.Platform,
+		LeaseName:   in.ReleaseName,
+		SecurePort:  p.CCM.SecurePort,
+		Image:       image.Reference(),
+		Args:        args,
+		Env:         env,
+		Workload:    p.Chart.Workload,
+		Drop:        p.Chart.Drop,
+		HostNetwork: p.CCM.HostNetwork,
 	}
 	req := Request{Name: in.ReleaseName, Namespace: in.Namespace, Chart: p.Chart, Lifecycle: lc}
 

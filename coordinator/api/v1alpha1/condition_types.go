@@ -57,6 +57,12 @@ const (
 	// InstallDisabledReason: install policy Never.
 	InstallDisabledReason = "InstallDisabled"
 
+	// UnsafePodSpecReason: the rendered native CCM pod asks for a host
+	// namespace, a privileged container or a host path that its profile does
+	// not declare; nothing was installed (Stalled until the spec, the profile
+	// or the chart changes).
+	UnsafePodSpecReason = "UnsafePodSpec"
+
 	// ChartLoadFailedReason: the chart could not be fetched or loaded.
 	ChartLoadFailedReason = "ChartLoadFailed"
 

@@ -1,0 +1,184 @@
+package release
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
+)
+
+// hcloudRequest is the request of the built-in hcloud profile with values
+// merged over what the profile renders (as spec.overrides.values does).
+func hcloudRequest(t testing.TB, values map[string]any) Request {
+	t.Helper()
+	set, err := profile.Builtin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := set.Get("hcloud")
+	req, err := FromProfile(p, Instance{ReleaseName: "native-ccm-hcloud", Namespace: "kube-system", Platform: "hcloud", Values: values})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
+// TestOverrideValuesCannotInjectYAML: the reported exploit, a
+// priorityClassName with newlines that added hostPID, a privileged init
+// container and a hostPath volume, is refused by name; values are data.
+func TestOverrideValuesCannotInjectYAML(t *testing.T) {
+	const inject = "system-cluster-critical\n      hostPID: true\n      initContainers:\n        - name: x\n          image: busybox\n          securityContext: {privileged: true}\n      volumes:\n        - name: root\n          hostPath: {path: /}"
+	for _, tc := range []struct {
+		name   string
+		values map[string]any
+		// want is a part of the error message naming the field.
+		want string
+	}{
+		{"priorityClassName", map[string]any{"priorityClassName": inject}, "priorityClassName"},
+		{"cloudConfig.path", map[string]any{"cloudConfig": map[string]any{"key": "cloud.conf", "path": "/etc/x\n      hostPID: true"}}, "cloudConfig"},
+		{"cloudConfig.flag", map[string]any{"cloudConfig": map[string]any{"key": "cloud.conf", "path": "/etc/c/cloud.conf", "flag": "--cloud-config\n  hostIPC: true"}}, "cloudConfig"},
+		{"credentials.env[].key", map[string]any{"credentials": map[string]any{"secretName": "hcloud", "env": []any{map[string]any{"name": "HCLOUD_TOKEN", "key": "token\n      hostPID: true"}}}}, "credentials"},
+		{"image.tag", map[string]any{"image": map[string]any{"repository": "r", "tag": "v1\n      hostPID: true"}}, "image"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := NewEngine(nil, Options{}).Render(context.Background(), hcloudRequest(t, tc.values))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("render with %s injected: err = %v, want an error naming %s", tc.name, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestUnsafePodIsRefused: whatever a chart renders, the post-renderer refuses
+// a native CCM pod with host namespaces, privileged containers or host paths
+// the profile does not declare, naming the field.
+func TestUnsafePodIsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// values go to the built-in chart (spec.overrides.values); the chart
+		// renders most of them; extraPod is added to the rendered pod spec.
+		values   map[string]any
+		extraPod map[string]any
+		// hostNetwork is what the profile declares.
+		hostNetwork bool
+		// field is the refused field; empty: allowed.
+		field string
+	}{
+		{name: "hostNetwork undeclared", values: map[string]any{"hostNetwork": true}, field: "spec.template.spec.hostNetwork"},
+		{name: "hostNetwork declared", values: map[string]any{"hostNetwork": true}, hostNetwork: true},
+		{name: "hostPID", extraPod: map[string]any{"hostPID": true}, field: "spec.template.spec.hostPID"},
+		{name: "hostIPC", extraPod: map[string]any{"hostIPC": true}, field: "spec.template.spec.hostIPC"},
+		{name: "hostPath", extraPod: map[string]any{"volumes": []any{map[string]any{"name": "root", "hostPath": map[string]any{"path": "/"}}}}, field: "spec.template.spec.volumes[0].hostPath"},
+		{name: "privileged init container", extraPod: map[string]any{"initContainers": []any{map[string]any{"name": "x", "image": "i", "securityContext": map[string]any{"privileged": true}}}}, field: "spec.template.spec.initContainers[0].securityContext.privileged"},
+		{name: "capabilities", extraPod: map[string]any{"initContainers": []any{map[string]any{"name": "x", "image": "i", "securityContext": map[string]any{"capabilities": map[string]any{"add": []any{"SYS_ADMIN"}}}}}}, field: "spec.template.spec.initContainers[0].securityContext.capabilities.add"},
+		{name: "hostPort", extraPod: map[string]any{"initContainers": []any{map[string]any{"name": "x", "image": "i", "ports": []any{map[string]any{"containerPort": int64(80), "hostPort": int64(80)}}}}}, field: "spec.template.spec.initContainers[0].ports[0].hostPort"},
+		{name: "plain", extraPod: map[string]any{"volumes": []any{map[string]any{"name": "tmp", "emptyDir": map[string]any{}}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := hcloudRequest(t, tc.values)
+			req.Lifecycle.HostNetwork = tc.hostNetwork
+			rendered, err := renderWith(req) // the chart and the whole post-renderer
+			if tc.extraPod == nil {
+				if tc.field == "" && err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				if tc.field != "" {
+					checkRefused(t, err, tc.field)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			// What another chart could render: added to the pod, then the
+			// post-renderer's lifecycle mutator again.
+			m, err := parseManifests([]byte(rendered))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range m.Find("Deployment") {
+				spec := d.Object["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+				for k, v := range tc.extraPod {
+					spec[k] = v
+				}
+			}
+			err = req.Lifecycle.Mutate(m)
+			if tc.field == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			checkRefused(t, err, tc.field)
+		})
+	}
+}
+
+func renderWith(req Request) (string, error) {
+	return NewEngine(nil, Options{}).Render(context.Background(), req)
+}
+
+func checkRefused(t *testing.T, err error, field string) {
+	t.Helper()
+	var refused *RefusedError
+	if !errors.As(err, &refused) {
+		t.Fatalf("err = %v, want a RefusedError for %s", err, field)
+	}
+	if refused.Field != field || !strings.Contains(err.Error(), field) {
+		t.Errorf("refused field %q (%v), want %q", refused.Field, err, field)
+	}
+}
+
+// FuzzNativeCCMChartValues renders the built-in chart through the
+// post-renderer with hostile strings in every value a user can set through
+// spec.overrides.values: either the render fails, or every string arrives as
+// data (no new keys, containers, volumes or host access) and the pod passes
+// the post-renderer's checks.
+func FuzzNativeCCMChartValues(f *testing.F) {
+	for _, s := range []string{"system-cluster-critical", "a\n  hostPID: true", "x: y", "'\"", "{{ .Release.Name }}", "- --controllers=*", "\x00", "a: [b", "&a *a", "!!binary AA=="} {
+		f.Add(s, uint8(0))
+	}
+	e := NewEngine(nil, Options{})
+	f.Fuzz(func(t *testing.T, s string, which uint8) {
+		if !utf8.ValidString(s) {
+			return
+		}
+		fields := []func(string) map[string]any{
+			func(s string) map[string]any { return map[string]any{"priorityClassName": s} },
+			func(s string) map[string]any {
+				return map[string]any{"cloudConfig": map[string]any{"key": "cloud.conf", "path": s}}
+			},
+			func(s string) map[string]any {
+				return map[string]any{"cloudConfig": map[string]any{"key": "cloud.conf", "path": "/etc/c/cloud.conf", "flag": s}}
+			},
+			func(s string) map[string]any { return map[string]any{"env": []any{map[string]any{"name": "X", "value": s}}} },
+			func(s string) map[string]any { return map[string]any{"args": []any{s}} },
+			func(s string) map[string]any { return map[string]any{"podAnnotations": map[string]any{"a": s}} },
+			func(s string) map[string]any { return map[string]any{"nodeSelector": map[string]any{"n": s}} },
+			func(s string) map[string]any { return map[string]any{"image": map[string]any{"repository": s, "tag": "v1"}} },
+			func(s string) map[string]any {
+				return map[string]any{"credentials": map[string]any{"secretName": s, "env": []any{map[string]any{"name": "T", "key": "k"}}}}
+			},
+			func(s string) map[string]any { return map[string]any{"bindAddress": s} },
+		}
+		req := hcloudRequest(t, fields[int(which)%len(fields)](s))
+		out, err := e.Render(context.Background(), req)
+		if err != nil {
+			return // refused: fine, as long as it did not panic
+		}
+		d := decode(t, out)
+		if len(d.deployments) != 1 {
+			t.Fatalf("deployments: %v", d.kinds)
+		}
+		spec := d.deployments[0].Spec.Template.Spec
+		if spec.HostPID || spec.HostIPC || spec.HostNetwork || len(spec.InitContainers) != 0 || len(spec.Containers) != 1 || len(spec.Volumes) > 1 {
+			t.Fatalf("value %q changed the pod's shape: %+v", s, spec)
+		}
+		if c := spec.Containers[0]; c.SecurityContext == nil || c.SecurityContext.Privileged != nil || len(c.Ports) != 1 {
+			t.Fatalf("value %q changed the container: %+v", s, c)
+		}
+	})
+}
