@@ -241,8 +241,11 @@ func (in *NativeCCM) InstallPolicy() InstallPolicy {
 	return in.Spec.Install
 }
 
+// ReleasePrefix is what ReleaseName puts before the NativeCCM's name.
+const ReleasePrefix = "native-ccm-"
+
 // ReleaseName is the Helm release (and lease, ServiceAccount) name of this NativeCCM.
-func (in *NativeCCM) ReleaseName() string { return "native-ccm-" + in.Name }
+func (in *NativeCCM) ReleaseName() string { return ReleasePrefix + in.Name }
 
 // +kubebuilder:object:root=true
 
