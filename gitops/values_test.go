@@ -219,6 +219,13 @@ func TestNativeCCMHealthCheckExprs(t *testing.T) {
 		{"Helm upgrade failed", nativeCCM(t, 1, 1, cond(meta.ReadyCondition, F, v1.UpgradeFailedReason)), status.FailedStatus},
 		{"Helm install failed", nativeCCM(t, 1, 1, cond(meta.ReadyCondition, F, v1.InstallFailedReason)), status.FailedStatus},
 		{"no conditions yet", nativeCCM(t, 1, 0), status.InProgressStatus},
+		// the installed CCM itself (issue 17): Helm's answer is not enough
+		{"installed, its CCM leads and renews its lease", nativeCCM(t, 1, 1, cond(meta.ReadyCondition, T, v1.InstallSucceededReason), cond(v1.HealthyCondition, T, v1.LeaseRenewedReason)), status.CurrentStatus},
+		{"installed, its CCM crash-loops", nativeCCM(t, 1, 1, cond(meta.ReadyCondition, F, v1.CrashLoopingReason), cond(v1.HealthyCondition, F, v1.CrashLoopingReason), cond(v1.InstalledCondition, T, v1.InstallSucceededReason)), status.FailedStatus},
+		{"installed, its lease is not renewed", nativeCCM(t, 1, 1, cond(meta.ReadyCondition, F, v1.LeaseNotRenewedReason), cond(v1.HealthyCondition, F, v1.LeaseNotRenewedReason)), status.FailedStatus},
+		{"installed, its lease is held by someone else", nativeCCM(t, 1, 1, cond(meta.ReadyCondition, F, v1.LeaseHeldByForeignIdentityReason), cond(v1.HealthyCondition, F, v1.LeaseHeldByForeignIdentityReason)), status.FailedStatus},
+		{"installed, its CCM is starting", nativeCCM(t, 1, 0, cond(meta.ReconcilingCondition, T, meta.ProgressingWithRetryReason), cond(meta.ReadyCondition, F, v1.NoRunningPodsReason), cond(v1.HealthyCondition, F, v1.NoRunningPodsReason)), status.InProgressStatus},
+		{"installed, a new pod is taking over the lease", nativeCCM(t, 1, 0, cond(meta.ReconcilingCondition, T, meta.ProgressingWithRetryReason), cond(meta.ReadyCondition, F, v1.LeaderGoneReason)), status.InProgressStatus},
 	}
 	for _, env := range environments(t) {
 		e := loadEnvironment(t, env)

@@ -36,6 +36,7 @@ func main() {
 		leaderOpts   leaderelection.Options
 		clientOpts   client.Options
 		rateOpts     runtimectrl.RateLimiterOptions
+		healthOpts   controller.HealthOptions
 		metricsAddr  = flag.String("metrics-addr", ":8080", "The address the metrics endpoint binds to.")
 		healthAddr   = flag.String("health-addr", ":9440", "The address the health endpoint binds to.")
 		eventsAddr   = flag.String("events-addr", "", "The address of an events receiver (Flux notification-controller), optional.")
@@ -55,6 +56,7 @@ func main() {
 	leaderOpts.BindFlags(flag.CommandLine)
 	clientOpts.BindFlags(flag.CommandLine)
 	rateOpts.BindFlags(flag.CommandLine)
+	healthOpts.BindFlags(flag.CommandLine)
 	// --kubeconfig (registered by controller-runtime on the Go flag set; without
 	// it: $KUBECONFIG, in-cluster, ~/.kube/config)
 	flag.CommandLine.AddGoFlagSet(goflag.CommandLine)
@@ -125,6 +127,7 @@ func main() {
 		UninstallGracePeriod: *grace,
 		RetryInterval:        *retry,
 		Interval:             *interval,
+		Health:               healthOpts,
 	}
 	if err := r.SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: *concurrent, RateLimiter: rateOpts}); err != nil {
 		log.Error(err, "unable to set up the NativeCCM controller")

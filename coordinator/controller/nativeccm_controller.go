@@ -78,6 +78,8 @@ type NativeCCMReconciler struct {
 	RetryInterval time.Duration
 	// Interval re-checks a Ready NativeCCM (drift, conflicts).
 	Interval time.Duration
+	// Health says how the installed CCM is judged (lease duration, restarts).
+	Health HealthOptions
 
 	now func() time.Time
 }
@@ -92,6 +94,7 @@ type Options struct {
 var owned = []string{
 	meta.ReadyCondition, meta.ReconcilingCondition, meta.StalledCondition,
 	v1.ProfileResolvedCondition, v1.InstalledCondition, v1.ConflictCondition,
+	v1.HealthyCondition,
 }
 
 // SetupWithManager registers the reconciler and its watches.
@@ -114,6 +117,7 @@ func (r *NativeCCMReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 		For(&v1.NativeCCM{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicates.ReconcileRequestedPredicate{}))).
 		Watches(&corev1.Node{}, nodeHandler{r}).
 		Watches(&corev1.Secret{}, secretHandler{r}).
+		Watches(&corev1.Pod{}, podHandler{}).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
 			RateLimiter:             runtimectrl.GetRateLimiter(opts.RateLimiter),
@@ -282,10 +286,19 @@ func (r *NativeCCMReconciler) reconcile(ctx context.Context, obj *v1.NativeCCM) 
 	if err := r.ensureRelease(ctx, obj, req); err != nil {
 		return ctrl.Result{}, err
 	}
-	if requeue > 0 {
-		return ctrl.Result{RequeueAfter: requeue}, nil
+
+	// 7. Is the installed CCM working? (Ready says so.)
+	again, err := r.checkHealth(ctx, obj, req.Lifecycle)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
-	return ctrl.Result{RequeueAfter: r.Interval}, nil
+	after := r.Interval
+	for _, d := range []time.Duration{requeue, again} {
+		if d > 0 && d < after {
+			after = d
+		}
+	}
+	return ctrl.Result{RequeueAfter: after}, nil
 }
 
 // resolve finds the profile and builds the release request.
@@ -410,6 +423,8 @@ func (r *NativeCCMReconciler) ensureAbsent(ctx context.Context, obj *v1.NativeCC
 	}
 	obj.Status.Release = nil
 	obj.Status.Failures = 0
+	obj.Status.Leader = nil
+	conditions.Delete(obj, v1.HealthyCondition)
 	conditions.MarkFalse(obj, v1.InstalledCondition, reason, "%s", msg)
 	conditions.MarkTrue(obj, meta.ReadyCondition, reason, "not installed: %s", msg)
 	return nil
@@ -496,10 +511,16 @@ func (r *NativeCCMReconciler) ensureReleaseWith(ctx context.Context, obj *v1.Nat
 		if !conditions.IsTrue(obj, v1.InstalledCondition) {
 			conditions.MarkTrue(obj, v1.InstalledCondition, v1.UpToDateReason, "release %s revision %d is up to date", info.Name, info.Revision)
 		}
-		reason := readyReason(obj)
+		reason, msg := readyReason(obj), readyMessage(obj, info)
 		if reason != v1.UpToDateReason || !conditions.IsTrue(obj, meta.ReadyCondition) ||
 			!conditions.HasAnyReason(obj, meta.ReadyCondition, v1.InstallSucceededReason, v1.UpgradeSucceededReason, v1.UpToDateReason) {
-			conditions.MarkTrue(obj, meta.ReadyCondition, reason, "%s", readyMessage(obj, info))
+			// Ready comes back (e.g. the CCM is healthy again): with the
+			// reason of the action that made this revision, as Installed says.
+			if c := conditions.Get(obj, v1.InstalledCondition); reason == v1.UpToDateReason && c != nil &&
+				c.Status == metav1.ConditionTrue && (c.Reason == v1.InstallSucceededReason || c.Reason == v1.UpgradeSucceededReason) {
+				reason, msg = c.Reason, c.Message
+			}
+			conditions.MarkTrue(obj, meta.ReadyCondition, reason, "%s", msg)
 		}
 		return nil
 

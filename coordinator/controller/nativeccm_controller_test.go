@@ -610,7 +610,7 @@ func TestPrinterColumns(t *testing.T) {
 		names = append(names, c.Name)
 		cells[c.Name] = table.Rows[0].Cells[i]
 	}
-	want := []string{"Name", "Platform", "Install", "Nodes", "Revision", "Chart", "Ready", "Conflict", "Status", "Age"}
+	want := []string{"Name", "Platform", "Install", "Nodes", "Revision", "Chart", "Leader", "Renewed", "Ready", "Conflict", "Status", "Age"}
 	if !slices.Equal(names, want) {
 		t.Errorf("columns = %v, want %v", names, want)
 	}

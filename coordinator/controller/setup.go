@@ -3,13 +3,16 @@ package controller
 import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 )
 
 // NewScheme returns the types the coordinator reads and writes.
@@ -21,13 +24,30 @@ func NewScheme() *runtime.Scheme {
 }
 
 // CacheOptions keeps the manager's cache small: Secrets only from the release
-// namespace, and Nodes, Deployments and DaemonSets without the fields the
-// coordinator never reads (managed fields, node images and conditions).
+// namespace; Pods only from the release namespace and only those of native CCM
+// releases (label hybridccm.io/native-ccm), without their spec; and Nodes,
+// Deployments and DaemonSets without the fields the coordinator never reads
+// (managed fields, node images and conditions).
 func CacheOptions(namespace string) cache.Options {
+	releasePods := labels.SelectorFromSet(nil)
+	if req, err := labels.NewRequirement(release.NativeCCMLabel, selection.Exists, nil); err == nil {
+		releasePods = releasePods.Add(*req)
+	}
 	return cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Secret{}: {Namespaces: map[string]cache.Config{namespace: {}}},
+			&corev1.Pod{}: {
+				Namespaces: map[string]cache.Config{namespace: {}},
+				Label:      releasePods,
+				Transform: func(in any) (any, error) {
+					if p, ok := in.(*corev1.Pod); ok {
+						p.ManagedFields = nil
+						p.Spec = corev1.PodSpec{}
+					}
+					return in, nil
+				},
+			},
 			&corev1.Node{}: {Transform: func(in any) (any, error) {
 				if n, ok := in.(*corev1.Node); ok {
 					n.ManagedFields = nil

@@ -37,6 +37,10 @@ import (
 
 const releaseNamespace = "hybrid-ccm-system"
 
+// testLeaseDuration is the lease duration the reconciler assumes before a
+// lease exists (and waits half of between looks at a CCM that is not healthy).
+const testLeaseDuration = 4 * time.Second
+
 // gateImage is the ccm-gate image of the gated releases.
 const gateImage = "ghcr.io/hybrid-ccm/ccm-gate:test"
 
@@ -116,6 +120,9 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 	// an upstream chart that points its CCM at an API server itself
 	must(deriveProfile("hcloud", "upstream-b", 10314, upstream(map[string]any{
 		"allow-untagged-cloud": "true", "kubeconfig": "/etc/kubernetes/ccm.conf", "master": "https://10.0.0.1:6443"})))
+	// the health tests drive the pods and leases of these releases themselves
+	must(deriveProfile("hcloud", "health-a", 10315, nil))
+	must(deriveProfile("hcloud", "health-b", 10316, nil))
 
 	k8s, err = client.New(e.Config, client.Options{Scheme: NewScheme()})
 	must(err)
@@ -141,11 +148,17 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 		Namespace:            releaseNamespace,
 		UninstallGracePeriod: 2 * time.Second,
 		RetryInterval:        time.Second,
+		Health:               HealthOptions{LeaseDuration: testLeaseDuration, CrashLoopRestarts: 3},
 	}
 	must(r.SetupWithManager(ctx, mgr, Options{
 		MaxConcurrentReconciles: 4,
 		RateLimiter:             runtimectrl.RateLimiterOptions{MinRetryDelay: 100 * time.Millisecond, MaxRetryDelay: 2 * time.Second},
 	}))
+	// kubelet and leader election for every release but those the health
+	// tests drive, and the one whose lease a conflict test holds
+	go runCCMs(ctx, k8s, func(rel string) bool {
+		return strings.HasPrefix(rel, "native-ccm-health-") || rel == "native-ccm-lease-a"
+	})
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)

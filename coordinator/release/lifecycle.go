@@ -74,7 +74,8 @@ func (l Lifecycle) Name() string { return "lifecycle" }
 func (l Lifecycle) Fingerprint() string {
 	// V versions what the enforcement renders beyond l itself; raising it
 	// upgrades every release once (2: nodes update no longer granted; 3: the
-	// delegated-authentication bindings).
+	// delegated-authentication bindings, the CCM container's termination
+	// message falls back to its log).
 	b, _ := json.Marshal(struct {
 		V int
 		L Lifecycle
@@ -273,6 +274,11 @@ func (l Lifecycle) enforceWorkload(w *unstructured.Unstructured) error {
 		c.Env = setEnv(c.Env, e)
 	}
 	l.movePort(c, oldPort)
+	// A CCM that exits at start says why on stderr, not in a termination-log
+	// file: let the kubelet put the end of its log into
+	// lastState.terminated.message, where the NativeCCM's Healthy condition
+	// (and kubectl describe) quote it.
+	c.TerminationMessagePolicy = corev1.TerminationMessageFallbackToLogsOnError
 
 	out, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&tpl)
 	if err != nil {

@@ -22,6 +22,13 @@ const (
 	// the same lease name, a CCM not managed by us running cloud-node, or nodes
 	// of the platform with an empty providerID.
 	ConflictCondition = "Conflict"
+
+	// HealthyCondition is True when the installed native CCM is actually
+	// working: its leader-election Lease is held by one of the release's pods
+	// and was renewed within the lease duration. It is absent while no release
+	// is installed. Ready summarizes it: an installed release whose CCM is not
+	// Healthy is not Ready.
+	HealthyCondition = "Healthy"
 )
 
 // Reasons of the conditions above. Reasons are PascalCase and also used as event
@@ -99,4 +106,40 @@ const (
 
 	// NoConflictReason: none of the conflicts above was found.
 	NoConflictReason = "NoConflict"
+)
+
+// Reasons of the Healthy condition, also used for Ready while the release is
+// installed but its CCM is not working. The first three are transient (the CCM
+// is starting or a new pod is taking over): the NativeCCM is Reconciling. The
+// last three are failures: Ready=False without Reconciling.
+const (
+	// LeaseRenewedReason: a pod of the release holds the lease and renewed it
+	// within the lease duration.
+	LeaseRenewedReason = "LeaseRenewed"
+
+	// NoRunningPodsReason: the release has no running pod (not yet scheduled,
+	// pulling its image, ...).
+	NoRunningPodsReason = "NoRunningPods"
+
+	// LeaseNotFoundReason: pods run but the lease does not exist or nobody
+	// holds it: no pod has become leader yet.
+	LeaseNotFoundReason = "LeaseNotFound"
+
+	// LeaderGoneReason: the lease is held by a pod of the release that no
+	// longer exists and has not expired yet; another pod takes over when it does.
+	LeaderGoneReason = "LeaderGone"
+
+	// CrashLoopingReason: a container of the release's pods restarts
+	// repeatedly (or waits in CrashLoopBackOff) and no pod leads; the
+	// container's last termination message is in the condition message.
+	CrashLoopingReason = "CrashLooping"
+
+	// LeaseNotRenewedReason: the lease was not renewed within its duration:
+	// the leader hangs or is gone and no other pod took over.
+	LeaseNotRenewedReason = "LeaseNotRenewed"
+
+	// LeaseHeldByForeignIdentityReason: a current holder of the release's lease
+	// is not a pod of the release: another process uses the same lease, and
+	// the release's CCM waits for ever.
+	LeaseHeldByForeignIdentityReason = "LeaseHeldByForeignIdentity"
 )

@@ -132,6 +132,25 @@ type ReleaseStatus struct {
 	Digest string `json:"digest,omitempty"`
 }
 
+// LeaderStatus is the leader-election Lease of the native CCM as last observed.
+type LeaderStatus struct {
+	// Lease is namespace/name of the leader-election Lease.
+	Lease string `json:"lease"`
+	// Holder is the lease's holderIdentity (client-go writes
+	// <hostname>_<uuid>; a pod's hostname is its name).
+	// +optional
+	Holder string `json:"holder,omitempty"`
+	// Pod is the release pod holding the lease, when the holder is one.
+	// +optional
+	Pod string `json:"pod,omitempty"`
+	// RenewTime is when the holder last renewed the lease.
+	// +optional
+	RenewTime *metav1.MicroTime `json:"renewTime,omitempty"`
+	// LeaseDurationSeconds is how long the lease is valid after a renewal.
+	// +optional
+	LeaseDurationSeconds int32 `json:"leaseDurationSeconds,omitempty"`
+}
+
 // NativeCCMStatus is what the coordinator observed.
 type NativeCCMStatus struct {
 	// ObservedGeneration is the last generation fully reconciled.
@@ -139,7 +158,7 @@ type NativeCCMStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// Conditions: Ready, Reconciling, Stalled, ProfileResolved, Installed,
-	// Gated, Conflict.
+	// Gated, Conflict, Healthy.
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 
@@ -161,6 +180,11 @@ type NativeCCMStatus struct {
 	// +optional
 	Release *ReleaseStatus `json:"release,omitempty"`
 
+	// Leader is the native CCM's leader-election Lease while a release is
+	// installed and the Lease exists.
+	// +optional
+	Leader *LeaderStatus `json:"leader,omitempty"`
+
 	// Failures counts consecutive failed install/upgrade attempts.
 	// +optional
 	Failures int64 `json:"failures,omitempty"`
@@ -180,6 +204,8 @@ type NativeCCMStatus struct {
 // +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.status.nodes`
 // +kubebuilder:printcolumn:name="Revision",type=integer,JSONPath=`.status.release.revision`
 // +kubebuilder:printcolumn:name="Chart",type=string,JSONPath=`.status.release.chart`,priority=1
+// +kubebuilder:printcolumn:name="Leader",type=string,JSONPath=`.status.leader.holder`
+// +kubebuilder:printcolumn:name="Renewed",type=date,JSONPath=`.status.leader.renewTime`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Conflict",type=string,JSONPath=`.status.conditions[?(@.type=="Conflict")].status`,priority=1
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`
@@ -215,8 +241,11 @@ func (in *NativeCCM) InstallPolicy() InstallPolicy {
 	return in.Spec.Install
 }
 
+// ReleasePrefix is what ReleaseName puts before the NativeCCM's name.
+const ReleasePrefix = "native-ccm-"
+
 // ReleaseName is the Helm release (and lease, ServiceAccount) name of this NativeCCM.
-func (in *NativeCCM) ReleaseName() string { return "native-ccm-" + in.Name }
+func (in *NativeCCM) ReleaseName() string { return ReleasePrefix + in.Name }
 
 // +kubebuilder:object:root=true
 

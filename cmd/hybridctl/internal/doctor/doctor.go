@@ -2,7 +2,8 @@
 // needs to fix: nodes talos-ccm has not initialized (or initialized without the
 // routing label or providerID), cloud-controller-managers that would fight
 // (foreign cloud-node controllers, shared leader-election leases), NativeCCMs
-// that are not Ready, kubelet-serving CSRs nobody decides, and pod CIDR overlaps.
+// that are not Ready or whose installed CCM is not running, kubelet-serving
+// CSRs nobody decides, and pod CIDR overlaps.
 //
 // It only reads. Every finding names the object and says how to fix it.
 package doctor
@@ -41,6 +42,7 @@ const (
 	CheckForeignCCM      = "ForeignCloudNodeController"
 	CheckSharedLease     = "SharedLeaderLease"
 	CheckNativeCCM       = "NativeCCMNotReady"
+	CheckCCMNotRunning   = "NativeCCMNotRunning"
 	CheckPendingCSR      = "KubeletServingCSRPending"
 	CheckPodCIDROverlap  = "PodCIDROverlap"
 )
@@ -268,7 +270,11 @@ func (r *Report) checkNativeCCMs(ctx context.Context, c client.Client) error {
 			continue
 		}
 		ready := apimeta.FindStatusCondition(n.Status.Conditions, "Ready")
+		healthy := apimeta.FindStatusCondition(n.Status.Conditions, v1.HealthyCondition)
 		switch {
+		case healthy != nil && healthy.Status == metav1.ConditionFalse:
+			r.add(CheckCCMNotRunning, "nativeccm/"+n.Name, notRunningFix(n, healthy.Reason),
+				"release installed, but its CCM is not running: %s: %s", healthy.Reason, healthy.Message)
 		case ready == nil:
 			r.add(CheckNativeCCM, "nativeccm/"+n.Name, "check ccm-coordinator is running: kubectl -n kube-system logs deploy/ccm-coordinator",
 				"has no Ready condition yet (never reconciled)")
@@ -278,6 +284,20 @@ func (r *Report) checkNativeCCMs(ctx context.Context, c client.Client) error {
 		}
 	}
 	return nil
+}
+
+// notRunningFix says where to look when a NativeCCM's CCM is not running.
+func notRunningFix(n *v1.NativeCCM, reason string) string {
+	ns := "kube-system"
+	if n.Status.Release != nil && n.Status.Release.Namespace != "" {
+		ns = n.Status.Release.Namespace
+	}
+	if reason == v1.LeaseHeldByForeignIdentityReason && n.Status.Leader != nil {
+		lns, name, _ := strings.Cut(n.Status.Leader.Lease, "/")
+		return fmt.Sprintf("find the process that holds the lease (kubectl -n %s get lease %s -o yaml) and give it a lease name of its own", lns, name)
+	}
+	return fmt.Sprintf("kubectl -n %s get pods -l %s=%s; kubectl -n %s logs -l %s=%s --all-containers --previous",
+		ns, release.NativeCCMLabel, n.ReleaseName(), ns, release.NativeCCMLabel, n.ReleaseName())
 }
 
 func isNotFound(err error) bool {

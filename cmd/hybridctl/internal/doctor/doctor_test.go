@@ -129,6 +129,19 @@ func TestDoctor(t *testing.T) {
 		ccmDeployment("gce-ccm", nil, "registry.k8s.io/cloud-provider-gcp/cloud-controller-manager:v30", "--cloud-provider=gce", "--controllers=cloud-node-lifecycle"),
 	)
 	nativeCCM(t, c, "aws", metav1.ConditionFalse, "CredentialsMissing", "secret kube-system/aws-credentials not found")
+	// installed, Helm content, but the CCM exits at start (issue 17)
+	const forbidden = `unable to load configmap based request-header-client-ca-file: configmaps "extension-apiserver-authentication" is forbidden`
+	crashing := &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "gcp"}, Spec: v1.NativeCCMSpec{Platform: "gcp"}}
+	create(t, c, crashing)
+	crashing.Status.Release = &v1.ReleaseStatus{Name: "native-ccm-gcp", Namespace: "kube-system", Revision: 1}
+	for _, ct := range []string{"Ready", v1.HealthyCondition} {
+		apimeta.SetStatusCondition(&crashing.Status.Conditions, metav1.Condition{Type: ct, Status: metav1.ConditionFalse,
+			Reason: v1.CrashLoopingReason, Message: "container gcp-cloud-controller-manager of pod native-ccm-gcp-6d4b7c9f8-kx7vq restarted 3 time(s), last exit code 1 (Error): " + forbidden})
+	}
+	apimeta.SetStatusCondition(&crashing.Status.Conditions, metav1.Condition{Type: v1.InstalledCondition, Status: metav1.ConditionTrue, Reason: v1.InstallSucceededReason, Message: "installed"})
+	if err := c.Status().Update(ctx, crashing); err != nil {
+		t.Fatal(err)
+	}
 	pemBytes := csrtest.Request{NodeName: "stuck-1", DNSNames: []string{"stuck-1"}}.MustPEM()
 	create(t, c, csrtest.Object("stuck-1-serving", pemBytes))
 	// a decided CSR is not a problem
@@ -147,6 +160,7 @@ func TestDoctor(t *testing.T) {
 		"ForeignCloudNodeController Deployment/kube-system/aws-cloud-controller-manager",
 		"KubeletServingCSRPending csr/stuck-1-serving",
 		"NativeCCMNotReady nativeccm/aws",
+		"NativeCCMNotRunning nativeccm/gcp",
 		"NodeUninitialized node/stuck-1",
 		"NodeWithoutPlatformLabel node/nolabel-1",
 		"NodeWithoutProviderID node/noid-1",
@@ -176,7 +190,8 @@ func TestDoctor(t *testing.T) {
 	if !errors.Is(err, cli.ErrFindings) {
 		t.Fatalf("want ErrFindings, got %v\n%s", err, out)
 	}
-	for _, s := range []string{"8 problem(s)", "aws-cloud-controller-manager", "How to fix:", "overlaps 10.244.1.0/24 of node overlap-a"} {
+	for _, s := range []string{"9 problem(s)", "aws-cloud-controller-manager", "How to fix:", "overlaps 10.244.1.0/24 of node overlap-a",
+		"its CCM is not running: CrashLooping", forbidden, "logs -l hybridccm.io/native-ccm=native-ccm-gcp --all-containers --previous"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("output lacks %q:\n%s", s, out)
 		}
