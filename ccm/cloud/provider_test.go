@@ -42,7 +42,7 @@ func TestIdentityChangeRevokesProof(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = client.Close() })
-	p := cloud.New(client, nil)
+	p := cloud.New(client, nil, cloud.Options{})
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "web-1",
 		Annotations: map[string]string{cloudproviderapi.AnnotationAlphaProvidedIPAddr: "10.90.0.1"}}}
 	ctx := context.Background()

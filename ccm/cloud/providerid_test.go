@@ -128,7 +128,7 @@ func TestTalosTargets(t *testing.T) {
 // talos-ccm has no cloud API: it must never be the reason a node is deleted or
 // tainted as shut down, whatever the node (unknown, foreign, uninitialized).
 func TestLifecycleAnswersNeverHarmNodes(t *testing.T) {
-	p := New(nil, nil)
+	p := New(nil, nil, Options{})
 	for _, n := range []*corev1.Node{
 		{},
 		{Spec: corev1.NodeSpec{ProviderID: "aws:///us-east-1a/i-gone"}},

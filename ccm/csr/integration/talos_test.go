@@ -46,7 +46,7 @@ func TestTalosProviderIsTheProof(t *testing.T) {
 	}{
 		{"tal-ok-1", []string{"10.80.0.1"}, []talosnode.Address{{Link: "eth0", Prefix: "10.80.0.1/24"}, {Link: "external", Prefix: "203.0.113.81/32"}}},
 		{"tal-v6-1", []string{"10.80.0.2"}, []talosnode.Address{{Link: "eth0", Prefix: "10.80.0.2/24"}, {Link: "eth0", Prefix: "fd00:80::2/64"}}},
-		{"tal-first-1", []string{"10.80.0.3"}, []talosnode.Address{{Link: "eth0", Prefix: "10.80.0.3/24"}}},
+		{"tal-first-1", []string{"fd00:80::3"}, []talosnode.Address{{Link: "eth0", Prefix: "fd00:80::3/64"}}},
 	} {
 		if _, err := ep.AddNode(n.name, n.ips, talosnode.Spec{Metadata: metal(n.name), Addresses: n.addrs}); err != nil {
 			t.Fatal(err)
@@ -57,14 +57,15 @@ func TestTalosProviderIsTheProof(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = client.Close() })
-	provider := cloud.New(client, nil)
+	provider := cloud.New(client, nil, cloud.Options{})
 
 	// The kubelets' provided-node-ip (and status.addresses) as they wrote them.
 	createNode(t, nodeSpec{name: "tal-ok-1", initialized: true, kubeletIPs: []string{"10.80.0.1"}, kubeletHostname: "tal-ok-1"})
 	// a second family the machine does not have
 	createNode(t, nodeSpec{name: "tal-v6-1", initialized: true, kubeletIPs: []string{"10.80.0.2", "fd00:80::99"}})
-	// an address no machine answers on, before the real one
-	createNode(t, nodeSpec{name: "tal-first-1", initialized: true, kubeletIPs: []string{"10.80.9.9", "10.80.0.3"}})
+	// an address no machine answers on, before the real one (of the other
+	// family: the kubelet allows one per family)
+	createNode(t, nodeSpec{name: "tal-first-1", initialized: true, kubeletIPs: []string{"10.80.9.9", "fd00:80::3"}})
 	// another machine's address: tal-ok-1 answers there
 	impostor := createNode(t, nodeSpec{name: "tal-impostor-1", initialized: true, kubeletIPs: []string{"10.80.0.1"}})
 
