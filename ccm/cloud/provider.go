@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -58,10 +59,10 @@ var (
 	// (provided-node-ip, else InternalIPs) are unparsable or name more than one
 	// address per family, which the kubelet itself never does. Nothing is dialled.
 	ErrProvidedNodeIP = errors.New("invalid node IPs")
-	// ErrProviderIDMismatch: the Node already carries a providerID that differs
-	// from the one its Talos API establishes (a kubelet can register with any
-	// providerID). Nothing is established for the node until an admin resolves
-	// it or the Talos metadata changes.
+	// ErrProviderIDMismatch: an uninitialized Node already carries a providerID
+	// that differs from the one its Talos API establishes (a kubelet can register
+	// with any providerID). Nothing is established for the node until an admin
+	// resolves it or the Talos metadata changes.
 	ErrProviderIDMismatch = errors.New("providerID does not match the Talos API")
 )
 
@@ -282,8 +283,9 @@ func talosTargets(node *corev1.Node, preferIPv6 bool) ([]netip.Addr, error) {
 // Concurrent callers for the same node share one lookup (see flight), which
 // runs under its own deadline (Options.LookupTimeout) whatever the callers'
 // contexts; a caller whose context ends stops waiting, the lookup goes on for
-// the others. A node whose providerID is set and differs from the established
-// one gets ErrProviderIDMismatch naming both; its facts are not remembered.
+// the others. An uninitialized node whose providerID is set and differs from
+// the established one gets ErrProviderIDMismatch (a *ProviderIDMismatchError
+// naming both); nothing is remembered for it.
 func (p *Provider) Facts(ctx context.Context, node *corev1.Node) (*Facts, error) {
 	const op = "cloud/Provider.Facts"
 	targets, err := talosTargets(node, p.rules.Global.PreferIPv6)
@@ -303,8 +305,8 @@ func (p *Provider) Facts(ctx context.Context, node *corev1.Node) (*Facts, error)
 			delete(p.inflight, node.Name)
 			switch {
 			case fl.err != nil:
-			case node.Spec.ProviderID != "" && node.Spec.ProviderID != fl.f.ProviderID:
-				// what was established before does not hold for this Node
+			case providerIDMismatch(node, fl.f) != nil:
+				// nothing is established for a node registered with another providerID
 				delete(p.facts, node.Name)
 			default:
 				p.facts[node.Name] = fl.f
@@ -324,10 +326,26 @@ func (p *Provider) Facts(ctx context.Context, node *corev1.Node) (*Facts, error)
 	if fl.err != nil {
 		return nil, fl.err
 	}
-	if node.Spec.ProviderID != "" && node.Spec.ProviderID != fl.f.ProviderID {
-		return nil, fmt.Errorf("%s: node %s: %w", op, node.Name, &ProviderIDMismatchError{Registered: node.Spec.ProviderID, Established: fl.f.ProviderID})
+	if err := providerIDMismatch(node, fl.f); err != nil {
+		return nil, fmt.Errorf("%s: node %s: %w", op, node.Name, err)
 	}
 	return fl.f, nil
+}
+
+// providerIDMismatch refuses an uninitialized node registered with a providerID
+// that differs from the established one: a kubelet can register with any
+// providerID, so it proves nothing. An initialized node's providerID was
+// accepted when it was initialized and is write-once; it is not compared again
+// (on metal it names the address that answered, which may change).
+func providerIDMismatch(node *corev1.Node, f *Facts) error {
+	if node.Spec.ProviderID == "" || node.Spec.ProviderID == f.ProviderID || !uninitialized(node) {
+		return nil
+	}
+	return &ProviderIDMismatchError{Registered: node.Spec.ProviderID, Established: f.ProviderID}
+}
+
+func uninitialized(node *corev1.Node) bool {
+	return slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == cloudproviderapi.TaintExternalCloudProvider })
 }
 
 // read reads the node's Talos API at targets (in order, until one answers)

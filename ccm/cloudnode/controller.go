@@ -347,12 +347,6 @@ func (c *Controller) refresh(ctx context.Context, node *corev1.Node) error {
 		return nil
 	}
 	f, err := c.facts.Facts(ctx, node)
-	var mismatch *cloud.ProviderIDMismatchError
-	if errors.As(err, &mismatch) {
-		// an initialized node keeps what it has, but this is for an admin to see
-		klog.ErrorS(err, "Initialized node's providerID disagrees with its Talos API; its facts are not refreshed", "node", klog.KObj(node))
-		return nil
-	}
 	if err != nil {
 		// an initialized node keeps what it has; errors are only logged
 		klog.V(2).InfoS("Cannot refresh node facts", "node", klog.KObj(node), "err", err)
