@@ -107,7 +107,10 @@ func TestKubeletChosenProviderIDKeepsNodeUninitialized(t *testing.T) {
 	}); err != nil {
 		t.Fatal("node not deleted")
 	}
-	register(t, kubeletNode("pid-1", "10.70.0.1"))
+	// (no status update: talos-ccm may initialize it at once)
+	if _, err := env.Client.CoreV1().Nodes().Create(context.Background(), kubeletNode("pid-1", "10.70.0.1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	node = waitNode(t, "pid-1", 60*time.Second, initialized)
 	if node.Spec.ProviderID != "hcloud://77" || node.Labels["node.cloudprovider.kubernetes.io/platform"] != "hcloud" {
 		t.Fatalf("after re-registration: providerID %q labels %v", node.Spec.ProviderID, node.Labels)
