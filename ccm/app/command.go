@@ -52,6 +52,7 @@ type talosFlags struct {
 	talosContext string
 	endpoints    []string
 	timeout      time.Duration
+	lookup       time.Duration
 	enforce      bool
 	initEvents   bool
 }
@@ -62,6 +63,8 @@ func (f *talosFlags) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.talosContext, "talos-context", "", "talosconfig context to use (default: the current one).")
 	fs.StringSliceVar(&f.endpoints, "talos-endpoints", nil, "Talos API endpoints overriding those of the talosconfig.")
 	fs.DurationVar(&f.timeout, "talos-timeout", 10*time.Second, "Timeout of each Talos API request.")
+	fs.DurationVar(&f.lookup, "talos-lookup-timeout", 0,
+		"Deadline of one lookup of a node's facts as a whole (every address tried, every request); one lookup per node is in flight, shared by all controllers (default: twice --talos-timeout).")
 	fs.BoolVar(&f.initEvents, "node-initialized-events", false,
 		"Record a Normal event on every node initialized (one more API write per node; warnings are always recorded).")
 	fs.BoolVar(&f.enforce, "enforce-transformations", false,
@@ -190,7 +193,11 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 		if err != nil {
 			return err
 		}
-		provider = cloud.New(tc, rules)
+		lookup := tf.lookup
+		if lookup <= 0 {
+			lookup = 2 * tf.timeout // one attempt per address family
+		}
+		provider = cloud.New(tc, rules, cloud.Options{LookupTimeout: lookup})
 		// node-ipam-controller: its Talos client, and its flags checked up front
 		talosClient = tc
 		if s.KubeCloudShared.AllocateNodeCIDRs {

@@ -1,6 +1,7 @@
 package cloud
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -33,6 +34,31 @@ func nodeIPs(annotation string) ([]netip.Addr, error) {
 		out = append(out, a.Unmap())
 	}
 	return out, nil
+}
+
+// onePerFamily refuses more than one address of a family.
+func onePerFamily(ips []netip.Addr) error {
+	var v4, v6 int
+	for _, ip := range ips {
+		if ip.Is4() {
+			v4++
+		} else {
+			v6++
+		}
+	}
+	if v4 > 1 || v6 > 1 {
+		return fmt.Errorf("%d IPv4 and %d IPv6 addresses, at most one of each family is allowed", v4, v6)
+	}
+	return nil
+}
+
+// clip shortens a kubelet-written value quoted in an error (and so in events).
+func clip(s string) string {
+	const max = 100
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + fmt.Sprintf("…(%d bytes)", len(s))
 }
 
 // orderByFamily puts the preferred family first, keeping the order otherwise.

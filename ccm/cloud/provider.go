@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -54,7 +55,39 @@ var (
 	// ErrIdentity: the machine answering on the node's address is another node
 	// (its Talos k8s/Nodename differs). Nothing is established from it.
 	ErrIdentity = errors.New("talos machine identity does not match the node")
+	// ErrProvidedNodeIP: the kubelet-written addresses to reach the node by
+	// (provided-node-ip, else InternalIPs) are unparsable or name more than one
+	// address per family, which the kubelet itself never does. Nothing is dialled.
+	ErrProvidedNodeIP = errors.New("invalid node IPs")
+	// ErrProviderIDMismatch: an uninitialized Node already carries a providerID
+	// that differs from the one its Talos API establishes (a kubelet can register
+	// with any providerID). Nothing is established for the node until an admin
+	// resolves it or the Talos metadata changes.
+	ErrProviderIDMismatch = errors.New("providerID does not match the Talos API")
 )
+
+// ProviderIDMismatchError is ErrProviderIDMismatch with both values.
+type ProviderIDMismatchError struct {
+	// Registered is the providerID the Node carries; Established the one its
+	// Talos API gives.
+	Registered, Established string
+}
+
+func (e *ProviderIDMismatchError) Error() string {
+	return fmt.Sprintf("%v: the Node has providerID %q, its Talos API establishes %q", ErrProviderIDMismatch, e.Registered, e.Established)
+}
+
+func (e *ProviderIDMismatchError) Unwrap() error { return ErrProviderIDMismatch }
+
+// Options tune the provider.
+type Options struct {
+	// LookupTimeout bounds one lookup of a node's facts as a whole (every
+	// address tried, every request). Zero means 20s.
+	LookupTimeout time.Duration
+}
+
+// DefaultLookupTimeout bounds a lookup when Options.LookupTimeout is zero.
+const DefaultLookupTimeout = 20 * time.Second
 
 // TalosReader is what the provider needs from the Talos API (ccm/talos.Client).
 type TalosReader interface {
@@ -87,11 +120,22 @@ type Facts struct {
 
 // Provider implements cloudprovider.Interface for Talos nodes.
 type Provider struct {
-	talos TalosReader
-	rules *transform.Config
+	talos  TalosReader
+	rules  *transform.Config
+	lookup time.Duration
 
-	mu    sync.RWMutex
-	facts map[string]*Facts // by node name
+	mu       sync.RWMutex
+	facts    map[string]*Facts  // by node name
+	inflight map[string]*flight // by node name: the one lookup of each node in progress
+}
+
+// flight is one lookup of a node's facts in progress. Every caller asking for
+// the same node meanwhile (cloud-node, node-csr-approval) waits for it instead
+// of dialling the node again: a node whose Talos API hangs costs one lookup.
+type flight struct {
+	done chan struct{}
+	f    *Facts
+	err  error
 }
 
 var (
@@ -101,11 +145,14 @@ var (
 )
 
 // New returns a provider reading through r and applying rules (may be nil).
-func New(r TalosReader, rules *transform.Config) *Provider {
+func New(r TalosReader, rules *transform.Config, opts Options) *Provider {
 	if rules == nil {
 		rules = &transform.Config{}
 	}
-	return &Provider{talos: r, rules: rules, facts: map[string]*Facts{}}
+	if opts.LookupTimeout <= 0 {
+		opts.LookupTimeout = DefaultLookupTimeout
+	}
+	return &Provider{talos: r, rules: rules, lookup: opts.LookupTimeout, facts: map[string]*Facts{}, inflight: map[string]*flight{}}
 }
 
 // Rules returns the transformation configuration in use.
@@ -145,7 +192,10 @@ func (p *Provider) InstanceExists(context.Context, *corev1.Node) (bool, error) {
 // InstanceShutdown always reports false for the same reason.
 func (p *Provider) InstanceShutdown(context.Context, *corev1.Node) (bool, error) { return false, nil }
 
-// InstanceMetadata implements InstancesV2 on top of Facts.
+// InstanceMetadata implements InstancesV2 on top of Facts. A node whose
+// providerID disagrees with its Talos API gets an error (ErrProviderIDMismatch):
+// k8s.io/cloud-provider's node controller then keeps the uninitialized taint and
+// retries, as talos-ccm's cloud-node controller does.
 func (p *Provider) InstanceMetadata(ctx context.Context, node *corev1.Node) (*cloudprovider.InstanceMetadata, error) {
 	f, err := p.Facts(ctx, node)
 	if err != nil {
@@ -170,10 +220,14 @@ func (p *Provider) EstablishedAddresses(ctx context.Context, node *corev1.Node) 
 	p.mu.RUnlock()
 	if f == nil {
 		var err error
-		if f, err = p.Facts(ctx, node); errors.Is(err, ErrIdentity) {
+		switch f, err = p.Facts(ctx, node); {
+		case errors.Is(err, ErrIdentity):
 			// another machine answered: tell the approver to deny, not retry
 			return nil, fmt.Errorf("%w: %w", csr.ErrNotThisNode, err)
-		} else if err != nil {
+		case errors.Is(err, ErrProvidedNodeIP):
+			// nothing was dialled: the kubelet's addresses are refused
+			return nil, fmt.Errorf("%w: %w", csr.ErrProvidedNodeIPInvalid, err)
+		case err != nil:
 			return nil, err
 		}
 	}
@@ -188,12 +242,18 @@ func (p *Provider) Forget(nodeName string) {
 }
 
 // talosTargets lists the addresses to dial: the provided node IPs (preferred
-// family first), else the node's InternalIPs.
+// family first), else the node's InternalIPs. Both are written by the kubelet,
+// which allows one address per family (--node-ip): more, or an unparsable one,
+// is refused (ErrProvidedNodeIP) before anything is dialled, so a node cannot
+// make a lookup try many addresses one after another.
 func talosTargets(node *corev1.Node, preferIPv6 bool) ([]netip.Addr, error) {
 	if ann, ok := node.Annotations[cloudproviderapi.AnnotationAlphaProvidedIPAddr]; ok {
 		ips, err := nodeIPs(ann)
+		if err == nil {
+			err = onePerFamily(ips)
+		}
 		if err != nil {
-			return nil, fmt.Errorf("%w: annotation %s=%q: %v", ErrNoNodeIP, cloudproviderapi.AnnotationAlphaProvidedIPAddr, ann, err)
+			return nil, fmt.Errorf("%w: annotation %s=%q: %v", ErrProvidedNodeIP, cloudproviderapi.AnnotationAlphaProvidedIPAddr, clip(ann), err)
 		}
 		if len(ips) > 0 {
 			return orderByFamily(ips, preferIPv6), nil
@@ -204,24 +264,95 @@ func talosTargets(node *corev1.Node, preferIPv6 bool) ([]netip.Addr, error) {
 		if a.Type != corev1.NodeInternalIP {
 			continue
 		}
-		if ip, err := netip.ParseAddr(a.Address); err == nil {
-			ips = append(ips, ip.Unmap())
+		ip, err := netip.ParseAddr(a.Address)
+		if err != nil {
+			return nil, fmt.Errorf("%w: InternalIP %q: %v", ErrProvidedNodeIP, clip(a.Address), err)
 		}
+		ips = append(ips, ip.Unmap())
 	}
 	if len(ips) == 0 {
 		return nil, fmt.Errorf("%w: no %s annotation and no InternalIP in status", ErrNoNodeIP, cloudproviderapi.AnnotationAlphaProvidedIPAddr)
 	}
+	if err := onePerFamily(ips); err != nil {
+		return nil, fmt.Errorf("%w: status InternalIPs: %v", ErrProvidedNodeIP, err)
+	}
 	return orderByFamily(ips, preferIPv6), nil
 }
 
-// Facts reads the node's Talos API and applies the rules.
+// Facts establishes the node's facts from its Talos API and applies the rules.
+// Concurrent callers for the same node share one lookup (see flight), which
+// runs under its own deadline (Options.LookupTimeout) whatever the callers'
+// contexts; a caller whose context ends stops waiting, the lookup goes on for
+// the others. An uninitialized node whose providerID is set and differs from
+// the established one gets ErrProviderIDMismatch (a *ProviderIDMismatchError
+// naming both); nothing is remembered for it.
 func (p *Provider) Facts(ctx context.Context, node *corev1.Node) (*Facts, error) {
 	const op = "cloud/Provider.Facts"
-	preferIPv6 := p.rules.Global.PreferIPv6
-	targets, err := talosTargets(node, preferIPv6)
+	targets, err := talosTargets(node, p.rules.Global.PreferIPv6)
 	if err != nil {
 		return nil, fmt.Errorf("%s: node %s: %w", op, node.Name, err)
 	}
+	p.mu.Lock()
+	fl := p.inflight[node.Name]
+	if fl == nil {
+		fl = &flight{done: make(chan struct{})}
+		p.inflight[node.Name] = fl
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.lookup)
+		go func() {
+			defer cancel()
+			fl.f, fl.err = p.read(lctx, node, targets)
+			p.mu.Lock()
+			delete(p.inflight, node.Name)
+			switch {
+			case fl.err != nil:
+			case providerIDMismatch(node, fl.f) != nil:
+				// nothing is established for a node registered with another providerID
+				delete(p.facts, node.Name)
+			default:
+				p.facts[node.Name] = fl.f
+			}
+			p.mu.Unlock()
+			close(fl.done)
+		}()
+	} else {
+		klog.V(4).InfoS("Joining the node's lookup in flight", "node", klog.KObj(node))
+	}
+	p.mu.Unlock()
+	select {
+	case <-fl.done:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%s: node %s: %w", op, node.Name, ctx.Err())
+	}
+	if fl.err != nil {
+		return nil, fl.err
+	}
+	if err := providerIDMismatch(node, fl.f); err != nil {
+		return nil, fmt.Errorf("%s: node %s: %w", op, node.Name, err)
+	}
+	return fl.f, nil
+}
+
+// providerIDMismatch refuses an uninitialized node registered with a providerID
+// that differs from the established one: a kubelet can register with any
+// providerID, so it proves nothing. An initialized node's providerID was
+// accepted when it was initialized and is write-once; it is not compared again
+// (on metal it names the address that answered, which may change).
+func providerIDMismatch(node *corev1.Node, f *Facts) error {
+	if node.Spec.ProviderID == "" || node.Spec.ProviderID == f.ProviderID || !uninitialized(node) {
+		return nil
+	}
+	return &ProviderIDMismatchError{Registered: node.Spec.ProviderID, Established: f.ProviderID}
+}
+
+func uninitialized(node *corev1.Node) bool {
+	return slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == cloudproviderapi.TaintExternalCloudProvider })
+}
+
+// read reads the node's Talos API at targets (in order, until one answers)
+// and applies the rules. It neither remembers nor compares the result.
+func (p *Provider) read(ctx context.Context, node *corev1.Node, targets []netip.Addr) (*Facts, error) {
+	const op = "cloud/Provider.Facts"
+	preferIPv6 := p.rules.Global.PreferIPv6
 
 	// Metadata and addresses are independent reads: run them concurrently so a
 	// node costs one Talos round trip of latency.
@@ -304,9 +435,6 @@ func (p *Provider) Facts(ctx context.Context, node *corev1.Node) (*Facts, error)
 		Result:       res,
 		ReadAt:       readTime,
 	}
-	p.mu.Lock()
-	p.facts[node.Name] = f
-	p.mu.Unlock()
 	klog.V(4).InfoS("Established node facts", "node", klog.KObj(node), "platform", f.Platform, "providerID", f.ProviderID, "rules", f.Rules, "talosAddress", target)
 	return f, nil
 }

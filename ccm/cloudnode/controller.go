@@ -58,6 +58,7 @@ const (
 	ReasonInitFailed          = "InitializationFailed"
 	ReasonRulesReconciled     = "TransformationsReconciled"
 	ReasonIdentityMismatch    = "NodeIdentityMismatch"
+	ReasonProvidedIPInvalid   = "ProvidedNodeIPInvalid"
 )
 
 // FactSource establishes node facts (ccm/cloud.Provider).
@@ -92,6 +93,7 @@ type Controller struct {
 	recorder record.EventRecorder
 	opts     Options
 	lastRead sync.Map // node name -> time.Time of the last facts read
+	mismatch mismatched
 }
 
 // New creates the controller and registers its informer handlers.
@@ -123,6 +125,7 @@ func New(client kubernetes.Interface, nodes coreinformers.NodeInformer, facts Fa
 			if n, ok := obj.(*corev1.Node); ok {
 				facts.Forget(n.Name)
 				c.lastRead.Delete(n.Name)
+				c.mismatch.set(n.Name, false)
 			}
 		},
 	}, opts.StatusUpdateFrequency)
@@ -181,14 +184,18 @@ func isUninitialized(n *corev1.Node) bool {
 func (c *Controller) sync(ctx context.Context, name string) error {
 	node, err := c.lister.Get(name)
 	if apierrors.IsNotFound(err) {
+		c.mismatch.set(name, false)
 		return nil
 	}
 	if err != nil {
 		return err
 	}
 	if isUninitialized(node) {
-		return c.initialize(ctx, node)
+		err := c.initialize(ctx, node)
+		c.mismatch.set(name, errors.Is(err, cloud.ErrProviderIDMismatch))
+		return err
 	}
+	c.mismatch.set(name, false)
 	return c.refresh(ctx, node)
 }
 
@@ -205,6 +212,10 @@ func reasonFor(err error) string {
 		return ReasonTransformFailed
 	case errors.Is(err, cloud.ErrIdentity):
 		return ReasonIdentityMismatch
+	case errors.Is(err, cloud.ErrProvidedNodeIP):
+		return ReasonProvidedIPInvalid
+	case errors.Is(err, cloud.ErrProviderIDMismatch):
+		return ReasonProviderIDMismatch
 	}
 	return ReasonInitFailed
 }
@@ -212,6 +223,17 @@ func reasonFor(err error) string {
 func (c *Controller) initialize(ctx context.Context, node *corev1.Node) error {
 	const op = "cloudnode/Controller.initialize"
 	f, err := c.facts.Facts(ctx, node)
+	var mismatch *cloud.ProviderIDMismatchError
+	if errors.As(err, &mismatch) {
+		// A kubelet may register with any providerID: it is no proof. The node
+		// keeps the uninitialized taint, gets no label, address or rule output
+		// of ours, and is retried with back-off until an admin resolves it (the
+		// node is recreated without that providerID) or Talos agrees.
+		c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonProviderIDMismatch,
+			"Node kept uninitialized: it was registered with providerID %q but its Talos API establishes %q; delete the Node so that its kubelet registers it again without a providerID, or correct the platform metadata (docs/troubleshooting.md)",
+			mismatch.Registered, mismatch.Established)
+		return fmt.Errorf("%s: %w", op, err)
+	}
 	if err != nil {
 		c.recorder.Eventf(node, corev1.EventTypeWarning, reasonFor(err), "Cannot initialize node yet: %v", err)
 		return fmt.Errorf("%s: %w", op, err)
@@ -240,10 +262,10 @@ func (c *Controller) initialize(ctx context.Context, node *corev1.Node) error {
 		if !isUninitialized(updated) {
 			return nil
 		}
-	}
-	if updated.Spec.ProviderID != f.ProviderID {
-		c.recorder.Eventf(updated, corev1.EventTypeWarning, ReasonProviderIDMismatch,
-			"Node already had providerID %q; the Talos API reports %q (providerID is write-once, kept)", updated.Spec.ProviderID, f.ProviderID)
+		if updated.Spec.ProviderID != "" && updated.Spec.ProviderID != f.ProviderID {
+			// set meanwhile by someone else: decided on the next sync
+			return fmt.Errorf("%s: node %s: providerID %q set meanwhile: %w", op, node.Name, updated.Spec.ProviderID, cloud.ErrProviderIDMismatch)
+		}
 	}
 	if err := c.writeAddresses(ctx, updated, addrs); err != nil {
 		return fmt.Errorf("%s: %w", op, err)

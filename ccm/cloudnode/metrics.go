@@ -31,3 +31,40 @@ func observeInitialized(n *corev1.Node, platform string) {
 	nodesInitialized.WithLabelValues(platform).Inc()
 	initDelay.Observe(time.Since(n.CreationTimestamp.Time).Seconds())
 }
+
+// providerIDMismatch counts the nodes kept uninitialized because the
+// providerID they were registered with disagrees with their Talos API.
+var providerIDMismatch = metrics.NewGauge(&metrics.GaugeOpts{
+	Namespace:      "talos_ccm",
+	Name:           "nodes_providerid_mismatch",
+	Help:           "Nodes kept uninitialized because the providerID they were registered with disagrees with their Talos API (an admin must resolve it).",
+	StabilityLevel: metrics.ALPHA,
+})
+
+var registerMismatchOnce sync.Once
+
+// mismatched is the set of nodes kept uninitialized for a providerID mismatch,
+// exported as talos_ccm_nodes_providerid_mismatch.
+type mismatched struct {
+	mu    sync.Mutex
+	nodes map[string]bool
+}
+
+func (m *mismatched) set(node string, held bool) {
+	registerMismatchOnce.Do(func() { legacyregistry.MustRegister(providerIDMismatch) })
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.nodes == nil {
+		m.nodes = map[string]bool{}
+	}
+	if m.nodes[node] == held {
+		return
+	}
+	if held {
+		m.nodes[node] = true
+		providerIDMismatch.Inc()
+	} else {
+		delete(m.nodes, node)
+		providerIDMismatch.Dec()
+	}
+}

@@ -44,7 +44,14 @@ import (
 // return an error, not an empty list, when they cannot tell: an error makes the
 // controller retry, an empty list makes it deny every IP SAN. An error wrapping
 // ErrNotThisNode (the machine that answered is provably another node) makes it
-// deny the request (NodeIdentityMismatch).
+// deny the request (NodeIdentityMismatch); one wrapping ErrProvidedNodeIPInvalid
+// (the kubelet-written addresses to reach the node by are refused, nothing was
+// dialled) makes it deny the request (ProvidedNodeIPInvalid).
+//
+// The controller never asks for the same node from two workers at once: while
+// one worker waits for a node's addresses, that node's other requests are set
+// aside and queued again when the answer is in, so a node whose Talos API hangs
+// holds at most one worker.
 type AddressSource interface {
 	EstablishedAddresses(ctx context.Context, node *corev1.Node) ([]corev1.NodeAddress, error)
 }
@@ -66,6 +73,17 @@ const pendingByNode = "node-csr-approval/pending-by-node"
 // genuine kubelet submits a new request later).
 var ErrNotThisNode = errors.New("the machine answering for the node is another node")
 
+// ErrProvidedNodeIPInvalid is what an AddressSource's error wraps when it refuses
+// the addresses the kubelet wrote to reach the node by (alpha.kubernetes.io/
+// provided-node-ip: unparsable, or more than one per family, which a kubelet never
+// writes) without dialling any. The request is denied: waiting does not change
+// the annotation, and a kubelet started with a correct --node-ip submits a new one.
+var ErrProvidedNodeIPInvalid = errors.New("the node's provided IPs are refused")
+
+// errParked: another worker is reading the node's addresses; the request is
+// queued again when it is done (lookups.end).
+var errParked = errors.New("the node's addresses are being read by another worker")
+
 // errRetry asks the worker to look at a request again after a back-off.
 var errRetry = errors.New("decision postponed")
 
@@ -81,6 +99,42 @@ type Controller struct {
 	broadcaster record.EventBroadcaster // set when the controller owns its recorder
 	queue       workqueue.TypedRateLimitingInterface[string]
 	opts        Options
+	lookups     lookups
+}
+
+// lookups tracks the nodes whose addresses a worker is reading, and the requests
+// set aside meanwhile.
+type lookups struct {
+	mu     sync.Mutex
+	parked map[string][]string // node name -> CSR names waiting for its lookup
+}
+
+// begin reports whether the caller may read node's addresses; if another worker
+// is doing so, csr is set aside until it ends.
+func (l *lookups) begin(node, csr string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.parked == nil {
+		l.parked = map[string][]string{}
+	}
+	waiting, busy := l.parked[node]
+	if !busy {
+		l.parked[node] = nil
+		return true
+	}
+	if !slices.Contains(waiting, csr) {
+		l.parked[node] = append(waiting, csr)
+	}
+	return false
+}
+
+// end marks node's lookup done and returns the requests set aside meanwhile.
+func (l *lookups) end(node string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	waiting := l.parked[node]
+	delete(l.parked, node)
+	return waiting
 }
 
 // NewController wires the controller to the shared informers. Start the informer
@@ -192,6 +246,9 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		c.queue.Forget(name)
 	case errors.Is(err, errRetry):
 		c.queue.AddRateLimited(name)
+	case errors.Is(err, errParked):
+		// queued again by the worker reading the node's addresses
+		klog.V(4).InfoS("Kubelet serving CSR waits for its node's address lookup", "csr", klog.KRef("", name))
 	default:
 		utilruntime.HandleErrorWithContext(ctx, err, "Deciding CSR failed, will retry", "csr", klog.KRef("", name))
 		c.queue.AddRateLimited(name)
@@ -255,11 +312,26 @@ func (c *Controller) decide(ctx context.Context, csr *certificatesv1.Certificate
 	}
 	var established []corev1.NodeAddress
 	if node != nil && (!c.opts.WaitForInitialization || Initialized(node)) {
+		if !c.lookups.begin(node.Name, csr.Name) {
+			return Decision{}, node, errParked
+		}
 		var err error
-		if established, err = c.addrs.EstablishedAddresses(ctx, node); errors.Is(err, ErrNotThisNode) {
+		established, err = c.addrs.EstablishedAddresses(ctx, node)
+		for _, parked := range c.lookups.end(node.Name) {
+			if err != nil {
+				c.queue.AddRateLimited(parked)
+			} else {
+				c.queue.Add(parked)
+			}
+		}
+		switch {
+		case errors.Is(err, ErrNotThisNode):
 			return Decision{Action: Deny, Reason: ReasonNodeIdentityMismatch,
 				Message: fmt.Sprintf("the Talos API reached for node %q is another machine: %s", node.Name, clipLong(err.Error()))}, node, nil
-		} else if err != nil {
+		case errors.Is(err, ErrProvidedNodeIPInvalid):
+			return Decision{Action: Deny, Reason: ReasonProvidedNodeIPInvalid,
+				Message: fmt.Sprintf("the addresses node %q gives to reach it are refused, nothing was dialled: %s", node.Name, clipLong(err.Error()))}, node, nil
+		case err != nil:
 			klog.ErrorS(err, "Cannot read the addresses talos-ccm established for node", "csr", klog.KObj(csr), "node", klog.KObj(node))
 			return Decision{Action: Retry, Reason: ReasonAddressLookupFailed,
 				Message: fmt.Sprintf("cannot read the addresses of node %q: %v", node.Name, err)}, node, nil

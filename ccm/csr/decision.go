@@ -108,6 +108,10 @@ const (
 	ReasonNodeIdentityMismatch = "NodeIdentityMismatch"
 	// ReasonAddressLookupFailed: the AddressSource failed (Retry; controller only).
 	ReasonAddressLookupFailed = "AddressLookupFailed"
+	// ReasonProvidedNodeIPInvalid: the kubelet-written addresses the node is reached
+	// by are unparsable or more than one per family (ErrProvidedNodeIPInvalid; Deny,
+	// controller only). Nothing was dialled.
+	ReasonProvidedNodeIPInvalid = "ProvidedNodeIPInvalid"
 
 	// ReasonNodeIdentityVerified: every check passed (Approve).
 	ReasonNodeIdentityVerified = "NodeIdentityVerified"

@@ -203,3 +203,107 @@ func parallel(b *testing.B, n, workers int, f func(i int) error) {
 		b.Fatalf("%d of %d calls failed, first: %v", len(errs), n, errs[0])
 	}
 }
+
+// BenchmarkHostileNode measures whether a hostile node delays other nodes'
+// certificates: 200 initialized nodes submit a serving CSR each, decided by the
+// controller (default options) with talos-ccm's real AddressSource reading each
+// node's simulated Talos API once (real client, mTLS). Baseline first; then, in
+// the same run, 200 other nodes do the same while a node whose Talos API hangs
+// (requests held by the endpoint for the whole run) has 4 CSRs per worker
+// pending, and a node listing 20 addresses in provided-node-ip has as many.
+//
+//	KUBEBUILDER_ASSETS=... go test -run '^$' -bench HostileNode -benchtime 1x ./ccm/csr/integration
+func BenchmarkHostileNode(b *testing.B) {
+	setup(b)
+	cleanupCSRs(b)
+	const (
+		n          = 200
+		submitters = 16
+		perLookup  = 3
+	)
+	ctx := context.Background()
+	opts := csr.NewOptions()
+	s := startHostile(b)
+	startController(b, approver, opts, s.provider)
+	hostileN := 4 * opts.Workers
+
+	for iter := range b.N {
+		b.StopTimer()
+		// honest nodes: one set for the baseline, one beside the hostile nodes
+		phase := func(set int) (names []string, reqs [][]byte) {
+			for i := range n {
+				name := fmt.Sprintf("bh%d-%d-%03d", iter, set, i)
+				ip := fmt.Sprintf("10.%d.%d.%d", 83+set, 100+iter%100, i+1)
+				if _, err := s.ep.AddNode(name, []string{ip}, metalSpec(name, ip)); err != nil {
+					b.Fatal(err)
+				}
+				names = append(names, name)
+				reqs = append(reqs, csrtest.Request{NodeName: name, DNSNames: []string{name}, IPs: csrtest.Addrs(ip)}.MustPEM())
+			}
+			parallel(b, n, submitters, func(i int) error {
+				_, err := env.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{
+					ObjectMeta: metav1.ObjectMeta{Name: names[i], Labels: map[string]string{testLabel: caseLabel(b)},
+						Annotations: map[string]string{"alpha.kubernetes.io/provided-node-ip": fmt.Sprintf("10.%d.%d.%d", 83+set, 100+iter%100, i+1)}},
+					Spec: corev1.NodeSpec{ProviderID: "talos://metal/" + names[i]},
+				}, metav1.CreateOptions{})
+				return err
+			})
+			return names, reqs
+		}
+		baseNames, baseReqs := phase(0)
+		hostNames, hostReqs := phase(1)
+		b.Cleanup(func() {
+			_ = env.Client.CoreV1().Nodes().DeleteCollection(context.Background(), metav1.DeleteOptions{},
+				metav1.ListOptions{LabelSelector: testLabel + "=" + caseLabel(b)})
+		})
+		decideAll := func(names []string, reqs [][]byte, suffix string) time.Duration {
+			before := decisions(b, "approve", csr.ReasonNodeIdentityVerified)
+			start := time.Now()
+			parallel(b, n, submitters, func(i int) error {
+				_, err := impersonating(b, names[i]).CertificatesV1().CertificateSigningRequests().Create(ctx, benchCSR(b, names[i]+suffix, reqs[i]), metav1.CreateOptions{})
+				return err
+			})
+			waitApproved(b, before+n)
+			return time.Since(start)
+		}
+
+		b.StartTimer()
+		base := decideAll(baseNames, baseReqs, "")
+		b.StopTimer()
+
+		// the hostile nodes ask first, and their lookups are in flight
+		deniedBefore := decisions(b, "deny", csr.ReasonProvidedNodeIPInvalid)
+		hung := csrtest.Request{NodeName: hungNode, DNSNames: []string{hungNode}, IPs: csrtest.Addrs(hungIP)}.MustPEM()
+		many := csrtest.Request{NodeName: manyIPsNode, IPs: csrtest.Addrs("10.82.1.1")}.MustPEM()
+		parallel(b, hostileN, submitters, func(i int) error {
+			if _, err := impersonating(b, hungNode).CertificatesV1().CertificateSigningRequests().Create(ctx, benchCSR(b, fmt.Sprintf("bh%d-hung-%d", iter, i), hung), metav1.CreateOptions{}); err != nil {
+				return err
+			}
+			_, err := impersonating(b, manyIPsNode).CertificatesV1().CertificateSigningRequests().Create(ctx, benchCSR(b, fmt.Sprintf("bh%d-many-%d", iter, i), many), metav1.CreateOptions{})
+			return err
+		})
+		if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			return s.hung.Held() >= perLookup, nil
+		}); err != nil {
+			b.Fatal("the hung node's lookup never reached its Talos API")
+		}
+		b.StartTimer()
+		hostile := decideAll(hostNames, hostReqs, "")
+		b.StopTimer()
+		if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			return decisions(b, "deny", csr.ReasonProvidedNodeIPInvalid) >= deniedBefore+float64(hostileN), nil
+		}); err != nil {
+			b.Fatal("the many-address node's CSRs were not denied")
+		}
+		held := s.hung.Held()
+		if held != perLookup {
+			b.Fatalf("hung node: %d Talos requests in flight, want one lookup (%d)", held, perLookup)
+		}
+		b.ReportMetric(base.Seconds(), "s-baseline-decided")
+		b.ReportMetric(hostile.Seconds(), "s-with-hostile-decided")
+		b.ReportMetric(hostile.Seconds()/base.Seconds(), "x-of-baseline")
+		fmt.Printf("node-csr-approval (%d workers) with a hostile node: %d CSRs of other nodes, each read from its Talos API, submission to all approved: baseline %s | while a node whose Talos API hangs has %d CSRs pending and a node listing %d addresses has %d: %s (%.2fx baseline) | hung node: %d Talos requests in flight (one lookup, one worker), many-address node: %d dials, %d denied\n",
+			opts.Workers, n, base.Round(time.Millisecond), hostileN, manyIPs, hostileN, hostile.Round(time.Millisecond), hostile.Seconds()/base.Seconds(),
+			held, s.manyIPs.Calls(), hostileN)
+	}
+}

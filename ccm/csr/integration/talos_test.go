@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +10,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/cloud"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/csr"
@@ -46,7 +50,7 @@ func TestTalosProviderIsTheProof(t *testing.T) {
 	}{
 		{"tal-ok-1", []string{"10.80.0.1"}, []talosnode.Address{{Link: "eth0", Prefix: "10.80.0.1/24"}, {Link: "external", Prefix: "203.0.113.81/32"}}},
 		{"tal-v6-1", []string{"10.80.0.2"}, []talosnode.Address{{Link: "eth0", Prefix: "10.80.0.2/24"}, {Link: "eth0", Prefix: "fd00:80::2/64"}}},
-		{"tal-first-1", []string{"10.80.0.3"}, []talosnode.Address{{Link: "eth0", Prefix: "10.80.0.3/24"}}},
+		{"tal-first-1", []string{"fd00:80::3"}, []talosnode.Address{{Link: "eth0", Prefix: "fd00:80::3/64"}}},
 	} {
 		if _, err := ep.AddNode(n.name, n.ips, talosnode.Spec{Metadata: metal(n.name), Addresses: n.addrs}); err != nil {
 			t.Fatal(err)
@@ -57,14 +61,15 @@ func TestTalosProviderIsTheProof(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = client.Close() })
-	provider := cloud.New(client, nil)
+	provider := cloud.New(client, nil, cloud.Options{})
 
 	// The kubelets' provided-node-ip (and status.addresses) as they wrote them.
 	createNode(t, nodeSpec{name: "tal-ok-1", initialized: true, kubeletIPs: []string{"10.80.0.1"}, kubeletHostname: "tal-ok-1"})
 	// a second family the machine does not have
 	createNode(t, nodeSpec{name: "tal-v6-1", initialized: true, kubeletIPs: []string{"10.80.0.2", "fd00:80::99"}})
-	// an address no machine answers on, before the real one
-	createNode(t, nodeSpec{name: "tal-first-1", initialized: true, kubeletIPs: []string{"10.80.9.9", "10.80.0.3"}})
+	// an address no machine answers on, before the real one (of the other
+	// family: the kubelet allows one per family)
+	createNode(t, nodeSpec{name: "tal-first-1", initialized: true, kubeletIPs: []string{"10.80.9.9", "fd00:80::3"}})
 	// another machine's address: tal-ok-1 answers there
 	impostor := createNode(t, nodeSpec{name: "tal-impostor-1", initialized: true, kubeletIPs: []string{"10.80.0.1"}})
 
@@ -118,5 +123,145 @@ func TestTalosProviderIsTheProof(t *testing.T) {
 		if ep.Node(name).Calls() == 0 {
 			t.Errorf("the Talos API of %s was never read", name)
 		}
+	}
+}
+
+// hostileSetup is a Talos endpoint with a node whose Talos API hangs (held) and
+// one whose kubelet lists many addresses, talos-ccm's provider reading it, and
+// the Nodes of both.
+type hostileSetup struct {
+	ep       *talosnode.Endpoint
+	provider *cloud.Provider
+	hung     *talosnode.Node
+	manyIPs  *talosnode.Node
+}
+
+// Names and addresses of the hostile nodes (tests and benchmark).
+const (
+	hungNode    = "hostile-hung-1"
+	hungIP      = "10.82.0.1"
+	manyIPsNode = "hostile-many-1"
+	// manyIPs addresses are listed in provided-node-ip; all lead to the machine
+	manyIPs = 20
+)
+
+func metalSpec(name, ip string) talosnode.Spec {
+	return talosnode.Spec{Metadata: &runtime.PlatformMetadataSpec{Platform: "metal", Hostname: name},
+		Addresses: []talosnode.Address{{Link: "eth0", Prefix: ip + "/16"}}}
+}
+
+func startHostile(t testing.TB) *hostileSetup {
+	t.Helper()
+	ep, err := talosnode.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ep.Stop)
+	s := &hostileSetup{ep: ep}
+	if s.hung, err = ep.AddNode(hungNode, []string{hungIP}, metalSpec(hungNode, hungIP)); err != nil {
+		t.Fatal(err)
+	}
+	s.hung.Hold()
+	t.Cleanup(s.hung.Release)
+	many := make([]string, manyIPs)
+	for i := range many {
+		many[i] = fmt.Sprintf("10.82.1.%d", i+1)
+	}
+	if s.manyIPs, err = ep.AddNode(manyIPsNode, many, metalSpec(manyIPsNode, many[0])); err != nil {
+		t.Fatal(err)
+	}
+	// requests and lookups outlive the test unless released
+	client, err := ep.NewClient(t.TempDir(), talos.Options{Timeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	s.provider = cloud.New(client, nil, cloud.Options{LookupTimeout: time.Hour})
+	createNode(t, nodeSpec{name: hungNode, initialized: true, kubeletIPs: []string{hungIP}})
+	createNode(t, nodeSpec{name: manyIPsNode, initialized: true, kubeletIPs: many})
+	return s
+}
+
+// TestHostileNodeDoesNotStallApproval: a kubelet controls its node's
+// provided-node-ip, and whoever controls a machine can make its Talos API hang.
+// Neither may hold up other nodes' certificates. No clock is asserted: the hung
+// node's requests stay in flight (held by the endpoint, with timeouts far longer
+// than the test) while every other node's requests are decided, and the hung
+// node costs one lookup (one worker) although it has a request pending for each
+// worker. The node listing many addresses is refused without a single dial.
+func TestHostileNodeDoesNotStallApproval(t *testing.T) {
+	setup(t)
+	cleanupCSRs(t)
+	s := startHostile(t)
+	const honestN = 8
+	var honest []string
+	for i := range honestN {
+		name, ip := fmt.Sprintf("honest-%d", i), fmt.Sprintf("10.82.2.%d", i+1)
+		if _, err := s.ep.AddNode(name, []string{ip}, metalSpec(name, ip)); err != nil {
+			t.Fatal(err)
+		}
+		createNode(t, nodeSpec{name: name, initialized: true, kubeletIPs: []string{ip}})
+		honest = append(honest, name)
+	}
+	opts := csr.NewOptions()
+	startController(t, approver, opts, s.provider)
+
+	// The hung node asks first, once per worker.
+	hungReq := csrtest.Request{NodeName: hungNode, DNSNames: []string{hungNode}, IPs: csrtest.Addrs(hungIP)}
+	for i := range opts.Workers {
+		submit(t, nodeClient(t, hungNode), fmt.Sprintf("%s-%d", hungNode, i), hungReq.MustPEM(), nil)
+	}
+	const perLookup = 3 // PlatformMetadata, AddressStatus, Nodename
+	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
+		return s.hung.Held() >= perLookup, nil
+	}); err != nil {
+		t.Fatalf("the hung node's lookup never reached its Talos API (%d requests held)", s.hung.Held())
+	}
+
+	submit(t, nodeClient(t, manyIPsNode), manyIPsNode, csrtest.Request{NodeName: manyIPsNode, IPs: csrtest.Addrs("10.82.1.1")}.MustPEM(), nil)
+	for i, name := range honest {
+		r := csrtest.Request{NodeName: name, DNSNames: []string{name}, IPs: csrtest.Addrs(fmt.Sprintf("10.82.2.%d", i+1))}
+		submit(t, nodeClient(t, name), name, r.MustPEM(), nil)
+	}
+	for _, name := range honest {
+		wantCondition(t, waitDecided(t, name), certificatesv1.CertificateApproved, csr.ReasonNodeIdentityVerified)
+	}
+	got := waitDecided(t, manyIPsNode)
+	wantCondition(t, got, certificatesv1.CertificateDenied, csr.ReasonProvidedNodeIPInvalid)
+	if msg := got.Status.Conditions[0].Message; !strings.Contains(msg, "20 IPv4") {
+		t.Errorf("denial %q does not say what is wrong with the addresses", msg)
+	}
+	node, err := env.Client.CoreV1().Nodes().Get(context.Background(), manyIPsNode, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := waitEvent(t, "Node", node, csr.EventReasonDenied); !strings.Contains(ev.Message, csr.ReasonProvidedNodeIPInvalid) {
+		t.Errorf("node event %q", ev.Message)
+	}
+	if calls := s.manyIPs.Calls(); calls != 0 {
+		t.Errorf("the node listing %d addresses was dialled %d times; want none", manyIPs, calls)
+	}
+
+	// ... all while the hung node's one lookup is still in flight
+	if held, calls := s.hung.Held(), s.hung.Calls(); held != perLookup || calls != perLookup {
+		t.Fatalf("hung node: %d requests held, %d made; want exactly one lookup in flight (%d)", held, calls, perLookup)
+	}
+	for i := range opts.Workers {
+		c, err := env.Client.CertificatesV1().CertificateSigningRequests().Get(context.Background(), fmt.Sprintf("%s-%d", hungNode, i), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if decided(c) != nil {
+			t.Fatalf("%s decided without an answer from its Talos API: %+v", c.Name, c.Status.Conditions)
+		}
+	}
+
+	// Once it answers, its requests (set aside meanwhile) are decided on that one answer.
+	s.hung.Release()
+	for i := range opts.Workers {
+		wantCondition(t, waitDecided(t, fmt.Sprintf("%s-%d", hungNode, i)), certificatesv1.CertificateApproved, csr.ReasonNodeIdentityVerified)
+	}
+	if calls := s.hung.Calls(); calls != perLookup {
+		t.Errorf("hung node: %d Talos requests for %d CSRs; want one lookup (%d)", calls, opts.Workers, perLookup)
 	}
 }
