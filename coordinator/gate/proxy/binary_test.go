@@ -74,7 +74,7 @@ func TestGateBinaryDeleteOptions(t *testing.T) {
 	ctx := context.Background()
 	const platform = "delopt-hc"
 	var specs []gatetest.NodeSpec
-	for _, n := range []string{"dry-query", "dry-body", "dry-both", "dry-pb", "bad-policy", "conflict", "real", "dry-collection", "dry-patch"} {
+	for _, n := range []string{"dry-query", "dry-body", "dry-grace", "dry-both", "dry-pb", "bad-policy", "conflict", "real", "dry-collection", "dry-patch"} {
 		specs = append(specs, gatetest.NodeSpec{Name: "delopt-" + n, Platform: platform, ProviderID: "hcloud://" + n})
 	}
 	fixture(t, "delopt", specs...)
@@ -114,6 +114,9 @@ func TestGateBinaryDeleteOptions(t *testing.T) {
 		{name: "dryRun in the JSON body", method: http.MethodDelete, path: "/delopt-dry-body",
 			body: `{"kind":"DeleteOptions","apiVersion":"v1","dryRun":["All"]}`, contentType: "application/json",
 			wantCode: http.StatusOK, node: "delopt-dry-body", wantExist: true},
+		{name: "dryRun and gracePeriodSeconds in the JSON body", method: http.MethodDelete, path: "/delopt-dry-grace",
+			body: `{"kind":"DeleteOptions","apiVersion":"v1","gracePeriodSeconds":30,"dryRun":["All"]}`, contentType: "application/json",
+			wantCode: http.StatusOK, node: "delopt-dry-grace", wantExist: true},
 		{name: "dryRun in a protobuf body, gracePeriodSeconds in the query", method: http.MethodDelete, path: "/delopt-dry-pb", query: "gracePeriodSeconds=0",
 			body: string(pbDryRun), contentType: "application/vnd.kubernetes.protobuf",
 			wantCode: http.StatusOK, node: "delopt-dry-pb", wantExist: true},
