@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/gatetest"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy"
 )
 
 var (
@@ -166,5 +168,55 @@ func TestGateBinaryDeleteOptions(t *testing.T) {
 				t.Fatalf("node %s was patched: %v", tc.node, n.Labels)
 			}
 		})
+	}
+}
+
+// TestGateBinaryHealthAndMetricsListeners: the probe listener (which the
+// kubelet reaches on the pod IP) answers only /livez and /readyz; /metrics is
+// on a listener of its own that ccm-gate binds to loopback by default.
+func TestGateBinaryHealthAndMetricsListeners(t *testing.T) {
+	needEnv(t)
+	g, _, _ := startGateBinary(t, "listeners-hc")
+	get := func(url string) (int, string) {
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	tests := []struct {
+		// url is fetched without credentials.
+		url string
+		// wantCode and wantBody (substring) are the answer.
+		wantCode int
+		wantBody string
+	}{
+		{url: "http://" + g.Health + "/livez", wantCode: http.StatusOK, wantBody: "ok"},
+		{url: "http://" + g.Health + "/readyz", wantCode: http.StatusOK, wantBody: "ok"},
+		{url: "http://" + g.Health + "/metrics", wantCode: http.StatusNotFound},
+		{url: "http://" + g.Metrics + "/metrics", wantCode: http.StatusOK, wantBody: "go_goroutines"},
+		{url: "http://" + g.Metrics + "/readyz", wantCode: http.StatusNotFound},
+	}
+	for _, tc := range tests {
+		t.Run(tc.url, func(t *testing.T) {
+			code, body := get(tc.url)
+			if code != tc.wantCode || !strings.Contains(body, tc.wantBody) {
+				t.Fatalf("%d %.200s, want %d with %q", code, body, tc.wantCode, tc.wantBody)
+			}
+		})
+	}
+}
+
+// TestDefaultListenersAreLoopback: without flags, ccm-gate serves nothing
+// beyond loopback (the sidecar opts the probes into the pod IP).
+func TestDefaultListenersAreLoopback(t *testing.T) {
+	o := proxy.DefaultServerOptions()
+	for name, addr := range map[string]string{"--listen": o.Listen, "--health-listen": o.HealthListen, "--metrics-listen": o.MetricsListen} {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil || net.ParseIP(host) == nil || !net.ParseIP(host).IsLoopback() {
+			t.Errorf("%s defaults to %q, not a loopback address", name, addr)
+		}
 	}
 }
