@@ -65,10 +65,10 @@ func (o *ServerOptions) BindFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.Cache, "cache", o.Cache, "Keep the platform's node names in memory for single-node checks (otherwise every check reads the node).")
 }
 
-// Serve runs ccm-gate until ctx ends. ready, if not nil, is called once both
-// listeners accept connections, with the proxy's URL and the health address
-// (empty when disabled).
-func Serve(ctx context.Context, o ServerOptions, ready func(proxyURL, healthAddr string)) error {
+// Serve runs ccm-gate until ctx ends. ready, if not nil, is called once the
+// listeners accept connections, with the proxy's URL and the health and
+// metrics addresses (empty when disabled).
+func Serve(ctx context.Context, o ServerOptions, ready func(proxyURL, healthAddr, metricsAddr string)) error {
 	const op = "proxy.Serve"
 	log := klog.FromContext(ctx)
 	var upstream *rest.Config
@@ -148,7 +148,7 @@ func Serve(ctx context.Context, o ServerOptions, ready func(proxyURL, healthAddr
 	go func() { errs <- ignoreClosed(ps.Serve(ln)) }()
 	log.Info("ccm-gate serving", "address", scheme+"://"+ln.Addr().String(), "health", healthAddr, "metrics", metricsAddr, "platform", o.Platform, "credentials", o.Credentials, "upstream", upstream.Host)
 	if ready != nil {
-		ready(scheme+"://"+ln.Addr().String(), healthAddr)
+		ready(scheme+"://"+ln.Addr().String(), healthAddr, metricsAddr)
 	}
 
 	var runErr error
