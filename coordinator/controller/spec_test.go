@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -386,9 +387,16 @@ func TestGatedUpstreamChart(t *testing.T) {
 	if err := gatetest.WaitFence(ctxT(t), ccmClient, "upb-aws-1", true); err != nil {
 		t.Fatalf("fence not enforced for %s: %v", user, err)
 	}
-	_, err = ccmClient.CoreV1().Nodes().Patch(ctxT(t), "upb-1", types.StrategicMergePatchType,
-		[]byte(`{"metadata":{"annotations":{"hybridccm.io/fence-probe":"x"}}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+	// On its own node it may add the shutdown taint (every other taint kept,
+	// as cloud-provider's helper sends it), and nothing else.
+	own, err := env.Client.CoreV1().Nodes().Get(ctxT(t), "upb-1", metav1.GetOptions{})
 	if err != nil {
-		t.Errorf("the CCM may not patch its own node: %v", err)
+		t.Fatal(err)
+	}
+	taints, _ := json.Marshal(append(own.Spec.Taints, corev1.Taint{Key: gate.ShutdownTaintKey, Effect: corev1.TaintEffectNoSchedule}))
+	_, err = ccmClient.CoreV1().Nodes().Patch(ctxT(t), "upb-1", types.StrategicMergePatchType,
+		[]byte(`{"spec":{"taints":`+string(taints)+`}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		t.Errorf("the CCM may not taint its own node: %v", err)
 	}
 }

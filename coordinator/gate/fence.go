@@ -148,14 +148,14 @@ func (f Fence) Objects() (*admissionregistrationv1.ValidatingAdmissionPolicy, *a
 				Name:       "native-ccm-identity",
 				Expression: "request.userInfo.username == " + celString(f.Username),
 			}},
-			Variables: []admissionregistrationv1.Variable{
+			Variables: append([]admissionregistrationv1.Variable{
 				{Name: "oldPlatform", Expression: "request.operation == 'CREATE' ? '' : oldObject.metadata.?labels[?" + label + "].orValue('')"},
 				{Name: "oldProviderID", Expression: "request.operation == 'CREATE' ? '' : oldObject.?spec.?providerID.orValue('')"},
 				{Name: "newPlatform", Expression: "request.operation == 'UPDATE' ? object.metadata.?labels[?" + label + "].orValue('') : ''"},
 				{Name: "newProviderID", Expression: "request.operation == 'UPDATE' ? object.?spec.?providerID.orValue('') : ''"},
 				{Name: "ownProviderID", Expression: "variables.oldProviderID != '' && " + prefixList + ".exists(p, variables.oldProviderID.startsWith(p))"},
-			},
-			Validations: []admissionregistrationv1.Validation{
+			}, changeVariables()...),
+			Validations: append([]admissionregistrationv1.Validation{
 				{
 					Expression: "request.operation != 'CREATE'",
 					Message:    "hybrid-ccm gate: " + who + " may not create nodes",
@@ -190,7 +190,7 @@ func (f Fence) Objects() (*admissionregistrationv1.ValidatingAdmissionPolicy, *a
 					MessageExpression: cel(lit("hybrid-ccm gate: "+who+" may not set or change the providerID of node "), "request.name"),
 					Reason:            ptr.To(metav1.StatusReasonForbidden),
 				},
-			},
+			}, changeValidations(who)...),
 		},
 	}
 	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{

@@ -2,6 +2,7 @@ package gate_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -168,12 +169,18 @@ func TestFence(t *testing.T) {
 		// node the denial message must name.
 		node string
 	}{
-		{name: "taint own node", do: func() error { return patch(ccm, "fence-own", taint) }, allow: true},
-		{name: "taint own Robot node", do: func() error { return patch(ccm, "fence-own-robot", taint) }, allow: true},
-		{name: "status of own node", do: func() error { return patch(ccm, "fence-own", condition, "status") }, allow: true},
-		{name: "update own node", do: func() error {
-			return update(ccm, "fence-own", func(n *corev1.Node) { n.Annotations = map[string]string{"x": "y"} })
+		{name: "taint own node", do: func() error { return patch(ccm, "fence-own", addShutdownTaint(t, admin, "fence-own")) }, allow: true},
+		{name: "taint own Robot node", do: func() error { return patch(ccm, "fence-own-robot", addShutdownTaint(t, admin, "fence-own-robot")) }, allow: true},
+		{name: "replace own node's taints by the shutdown taint", do: func() error { return patch(ccm, "fence-own", taint) }, node: "fence-own"},
+		{name: "update own node's taints", do: func() error {
+			return update(ccm, "fence-own", func(n *corev1.Node) {
+				n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: gate.ShutdownTaintKey, Effect: corev1.TaintEffectNoSchedule})
+			})
 		}, allow: true},
+		{name: "status of own node", do: func() error { return patch(ccm, "fence-own", condition, "status") }, node: "fence-own"},
+		{name: "update own node's annotations", do: func() error {
+			return update(ccm, "fence-own", func(n *corev1.Node) { n.Annotations = map[string]string{"x": "y"} })
+		}, node: "fence-own"},
 		{name: "delete own node", do: func() error { return del(ccm, "fence-own") }, allow: true},
 		{name: "delete own Robot node", do: func() error { return del(ccm, "fence-own-robot") }, allow: true},
 
@@ -242,6 +249,22 @@ func TestFence(t *testing.T) {
 			t.Fatalf("fence still active after DeletePolicy: %v", err)
 		}
 	})
+}
+
+// addShutdownTaint is the patch cloud-provider's taint helper sends: every
+// taint of the node as it is, plus the shutdown taint.
+func addShutdownTaint(t *testing.T, admin kubernetes.Interface, node string) string {
+	t.Helper()
+	n, err := admin.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	taints := append(n.Spec.Taints, corev1.Taint{Key: gate.ShutdownTaintKey, Effect: corev1.TaintEffectNoSchedule})
+	b, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": n.ResourceVersion}, "spec": map[string]any{"taints": taints}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 func TestConfigErrorsAreMarked(t *testing.T) {

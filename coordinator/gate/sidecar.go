@@ -46,6 +46,8 @@ const (
 	// the host network never clash.
 	proxyPortOffset  = 10000
 	healthPortOffset = 11000
+	// metricsPortOffset (from the health port) places /metrics on loopback.
+	metricsPortOffset = 1000
 )
 
 // Sidecar is the release mutator that puts ccm-gate in front of a native CCM:
@@ -67,8 +69,8 @@ type Sidecar struct {
 	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
 	// Container is the CCM container's name; empty: the first container.
 	Container string `json:"container,omitempty"`
-	// ProxyPort is the gate's loopback port, HealthPort serves its probes and
-	// metrics.
+	// ProxyPort is the gate's loopback port, HealthPort serves its probes on
+	// the pod IP; /metrics is served on loopback at HealthPort+1000.
 	ProxyPort  int32 `json:"proxyPort"`
 	HealthPort int32 `json:"healthPort"`
 	// PlainHTTP serves the CCM plain HTTP on loopback instead of HTTPS.
@@ -101,9 +103,12 @@ func (s Sidecar) Fingerprint() string {
 	b, _ := json.Marshal(struct {
 		V int
 		S Sidecar
-	}{V: 1, S: s})
+	}{V: 2, S: s})
 	return fmt.Sprintf("%x", sha256.Sum256(b))[:16]
 }
+
+// MetricsPort is where the gate serves /metrics, on loopback only.
+func (s Sidecar) MetricsPort() int32 { return s.HealthPort + metricsPortOffset }
 
 // ConfigMapName holds the CCM's kubeconfig.
 func (s Sidecar) ConfigMapName() string { return s.Release + "-gate" }
@@ -147,7 +152,7 @@ func (s Sidecar) check() error {
 		return fmt.Errorf("platform is required: an empty platform would show every unlabelled node")
 	case s.Image == "":
 		return fmt.Errorf("ccm-gate image is required")
-	case s.ProxyPort <= 0 || s.ProxyPort > 65535 || s.HealthPort <= 0 || s.HealthPort > 65535:
+	case s.ProxyPort <= 0 || s.ProxyPort > 65535 || s.HealthPort <= 0 || s.MetricsPort() > 65535:
 		return fmt.Errorf("ports %d/%d out of range (secure port too high?)", s.ProxyPort, s.HealthPort)
 	}
 	return nil
@@ -262,7 +267,10 @@ func (s Sidecar) editPod(tpl *corev1.PodTemplateSpec, kubeconfig []byte) error {
 func (s Sidecar) container() corev1.Container {
 	args := []string{
 		"--listen=127.0.0.1:" + strconv.Itoa(int(s.ProxyPort)),
+		// Probes come from the kubelet to the pod IP; they answer only "ok".
 		"--health-listen=:" + strconv.Itoa(int(s.HealthPort)),
+		// Metrics carry no secrets but are unauthenticated: loopback only.
+		"--metrics-listen=127.0.0.1:" + strconv.Itoa(int(s.MetricsPort())),
 		"--platform=" + s.Platform,
 		"--credentials=" + string(proxy.ForwardCredentials),
 	}

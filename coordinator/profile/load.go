@@ -347,7 +347,7 @@ func validateCCM(fp *field.Path, c *CCM) field.ErrorList {
 			errs = append(errs, field.Invalid(ccp.Child("path"), c.CloudConfig.Path, "must be an absolute path"))
 		}
 		for i, a := range c.Args {
-			if flagName(a) == c.CloudConfig.FlagName() {
+			if FlagName(a) == FlagName(c.CloudConfig.FlagName()) {
 				errs = append(errs, field.Invalid(fp.Child("args").Index(i), a, "set by ccm.cloudConfig"))
 			}
 		}
@@ -380,20 +380,31 @@ func ValidateArgs(fp *field.Path, args []string) field.ErrorList {
 			errs = append(errs, field.Invalid(fp.Index(i), a, "must be a --flag or --flag=value"))
 			continue
 		}
-		if slices.Contains(EnforcedFlags, flagName(a)) {
-			errs = append(errs, field.Forbidden(fp.Index(i), flagName(a)+" is set by the coordinator"))
+		if name := FlagName(a); slices.Contains(EnforcedFlags, name) {
+			given, _, _ := strings.Cut(a, "=")
+			msg := name + " is set by the coordinator"
+			if given != name {
+				msg = name + " (given as " + given + ") is set by the coordinator"
+			}
+			errs = append(errs, field.Forbidden(fp.Index(i), msg))
 		}
 	}
 	return errs
 }
 
-// flagName returns "--name" of "--name=value" (and normalises a single dash).
-func flagName(arg string) string {
-	name, _, _ := strings.Cut(arg, "=")
-	if !strings.HasPrefix(name, "--") {
-		name = "-" + name
+// FlagName returns the flag an argument sets as the CCM's own flag parser
+// reads it, in the form "--name": every CCM parses its command line with pflag
+// and component-base's word-separator normalization, so "_" and "-" in a name
+// are the same, and one or two leading dashes name a flag
+// ("--use_service_account_credentials=true" sets
+// --use-service-account-credentials). It returns "" for an argument that is
+// not a flag (a value of the previous one in the "--flag value" form).
+func FlagName(arg string) string {
+	if !strings.HasPrefix(arg, "-") || arg == "-" || arg == "--" {
+		return ""
 	}
-	return name
+	name, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(arg, "-"), "-"), "=")
+	return "--" + strings.ReplaceAll(name, "_", "-")
 }
 
 func validateCredentials(fp *field.Path, p *Profile) field.ErrorList {

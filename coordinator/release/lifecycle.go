@@ -3,6 +3,7 @@ package release
 import (
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 )
@@ -75,7 +77,7 @@ func (l Lifecycle) Fingerprint() string {
 	// V versions what the enforcement renders beyond l itself; raising it
 	// upgrades every release once (2: nodes update no longer granted; 3: the
 	// delegated-authentication bindings, the CCM container's termination
-	// message falls back to its log).
+	// message falls back to its log, flags compared as the CCM parses them).
 	b, _ := json.Marshal(struct {
 		V int
 		L Lifecycle
@@ -103,6 +105,10 @@ func (l Lifecycle) enforcedArgs() []string {
 	}
 }
 
+// ErrEnforcedFlag marks args that would override a flag the coordinator
+// enforces.
+var ErrEnforcedFlag = errors.New("an arg overrides an enforced flag")
+
 // boolFlags never take their value as a separate argument.
 var boolFlags = map[string]bool{"--leader-elect": true, "--use-service-account-credentials": true}
 
@@ -110,6 +116,13 @@ var boolFlags = map[string]bool{"--leader-elect": true, "--use-service-account-c
 func (l Lifecycle) Mutate(m *Manifests) error {
 	if l.Release == "" || l.Namespace == "" || l.LeaseName == "" || l.SecurePort == 0 {
 		return fmt.Errorf("incomplete lifecycle settings %+v", l)
+	}
+	// Profile and override args come after the enforced ones, and the last
+	// occurrence of a flag wins: one that names an enforced flag in any
+	// spelling would override it (FromProfile and profile validation refuse
+	// them first, naming the field).
+	if errs := profile.ValidateArgs(field.NewPath("args"), l.Args); len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrEnforcedFlag, errs.ToAggregate())
 	}
 	drops := make([]*regexp.Regexp, len(l.Drop))
 	for i, d := range l.Drop {
@@ -289,19 +302,20 @@ func (l Lifecycle) enforceWorkload(w *unstructured.Unstructured) error {
 	return unstructured.SetNestedMap(w.Object, out, "spec", "template")
 }
 
-// stripEnforced returns head + tail without enforced flags (also in the
-// two-token "--flag value" form) and the --secure-port value it removed, if any.
+// stripEnforced returns head + tail without enforced flags (in every form the
+// CCM's flag parser accepts: "_" for "-", one or two dashes, "--flag=value"
+// and "--flag value") and the --secure-port value it removed, if any.
 func stripEnforced(head, tail []string) ([]string, int32) {
 	out := append([]string{}, head...)
 	var port int32
 	for i := 0; i < len(tail); i++ {
 		a := tail[i]
-		name, value, hasValue := strings.Cut(a, "=")
-		name = "--" + strings.TrimLeft(name, "-")
+		name := profile.FlagName(a)
 		if !slices.Contains(enforcedFlagNames, name) {
 			out = append(out, a)
 			continue
 		}
+		_, value, hasValue := strings.Cut(a, "=")
 		if !hasValue && !boolFlags[name] && i+1 < len(tail) {
 			value = tail[i+1]
 			i++
@@ -320,17 +334,30 @@ var enforcedFlagNames = []string{
 	"--leader-elect-resource-name", "--leader-elect-resource-namespace", "--secure-port",
 }
 
-// setFlag replaces "--name=..." (or "--name") in args by arg, or appends it.
+// setFlag replaces every occurrence of arg's flag in args (compared as the
+// CCM's flag parser compares names; "--name value" takes its value along) by
+// arg, at the place of the first, or appends it.
 func setFlag(args []string, arg string) []string {
-	name, _, _ := strings.Cut(arg, "=")
-	for i, a := range args {
-		n, _, _ := strings.Cut(a, "=")
-		if n == name {
-			args[i] = arg
-			return args
+	name := profile.FlagName(arg)
+	out := make([]string, 0, len(args)+1)
+	placed := false
+	for i := 0; i < len(args); i++ {
+		if profile.FlagName(args[i]) != name {
+			out = append(out, args[i])
+			continue
+		}
+		if !strings.Contains(args[i], "=") && i+1 < len(args) && profile.FlagName(args[i+1]) == "" {
+			i++ // its value; a CCM takes no positional arguments
+		}
+		if !placed {
+			out = append(out, arg)
+			placed = true
 		}
 	}
-	return append(args, arg)
+	if !placed {
+		out = append(out, arg)
+	}
+	return out
 }
 
 func setEnv(env []corev1.EnvVar, e corev1.EnvVar) []corev1.EnvVar {

@@ -408,7 +408,10 @@ func TestLifecycleShutdownTaintWithCoordinatorRBAC(t *testing.T) {
 	}
 	// A Ready hcloud node and a Ready aws node that still carry the shutdown
 	// taint: the controller removes it from its own node only.
-	shutdownTaint := `{"spec":{"taints":[{"key":"` + cloudproviderapi.TaintNodeShutdown + `","effect":"NoSchedule"}]}}`
+	// Both also carry an admin's NoExecute taint, which the fence lets no
+	// native CCM change: the controller's patches must leave it alone.
+	adminTaint := corev1.Taint{Key: "example.com/maintenance", Value: "admin", Effect: corev1.TaintEffectNoExecute}
+	shutdownTaint := `{"spec":{"taints":[{"key":"` + cloudproviderapi.TaintNodeShutdown + `","effect":"NoSchedule"},{"key":"example.com/maintenance","value":"admin","effect":"NoExecute"}]}}`
 	for _, n := range []string{"hcloud-9", "aws-9"} {
 		if _, err := admin.CoreV1().Nodes().Patch(ctx, n, types.StrategicMergePatchType, []byte(shutdownTaint), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
@@ -448,6 +451,9 @@ func TestLifecycleShutdownTaintWithCoordinatorRBAC(t *testing.T) {
 			}
 			if tainted(n) != want(s) {
 				wrong = append(wrong, fmt.Sprintf("%s tainted=%v", s.Name, tainted(n)))
+			}
+			if (s.Name == "hcloud-9" || s.Name == "aws-9") && !slices.Contains(n.Spec.Taints, adminTaint) {
+				wrong = append(wrong, s.Name+": the admin's taint is gone")
 			}
 		}
 		return wrong

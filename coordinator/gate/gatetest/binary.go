@@ -36,6 +36,8 @@ type Gate struct {
 	Config *rest.Config
 	// Log is the gate's output file.
 	Log string
+	// Health and Metrics are the addresses of the probe and metrics listeners.
+	Health, Metrics string
 }
 
 // StartGate runs bin for platform in front of upstream's API server (TLS trust
@@ -46,9 +48,9 @@ func StartGate(bin, dir, platform string, upstream *rest.Config, token string, e
 	if err := WriteKubeconfig(upstream, kubeconfig); err != nil {
 		return nil, err
 	}
-	listen, health := FreePort(), FreePort()
+	listen, health, metrics := FreePort(), FreePort(), FreePort()
 	tlsDir := filepath.Join(dir, "tls")
-	args := append([]string{"--listen=" + listen, "--health-listen=" + health, "--tls-dir=" + tlsDir,
+	args := append([]string{"--listen=" + listen, "--health-listen=" + health, "--metrics-listen=" + metrics, "--tls-dir=" + tlsDir,
 		"--kubeconfig=" + kubeconfig, "--platform=" + platform, "--credentials=forward", "--v=0"}, extra...)
 	logPath := filepath.Join(dir, "ccm-gate.log")
 	logFile, err := os.Create(logPath)
@@ -81,7 +83,7 @@ func StartGate(bin, dir, platform string, upstream *rest.Config, token string, e
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return &Gate{Cmd: cmd, Log: logPath, Config: &rest.Config{Host: "https://" + listen,
+	return &Gate{Cmd: cmd, Log: logPath, Health: health, Metrics: metrics, Config: &rest.Config{Host: "https://" + listen,
 		TLSClientConfig: rest.TLSClientConfig{CAFile: filepath.Join(tlsDir, proxy.CertFile)}, BearerToken: token, QPS: -1, Burst: -1}}, nil
 }
 

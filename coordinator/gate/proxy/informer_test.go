@@ -156,18 +156,18 @@ func TestServe(t *testing.T) {
 	}
 	tlsDir := filepath.Join(dir, "tls")
 
-	run := func() (proxyURL, health string, stop func()) {
+	run := func() (proxyURL, health, metrics string, stop func()) {
 		t.Helper()
 		o := proxy.DefaultServerOptions()
-		o.Listen, o.HealthListen = "127.0.0.1:0", "127.0.0.1:0"
+		o.Listen, o.HealthListen, o.MetricsListen = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 		o.TLSDir, o.Kubeconfig, o.Platform, o.Credentials = tlsDir, kubeconfig, "serve-hc", string(proxy.OwnCredentials)
 		sctx, cancel := context.WithCancel(ctx)
-		ready := make(chan [2]string, 1)
+		ready := make(chan [3]string, 1)
 		done := make(chan error, 1)
-		go func() { done <- proxy.Serve(sctx, o, func(p, h string) { ready <- [2]string{p, h} }) }()
+		go func() { done <- proxy.Serve(sctx, o, func(p, h, m string) { ready <- [3]string{p, h, m} }) }()
 		select {
 		case a := <-ready:
-			return a[0], a[1], func() {
+			return a[0], a[1], a[2], func() {
 				cancel()
 				if err := <-done; err != nil {
 					t.Errorf("Serve: %v", err)
@@ -177,10 +177,10 @@ func TestServe(t *testing.T) {
 			cancel()
 			t.Fatalf("Serve: %v", err)
 		}
-		return "", "", nil
+		return "", "", "", nil
 	}
 
-	proxyURL, health, stop := run()
+	proxyURL, health, metrics, stop := run()
 	if !strings.HasPrefix(proxyURL, "https://127.0.0.1:") {
 		t.Fatalf("proxy URL %s", proxyURL)
 	}
@@ -197,14 +197,14 @@ func TestServe(t *testing.T) {
 	if err != nil {
 		t.Fatal("/readyz never ready")
 	}
-	if code, body := rawGet(t, "http://"+health+"/metrics"); code != 200 || !strings.Contains(body, `ccm_gate_requests_total{decision="filtered",route="nodes"} 1`) {
+	if code, body := rawGet(t, "http://"+metrics+"/metrics"); code != 200 || !strings.Contains(body, `ccm_gate_requests_total{decision="filtered",route="nodes"} 1`) {
 		t.Fatalf("/metrics %d:\n%s", code, body)
 	}
 	cert1, _ := os.ReadFile(filepath.Join(tlsDir, proxy.CertFile))
 	stop()
 
 	// A restarted gate keeps its certificate: the CCM that trusts it keeps working.
-	proxyURL, _, stop = run()
+	proxyURL, _, _, stop = run()
 	defer stop()
 	cert2, _ := os.ReadFile(filepath.Join(tlsDir, proxy.CertFile))
 	if string(cert1) != string(cert2) {

@@ -266,11 +266,16 @@ func (p *Proxy) deleteNode(w http.ResponseWriter, r *http.Request, rt route) {
 		p.refuse(w, r, rt, badRequest(errors.New("delete options too large")))
 		return
 	}
-	opts, err := decodeDeleteOptions(body, r.Header.Get("Content-Type"))
+	// The API server reads DeleteOptions from the query only when there is no
+	// body; the forwarded request always has one, so the query's options move
+	// into it and the request means what the client asked.
+	opts, query, err := requestDeleteOptions(r.URL.Query(), body, r.Header.Get("Content-Type"))
 	if err != nil {
 		p.refuse(w, r, rt, badRequest(err))
 		return
 	}
+	r.URL.RawQuery = query.Encode()
+	r.RequestURI = ""
 	if opts.Preconditions == nil {
 		opts.Preconditions = &metav1.Preconditions{}
 	}

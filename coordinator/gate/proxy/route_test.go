@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"encoding/json"
 	"net/url"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -146,6 +148,56 @@ func TestDecodeDeleteOptions(t *testing.T) {
 			}
 			if uid != tc.wantUID {
 				t.Fatalf("uid precondition %q, want %q", uid, tc.wantUID)
+			}
+		})
+	}
+}
+
+func TestRequestDeleteOptions(t *testing.T) {
+	tests := []struct {
+		name string
+		// query and body of the DELETE.
+		query string
+		body  string
+		// want is the merged options as JSON (without kind); wantQuery what is
+		// left of the query; wantErr a substring of the error.
+		want, wantQuery, wantErr string
+	}{
+		{name: "nothing", want: `{}`},
+		{name: "query only", query: "dryRun=All&gracePeriodSeconds=0&propagationPolicy=Orphan&pretty=true",
+			want: `{"gracePeriodSeconds":0,"propagationPolicy":"Orphan","dryRun":["All"]}`, wantQuery: "pretty=true"},
+		{name: "body only", body: `{"dryRun":["All"]}`, want: `{"dryRun":["All"]}`},
+		{name: "query fills what the body leaves out", query: "dryRun=All", body: `{"gracePeriodSeconds":3}`,
+			want: `{"gracePeriodSeconds":3,"dryRun":["All"]}`},
+		{name: "same value twice", query: "gracePeriodSeconds=3", body: `{"gracePeriodSeconds":3}`, want: `{"gracePeriodSeconds":3}`},
+		{name: "orphanDependents from the query", query: "orphanDependents=true", want: `{"orphanDependents":true}`},
+		{name: "conflict is named", query: "gracePeriodSeconds=0", body: `{"gracePeriodSeconds":30}`, wantErr: "gracePeriodSeconds is 0 in the query but 30 in the body"},
+		{name: "dryRun conflict", query: "dryRun=All", body: `{"dryRun":["Bogus"]}`, wantErr: "dryRun"},
+		{name: "unparsable grace period", query: "gracePeriodSeconds=soon", wantErr: "query"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			q, err := url.ParseQuery(tc.query)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts, rest, err := requestDeleteOptions(q, []byte(tc.body), "application/json")
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want one mentioning %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts.TypeMeta = metav1.TypeMeta{}
+			got, _ := json.Marshal(opts)
+			if string(got) != tc.want {
+				t.Errorf("options %s, want %s", got, tc.want)
+			}
+			if rest.Encode() != tc.wantQuery {
+				t.Errorf("query %q, want %q", rest.Encode(), tc.wantQuery)
 			}
 		})
 	}

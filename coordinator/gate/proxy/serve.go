@@ -106,12 +106,15 @@ func writeAtomic(path string, data []byte, mode os.FileMode) error {
 	return os.Rename(f.Name(), path)
 }
 
-// HealthHandler serves the gate's own endpoints (on their own listener, never
-// on the proxy's, where /healthz belongs to the API server):
+// HealthHandler serves the gate's probes (on their own listener, never on the
+// proxy's, where /healthz belongs to the API server):
 //
 //	/livez    200 while the process serves
 //	/readyz   200 once the node cache has synced
-//	/metrics  Prometheus metrics from g
+//
+// and, when g is not nil, /metrics from g. ccm-gate serves metrics on a
+// listener of their own (MetricsHandler): probes must reach the pod IP,
+// metrics need not leave the pod.
 func (p *Proxy) HealthHandler(g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) {
@@ -125,7 +128,14 @@ func (p *Proxy) HealthHandler(g prometheus.Gatherer) http.Handler {
 		_, _ = w.Write([]byte("ok"))
 	})
 	if g != nil {
-		mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+		mux.Handle("/metrics", MetricsHandler(g))
 	}
+	return mux
+}
+
+// MetricsHandler serves /metrics from g, and nothing else.
+func MetricsHandler(g prometheus.Gatherer) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	return mux
 }

@@ -23,8 +23,12 @@ type ServerOptions struct {
 	Listen string
 	// TLSDir holds the self-signed serving certificate; empty serves plain HTTP.
 	TLSDir string
-	// HealthListen serves /livez, /readyz and /metrics; empty disables it.
+	// HealthListen serves /livez and /readyz (no data beyond "ok"; kubelet
+	// probes reach it on the pod IP); empty disables it.
 	HealthListen string
+	// MetricsListen serves /metrics, without authentication: keep it on
+	// loopback. Empty disables it.
+	MetricsListen string
 	// Kubeconfig of the upstream API server; empty: in-cluster configuration.
 	Kubeconfig string
 	// Platform and PlatformLabel define the view.
@@ -40,7 +44,8 @@ type ServerOptions struct {
 func DefaultServerOptions() ServerOptions {
 	return ServerOptions{
 		Listen:        "127.0.0.1:20258",
-		HealthListen:  ":21258",
+		HealthListen:  "127.0.0.1:21258",
+		MetricsListen: "127.0.0.1:21259",
 		PlatformLabel: DefaultPlatformLabel,
 		Credentials:   string(ForwardCredentials),
 		Cache:         true,
@@ -51,7 +56,8 @@ func DefaultServerOptions() ServerOptions {
 func (o *ServerOptions) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Listen, "listen", o.Listen, "Address the proxy serves the native CCM on (keep it on loopback).")
 	fs.StringVar(&o.TLSDir, "tls-dir", o.TLSDir, "Directory for the self-signed serving certificate ("+CertFile+", "+KeyFile+"); empty serves plain HTTP.")
-	fs.StringVar(&o.HealthListen, "health-listen", o.HealthListen, "Address of /livez, /readyz and /metrics; empty disables them.")
+	fs.StringVar(&o.HealthListen, "health-listen", o.HealthListen, "Address of /livez and /readyz (kubelet probes need the pod IP, e.g. :21258); empty disables them.")
+	fs.StringVar(&o.MetricsListen, "metrics-listen", o.MetricsListen, "Address of /metrics, served without authentication (keep it on loopback); empty disables it.")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the API server; empty uses the pod's in-cluster configuration.")
 	fs.StringVar(&o.Platform, "platform", o.Platform, "Platform whose nodes the CCM may see (value of --platform-label). Required.")
 	fs.StringVar(&o.PlatformLabel, "platform-label", o.PlatformLabel, "Node label that routes nodes to platforms.")
@@ -59,10 +65,10 @@ func (o *ServerOptions) BindFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.Cache, "cache", o.Cache, "Keep the platform's node names in memory for single-node checks (otherwise every check reads the node).")
 }
 
-// Serve runs ccm-gate until ctx ends. ready, if not nil, is called once both
-// listeners accept connections, with the proxy's URL and the health address
-// (empty when disabled).
-func Serve(ctx context.Context, o ServerOptions, ready func(proxyURL, healthAddr string)) error {
+// Serve runs ccm-gate until ctx ends. ready, if not nil, is called once the
+// listeners accept connections, with the proxy's URL and the health and
+// metrics addresses (empty when disabled).
+func Serve(ctx context.Context, o ServerOptions, ready func(proxyURL, healthAddr, metricsAddr string)) error {
 	const op = "proxy.Serve"
 	log := klog.FromContext(ctx)
 	var upstream *rest.Config
@@ -92,7 +98,7 @@ func Serve(ctx context.Context, o ServerOptions, ready func(proxyURL, healthAddr
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errs := make(chan error, 3)
+	errs := make(chan error, 4)
 	go func() {
 		if err := p.Start(ctx); err != nil && ctx.Err() == nil {
 			errs <- err
@@ -100,16 +106,26 @@ func Serve(ctx context.Context, o ServerOptions, ready func(proxyURL, healthAddr
 	}()
 
 	var servers []*http.Server
-	var healthAddr string
-	if o.HealthListen != "" {
-		ln, err := net.Listen("tcp", o.HealthListen)
-		if err != nil {
-			return fmt.Errorf("%s: health listener: %w", op, err)
+	listen := func(what, addr string, h http.Handler) (string, error) {
+		if addr == "" {
+			return "", nil
 		}
-		healthAddr = ln.Addr().String()
-		hs := &http.Server{Handler: p.HealthHandler(reg), ReadHeaderTimeout: 10 * time.Second}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return "", fmt.Errorf("%s: %s listener: %w", op, what, err)
+		}
+		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 		servers = append(servers, hs)
 		go func() { errs <- ignoreClosed(hs.Serve(ln)) }()
+		return ln.Addr().String(), nil
+	}
+	healthAddr, err := listen("health", o.HealthListen, p.HealthHandler(nil))
+	if err != nil {
+		return err
+	}
+	metricsAddr, err := listen("metrics", o.MetricsListen, MetricsHandler(reg))
+	if err != nil {
+		return err
 	}
 
 	ln, err := net.Listen("tcp", o.Listen)
@@ -130,9 +146,9 @@ func Serve(ctx context.Context, o ServerOptions, ready func(proxyURL, healthAddr
 		scheme = "https"
 	}
 	go func() { errs <- ignoreClosed(ps.Serve(ln)) }()
-	log.Info("ccm-gate serving", "address", scheme+"://"+ln.Addr().String(), "platform", o.Platform, "credentials", o.Credentials, "upstream", upstream.Host)
+	log.Info("ccm-gate serving", "address", scheme+"://"+ln.Addr().String(), "health", healthAddr, "metrics", metricsAddr, "platform", o.Platform, "credentials", o.Credentials, "upstream", upstream.Host)
 	if ready != nil {
-		ready(scheme+"://"+ln.Addr().String(), healthAddr)
+		ready(scheme+"://"+ln.Addr().String(), healthAddr, metricsAddr)
 	}
 
 	var runErr error

@@ -1,0 +1,222 @@
+package proxy_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	"k8s.io/client-go/rest"
+
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/gatetest"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy"
+)
+
+var (
+	gateBinOnce sync.Once
+	gateBin     string
+	gateBinErr  error
+)
+
+// startGateBinary runs the real ccm-gate binary (HTTPS, forwarded
+// ServiceAccount token) for platform, as the coordinator runs it beside a
+// native CCM, and returns it with an HTTP client that trusts it and the CCM's
+// token.
+func startGateBinary(t *testing.T, platform string, extra ...string) (*gatetest.Gate, *http.Client, string) {
+	t.Helper()
+	gateBinOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "ccm-gate-bin")
+		if err != nil {
+			gateBinErr = err
+			return
+		}
+		gateBin, gateBinErr = gatetest.BuildGate(dir)
+	})
+	if gateBinErr != nil {
+		t.Fatal(gateBinErr)
+	}
+	token, err := gatetest.ServiceAccountToken(context.Background(), env.Client, ccmNamespace, ccmName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upstream := &rest.Config{Host: env.Config.Host, BearerToken: token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: env.Config.CAData}}
+	g, err := gatetest.StartGate(gateBin, t.TempDir(), platform, upstream, token, extra...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Stop)
+	ca, err := os.ReadFile(g.Config.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	return g, hc, token
+}
+
+// TestGateBinaryDeleteOptions sends DELETEs of own nodes through the real
+// ccm-gate with DeleteOptions in the query, in the body or in both. The gate
+// forwards every DELETE with a body (its uid/resourceVersion preconditions),
+// and the API server reads the query's options only when there is no body: a
+// gate that dropped them turned "dry run" into a real delete.
+func TestGateBinaryDeleteOptions(t *testing.T) {
+	needEnv(t)
+	ctx := context.Background()
+	const platform = "delopt-hc"
+	var specs []gatetest.NodeSpec
+	for _, n := range []string{"dry-query", "dry-body", "dry-grace", "dry-both", "dry-pb", "bad-policy", "conflict", "real", "dry-collection", "dry-patch"} {
+		specs = append(specs, gatetest.NodeSpec{Name: "delopt-" + n, Platform: platform, ProviderID: "hcloud://" + n})
+	}
+	fixture(t, "delopt", specs...)
+	g, hc, token := startGateBinary(t, platform)
+
+	// pbDryRun is DeleteOptions{dryRun: [All]} in protobuf, as client-go sends it.
+	pbDryRun := func() []byte {
+		s := runtime.NewScheme()
+		metav1.AddToGroupVersion(s, metav1.SchemeGroupVersion)
+		b, err := runtime.Encode(protobuf.NewSerializer(s, s), &metav1.DeleteOptions{
+			TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "DeleteOptions"}, DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}()
+	tests := []struct {
+		name string
+		// method, path (under /api/v1/nodes), query, body and its content type
+		// of the raw request.
+		method, path, query string
+		body                string
+		contentType         string
+		// wantCode is the HTTP status.
+		wantCode int
+		// wantMessage is a substring of the answer.
+		wantMessage string
+		// node must still exist afterwards (or be gone).
+		node      string
+		wantExist bool
+	}{
+		{name: "dryRun in the query, no body", method: http.MethodDelete, path: "/delopt-dry-query", query: "dryRun=All",
+			wantCode: http.StatusOK, node: "delopt-dry-query", wantExist: true},
+		{name: "dryRun in the query, empty options in the body", method: http.MethodDelete, path: "/delopt-dry-both", query: "dryRun=All",
+			body: `{"kind":"DeleteOptions","apiVersion":"v1"}`, contentType: "application/json",
+			wantCode: http.StatusOK, node: "delopt-dry-both", wantExist: true},
+		{name: "dryRun in the JSON body", method: http.MethodDelete, path: "/delopt-dry-body",
+			body: `{"kind":"DeleteOptions","apiVersion":"v1","dryRun":["All"]}`, contentType: "application/json",
+			wantCode: http.StatusOK, node: "delopt-dry-body", wantExist: true},
+		{name: "dryRun and gracePeriodSeconds in the JSON body", method: http.MethodDelete, path: "/delopt-dry-grace",
+			body: `{"kind":"DeleteOptions","apiVersion":"v1","gracePeriodSeconds":30,"dryRun":["All"]}`, contentType: "application/json",
+			wantCode: http.StatusOK, node: "delopt-dry-grace", wantExist: true},
+		{name: "dryRun in a protobuf body, gracePeriodSeconds in the query", method: http.MethodDelete, path: "/delopt-dry-pb", query: "gracePeriodSeconds=0",
+			body: string(pbDryRun), contentType: "application/vnd.kubernetes.protobuf",
+			wantCode: http.StatusOK, node: "delopt-dry-pb", wantExist: true},
+		{name: "invalid propagationPolicy in the query reaches validation", method: http.MethodDelete, path: "/delopt-bad-policy", query: "propagationPolicy=Sometimes",
+			wantCode: http.StatusUnprocessableEntity, wantMessage: "propagationPolicy", node: "delopt-bad-policy", wantExist: true},
+		{name: "query and body disagree", method: http.MethodDelete, path: "/delopt-conflict", query: "gracePeriodSeconds=0",
+			body: `{"kind":"DeleteOptions","apiVersion":"v1","gracePeriodSeconds":30,"dryRun":["All"]}`, contentType: "application/json",
+			wantCode: http.StatusBadRequest, wantMessage: "gracePeriodSeconds", node: "delopt-conflict", wantExist: true},
+		{name: "deletecollection with dryRun is refused, not forwarded", method: http.MethodDelete, path: "", query: "dryRun=All&labelSelector=gatetest%3Ddelopt",
+			wantCode: http.StatusForbidden, node: "delopt-dry-collection", wantExist: true},
+		{name: "dry-run merge patch passes unchanged", method: http.MethodPatch, path: "/delopt-dry-patch", query: "dryRun=All",
+			body: `{"metadata":{"labels":{"delopt":"patched"}}}`, contentType: "application/merge-patch+json",
+			wantCode: http.StatusOK, node: "delopt-dry-patch", wantExist: true},
+		{name: "delete without options deletes", method: http.MethodDelete, path: "/delopt-real",
+			wantCode: http.StatusOK, node: "delopt-real", wantExist: false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			url := g.Config.Host + "/api/v1/nodes" + tc.path
+			if tc.query != "" {
+				url += "?" + tc.query
+			}
+			req, err := http.NewRequestWithContext(ctx, tc.method, url, strings.NewReader(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Authorization", "Bearer "+token)
+			if tc.contentType != "" {
+				req.Header.Set("Content-Type", tc.contentType)
+			}
+			resp, err := hc.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode != tc.wantCode || !strings.Contains(string(body), tc.wantMessage) {
+				t.Errorf("answer %d %s, want %d mentioning %q", resp.StatusCode, body, tc.wantCode, tc.wantMessage)
+			}
+			n, err := env.Client.CoreV1().Nodes().Get(ctx, tc.node, metav1.GetOptions{})
+			switch {
+			case tc.wantExist && err != nil:
+				t.Fatalf("node %s: %v (the request was not a dry run)", tc.node, err)
+			case !tc.wantExist && !apierrors.IsNotFound(err):
+				t.Fatalf("node %s still exists: %v", tc.node, err)
+			case tc.wantExist && n.Labels["delopt"] != "":
+				t.Fatalf("node %s was patched: %v", tc.node, n.Labels)
+			}
+		})
+	}
+}
+
+// TestGateBinaryHealthAndMetricsListeners: the probe listener (which the
+// kubelet reaches on the pod IP) answers only /livez and /readyz; /metrics is
+// on a listener of its own that ccm-gate binds to loopback by default.
+func TestGateBinaryHealthAndMetricsListeners(t *testing.T) {
+	needEnv(t)
+	g, _, _ := startGateBinary(t, "listeners-hc")
+	get := func(url string) (int, string) {
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	tests := []struct {
+		// url is fetched without credentials.
+		url string
+		// wantCode and wantBody (substring) are the answer.
+		wantCode int
+		wantBody string
+	}{
+		{url: "http://" + g.Health + "/livez", wantCode: http.StatusOK, wantBody: "ok"},
+		{url: "http://" + g.Health + "/readyz", wantCode: http.StatusOK, wantBody: "ok"},
+		{url: "http://" + g.Health + "/metrics", wantCode: http.StatusNotFound},
+		{url: "http://" + g.Metrics + "/metrics", wantCode: http.StatusOK, wantBody: "go_goroutines"},
+		{url: "http://" + g.Metrics + "/readyz", wantCode: http.StatusNotFound},
+	}
+	for _, tc := range tests {
+		t.Run(tc.url, func(t *testing.T) {
+			code, body := get(tc.url)
+			if code != tc.wantCode || !strings.Contains(body, tc.wantBody) {
+				t.Fatalf("%d %.200s, want %d with %q", code, body, tc.wantCode, tc.wantBody)
+			}
+		})
+	}
+}
+
+// TestDefaultListenersAreLoopback: without flags, ccm-gate serves nothing
+// beyond loopback (the sidecar opts the probes into the pod IP).
+func TestDefaultListenersAreLoopback(t *testing.T) {
+	o := proxy.DefaultServerOptions()
+	for name, addr := range map[string]string{"--listen": o.Listen, "--health-listen": o.HealthListen, "--metrics-listen": o.MetricsListen} {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil || net.ParseIP(host) == nil || !net.ParseIP(host).IsLoopback() {
+			t.Errorf("%s defaults to %q, not a loopback address", name, addr)
+		}
+	}
+}
