@@ -237,4 +237,3 @@ func (l *logBuffer) tail(offset int) string {
 	}
 	return strings.Join(lines, "\n")
 }
-

@@ -62,7 +62,10 @@ func (p *Pod) prepareVolumes(ctx context.Context) (map[string]string, error) {
 		}
 		dirs[v.Name] = dir
 		if v.EmptyDir != nil {
-			if err := os.Chmod(dir, 0o777); err != nil {
+			if err := os.Chmod(dir, 0o777|os.ModeSetgid); err != nil {
+				return nil, err
+			}
+			if err := os.Lchown(dir, -1, p.fsGroup()); err != nil {
 				return nil, err
 			}
 			continue
@@ -72,7 +75,7 @@ func (p *Pod) prepareVolumes(ctx context.Context) (map[string]string, error) {
 			return nil, fmt.Errorf("volume %q: %w", v.Name, err)
 		}
 		for _, f := range files {
-			if err := writeFile(dir, f); err != nil {
+			if err := writeFile(dir, f, p.fsGroup()); err != nil {
 				return nil, fmt.Errorf("volume %q: %w", v.Name, err)
 			}
 		}
@@ -80,13 +83,29 @@ func (p *Pod) prepareVolumes(ctx context.Context) (map[string]string, error) {
 	return dirs, nil
 }
 
-func writeFile(dir string, f file) error {
+// fsGroup is the pod's securityContext.fsGroup, or -1.
+func (p *Pod) fsGroup() int {
+	if sc := p.obj.Spec.SecurityContext; sc != nil && sc.FSGroup != nil {
+		return int(*sc.FSGroup)
+	}
+	return -1
+}
+
+// writeFile writes one file of a volume; with an fsGroup the file belongs to
+// that group and the group may read it, as the kubelet does.
+func writeFile(dir string, f file, fsGroup int) error {
+	if fsGroup >= 0 {
+		f.mode |= 0o440
+	}
 	p := filepath.Join(dir, filepath.Clean("/"+f.path))
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return err
 	}
 	tmp := p + ".podrunner-tmp"
 	if err := os.WriteFile(tmp, f.data, os.FileMode(f.mode)); err != nil {
+		return err
+	}
+	if err := os.Lchown(tmp, -1, fsGroup); err != nil {
 		return err
 	}
 	if err := os.Chmod(tmp, os.FileMode(f.mode)); err != nil {
