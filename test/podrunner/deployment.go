@@ -81,6 +81,10 @@ func (d *Deployment) kick() {
 	}
 }
 
+// Done is closed once the runner has let go of the Deployment (deleted, or
+// the runner stopped) and stopped its pods.
+func (d *Deployment) Done() <-chan struct{} { return d.done }
+
 // Pods are the running pods, current template first.
 func (d *Deployment) Pods() []*Pod {
 	d.mu.Lock()

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/hybrid-ccm/hybrid-ccm/test/podrunner"
@@ -184,3 +185,42 @@ func setProbe(t *testing.T, port int, query string) {
 }
 
 func strconvItoa(i int) string { return fmt.Sprint(i) }
+
+type appsStatus = appsv1.DeploymentStatus
+
+func waitDeployment(t *testing.T, ns, name, what string, cond func(appsStatus) bool) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	var last appsStatus
+	for time.Now().Before(deadline) {
+		d, err := env.Client.AppsV1().Deployments(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err == nil {
+			last = d.Status
+			if cond(d.Status) {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("deployment %s/%s: %s did not happen; status %+v", ns, name, what, last)
+}
+
+// updateDeployment changes a Deployment whose status the runner writes
+// concurrently.
+func updateDeployment(t *testing.T, ns, name string, change func(*appsv1.Deployment)) *appsv1.Deployment {
+	t.Helper()
+	var out *appsv1.Deployment
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		d, err := env.Client.AppsV1().Deployments(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		change(d)
+		out, err = env.Client.AppsV1().Deployments(ns).Update(context.Background(), d, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
