@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -37,6 +38,10 @@ var Charts = []string{"talos-ccm", "ccm-coordinator", "native-ccm", "hybrid-ccm"
 
 // DefaultPlatforms are the platforms of a release.
 var DefaultPlatforms = []string{"linux/amd64", "linux/arm64"}
+
+// HostPlatform is the linux platform of the machine running this code: what
+// tests that run the images' binaries build (Options.Platforms).
+func HostPlatform() string { return "linux/" + runtime.GOARCH }
 
 // versionChart is the chart whose appVersion is the version of everything a
 // release ships; the other charts must agree (TestRepositoryDefaultsAgree).

@@ -30,7 +30,7 @@ func testPlatforms() []string {
 	if runtime.GOARCH == "arm64" {
 		other = "linux/amd64"
 	}
-	return []string{"linux/" + runtime.GOARCH, other}
+	return []string{HostPlatform(), other}
 }
 
 // TestBuildReproducible builds every image for both architectures twice (the
@@ -72,7 +72,7 @@ func TestBuildReproducible(t *testing.T) {
 
 	// The host's binaries are static and run.
 	idx := layoutIndex(t, dirs[0], ImageRef(DefaultRegistry, "hybridctl", version))
-	bin := extractBinary(t, platformImage(t, idx, "linux/"+runtime.GOARCH), "hybridctl")
+	bin := extractBinary(t, platformImage(t, idx, HostPlatform()), "hybridctl")
 	out, err := exec.Command(bin, "--help").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "transform") {
 		t.Errorf("hybridctl --help from the image: %v\n%s", err, out)

@@ -7,7 +7,6 @@ import (
 	"log"
 	"net/http/httptest"
 	"os/exec"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -99,7 +98,7 @@ func TestRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := extractBinary(t, platformImage(t, idx, "linux/"+runtime.GOARCH), "ccm-coordinator")
+	bin := extractBinary(t, platformImage(t, idx, HostPlatform()), "ccm-coordinator")
 	out, _ := exec.Command(bin, "--help").CombinedOutput()
 	if want := `"` + ImageRef(reg, "ccm-gate", version) + `"`; !strings.Contains(string(out), want) {
 		t.Errorf("ccm-coordinator --help does not default --gate-image to %s:\n%s", want, out)
