@@ -5,17 +5,29 @@
 #   make bench   benchmarks with baselines measured in the same run
 #   make build   binaries into bin/
 #   make lint    go vet + gofmt check
+#   make images     OCI images (amd64+arm64, reproducible) into the layout bin/images
+#   make release    images and charts pushed to REGISTRY at VERSION (Helm OCI)
+#   make manifests  docs/deploy/*.yaml rendered from the charts
+#
+# REGISTRY (default ghcr.io/hybrid-ccm) and VERSION (default: appVersion of
+# charts/talos-ccm) are defaulted in one place, hack/ship; set them to override.
 
 GO           ?= go
 KUBE_VERSION ?= 1.36.3
 ETCD_VERSION ?= 3.6.8
 TEST_FLAGS   ?=
 FUZZTIME     ?= 5s
+REGISTRY     ?=
+VERSION      ?=
+PLATFORMS    ?= linux/amd64,linux/arm64
 export KUBE_VERSION ETCD_VERSION
+
+SHIP      = $(GO) run ./hack/ship/cmd/ship
+SHIPFLAGS = $(if $(REGISTRY),--registry=$(REGISTRY)) $(if $(VERSION),--version=$(VERSION)) --platforms=$(PLATFORMS)
 
 BINARIES := talos-ccm ccm-coordinator ccm-gate hybridctl
 
-.PHONY: all build test unit fuzz bench lint demo control-plane clean generate verify-generated
+.PHONY: all build test unit fuzz bench lint demo control-plane clean generate verify-generated images release manifests
 
 all: build
 
@@ -47,6 +59,20 @@ bench: control-plane
 
 demo: control-plane build
 	KUBEBUILDER_ASSETS=$$(hack/control-plane.sh) bin/hybridctl demo
+
+# Images of talos-ccm, ccm-coordinator, ccm-gate, hybridctl without a Docker
+# daemon: an OCI image layout in bin/images (one image index per image).
+images:
+	$(SHIP) images $(SHIPFLAGS) --out bin/images
+
+# Builds the images, pushes them and the four charts (oci://REGISTRY/charts).
+# Credentials: docker login / helm registry login.
+release:
+	$(SHIP) release $(SHIPFLAGS) --out bin/images
+
+# Renders docs/deploy/*.yaml (kubectl apply, Talos externalCloudProvider).
+manifests:
+	$(SHIP) manifests --out docs/deploy
 
 # Regenerates the NativeCCM CRD and deepcopy code (controller-gen, pinned).
 generate:

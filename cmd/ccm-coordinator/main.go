@@ -30,6 +30,10 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 )
 
+// defaultGateImage is the --gate-image default. Image builds (hack/ship) set
+// it with -X to the ccm-gate image built beside this binary.
+var defaultGateImage = "ghcr.io/hybrid-ccm/ccm-gate:0.1.0"
+
 func main() {
 	var (
 		logOpts      logger.Options
@@ -49,7 +53,7 @@ func main() {
 		helmTimeout  = flag.Duration("helm-timeout", 5*time.Minute, "Timeout of each Helm action.")
 		concurrent   = flag.Int("concurrent", 4, "The number of NativeCCMs reconciled at the same time.")
 		listProfiles = flag.Bool("list-profiles", false, "Print the resolved profile names and exit.")
-		gateImage    = flag.String("gate-image", "ghcr.io/hybrid-ccm/ccm-gate:0.1.0", "Image of the ccm-gate sidecar added to every native CCM.")
+		gateImage    = flag.String("gate-image", defaultGateImage, "Image of the ccm-gate sidecar added to every native CCM.")
 		gatePull     = flag.String("gate-image-pull-policy", "", "Pull policy of the ccm-gate image (default: Kubernetes' default).")
 	)
 	logOpts.BindFlags(flag.CommandLine)

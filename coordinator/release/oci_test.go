@@ -2,12 +2,10 @@ package release
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chartutil"
@@ -30,36 +29,24 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
 
-// ociRegistry is a minimal OCI distribution server: the part of the API Helm's
-// registry client (oras-go) uses to push and pull a chart. Blobs are uploaded
-// monolithically (POST, then PUT with ?digest=); manifests are addressed by tag
-// or digest. It keeps a log of the requests it served.
+// ociRegistry is an OCI distribution server on loopback: go-containerregistry's
+// registry (a maintained implementation of the distribution API), with a log
+// of the requests it served.
 type ociRegistry struct {
-	mu        sync.Mutex
-	blobs     map[string][]byte            // digest -> content (shared by all repositories)
-	manifests map[string]ociManifest       // digest -> manifest
-	tags      map[string]map[string]string // repository -> tag -> digest
-	uploads   map[string]string            // upload id -> repository
-	log       []string                     // "METHOD path"
-}
-
-type ociManifest struct {
-	mediaType string
-	data      []byte
+	handler http.Handler
+	mu      sync.Mutex
+	log     []string // "METHOD path"
 }
 
 func newOCIRegistry() *ociRegistry {
-	return &ociRegistry{
-		blobs:     map[string][]byte{},
-		manifests: map[string]ociManifest{},
-		tags:      map[string]map[string]string{},
-		uploads:   map[string]string{},
-	}
+	return &ociRegistry{handler: ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0)))}
 }
 
-func digestOf(b []byte) string {
-	sum := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(sum[:])
+func (r *ociRegistry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	r.mu.Lock()
+	r.log = append(r.log, req.Method+" "+req.URL.Path)
+	r.mu.Unlock()
+	r.handler.ServeHTTP(w, req)
 }
 
 // served returns the logged requests that start with prefix.
@@ -73,142 +60,6 @@ func (r *ociRegistry) served(prefix string) []string {
 		}
 	}
 	return out
-}
-
-func ociError(w http.ResponseWriter, status int, code, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = fmt.Fprintf(w, `{"errors":[{"code":%q,"message":%q}]}`, code, msg)
-}
-
-func (r *ociRegistry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.log = append(r.log, req.Method+" "+req.URL.Path)
-	w.Header().Set("Docker-Distribution-API-Version", "registry/2.0")
-	p := req.URL.Path
-	if p == "/v2/" || p == "/v2" {
-		w.WriteHeader(http.StatusOK)
-		return
-	}
-	if !strings.HasPrefix(p, "/v2/") {
-		http.NotFound(w, req)
-		return
-	}
-	p = strings.TrimPrefix(p, "/v2/")
-	switch {
-	case strings.Contains(p, "/blobs/uploads/"):
-		i := strings.Index(p, "/blobs/uploads/")
-		r.upload(w, req, p[:i], strings.TrimPrefix(p[i:], "/blobs/uploads/"))
-	case strings.Contains(p, "/blobs/"):
-		i := strings.LastIndex(p, "/blobs/")
-		r.blob(w, req, p[i+len("/blobs/"):])
-	case strings.Contains(p, "/manifests/"):
-		i := strings.LastIndex(p, "/manifests/")
-		r.manifest(w, req, p[:i], p[i+len("/manifests/"):])
-	default:
-		ociError(w, http.StatusNotFound, "NAME_UNKNOWN", "no route for "+req.URL.Path)
-	}
-}
-
-func (r *ociRegistry) upload(w http.ResponseWriter, req *http.Request, repo, id string) {
-	switch {
-	case req.Method == http.MethodPost && id == "":
-		b := make([]byte, 8)
-		_, _ = rand.Read(b)
-		id = hex.EncodeToString(b)
-		r.uploads[id] = repo
-		w.Header().Set("Location", "/v2/"+repo+"/blobs/uploads/"+id)
-		w.Header().Set("Docker-Upload-UUID", id)
-		w.WriteHeader(http.StatusAccepted)
-	case req.Method == http.MethodPut && id != "":
-		if r.uploads[id] != repo {
-			ociError(w, http.StatusNotFound, "BLOB_UPLOAD_UNKNOWN", id)
-			return
-		}
-		data, err := io.ReadAll(req.Body)
-		if err != nil {
-			ociError(w, http.StatusBadRequest, "BLOB_UPLOAD_INVALID", err.Error())
-			return
-		}
-		d := req.URL.Query().Get("digest")
-		if d == "" || d != digestOf(data) {
-			ociError(w, http.StatusBadRequest, "DIGEST_INVALID", "digest "+d+" does not match the content")
-			return
-		}
-		delete(r.uploads, id)
-		r.blobs[d] = data
-		w.Header().Set("Location", "/v2/"+repo+"/blobs/"+d)
-		w.Header().Set("Docker-Content-Digest", d)
-		w.WriteHeader(http.StatusCreated)
-	default:
-		ociError(w, http.StatusMethodNotAllowed, "UNSUPPORTED", req.Method+" on uploads (only monolithic POST+PUT)")
-	}
-}
-
-func (r *ociRegistry) blob(w http.ResponseWriter, req *http.Request, d string) {
-	data, ok := r.blobs[d]
-	if !ok {
-		ociError(w, http.StatusNotFound, "BLOB_UNKNOWN", d)
-		return
-	}
-	switch req.Method {
-	case http.MethodHead, http.MethodGet:
-		w.Header().Set("Content-Type", "application/octet-stream")
-		w.Header().Set("Content-Length", fmt.Sprint(len(data)))
-		w.Header().Set("Docker-Content-Digest", d)
-		w.WriteHeader(http.StatusOK)
-		if req.Method == http.MethodGet {
-			_, _ = w.Write(data)
-		}
-	default:
-		ociError(w, http.StatusMethodNotAllowed, "UNSUPPORTED", req.Method)
-	}
-}
-
-func (r *ociRegistry) manifest(w http.ResponseWriter, req *http.Request, repo, ref string) {
-	switch req.Method {
-	case http.MethodPut:
-		data, err := io.ReadAll(req.Body)
-		if err != nil {
-			ociError(w, http.StatusBadRequest, "MANIFEST_INVALID", err.Error())
-			return
-		}
-		d := digestOf(data)
-		if strings.HasPrefix(ref, "sha256:") && ref != d {
-			ociError(w, http.StatusBadRequest, "DIGEST_INVALID", ref)
-			return
-		}
-		r.manifests[d] = ociManifest{mediaType: req.Header.Get("Content-Type"), data: data}
-		if !strings.HasPrefix(ref, "sha256:") {
-			if r.tags[repo] == nil {
-				r.tags[repo] = map[string]string{}
-			}
-			r.tags[repo][ref] = d
-		}
-		w.Header().Set("Location", "/v2/"+repo+"/manifests/"+d)
-		w.Header().Set("Docker-Content-Digest", d)
-		w.WriteHeader(http.StatusCreated)
-	case http.MethodHead, http.MethodGet:
-		d := ref
-		if !strings.HasPrefix(ref, "sha256:") {
-			d = r.tags[repo][ref]
-		}
-		m, ok := r.manifests[d]
-		if !ok {
-			ociError(w, http.StatusNotFound, "MANIFEST_UNKNOWN", repo+":"+ref)
-			return
-		}
-		w.Header().Set("Content-Type", m.mediaType)
-		w.Header().Set("Content-Length", fmt.Sprint(len(m.data)))
-		w.Header().Set("Docker-Content-Digest", d)
-		w.WriteHeader(http.StatusOK)
-		if req.Method == http.MethodGet {
-			_, _ = w.Write(m.data)
-		}
-	default:
-		ociError(w, http.StatusMethodNotAllowed, "UNSUPPORTED", req.Method)
-	}
 }
 
 // ociChart packages, with Helm, a chart shaped like an upstream CCM chart:

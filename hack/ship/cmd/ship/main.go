@@ -1,0 +1,86 @@
+// Command ship builds the images (images), pushes images and charts (release)
+// and renders docs/deploy (manifests); `make images|release|manifests` run it.
+// The work is in hack/ship.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/hybrid-ccm/hybrid-ccm/hack/ship"
+)
+
+const usage = `usage: ship images|release|manifests [flags]
+
+  images     build the images into an OCI image layout (--out, default bin/images)
+  release    build the images, push them and the charts to --registry
+  manifests  render docs/deploy/*.yaml from the charts (--out, default docs/deploy)
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	cmd := os.Args[1]
+	fs := flag.NewFlagSet("ship "+cmd, flag.ExitOnError)
+	var (
+		registry  = fs.String("registry", "", "registry the images and charts go to (default "+ship.DefaultRegistry+")")
+		version   = fs.String("version", "", "version: image tag, chart version and appVersion (default: appVersion of charts/talos-ccm)")
+		platforms = fs.String("platforms", strings.Join(ship.DefaultPlatforms, ","), "comma-separated os/arch list")
+		images    = fs.String("images", strings.Join(ship.Images, ","), "comma-separated images to build")
+		out       = fs.String("out", "", "output directory")
+	)
+	_ = fs.Parse(os.Args[2:])
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	opts := ship.Options{
+		Registry:  *registry,
+		Version:   *version,
+		Platforms: split(*platforms),
+		Images:    split(*images),
+		Out:       *out,
+		Log:       os.Stdout,
+	}
+	var err error
+	switch cmd {
+	case "images":
+		if opts.Out == "" {
+			opts.Out = "bin/images"
+		}
+		_, err = ship.Build(ctx, opts)
+	case "release":
+		if opts.Out == "" {
+			opts.Out = "bin/images"
+		}
+		_, err = ship.Release(ctx, ship.ReleaseOptions{Options: opts})
+	case "manifests":
+		if opts.Out == "" {
+			opts.Out = "docs/deploy"
+		}
+		err = ship.WriteManifests(opts.Root, opts.Out, os.Stdout)
+	default:
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ship "+cmd+":", err)
+		os.Exit(1)
+	}
+}
+
+func split(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}

@@ -1,0 +1,150 @@
+// Package ship turns this repository into what a cluster runs: OCI images of
+// the four commands (built without a Docker daemon, reproducibly), the Helm
+// charts pushed to an OCI registry with defaults that name exactly those
+// images, and the static manifests under docs/deploy.
+//
+// It owns building and publishing only. It never changes a chart in the
+// working tree: release copies are edited as structured data in memory.
+package ship
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"helm.sh/helm/v3/pkg/chartutil"
+)
+
+// DefaultRegistry is where images and charts go unless told otherwise. The
+// charts' values.yaml and ccm-coordinator's --gate-image default name images
+// under it (TestRepositoryDefaultsAgree).
+const DefaultRegistry = "ghcr.io/hybrid-ccm"
+
+// Source is the org.opencontainers.image.source of every image.
+const Source = "https://github.com/hybrid-ccm/hybrid-ccm"
+
+// Images are the commands shipped as images, each built from cmd/<name>.
+var Images = []string{"talos-ccm", "ccm-coordinator", "ccm-gate", "hybridctl"}
+
+// Charts are the charts a release pushes, subcharts before the umbrella.
+var Charts = []string{"talos-ccm", "ccm-coordinator", "native-ccm", "hybrid-ccm"}
+
+// DefaultPlatforms are the platforms of a release.
+var DefaultPlatforms = []string{"linux/amd64", "linux/arm64"}
+
+// HostPlatform is the linux platform of the machine running this code: what
+// tests that run the images' binaries build (Options.Platforms).
+func HostPlatform() string { return "linux/" + runtime.GOARCH }
+
+// versionChart is the chart whose appVersion is the version of everything a
+// release ships; the other charts must agree (TestRepositoryDefaultsAgree).
+const versionChart = "talos-ccm"
+
+// gateImageSymbol is the string variable of cmd/ccm-coordinator holding the
+// --gate-image default; image builds set it to the ccm-gate image they build.
+const gateImageSymbol = "main.defaultGateImage"
+
+// FindRoot returns the repository root: the nearest directory at or above the
+// working directory that holds go.mod.
+func FindRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod at or above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// DefaultVersion is the appVersion of charts/talos-ccm: the version a build or
+// release uses unless told otherwise.
+func DefaultVersion(root string) (string, error) {
+	p := filepath.Join(root, "charts", versionChart, "Chart.yaml")
+	md, err := chartutil.LoadChartfile(p)
+	if err != nil {
+		return "", fmt.Errorf("read version: %w", err)
+	}
+	if md.AppVersion == "" {
+		return "", fmt.Errorf("%s: appVersion is empty", p)
+	}
+	return md.AppVersion, nil
+}
+
+// ImageRef is the reference a build gives image name.
+func ImageRef(registry, name, version string) string {
+	return registry + "/" + name + ":" + version
+}
+
+// ChartRef is where a release pushes chart name (without the oci:// scheme):
+// beside the images, under charts/ so that chart and image tags never meet.
+func ChartRef(registry, name, version string) string {
+	return registry + "/charts/" + name + ":" + version
+}
+
+// commit is what a build records of the source: the revision and the time
+// every file and the image config carry.
+type commit struct {
+	revision string
+	time     time.Time
+}
+
+// sourceCommit reads HEAD of the repository at root. A tree with changes gets
+// the revision "<sha>-dirty". SOURCE_DATE_EPOCH, when set, overrides the time;
+// without git the revision is empty and the time is the Unix epoch.
+func sourceCommit(root string) (commit, error) {
+	c := commit{time: time.Unix(0, 0).UTC()}
+	git := func(args ...string) (string, error) {
+		cmd := exec.Command("git", append([]string{"-C", root}, args...)...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return "", fmt.Errorf("git %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+		}
+		return strings.TrimSpace(string(out)), nil
+	}
+	if _, err := os.Stat(filepath.Join(root, ".git")); err == nil {
+		rev, err := git("rev-parse", "HEAD")
+		if err != nil {
+			return c, err
+		}
+		ts, err := git("log", "-1", "--format=%ct", "HEAD")
+		if err != nil {
+			return c, err
+		}
+		status, err := git("status", "--porcelain", "--untracked-files=no")
+		if err != nil {
+			return c, err
+		}
+		if status != "" {
+			rev += "-dirty"
+		}
+		sec, err := strconv.ParseInt(ts, 10, 64)
+		if err != nil {
+			return c, fmt.Errorf("commit time %q: %w", ts, err)
+		}
+		c.revision, c.time = rev, time.Unix(sec, 0).UTC()
+	}
+	if s := os.Getenv("SOURCE_DATE_EPOCH"); s != "" {
+		sec, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return c, fmt.Errorf("SOURCE_DATE_EPOCH=%q: %w", s, err)
+		}
+		c.time = time.Unix(sec, 0).UTC()
+	}
+	return c, nil
+}

@@ -1,0 +1,300 @@
+package ship
+
+import (
+	"archive/tar"
+	"context"
+	"debug/elf"
+	"errors"
+	"io"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
+)
+
+// testPlatforms are the host's platform and arm64 (amd64 on an arm64 host):
+// both architectures of a release.
+func testPlatforms() []string {
+	other := "linux/arm64"
+	if runtime.GOARCH == "arm64" {
+		other = "linux/amd64"
+	}
+	return []string{HostPlatform(), other}
+}
+
+// TestBuildReproducible builds every image for both architectures twice (the
+// second build from a warm Go build cache) and requires identical digests;
+// it then checks the layout contract other code relies on and runs the
+// host's hybridctl binary taken out of its image.
+func TestBuildReproducible(t *testing.T) {
+	if testing.Short() {
+		t.Skip("compiles four commands for two architectures twice")
+	}
+	ctx := context.Background()
+	root := testenv.RepoRoot()
+	var digests [2]map[string]v1.Hash
+	dirs := [2]string{filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")}
+	for i := range digests {
+		start := time.Now()
+		var err error
+		digests[i], err = Build(ctx, Options{Root: root, Platforms: testPlatforms(), Out: dirs[i], Log: testLog{t}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("build %d of %s: %s", i+1, strings.Join(testPlatforms(), ", "), time.Since(start).Round(time.Millisecond))
+	}
+	if !maps.Equal(digests[0], digests[1]) {
+		t.Fatalf("two builds of one commit differ:\n%v\n%v", digests[0], digests[1])
+	}
+	version, err := DefaultVersion(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, name := range Images {
+		want = append(want, ImageRef(DefaultRegistry, name, version))
+	}
+	if got := slices.Sorted(maps.Keys(digests[0])); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
+		t.Fatalf("built %v, want %v", got, want)
+	}
+	checkLayout(t, dirs[0], digests[0], testPlatforms())
+
+	// The host's binaries are static and run.
+	idx := layoutIndex(t, dirs[0], ImageRef(DefaultRegistry, "hybridctl", version))
+	bin := extractBinary(t, platformImage(t, idx, HostPlatform()), "hybridctl")
+	out, err := exec.Command(bin, "--help").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "transform") {
+		t.Errorf("hybridctl --help from the image: %v\n%s", err, out)
+	}
+}
+
+// testLog writes a build's progress to the test log.
+type testLog struct{ t *testing.T }
+
+func (l testLog) Write(p []byte) (int, error) {
+	l.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// checkLayout checks the contract of Build's output: index.json lists exactly
+// the references of refs (ref.name annotations), each an OCI image index of
+// the platforms, each image one layer holding only the static binary at
+// /<name>, run as 65532:65532 from /, with the OCI labels.
+func checkLayout(t *testing.T, dir string, refs map[string]v1.Hash, platforms []string) {
+	t.Helper()
+	lp, err := layout.FromPath(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := lp.ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := root.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(im.Manifests) != len(refs) {
+		t.Fatalf("index.json has %d entries, want %d", len(im.Manifests), len(refs))
+	}
+	for _, desc := range im.Manifests {
+		ref := desc.Annotations[AnnotationRefName]
+		if want, ok := refs[ref]; !ok || desc.Digest != want {
+			t.Errorf("index.json entry %s %s, want one of %v", ref, desc.Digest, refs)
+			continue
+		}
+		if desc.MediaType != types.OCIImageIndex {
+			t.Errorf("%s: media type %s", ref, desc.MediaType)
+		}
+		name := ref[strings.LastIndex(ref, "/")+1 : strings.LastIndex(ref, ":")]
+		idx, err := root.ImageIndex(desc.Digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ixm, err := idx.IndexManifest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, m := range ixm.Manifests {
+			got = append(got, m.Platform.OS+"/"+m.Platform.Architecture)
+		}
+		if !slices.Equal(got, platforms) {
+			t.Errorf("%s: platforms %v, want %v", ref, got, platforms)
+		}
+		if ixm.Annotations[AnnotationSource] != Source || ixm.Annotations[AnnotationVersion] == "" || ixm.Annotations[AnnotationRevision] == "" {
+			t.Errorf("%s: index annotations %v", ref, ixm.Annotations)
+		}
+		for _, p := range platforms {
+			img := platformImage(t, idx, p)
+			cf, err := img.ConfigFile()
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := cf.Config
+			if !slices.Equal(c.Entrypoint, []string{"/" + name}) || c.User != User || c.WorkingDir != "/" || len(c.Cmd) != 0 {
+				t.Errorf("%s %s: entrypoint %v cmd %v user %q workdir %q", ref, p, c.Entrypoint, c.Cmd, c.User, c.WorkingDir)
+			}
+			if cf.OS+"/"+cf.Architecture != p {
+				t.Errorf("%s %s: config says %s/%s", ref, p, cf.OS, cf.Architecture)
+			}
+			for _, k := range []string{AnnotationSource, AnnotationRevision, AnnotationVersion} {
+				if c.Labels[k] == "" || c.Labels[k] != ixm.Annotations[k] {
+					t.Errorf("%s %s: label %s = %q, index annotation %q", ref, p, k, c.Labels[k], ixm.Annotations[k])
+				}
+			}
+			checkLayer(t, img, name, p)
+		}
+	}
+}
+
+// checkLayer requires the image's only layer to hold only /<name>: a static
+// ELF for the platform's architecture, root's, mode 0555.
+func checkLayer(t *testing.T, img v1.Image, name, platform string) {
+	t.Helper()
+	layers, err := img.Layers()
+	if err != nil || len(layers) != 1 {
+		t.Fatalf("%s %s: %d layers (%v), want 1", name, platform, len(layers), err)
+	}
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	var entries []string
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries = append(entries, hdr.Name)
+		if hdr.Uid != 0 || hdr.Gid != 0 || hdr.Mode != 0o555 || hdr.Typeflag != tar.TypeReg {
+			t.Errorf("%s %s: %s uid %d gid %d mode %o type %c", name, platform, hdr.Name, hdr.Uid, hdr.Gid, hdr.Mode, hdr.Typeflag)
+		}
+		f, err := os.CreateTemp(t.TempDir(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.Copy(f, tr); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		ef, err := elf.Open(f.Name())
+		if err != nil {
+			t.Fatalf("%s %s: %v", name, platform, err)
+		}
+		wantMachine := map[string]elf.Machine{"linux/amd64": elf.EM_X86_64, "linux/arm64": elf.EM_AARCH64}[platform]
+		if ef.Machine != wantMachine {
+			t.Errorf("%s %s: ELF for %s", name, platform, ef.Machine)
+		}
+		for _, prog := range ef.Progs {
+			if prog.Type == elf.PT_INTERP {
+				t.Errorf("%s %s: dynamically linked (has an interpreter)", name, platform)
+			}
+		}
+		ef.Close()
+	}
+	if !slices.Equal(entries, []string{name}) {
+		t.Errorf("%s %s: layer holds %v, want only %s", name, platform, entries, name)
+	}
+}
+
+// layoutIndex returns the image index of ref in the layout at dir.
+func layoutIndex(t *testing.T, dir, ref string) v1.ImageIndex {
+	t.Helper()
+	lp, err := layout.FromPath(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := lp.ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := root.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range im.Manifests {
+		if d.Annotations[AnnotationRefName] == ref {
+			idx, err := root.ImageIndex(d.Digest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return idx
+		}
+	}
+	t.Fatalf("%s: no image %s", dir, ref)
+	return nil
+}
+
+// platformImage returns the image of one os/arch in an image index.
+func platformImage(t *testing.T, idx v1.ImageIndex, platform string) v1.Image {
+	t.Helper()
+	im, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range im.Manifests {
+		if m.Platform != nil && m.Platform.OS+"/"+m.Platform.Architecture == platform {
+			img, err := idx.Image(m.Digest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return img
+		}
+	}
+	t.Fatalf("no image for %s", platform)
+	return nil
+}
+
+// extractBinary writes /<name> of img into a temporary file and returns its
+// path.
+func extractBinary(t *testing.T, img v1.Image, name string) string {
+	t.Helper()
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	for {
+		hdr, err := tr.Next()
+		if err != nil {
+			t.Fatalf("no %s in the image: %v", name, err)
+		}
+		if hdr.Name != name {
+			continue
+		}
+		p := filepath.Join(t.TempDir(), name)
+		f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY, 0o755)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.Copy(f, tr); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+}
