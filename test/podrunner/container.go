@@ -250,7 +250,10 @@ func (c *container) spawn(spec *sandboxSpec) (*exec.Cmd, error) {
 	cmd.Stdout, cmd.Stderr = c.out, c.out
 	cmd.ExtraFiles = []*os.File{statusW}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags: syscall.CLONE_NEWNS,
+		// its own mount namespace, and its own host name (the pod's name, as
+		// a kubelet gives it: client-go's leader election names the holder
+		// after it)
+		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS,
 		Pdeathsig:  syscall.SIGKILL,
 		Setpgid:    true,
 	}
@@ -400,7 +403,7 @@ func (c *container) prepare(ctx context.Context) (*sandboxSpec, string, error) {
 	for _, e := range envList {
 		setEnv(e.Name, e.Value)
 	}
-	spec := &sandboxSpec{Root: root, WorkingDir: img.config.WorkingDir}
+	spec := &sandboxSpec{Root: root, WorkingDir: img.config.WorkingDir, Hostname: p.name}
 	for _, k := range envOut {
 		spec.Env = append(spec.Env, k+"="+env[k])
 	}

@@ -12,7 +12,8 @@
 //     running binary) that enters a private mount namespace, bind-mounts the
 //     pod's volumes, /proc, a few /dev nodes, /tmp, /etc/hosts and the
 //     termination log, chroots, drops to the image's or the pod's user and
-//     execs the program; the network is the host's (loopback);
+//     execs the program; each container has its own UTS namespace with the
+//     pod's name as host name; the network is the host's (loopback);
 //   - the kubelet's part: env (with $(VAR) expansion, valueFrom, envFrom and the
 //     in-cluster KUBERNETES_SERVICE_* variables), volumes (Secret, ConfigMap,
 //     emptyDir, downwardAPI, projected incl. bound ServiceAccount tokens from

@@ -95,6 +95,9 @@ func TestPodFeatures(t *testing.T) {
 	if want := "system:serviceaccount:" + ns + ":ccm"; rep.User != want || rep.PodName != p.Name() {
 		t.Errorf("in-cluster identity = %q (pod %q, error %q), want %q bound to pod %q", rep.User, rep.PodName, rep.APIError, want, p.Name())
 	}
+	if rep.Hostname != p.Name() {
+		t.Errorf("host name = %q, want the pod's name %q (leader election names the holder after it)", rep.Hostname, p.Name())
+	}
 	if rep.UID != 1234 || rep.GID != 2345 || !containsInt(rep.Groups, 3456) || !containsInt(rep.Groups, 4567) {
 		t.Errorf("uid/gid/groups = %d/%d/%v, want 1234 (container), 2345 (pod), with 3456 and fsGroup 4567", rep.UID, rep.GID, rep.Groups)
 	}

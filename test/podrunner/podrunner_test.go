@@ -28,6 +28,7 @@ type report struct {
 	GID      int               `json:"gid"`
 	Groups   []int             `json:"groups"`
 	Cwd      string            `json:"cwd"`
+	Hostname string            `json:"hostname"`
 	Env      map[string]string `json:"env"`
 	Files    map[string]string `json:"files"`
 	Writable map[string]string `json:"writable"`

@@ -21,6 +21,8 @@ const sandboxEnv = "HYBRIDCCM_PODRUNNER_SANDBOX"
 type sandboxSpec struct {
 	// Root is the container's root directory on the host.
 	Root string `json:"root"`
+	// Hostname in the container's own UTS namespace: the pod's name.
+	Hostname string `json:"hostname,omitempty"`
 	// Mounts are bind mounts into Root, in order.
 	Mounts []sandboxMount `json:"mounts"`
 	// ReadOnlyRoot remounts Root read-only after the mounts.
@@ -66,6 +68,11 @@ func sandbox(specPath string) error {
 	var s sandboxSpec
 	if err := json.Unmarshal(b, &s); err != nil {
 		return fmt.Errorf("spec %s: %w", specPath, err)
+	}
+	if s.Hostname != "" {
+		if err := unix.Sethostname([]byte(s.Hostname)); err != nil {
+			return fmt.Errorf("host name %q: %w", s.Hostname, err)
+		}
 	}
 	// Nothing mounted here may reach the host's namespace.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {

@@ -36,6 +36,7 @@ type Report struct {
 	GID      int               `json:"gid"`
 	Groups   []int             `json:"groups"`
 	Cwd      string            `json:"cwd"`
+	Hostname string            `json:"hostname"`
 	Env      map[string]string `json:"env"`
 	Files    map[string]string `json:"files"`    // path -> content or "error: ..."
 	Writable map[string]string `json:"writable"` // path -> "ok" or the error
@@ -66,6 +67,7 @@ func main() {
 	flag.String("unknown", "", "ignored (tests expansion)")
 	flag.Parse()
 	r := Report{Name: *name, Args: os.Args[1:], UID: os.Getuid(), GID: os.Getgid(), Env: map[string]string{}, Files: map[string]string{}, Writable: map[string]string{}}
+	r.Hostname, _ = os.Hostname()
 	r.Groups, _ = os.Getgroups()
 	r.Cwd, _ = os.Getwd()
 	for _, kv := range os.Environ() {

@@ -1,0 +1,539 @@
+// Package install proves the install docs/install.md describes: the umbrella
+// chart installed with Helm into a real API server, its talos-ccm and
+// ccm-coordinator pods run by the pod runner from the images the repository
+// builds, with exactly the RBAC, flags and volumes the charts render; the
+// native CCM pods the coordinator then installs (ccm-gate sidecar and CCM) run
+// the same way. Only its tests hold code.
+package install
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	cloudproviderapi "k8s.io/cloud-provider/api"
+	"sigs.k8s.io/yaml"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/csr/csrtest"
+	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+
+	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
+	"github.com/hybrid-ccm/hybrid-ccm/test/podrunner"
+	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
+	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
+)
+
+const namespace = "kube-system"
+
+// node is a simulated Talos machine and the Node its kubelet registers.
+type node struct {
+	name, platform, ip, providerID string
+	// ready is the kubelet's Ready condition; a NotReady node's machine is
+	// down (and, for gone, deleted in its cloud).
+	ready, gone bool
+}
+
+var nodes = []node{
+	{name: "aws-1", platform: "aws", ip: "10.10.0.1", providerID: "aws:///eu-central-1a/i-0aa1", ready: true},
+	{name: "hcloud-1", platform: "hcloud", ip: "10.10.0.2", providerID: "hcloud://1001", ready: true},
+	{name: "gcp-1", platform: "gcp", ip: "10.10.0.3", providerID: "gce://prod/europe-west3-a/gcp-1", ready: true},
+	{name: "metal-1", platform: "metal", ip: "10.10.0.4", ready: true},
+	// a deleted hcloud server: the hcloud CCM must delete its node
+	{name: "hcloud-gone", platform: "hcloud", ip: "10.10.0.5", providerID: "hcloud://1002", gone: true},
+	// a powered-off bare-metal machine: no cloud CCM may touch it
+	{name: "metal-down", platform: "metal", ip: "10.10.0.6"},
+}
+
+// TestInstallAsDocumented installs the umbrella chart with a multi-cloud
+// values file, runs every pod the charts and the coordinator render, and
+// follows the life of the nodes: initialized, pod CIDRs, serving CSRs
+// approved, native CCMs installed, running, Ready and gated; the gone hcloud
+// server's node deleted by the hcloud CCM, nothing else touched or asked
+// about; no pod with an admin credential.
+func TestInstallAsDocumented(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+
+	// The Talos machines, and the fake cloud every native CCM asks.
+	ep, err := talosnode.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ep.Stop)
+	for _, n := range nodes {
+		md := runtime.PlatformMetadataSpec{Platform: n.platform, Hostname: n.name, Region: "eu", Zone: "eu-a", InstanceType: "m1"}
+		if n.providerID != "" {
+			md.ProviderID = n.providerID
+			md.InstanceID = n.providerID[strings.LastIndex(n.providerID, "/")+1:]
+		}
+		if _, err := ep.AddNode(n.name, []string{n.ip}, talosnode.Spec{Metadata: &md,
+			Addresses: []talosnode.Address{{Link: "eth0", Prefix: n.ip + "/24"}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cloud := newFakeCloud()
+	srv := httptest.NewServer(cloud)
+	t.Cleanup(srv.Close)
+
+	// What the cluster admin creates before installing: the clouds'
+	// credentials (docs/profiles.md names the keys).
+	for name, data := range map[string]map[string]string{
+		"hcloud":  {"token": "test-token"},
+		"aws-ccm": {"access-key-id": "AKIATEST", "secret-access-key": "secret", "cloud.conf": "[Global]\nRegion = eu-central-1\n"},
+		"gcp-ccm": {"credentials.json": "{}", "gce.conf": "[global]\nproject-id = prod\n"},
+	} {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}, StringData: data}
+		if _, err := env.Client.CoreV1().Secrets(namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// helm install hybrid-ccm charts/hybrid-ccm -n kube-system -f multi-cloud.yaml
+	values := installValues(t, srv.URL)
+	installUmbrella(t, ctx, values)
+
+	// Talos answers the chart's talos.dev ServiceAccount with a Secret of the
+	// same name holding a talosconfig for its roles.
+	answerTalosServiceAccounts(t, ctx, ep)
+
+	// The kubelet and the controllers: every Deployment of the namespace,
+	// including the native CCMs the coordinator installs later.
+	set, err := profile.Builtin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var upstream []string
+	for _, name := range set.Names() {
+		p, _ := set.Get(name)
+		upstream = append(upstream, p.CCM.Image.Reference())
+	}
+	logs := &testenv.Buffer{}
+	runner := podrunner.New(t, podrunner.Options{Config: env.Config, Images: images(t, upstream), NodeName: "cp-1", Log: logs})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("pod logs (tail):\n%s", tail(logs.String(), 20000))
+		}
+	})
+	if err := runner.Manage(ctx, namespace, ""); err != nil {
+		t.Fatal(err)
+	}
+
+	// The kubelets register.
+	for _, n := range nodes {
+		register(t, ctx, n)
+	}
+
+	// talos-ccm initializes every node and gives it pod CIDRs.
+	for _, n := range nodes {
+		if n.gone {
+			continue // may be deleted as soon as it is initialized
+		}
+		got := waitNode(t, n.name, func(o *corev1.Node) bool { return initialized(o) && len(o.Spec.PodCIDRs) > 0 })
+		if got.Labels["node.cloudprovider.kubernetes.io/platform"] != n.platform {
+			t.Errorf("node %s: platform label %q, want %q", n.name, got.Labels["node.cloudprovider.kubernetes.io/platform"], n.platform)
+		}
+		if n.providerID != "" && got.Spec.ProviderID != n.providerID {
+			t.Errorf("node %s: providerID %q, want %q", n.name, got.Spec.ProviderID, n.providerID)
+		}
+	}
+
+	// Their kubelets ask for serving certificates; talos-ccm approves them.
+	for _, n := range nodes {
+		if n.ready {
+			approved(t, ctx, n)
+		}
+	}
+
+	// The coordinator installs each cloud's CCM; each becomes Ready: its
+	// release is deployed and one of its pods holds its lease.
+	for _, name := range []string{"aws", "hcloud", "gcp"} {
+		waitReady(t, ctx, name)
+	}
+	if o := getNativeCCM(t, ctx, "digital-ocean"); o.Status.Release != nil {
+		t.Errorf("suspended NativeCCM digital-ocean has release %+v", o.Status.Release)
+	}
+
+	// The gone server's node is deleted by the hcloud CCM, through its gate.
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := env.Client.CoreV1().Nodes().Get(ctx, "hcloud-gone", metav1.GetOptions{})
+		return err != nil, nil
+	}); err != nil {
+		t.Errorf("node hcloud-gone was not deleted; the fake cloud was asked %v", cloud.asked())
+	}
+
+	// The CCMs stay up: every native CCM renews its lease several times while
+	// no container restarts.
+	renewals(t, ctx, []string{"native-ccm-aws", "native-ccm-hcloud", "native-ccm-gcp"}, 3)
+	pods, err := env.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var running []string
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		running = append(running, p.Labels["app.kubernetes.io/name"]+"/"+p.Spec.ServiceAccountName)
+		for _, cs := range append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...) {
+			if cs.RestartCount != 0 || !cs.Ready {
+				t.Errorf("pod %s container %s: ready %v, %d restarts, last state %+v", p.Name, cs.Name, cs.Ready, cs.RestartCount, cs.LastTerminationState.Terminated)
+			}
+		}
+	}
+	slices.Sort(running)
+	t.Logf("pods running: %v", running)
+	if len(running) != 5 {
+		t.Errorf("running pods %v, want talos-ccm, ccm-coordinator and three native CCMs", running)
+	}
+
+	// Nothing else was touched or asked about: the metal node is still
+	// there, and each CCM asked its cloud only about its own nodes.
+	if _, err := env.Client.CoreV1().Nodes().Get(ctx, "metal-down", metav1.GetOptions{}); err != nil {
+		t.Errorf("NotReady metal node: %v", err)
+	}
+	for _, a := range cloud.asked() {
+		if a != "hcloud/hcloud-gone" {
+			t.Errorf("a native CCM asked its cloud about %s", a)
+		}
+	}
+
+	noAdminCredentials(t, ctx, pods.Items)
+}
+
+// installValues reads testdata/multi-cloud.yaml and points every enabled
+// cloud's stand-in CCM at the fake cloud.
+func installValues(t *testing.T, cloudURL string) map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "multi-cloud.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values map[string]any
+	if err := yaml.Unmarshal(b, &values); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range values["clouds"].(map[string]any) {
+		c.(map[string]any)["overrides"] = map[string]any{"env": []any{map[string]any{"name": "TESTCCM_CLOUD_URL", "value": cloudURL}}}
+	}
+	return values
+}
+
+// installUmbrella is `helm install` of charts/hybrid-ccm with its file://
+// dependencies, through the Helm SDK against the test API server.
+func installUmbrella(t *testing.T, ctx context.Context, values map[string]any) {
+	t.Helper()
+	dir := filepath.Join(testenv.RepoRoot(), "charts", "hybrid-ccm")
+	ch, err := loader.LoadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var deps []*chart.Chart
+	for _, d := range ch.Metadata.Dependencies {
+		sub, err := loader.LoadDir(filepath.Join(dir, strings.TrimPrefix(d.Repository, "file://")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		deps = append(deps, sub)
+	}
+	ch.SetDependencies(deps...)
+
+	kubeconfig, ns := env.KubeconfigPath, namespace
+	cfg := &action.Configuration{}
+	if err := cfg.Init(&genericclioptions.ConfigFlags{KubeConfig: &kubeconfig, Namespace: &ns}, namespace, "secret", func(string, ...any) {}); err != nil {
+		t.Fatal(err)
+	}
+	in := action.NewInstall(cfg)
+	in.ReleaseName, in.Namespace = "hybrid-ccm", namespace
+	if _, err := in.RunWithContext(ctx, ch, values); err != nil {
+		t.Fatalf("helm install: %v", err)
+	}
+}
+
+// answerTalosServiceAccounts does what Talos does for every
+// talos.dev/v1alpha1 ServiceAccount: a Secret of the same name with a
+// talosconfig (key "config") for the requested roles.
+func answerTalosServiceAccounts(t *testing.T, ctx context.Context, ep *talosnode.Endpoint) {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := dyn.Resource(schema.GroupVersionResource{Group: "talos.dev", Version: "v1alpha1", Resource: "serviceaccounts"}).
+		Namespace(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 1 {
+		t.Fatalf("talos.dev ServiceAccounts: %d, want the chart's one", len(list.Items))
+	}
+	sa := list.Items[0]
+	roles, _, _ := unstructured.NestedStringSlice(sa.Object, "spec", "roles")
+	if len(roles) != 1 {
+		t.Fatalf("talos.dev ServiceAccount %s roles %v", sa.GetName(), roles)
+	}
+	path := filepath.Join(t.TempDir(), "talosconfig")
+	if err := ep.WriteClientConfig(path, roles[0]); err != nil {
+		t.Fatal(err)
+	}
+	config, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: sa.GetName(), Namespace: namespace}, Data: map[string][]byte{"config": config}}
+	if _, err := env.Client.CoreV1().Secrets(namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// register creates the Node as its kubelet would (tainted, provided IP) and
+// sets its Ready condition.
+func register(t *testing.T, ctx context.Context, n node) {
+	t.Helper()
+	obj := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: n.name,
+			Labels:      map[string]string{corev1.LabelHostname: n.name, corev1.LabelOSStable: "linux"},
+			Annotations: map[string]string{cloudproviderapi.AnnotationAlphaProvidedIPAddr: n.ip}},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: cloudproviderapi.TaintExternalCloudProvider, Value: "true", Effect: corev1.TaintEffectNoSchedule}}},
+	}
+	created, err := env.Client.CoreV1().Nodes().Create(ctx, obj, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.CoreV1().Nodes().Delete(context.Background(), n.name, metav1.DeleteOptions{}) })
+	status := corev1.ConditionTrue
+	if !n.ready {
+		status = corev1.ConditionFalse
+	}
+	created.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status,
+		LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(), Reason: "KubeletReady"}}
+	created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: n.ip}, {Type: corev1.NodeHostName, Address: n.name}}
+	if _, err := env.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func initialized(n *corev1.Node) bool {
+	return !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == cloudproviderapi.TaintExternalCloudProvider })
+}
+
+func waitNode(t *testing.T, name string, cond func(*corev1.Node) bool) *corev1.Node {
+	t.Helper()
+	var last *corev1.Node
+	if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		n, err := env.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		last = n
+		return cond(n), nil
+	}); err != nil {
+		t.Fatalf("node %s: condition not met; last seen %+v", name, last)
+	}
+	return last
+}
+
+// approved submits the node's serving CSR as its kubelet and waits until it
+// is approved.
+func approved(t *testing.T, ctx context.Context, n node) {
+	t.Helper()
+	user := "system:node:" + n.name
+	cfg, err := env.AddUser(user, "system:nodes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The test API server runs RBAC without the Node authorizer: bind the
+	// node to the role that lets nodes create CSRs.
+	crb := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "test:" + n.name + ":csr"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:node-bootstrapper"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+	}
+	if _, err := env.Client.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := csrtest.Request{NodeName: n.name, DNSNames: []string{n.name}, IPs: csrtest.Addrs(n.ip)}
+	var csr *certificatesv1.CertificateSigningRequest
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		csr, err = cs.CertificatesV1().CertificateSigningRequests().Create(ctx, csrtest.Object("serving-"+n.name, req.MustPEM()), metav1.CreateOptions{})
+		return err == nil, nil // until the binding reaches the authorizer
+	}); err != nil {
+		t.Fatalf("node %s cannot create its CSR: %v", n.name, err)
+	}
+	var conds []certificatesv1.CertificateSigningRequestCondition
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err := env.Client.CertificatesV1().CertificateSigningRequests().Get(ctx, csr.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		conds = got.Status.Conditions
+		return len(conds) > 0, nil
+	}); err != nil {
+		t.Fatalf("serving CSR of %s not decided", n.name)
+	}
+	if conds[0].Type != certificatesv1.CertificateApproved {
+		t.Errorf("serving CSR of %s: %+v, want Approved", n.name, conds)
+	}
+}
+
+func getNativeCCM(t *testing.T, ctx context.Context, name string) *v1.NativeCCM {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := dyn.Resource(v1.GroupVersion.WithResource("nativeccms")).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("NativeCCM %s: %v", name, err)
+	}
+	b, err := json.Marshal(u.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &v1.NativeCCM{}
+	if err := json.Unmarshal(b, o); err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// waitReady waits until the NativeCCM is Ready, Gated and Healthy: one of
+// its release's pods holds its lease.
+func waitReady(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	var last *v1.NativeCCM
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
+		last = getNativeCCM(t, ctx, name)
+		// the patch helper writes conditions before the rest of the status
+		return isTrue(last, "Ready") && isTrue(last, v1.GatedCondition) && isTrue(last, v1.HealthyCondition) && last.Status.Leader != nil, nil
+	}); err != nil {
+		t.Fatalf("NativeCCM %s not Ready, Gated and Healthy with a leader: %+v", name, last.Status)
+	}
+	if last.Status.Leader == nil || !strings.HasPrefix(last.Status.Leader.Pod, "native-ccm-"+name) {
+		t.Errorf("NativeCCM %s: leader %+v, want a pod of native-ccm-%s", name, last.Status.Leader, name)
+	}
+}
+
+func isTrue(o *v1.NativeCCM, ctype string) bool {
+	for _, c := range o.Status.Conditions {
+		if c.Type == ctype {
+			return c.Status == metav1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// renewals waits until every lease was renewed n more times.
+func renewals(t *testing.T, ctx context.Context, leases []string, n int) {
+	t.Helper()
+	seen := map[string][]time.Time{}
+	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		done := true
+		for _, name := range leases {
+			l, err := env.Client.CoordinationV1().Leases(namespace).Get(ctx, name, metav1.GetOptions{})
+			if err != nil || l.Spec.RenewTime == nil {
+				return false, nil
+			}
+			ts := seen[name]
+			if len(ts) == 0 || !ts[len(ts)-1].Equal(l.Spec.RenewTime.Time) {
+				seen[name] = append(ts, l.Spec.RenewTime.Time)
+			}
+			done = done && len(seen[name]) > n
+		}
+		return done, nil
+	}); err != nil {
+		t.Errorf("leases not renewed %d times: %v", n, seen)
+	}
+}
+
+// noAdminCredentials: no pod mounts a host path or another identity's
+// token, and no pod's ServiceAccount holds cluster-admin, admin or edit.
+func noAdminCredentials(t *testing.T, ctx context.Context, pods []corev1.Pod) {
+	t.Helper()
+	crbs, err := env.Client.RbacV1().ClusterRoleBindings().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	powerful := map[string]bool{"cluster-admin": true, "admin": true, "edit": true, "system:controller:clusterrole-aggregation-controller": true}
+	for _, p := range pods {
+		sa := p.Spec.ServiceAccountName
+		if sa == "" || sa == "default" {
+			t.Errorf("pod %s runs as ServiceAccount %q: every component has its own", p.Name, sa)
+		}
+		for _, v := range p.Spec.Volumes {
+			if v.HostPath != nil {
+				t.Errorf("pod %s mounts host path %s", p.Name, v.HostPath.Path)
+			}
+			if v.Secret != nil && strings.Contains(v.Secret.SecretName, "token") {
+				t.Errorf("pod %s mounts Secret %s", p.Name, v.Secret.SecretName)
+			}
+		}
+		for _, b := range crbs.Items {
+			for _, s := range b.Subjects {
+				if s.Kind == rbacv1.ServiceAccountKind && s.Name == sa && s.Namespace == p.Namespace && powerful[b.RoleRef.Name] {
+					t.Errorf("pod %s: ServiceAccount %s is bound to %s by %s", p.Name, sa, b.RoleRef.Name, b.Name)
+				}
+			}
+		}
+	}
+}
+
+// fakeCloud answers test/testccm's instance questions: every instance
+// exists, except the deleted hcloud server; it records who asked about what.
+type fakeCloud struct {
+	mu  sync.Mutex
+	log map[string]int
+}
+
+func newFakeCloud() *fakeCloud { return &fakeCloud{log: map[string]int{}} }
+
+func (c *fakeCloud) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	provider, nodeName := r.URL.Query().Get("provider"), r.URL.Query().Get("node")
+	c.mu.Lock()
+	c.log[provider+"/"+nodeName]++
+	c.mu.Unlock()
+	_ = json.NewEncoder(w).Encode(map[string]bool{"exists": nodeName != "hcloud-gone", "shutdown": false})
+}
+
+func (c *fakeCloud) asked() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for k := range c.log {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[len(s)-n:]
+}
