@@ -220,6 +220,94 @@ func TestInstallAsDocumented(t *testing.T) {
 	}
 
 	noAdminCredentials(t, ctx, pods.Items)
+
+	// NativeCCM Ready follows the native CCM's pods and lease, not Helm.
+	t.Run("LeaderPodDeleted", func(t *testing.T) {
+		old := getNativeCCM(t, ctx, "hcloud").Status.Leader.Pod
+		deletePod(t, ctx, old)
+		o := waitNativeCCM(t, ctx, "hcloud", "the leader's pod is gone", func(o *v1.NativeCCM) bool { return isFalse(o, "Ready") })
+		t.Logf("leader pod %s deleted: Ready=False %s", old, reason(o, "Ready"))
+		o = waitNativeCCM(t, ctx, "hcloud", "a new pod leads", func(o *v1.NativeCCM) bool {
+			return isTrue(o, "Ready") && isTrue(o, v1.HealthyCondition) && o.Status.Leader != nil && o.Status.Leader.Pod != old
+		})
+		t.Logf("new leader %s: Ready=True %s", o.Status.Leader.Pod, reason(o, "Ready"))
+	})
+	t.Run("AuthenticationRBACMissing", func(t *testing.T) {
+		// The bug this install first had: without the delegated-authentication
+		// binding the CCM exits at start.
+		const binding = "native-ccm-hcloud:extension-apiserver-authentication-reader"
+		rb, err := env.Client.RbacV1().RoleBindings(namespace).Get(ctx, binding, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("the release's binding: %v", err)
+		}
+		if err := env.Client.RbacV1().RoleBindings(namespace).Delete(ctx, binding, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		deletePod(t, ctx, getNativeCCM(t, ctx, "hcloud").Status.Leader.Pod)
+		o := waitNativeCCM(t, ctx, "hcloud", "crash-looping", func(o *v1.NativeCCM) bool {
+			return isFalse(o, "Ready") && reason(o, "Ready") == "CrashLooping"
+		})
+		msg := message(o, "Ready")
+		if !strings.Contains(msg, `configmaps \"extension-apiserver-authentication\" is forbidden`) && !strings.Contains(msg, `configmaps "extension-apiserver-authentication" is forbidden`) {
+			t.Errorf("Ready=False CrashLooping message does not name the forbidden configmap: %s", msg)
+		}
+		// Fixed: the next restart starts, takes the lease, Ready again.
+		rb.ResourceVersion, rb.UID = "", ""
+		if _, err := env.Client.RbacV1().RoleBindings(namespace).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitNativeCCM(t, ctx, "hcloud", "running again", func(o *v1.NativeCCM) bool {
+			return isTrue(o, "Ready") && isTrue(o, v1.HealthyCondition) && o.Status.Leader != nil
+		})
+	})
+}
+
+func deletePod(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	if err := env.Client.CoreV1().Pods(namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete pod %s: %v", name, err)
+	}
+}
+
+// waitNativeCCM polls the NativeCCM until cond holds.
+func waitNativeCCM(t *testing.T, ctx context.Context, name, what string, cond func(*v1.NativeCCM) bool) *v1.NativeCCM {
+	t.Helper()
+	var last *v1.NativeCCM
+	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
+		last = getNativeCCM(t, ctx, name)
+		return cond(last), nil
+	}); err != nil {
+		t.Fatalf("NativeCCM %s: not %s: %+v", name, what, last.Status)
+	}
+	return last
+}
+
+func condition(o *v1.NativeCCM, ctype string) *metav1.Condition {
+	for i := range o.Status.Conditions {
+		if o.Status.Conditions[i].Type == ctype {
+			return &o.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func isFalse(o *v1.NativeCCM, ctype string) bool {
+	c := condition(o, ctype)
+	return c != nil && c.Status == metav1.ConditionFalse
+}
+
+func reason(o *v1.NativeCCM, ctype string) string {
+	if c := condition(o, ctype); c != nil {
+		return c.Reason
+	}
+	return ""
+}
+
+func message(o *v1.NativeCCM, ctype string) string {
+	if c := condition(o, ctype); c != nil {
+		return c.Message
+	}
+	return ""
 }
 
 // installValues reads testdata/multi-cloud.yaml and points every enabled
@@ -427,7 +515,7 @@ func getNativeCCM(t *testing.T, ctx context.Context, name string) *v1.NativeCCM 
 func waitReady(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
 	var last *v1.NativeCCM
-	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 4*time.Minute, true, func(context.Context) (bool, error) {
 		last = getNativeCCM(t, ctx, name)
 		// the patch helper writes conditions before the rest of the status
 		return isTrue(last, "Ready") && isTrue(last, v1.GatedCondition) && isTrue(last, v1.HealthyCondition) && last.Status.Leader != nil, nil
@@ -440,12 +528,8 @@ func waitReady(t *testing.T, ctx context.Context, name string) {
 }
 
 func isTrue(o *v1.NativeCCM, ctype string) bool {
-	for _, c := range o.Status.Conditions {
-		if c.Type == ctype {
-			return c.Status == metav1.ConditionTrue
-		}
-	}
-	return false
+	c := condition(o, ctype)
+	return c != nil && c.Status == metav1.ConditionTrue
 }
 
 // renewals waits until every lease was renewed n more times.
