@@ -64,6 +64,9 @@ func Start(opts Options) (*Env, error) {
 		CRDDirectoryPaths:     opts.CRDDirectoryPaths,
 		ErrorIfCRDPathMissing: len(opts.CRDDirectoryPaths) > 0,
 	}
+	// Without it kube-apiserver derives its advertised address from the
+	// default route, which a test's own network namespace (test/netns) lacks.
+	e.ControlPlane.GetAPIServer().Configure().Set("advertise-address", "127.0.0.1")
 	cfg, err := e.Start()
 	if err != nil {
 		return nil, fmt.Errorf("start control plane from %s: %w", dir, err)
