@@ -261,6 +261,23 @@ func TestAWSCCMGated(t *testing.T) {
 	}
 
 	t.Run("Ungated", func(t *testing.T) { ungated(t, ctx, dep, ccm, conf, ec2) })
+
+	// The profile's AWS_EC2_METADATA_DISABLED is what keeps it off the
+	// metadata service: without it the SDK asks IMDS at every start.
+	t.Run("MetadataServiceWithoutProfileEnv", func(t *testing.T) {
+		ec2.Reset()
+		noIMDS := ccm
+		noIMDS.Env = slices.DeleteFunc(slices.Clone(ccm.Env), func(e corev1.EnvVar) bool { return e.Name == "AWS_EC2_METADATA_DISABLED" })
+		runDirect(t, ctx, noIMDS, conf, "aws-ccm-ungated")
+		poll(t, ctx, "the CCM asks the metadata service", func() bool {
+			return slices.ContainsFunc(ec2.Calls(), func(c fakeec2.Call) bool { return c.Service == "imds" })
+		})
+		for _, c := range ec2.Calls() {
+			if c.Service == "imds" {
+				t.Logf("without AWS_EC2_METADATA_DISABLED: %s", c)
+			}
+		}
+	})
 }
 
 // ungated stops the gated CCM and runs the same binary with the same
@@ -293,14 +310,49 @@ func ungated(t *testing.T, ctx context.Context, dep *appsv1.Deployment, ccm core
 		}
 	}
 	ec2.Reset()
+	runDirect(t, ctx, ccm, conf, ungatedSA)
 
+	// What the gate prevents: the brand-new node deleted, the bare-metal node
+	// looked up in EC2 by name.
+	poll(t, ctx, "the ungated CCM acted on foreign nodes", func() bool {
+		_, err := env.Client.CoreV1().Nodes().Get(ctx, newNode, metav1.GetOptions{})
+		askedMetal := slices.ContainsFunc(ec2.Calls(), func(c fakeec2.Call) bool {
+			return slices.Contains(c.Filters, "private-dns-name=metal-down")
+		})
+		return apierrors.IsNotFound(err) && askedMetal
+	})
+	var deleted []string
+	for _, n := range foreign {
+		if _, err := env.Client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			deleted = append(deleted, n.name)
+		}
+	}
+	var foreignCalls []string
+	for _, c := range ec2.Calls() {
+		if len(c.Filters) > 0 || slices.Contains(c.InstanceIDs, newNode) {
+			foreignCalls = append(foreignCalls, c.String())
+		}
+	}
+	slices.Sort(foreignCalls)
+	foreignCalls = slices.Compact(foreignCalls)
+	t.Logf("without the gate the AWS CCM deleted foreign nodes %v and asked EC2 about foreign nodes:\n  %s", deleted, strings.Join(foreignCalls, "\n  "))
+	if !slices.Contains(deleted, newNode) {
+		t.Errorf("ungated: %s not deleted", newNode)
+	}
+}
+
+// runDirect runs the AWS CCM binary with the pod's CCM container's arguments
+// and environment, straight against the API server as the ServiceAccount sa,
+// until the test ends.
+func runDirect(t *testing.T, ctx context.Context, ccm corev1.Container, conf, sa string) {
+	t.Helper()
 	dir := t.TempDir()
 	confPath := filepath.Join(dir, "cloud.conf")
 	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	writeKubeconfig(t, ctx, ungatedSA, kubeconfig)
+	writeKubeconfig(t, ctx, sa, kubeconfig)
 
 	var args []string
 	for _, a := range ccm.Args {
@@ -330,7 +382,7 @@ func ungated(t *testing.T, ctx context.Context, dep *appsv1.Deployment, ccm core
 	}
 	out := &testenv.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
-	t.Logf("ungated: %s %s", filepath.Base(awsCCM), strings.Join(args, " "))
+	t.Logf("%s %s", filepath.Base(awsCCM), strings.Join(args, " "))
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -338,37 +390,9 @@ func ungated(t *testing.T, ctx context.Context, dep *appsv1.Deployment, ccm core
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		if t.Failed() {
-			t.Logf("ungated CCM output (tail):\n%s", tail(out.String(), 20000))
+			t.Logf("CCM output (tail):\n%s", tail(out.String(), 20000))
 		}
 	})
-
-	// What the gate prevents: the brand-new node deleted, the bare-metal node
-	// looked up in EC2 by name.
-	poll(t, ctx, "the ungated CCM acted on foreign nodes", func() bool {
-		_, err := env.Client.CoreV1().Nodes().Get(ctx, newNode, metav1.GetOptions{})
-		askedMetal := slices.ContainsFunc(ec2.Calls(), func(c fakeec2.Call) bool {
-			return slices.Contains(c.Filters, "private-dns-name=metal-down")
-		})
-		return apierrors.IsNotFound(err) && askedMetal
-	})
-	var deleted []string
-	for _, n := range foreign {
-		if _, err := env.Client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-			deleted = append(deleted, n.name)
-		}
-	}
-	var foreignCalls []string
-	for _, c := range ec2.Calls() {
-		if len(c.Filters) > 0 || slices.Contains(c.InstanceIDs, newNode) {
-			foreignCalls = append(foreignCalls, c.String())
-		}
-	}
-	slices.Sort(foreignCalls)
-	foreignCalls = slices.Compact(foreignCalls)
-	t.Logf("without the gate the AWS CCM deleted foreign nodes %v and asked EC2 about foreign nodes:\n  %s", deleted, strings.Join(foreignCalls, "\n  "))
-	if !slices.Contains(deleted, newNode) {
-		t.Errorf("ungated: %s not deleted", newNode)
-	}
 }
 
 // checkPodSpec returns the CCM container after checking the pod template

@@ -47,7 +47,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	awsCCM, layout = os.Getenv("HYBRID_CCM_TEST_AWS_CCM"), os.Getenv("HYBRID_CCM_TEST_LAYOUT")
-	os.Exit(testenv.Run(m, testenv.Options{CRDDirectoryPaths: chartstest.CRDDirectoryPaths()}, func(e *testenv.Env) { env = e }))
+	os.Exit(testenv.Run(m, testenv.Options{CRDDirectoryPaths: chartstest.CRDDirectoryPaths(),
+		// no default route here: the API server advertises loopback
+		APIServerFlags: map[string]string{"advertise-address": "127.0.0.1"}}, func(e *testenv.Env) { env = e }))
 }
 
 func outside() int {

@@ -33,6 +33,9 @@ type Env struct {
 type Options struct {
 	// CRDDirectoryPaths are installed before Start returns.
 	CRDDirectoryPaths []string
+	// APIServerFlags are set on kube-apiserver's command line (e.g.
+	// advertise-address in a network namespace without a default route).
+	APIServerFlags map[string]string
 }
 
 // RepoRoot returns the repository root (the directory holding go.mod).
@@ -63,6 +66,9 @@ func Start(opts Options) (*Env, error) {
 		BinaryAssetsDirectory: dir,
 		CRDDirectoryPaths:     opts.CRDDirectoryPaths,
 		ErrorIfCRDPathMissing: len(opts.CRDDirectoryPaths) > 0,
+	}
+	for k, v := range opts.APIServerFlags {
+		e.ControlPlane.GetAPIServer().Configure().Set(k, v)
 	}
 	cfg, err := e.Start()
 	if err != nil {
