@@ -33,9 +33,6 @@ type Env struct {
 type Options struct {
 	// CRDDirectoryPaths are installed before Start returns.
 	CRDDirectoryPaths []string
-	// APIServerFlags are set on kube-apiserver's command line (e.g.
-	// advertise-address in a network namespace without a default route).
-	APIServerFlags map[string]string
 }
 
 // RepoRoot returns the repository root (the directory holding go.mod).
@@ -67,9 +64,9 @@ func Start(opts Options) (*Env, error) {
 		CRDDirectoryPaths:     opts.CRDDirectoryPaths,
 		ErrorIfCRDPathMissing: len(opts.CRDDirectoryPaths) > 0,
 	}
-	for k, v := range opts.APIServerFlags {
-		e.ControlPlane.GetAPIServer().Configure().Set(k, v)
-	}
+	// Without it kube-apiserver derives its advertised address from the
+	// default route, which a test's own network namespace (test/netns) lacks.
+	e.ControlPlane.GetAPIServer().Configure().Set("advertise-address", "127.0.0.1")
 	cfg, err := e.Start()
 	if err != nil {
 		return nil, fmt.Errorf("start control plane from %s: %w", dir, err)
