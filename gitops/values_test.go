@@ -4,17 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/fluxcd/cli-utils/pkg/kstatus/status"
 	"github.com/fluxcd/pkg/apis/meta"
 	fluxcel "github.com/fluxcd/pkg/runtime/cel"
 	"helm.sh/helm/v3/pkg/action"
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -24,7 +20,6 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/charts/test/chartstest"
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
-	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
 
 // releaseValues composes the values helm-controller passes to the chart: the
@@ -63,31 +58,6 @@ func mergeValues(dst, src map[string]any) {
 	}
 }
 
-// umbrellaChart loads charts/hybrid-ccm with its file:// dependencies loaded
-// from the repository, in memory (the published OCI artifact carries them the
-// same way).
-func umbrellaChart(t *testing.T) *chart.Chart {
-	t.Helper()
-	dir := filepath.Join(testenv.RepoRoot(), "charts", "hybrid-ccm")
-	ch, err := loader.LoadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var deps []*chart.Chart
-	for _, d := range ch.Metadata.Dependencies {
-		if !strings.HasPrefix(d.Repository, "file://") {
-			t.Fatalf("dependency %s from %s: not a chart of this repository", d.Name, d.Repository)
-		}
-		sub, err := loader.LoadDir(filepath.Join(dir, strings.TrimPrefix(d.Repository, "file://")))
-		if err != nil {
-			t.Fatal(err)
-		}
-		deps = append(deps, sub)
-	}
-	ch.SetDependencies(deps...)
-	return ch
-}
-
 // renderRelease renders the umbrella the way helm-controller would install it
 // for the environment (schema validation included).
 func renderRelease(t *testing.T, e environment) []*unstructured.Unstructured {
@@ -96,7 +66,7 @@ func renderRelease(t *testing.T, e environment) []*unstructured.Unstructured {
 	in.ReleaseName, in.Namespace = e.release.Spec.ReleaseName, e.release.Spec.TargetNamespace
 	in.DryRun, in.ClientOnly, in.Replace = true, true, true
 	in.KubeVersion = &chartutil.KubeVersion{Version: "v1.34.4", Major: "1", Minor: "34"}
-	rel, err := in.Run(umbrellaChart(t), releaseValues(t, e))
+	rel, err := in.Run(chartstest.Umbrella(t), releaseValues(t, e))
 	if err != nil {
 		t.Fatalf("%s: the chart refuses the environment's values: %v", e.name, err)
 	}

@@ -151,11 +151,15 @@ func TestCoordinatorWorksWithItsChartRBAC(t *testing.T) {
 		if err := c.Get(ctx, client.ObjectKey{Name: "hcloud"}, &got); err != nil {
 			return false, nil
 		}
+		// Installed with the chart's RBAC; Ready needs the CCM's pods running
+		// (no kubelet here: test/install runs them), so it says which it waits for.
+		i := apimeta.FindStatusCondition(got.Status.Conditions, v1alpha1.InstalledCondition)
 		r := apimeta.FindStatusCondition(got.Status.Conditions, "Ready")
-		return r != nil && r.Status == metav1.ConditionTrue && got.Status.Release != nil, nil
+		return i != nil && i.Status == metav1.ConditionTrue && got.Status.Release != nil &&
+			r != nil && r.Status == metav1.ConditionFalse && r.Reason == v1alpha1.NoRunningPodsReason, nil
 	})
 	if err != nil {
-		t.Fatalf("NativeCCM hcloud not Ready with the chart's RBAC: %+v", got.Status.Conditions)
+		t.Fatalf("NativeCCM hcloud not installed with the chart's RBAC (and waiting for its pods): %+v", got.Status.Conditions)
 	}
 	var dep unstructured.Unstructured
 	dep.SetAPIVersion("apps/v1")

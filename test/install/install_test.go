@@ -20,8 +20,6 @@ import (
 	"time"
 
 	"helm.sh/helm/v3/pkg/action"
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/chart/loader"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -36,6 +34,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/csr/csrtest"
+	"github.com/hybrid-ccm/hybrid-ccm/charts/test/chartstest"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
@@ -332,20 +331,7 @@ func installValues(t *testing.T, cloudURL string) map[string]any {
 // dependencies, through the Helm SDK against the test API server.
 func installUmbrella(t *testing.T, ctx context.Context, values map[string]any) {
 	t.Helper()
-	dir := filepath.Join(testenv.RepoRoot(), "charts", "hybrid-ccm")
-	ch, err := loader.LoadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var deps []*chart.Chart
-	for _, d := range ch.Metadata.Dependencies {
-		sub, err := loader.LoadDir(filepath.Join(dir, strings.TrimPrefix(d.Repository, "file://")))
-		if err != nil {
-			t.Fatal(err)
-		}
-		deps = append(deps, sub)
-	}
-	ch.SetDependencies(deps...)
+	ch := chartstest.Umbrella(t)
 
 	kubeconfig, ns := env.KubeconfigPath, namespace
 	cfg := &action.Configuration{}

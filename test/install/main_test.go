@@ -10,6 +10,7 @@ import (
 
 	"github.com/hybrid-ccm/hybrid-ccm/charts/test/chartstest"
 	"github.com/hybrid-ccm/hybrid-ccm/hack/ship"
+	"github.com/hybrid-ccm/hybrid-ccm/test/netns"
 	"github.com/hybrid-ccm/hybrid-ccm/test/podrunner"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
@@ -24,18 +25,25 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// The pods listen on the ports the charts render: a network namespace of
+	// the package's own keeps them off the host's ports (and other packages'
+	// pods), and keeps everything on loopback.
+	os.Exit(netns.Main(func() int { return run(m) }))
+}
+
+func run(m *testing.M) int {
 	if os.Geteuid() != 0 {
 		// The pod runner needs mount namespaces, chroot and setuid. This is
 		// not a skip: CI and developers run the tests as root.
 		fmt.Fprintln(os.Stderr, "test/install runs pods and needs root")
-		os.Exit(1)
+		return 1
 	}
 	dir, err := os.MkdirTemp("", "hybrid-ccm-install-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		return 1
 	}
-	code := func() int {
+	return func() int {
 		defer os.RemoveAll(dir)
 		layout = filepath.Join(dir, "images")
 		if _, err := ship.Build(context.Background(), ship.Options{Platforms: []string{ship.HostPlatform()}, Out: layout}); err != nil {
@@ -51,7 +59,6 @@ func TestMain(m *testing.M) {
 		}
 		return testenv.Run(m, testenv.Options{CRDDirectoryPaths: chartstest.CRDDirectoryPaths()}, func(e *testenv.Env) { env = e })
 	}()
-	os.Exit(code)
 }
 
 // images resolves the charts' and the coordinator's image references: the

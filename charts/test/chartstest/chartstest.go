@@ -17,6 +17,8 @@ import (
 	"sync"
 	"testing"
 
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -137,4 +139,29 @@ func Parse(manifest string) ([]*unstructured.Unstructured, error) {
 		}
 		out = append(out, &unstructured.Unstructured{Object: obj})
 	}
+}
+
+// Umbrella loads charts/hybrid-ccm with its file:// dependencies loaded from
+// the repository, in memory (the published OCI artifact carries them the
+// same way), or fails the test.
+func Umbrella(tb testing.TB) *chart.Chart {
+	tb.Helper()
+	dir := filepath.Join(testenv.RepoRoot(), "charts", "hybrid-ccm")
+	ch, err := loader.LoadDir(dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var deps []*chart.Chart
+	for _, d := range ch.Metadata.Dependencies {
+		if !strings.HasPrefix(d.Repository, "file://") {
+			tb.Fatalf("dependency %s from %s: not a chart of this repository", d.Name, d.Repository)
+		}
+		sub, err := loader.LoadDir(filepath.Join(dir, strings.TrimPrefix(d.Repository, "file://")))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		deps = append(deps, sub)
+	}
+	ch.SetDependencies(deps...)
+	return ch
 }
