@@ -39,46 +39,50 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "test/aws runs pods in a network namespace and needs root")
 		os.Exit(1)
 	}
-	if !netns.Inside() {
-		os.Exit(outside())
+	if !netns.Isolated() {
+		// Outside, where the Go module proxy is reachable: build, then
+		// netns.Main re-executes the binary in the namespace.
+		dir, err := os.MkdirTemp("", "hybrid-ccm-aws-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		code := func() int {
+			defer os.RemoveAll(dir)
+			if err := build(dir); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			return netns.Main(func() int { return 1 })
+		}()
+		os.Exit(code)
 	}
-	if err := netns.Setup(imdsAddr); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	awsCCM, layout = os.Getenv("HYBRID_CCM_TEST_AWS_CCM"), os.Getenv("HYBRID_CCM_TEST_LAYOUT")
-	os.Exit(testenv.Run(m, testenv.Options{CRDDirectoryPaths: chartstest.CRDDirectoryPaths(),
-		// no default route here: the API server advertises loopback
-		APIServerFlags: map[string]string{"advertise-address": "127.0.0.1"}}, func(e *testenv.Env) { env = e }))
+	os.Exit(netns.Main(func() int {
+		if err := netns.AddLoopbackAddress(1, imdsAddr); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		awsCCM, layout = os.Getenv("HYBRID_CCM_TEST_AWS_CCM"), os.Getenv("HYBRID_CCM_TEST_LAYOUT")
+		return testenv.Run(m, testenv.Options{CRDDirectoryPaths: chartstest.CRDDirectoryPaths()}, func(e *testenv.Env) { env = e })
+	}))
 }
 
-func outside() int {
+// build builds the AWS CCM (hack/aws-ccm.sh) and the ccm-coordinator and
+// ccm-gate images into dir and passes their paths to the re-executed binary.
+func build(dir string) error {
 	root := testenv.RepoRoot()
-	out, err := exec.Command(filepath.Join(root, "hack", "aws-ccm.sh")).Output()
+	cmd := exec.Command(filepath.Join(root, "hack", "aws-ccm.sh"))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
 	if err != nil {
-		if ee, ok := err.(*exec.ExitError); ok {
-			os.Stderr.Write(ee.Stderr)
-		}
-		fmt.Fprintf(os.Stderr, "hack/aws-ccm.sh: %v\n", err)
-		return 1
+		return fmt.Errorf("hack/aws-ccm.sh: %w", err)
 	}
-	bin := strings.TrimSpace(string(out))
-	dir, err := os.MkdirTemp("", "hybrid-ccm-aws-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
 	images := filepath.Join(dir, "images")
 	if _, err := ship.Build(context.Background(), ship.Options{Platforms: []string{ship.HostPlatform()},
 		Images: []string{"ccm-coordinator", "ccm-gate"}, Out: images}); err != nil {
-		fmt.Fprintf(os.Stderr, "build images: %v\n", err)
-		return 1
+		return fmt.Errorf("build images: %w", err)
 	}
-	code, err := netns.Reexec("HYBRID_CCM_TEST_AWS_CCM="+bin, "HYBRID_CCM_TEST_LAYOUT="+images)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return code
+	os.Setenv("HYBRID_CCM_TEST_AWS_CCM", strings.TrimSpace(string(out)))
+	os.Setenv("HYBRID_CCM_TEST_LAYOUT", images)
+	return nil
 }
