@@ -11,6 +11,10 @@
 # replace directives (none as of v1.34), so the build resolves the same dependency
 # versions as the upstream image's. CGO_ENABLED=0: the test's pod runner starts it in
 # an empty root.
+#
+# Measured on 2 shared cores: cold (empty module and build caches) 6 min 34 s wall
+# (265 s user), about 500 MB of module downloads and 900 MB of build cache; the binary
+# is 110 MB. Warm (binary in the cache): 0.01 s.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
