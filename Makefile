@@ -27,13 +27,18 @@ SHIPFLAGS = $(if $(REGISTRY),--registry=$(REGISTRY)) $(if $(VERSION),--version=$
 
 BINARIES := talos-ccm ccm-coordinator ccm-gate hybridctl
 
-.PHONY: all build test unit fuzz bench lint demo control-plane clean generate verify-generated images release manifests
+.PHONY: all build test unit fuzz bench lint demo control-plane aws-ccm clean generate verify-generated images release manifests
 
 all: build
 
 # Builds (or reuses from the cache) kube-apiserver + etcd and prints their directory.
 control-plane:
 	@hack/control-plane.sh >/dev/null
+
+# Builds (or reuses from the cache) the upstream AWS CCM at the version
+# profiles/aws.yaml names (test/aws and the demo run it).
+aws-ccm:
+	@hack/aws-ccm.sh >/dev/null
 
 build:
 	@mkdir -p bin
@@ -46,7 +51,7 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-test: control-plane lint
+test: control-plane aws-ccm lint
 	KUBEBUILDER_ASSETS=$$(hack/control-plane.sh) $(GO) test -count=1 -timeout 45m $(TEST_FLAGS) ./...
 	$(MAKE) fuzz
 
@@ -57,7 +62,7 @@ fuzz:
 bench: control-plane
 	KUBEBUILDER_ASSETS=$$(hack/control-plane.sh) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./test/bench/... ./ccm/csr/integration
 
-demo: control-plane build
+demo: control-plane aws-ccm build
 	KUBEBUILDER_ASSETS=$$(hack/control-plane.sh) bin/hybridctl demo
 
 # Images of talos-ccm, ccm-coordinator, ccm-gate, hybridctl without a Docker

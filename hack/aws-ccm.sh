@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Builds the upstream AWS cloud controller manager (cmd/aws-cloud-controller-manager of
+# k8s.io/cloud-provider-aws, unmodified) from source through the Go module proxy into a
+# per-version cache directory beside the control plane's, and prints the binary's path.
+# Reuses the cached binary when present.
+#
+#   AWS_CCM_VERSION   module version (default: the image tag profiles/aws.yaml names)
+#   HYBRID_CCM_CACHE  cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/hybrid-ccm)
+#
+# A throwaway wrapper module requires the exact version and carries the module's own
+# replace directives (none as of v1.34), so the build resolves the same dependency
+# versions as the upstream image's. CGO_ENABLED=0: the test's pod runner starts it in
+# an empty root.
+#
+# Measured on 2 shared cores: cold (empty module and build caches) 6 min 34 s wall
+# (265 s user), about 500 MB of module downloads and 900 MB of build cache; the binary
+# is 110 MB. Warm (binary in the cache): 0.01 s.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+if [[ -z "${AWS_CCM_VERSION:-}" ]]; then
+  # ccm.image.tag of the profile (the only "tag:" key in it)
+  AWS_CCM_VERSION="$(awk '$1=="tag:"{print $2; exit}' "${repo}/profiles/aws.yaml")"
+fi
+[[ -n "${AWS_CCM_VERSION}" ]] || { echo "aws-ccm: no version in profiles/aws.yaml" >&2; exit 1; }
+CACHE_ROOT="${HYBRID_CCM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hybrid-ccm}"
+OUT="${CACHE_ROOT}/aws-ccm-${AWS_CCM_VERSION}"
+BIN="${OUT}/aws-cloud-controller-manager"
+
+if [[ -x "${BIN}" ]]; then
+  echo "${BIN}"
+  exit 0
+fi
+
+log() { echo "aws-ccm: $*" >&2; }
+
+# Checksums of k8s.io/cloud-provider-aws pinned here, for versions the checksum database
+# does not answer for (v1.34.0: its lookup is 404; the proxy serves the tag's commit
+# ed5a860b45fcf4fa6d38e4086b5acb6e709d173e). Every dependency is still verified by the
+# checksum database as usual.
+pinned_sums() {
+  case "$1" in
+    v1.34.0)
+      echo "k8s.io/cloud-provider-aws v1.34.0 h1:uX4fbMle7UNJ9a4JR6eAps6XqU7r8d+ayhDE3lyLkKc="
+      echo "k8s.io/cloud-provider-aws v1.34.0/go.mod h1:a8p1e6RHviJmZ/ZJK9S26CpZ07uv/jCZa93opvKSDA8="
+      ;;
+  esac
+}
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/hybrid-ccm-aws.XXXXXX")"
+trap 'rm -rf "${work}"' EXIT
+cd "${work}"
+
+log "building k8s.io/cloud-provider-aws ${AWS_CCM_VERSION} into ${OUT} (a cold build takes a few minutes)"
+export GOFLAGS=-mod=mod
+pinned_sums "${AWS_CCM_VERSION}" > go.sum
+if [[ -s go.sum ]]; then
+  # go.sum pins the module; the database is not asked about it.
+  export GONOSUMDB="k8s.io/cloud-provider-aws${GONOSUMDB:+,${GONOSUMDB}}"
+fi
+mod_module() {
+  printf 'module hybridccm.local/awsccm\n\ngo 1.24\n\nrequire k8s.io/cloud-provider-aws %s\n' "${AWS_CCM_VERSION}" > go.mod
+}
+mod_module
+go mod download -json "k8s.io/cloud-provider-aws@${AWS_CCM_VERSION}" > download.json || { cat download.json >&2; exit 1; }
+amod="$(go env GOMODCACHE)/cache/download/k8s.io/cloud-provider-aws/@v/${AWS_CCM_VERSION}.mod"
+
+{
+  echo "module hybridccm.local/awsccm"
+  echo
+  grep -E '^(go|godebug) ' "${amod}" || true
+  echo
+  echo "require k8s.io/cloud-provider-aws ${AWS_CCM_VERSION}"
+  echo
+  # the module's own replace directives, block and single-line forms
+  awk '
+    /^replace \(/ {r=1; next}
+    r && /^\)/ {r=0; next}
+    r && /=>/ {print "replace " $0; next}
+    /^replace .*=>/ {print}
+  ' "${amod}"
+} > go.mod
+
+cat > tools.go <<'GO'
+//go:build tools
+
+package tools
+
+import (
+	_ "k8s.io/cloud-provider-aws/cmd/aws-cloud-controller-manager"
+)
+GO
+
+go mod tidy -e >&2
+
+minor="${AWS_CCM_VERSION#v*.}"; minor="${minor%%.*}"
+ld="-s -w -X main.gitVersion=${AWS_CCM_VERSION}"
+for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  ld+=" -X ${p}.gitVersion=${AWS_CCM_VERSION} -X ${p}.gitMajor=1 -X ${p}.gitMinor=${minor} -X ${p}.gitTreeState=clean"
+done
+
+mkdir -p "${OUT}.tmp"
+CGO_ENABLED=0 go build -trimpath -ldflags "${ld}" -o "${OUT}.tmp/aws-cloud-controller-manager" \
+  k8s.io/cloud-provider-aws/cmd/aws-cloud-controller-manager >&2
+cp go.mod go.sum "${OUT}.tmp/" # what was built, for the record
+rm -rf "${OUT}"
+mv "${OUT}.tmp" "${OUT}"
+log "done"
+echo "${BIN}"

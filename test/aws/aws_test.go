@@ -1,0 +1,685 @@
+// Package aws proves the promise "unmodified upstream CCMs, lifecycle-only,
+// gated" with a real one: k8s.io/cloud-provider-aws's
+// aws-cloud-controller-manager, built from source at the version
+// profiles/aws.yaml names (hack/aws-ccm.sh), installed by the coordinator from
+// its profile through the umbrella chart and run by the pod runner with its
+// ccm-gate sidecar and exactly the RBAC its release grants, against a real API
+// server and a loopback fake of the EC2 API (test/fakeec2). Everything runs in
+// a network namespace with only lo (TestMain). Only its tests hold code.
+package aws
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	cloudproviderapi "k8s.io/cloud-provider/api"
+
+	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
+	"github.com/hybrid-ccm/hybrid-ccm/test/fakeec2"
+	"github.com/hybrid-ccm/hybrid-ccm/test/podrunner"
+	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
+)
+
+const (
+	namespace  = "kube-system"
+	region     = "eu-west-1"
+	zone       = "eu-west-1a"
+	clusterID  = "hybrid-test"
+	accessKey  = "AKIAFAKEHYBRIDCCM"
+	platformLb = "node.cloudprovider.kubernetes.io/platform"
+)
+
+// node is a Node as its kubelet registers it and, unless uninitialized,
+// talos-ccm initializes it (platform label, providerID); instance is the EC2
+// instance behind it, if any.
+type node struct {
+	name, platform, providerID string
+	ready, uninitialized       bool
+	// instance is the EC2 state ("" absent from EC2, or no EC2 instance).
+	instance, instanceID string
+}
+
+// Own nodes: one per EC2 state the lifecycle controller acts on.
+var own = []node{
+	{name: "aws-running", platform: "aws", instanceID: "i-0000000000000a001", instance: fakeec2.Running, ready: true},
+	{name: "aws-notready", platform: "aws", instanceID: "i-0000000000000a002", instance: fakeec2.Running},
+	{name: "aws-stopped", platform: "aws", instanceID: "i-0000000000000a003", instance: fakeec2.Stopped},
+	{name: "aws-terminated", platform: "aws", instanceID: "i-0000000000000a004", instance: fakeec2.Terminated},
+	{name: "aws-absent", platform: "aws", instanceID: "i-0000000000000a005"},
+}
+
+// newNode is a machine moved from EC2 to bare metal that kept its EC2 host
+// name (an instance ID, as EC2's resource-based names are); EC2 still lists
+// the old instance as terminated. It has just registered: uninitialized, no
+// platform label, no providerID.
+const newNode = "i-0000000000000b001"
+
+// Foreign nodes: no AWS CCM may touch them or ask EC2 about them.
+var foreign = []node{
+	{name: "hcloud-1", platform: "hcloud", providerID: "hcloud://1001", ready: true},
+	{name: "hcloud-down", platform: "hcloud", providerID: "hcloud://1002"},
+	{name: "metal-down", platform: "metal"},
+	{name: "aws-label-hcloud-id", platform: "aws", providerID: "hcloud://1003"},
+	{name: newNode, uninitialized: true, instanceID: newNode, instance: fakeec2.Terminated},
+}
+
+func (n node) id() string {
+	if n.providerID != "" || n.platform != "aws" {
+		return n.providerID
+	}
+	return "aws:///" + zone + "/" + n.instanceID
+}
+
+func instances() []fakeec2.Instance {
+	var out []fakeec2.Instance
+	for i, n := range append(slices.Clone(own), foreign...) {
+		if n.instance == "" {
+			continue
+		}
+		out = append(out, fakeec2.Instance{ID: n.instanceID, State: n.instance, Zone: zone, Type: "m5.large",
+			PrivateIP: fmt.Sprintf("10.0.0.%d", i+10), PrivateDNSName: fmt.Sprintf("ip-10-0-0-%d.%s.compute.internal", i+10, region),
+			Tags: map[string]string{"kubernetes.io/cluster/" + clusterID: "owned"}})
+	}
+	return out
+}
+
+// cloudConf is the cloud.conf profiles/aws.yaml asks for off EC2: [Global]
+// Region, VPC, SubnetID, KubernetesClusterID and the endpoints of the fake.
+func cloudConf(url string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "[Global]\nRegion = %s\nVPC = vpc-0fake\nSubnetID = subnet-0fake\nKubernetesClusterID = %s\n", region, clusterID)
+	for i, s := range []struct{ service, path string }{
+		{"EC2", "ec2"}, {"Elastic Load Balancing", "elasticloadbalancing"}, {"KMS", "kms"}, {"STS", "sts"},
+	} {
+		fmt.Fprintf(&b, "\n[ServiceOverride %q]\nService = %s\nRegion = %s\nURL = %s/%s\nSigningRegion = %s\n", fmt.Sprint(i+1), s.service, region, url, s.path, region)
+	}
+	return b.String()
+}
+
+// TestAWSCCMGated installs the AWS CCM as the umbrella chart and the
+// coordinator do, and checks the lifecycle controller's every decision on the
+// real binary: the terminated and the absent instances' nodes deleted, the
+// stopped instance's node tainted, every foreign node untouched and never
+// asked about. Then the same binary runs with the same RBAC but without the
+// gate (Ungated), showing what the gate prevents.
+func TestAWSCCMGated(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+
+	ec2 := fakeec2.New(instances()...)
+	srv := httptest.NewServer(ec2)
+	t.Cleanup(srv.Close)
+	// Anything asking the instance metadata service reaches the fake (lo
+	// carries its address in this network namespace) and is recorded.
+	imdsLn, err := net.Listen("tcp", net.JoinHostPort(imdsAddr.String(), "80"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	imds := &http.Server{Handler: ec2.IMDS()}
+	go func() { _ = imds.Serve(imdsLn) }()
+	t.Cleanup(func() { _ = imds.Close() })
+
+	// What the cluster admin creates before installing (docs/profiles.md).
+	conf := cloudConf(srv.URL)
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "aws-ccm", Namespace: namespace},
+		StringData: map[string]string{"access-key-id": accessKey, "secret-access-key": "fake-secret", "cloud.conf": conf}}
+	if _, err := env.Client.CoreV1().Secrets(namespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The nodes, as kubelets register them and talos-ccm initializes them.
+	for _, n := range append(slices.Clone(own), foreign...) {
+		register(t, ctx, n)
+	}
+	before := map[string]string{} // foreign node -> resourceVersion
+	for _, n := range append(foreign, own[0], own[1]) {
+		o, err := env.Client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before[n.name] = o.ResourceVersion
+	}
+
+	// helm install hybrid-ccm charts/hybrid-ccm with AWS enabled.
+	installUmbrella(t, ctx, map[string]any{
+		"components": map[string]any{"talos-ccm": false},
+		"clouds":     map[string]any{"aws": map[string]any{"enabled": true, "credentials": map[string]any{"secretName": "aws-ccm"}}},
+	})
+
+	set, err := profile.Builtin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, ok := set.Get("aws")
+	if !ok {
+		t.Fatal("no built-in aws profile")
+	}
+	im, err := podrunner.LayoutImages(layout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	im.Map(p.CCM.Image.Reference(), awsCCM)
+	logs := &testenv.Buffer{}
+	runner := podrunner.New(t, podrunner.Options{Config: env.Config, Images: im, NodeName: "cp-1", Log: logs})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("pod logs (tail):\n%s", tail(logs.String(), 30000))
+		}
+	})
+	if err := runner.Manage(ctx, namespace, ""); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, ctx, "aws")
+
+	// The pod is the profile's: the upstream image, lifecycle-only, the
+	// cloud.conf from the Secret, no metadata service, the gate in front.
+	dep, err := env.Client.AppsV1().Deployments(namespace).Get(ctx, "native-ccm-aws", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ccm := checkPodSpec(t, dep, p.CCM.Image.Reference())
+
+	// The lifecycle controller's decisions, on its own nodes.
+	gone(t, ctx, "aws-terminated", ec2)
+	gone(t, ctx, "aws-absent", ec2)
+	waitNode(t, ctx, "aws-stopped", "has the shutdown taint", func(o *corev1.Node) bool { return hasTaint(o, cloudproviderapi.TaintNodeShutdown) })
+
+	// Three more monitor periods (each asks about the stopped instance twice)
+	// before judging what it left alone.
+	askedAbout := func(id string) int {
+		n := 0
+		for _, c := range ec2.Calls() {
+			if slices.Contains(c.InstanceIDs, id) {
+				n++
+			}
+		}
+		return n
+	}
+	seen := askedAbout("i-0000000000000a003")
+	poll(t, ctx, "three more monitor periods", func() bool { return askedAbout("i-0000000000000a003") >= seen+6 })
+
+	calls := ec2.Calls()
+	t.Logf("the AWS CCM's calls to the fake EC2 API (%d):", len(calls))
+	for _, line := range summarize(calls) {
+		t.Logf("  %s", line)
+	}
+	allowed := []string{"i-0000000000000a002", "i-0000000000000a003", "i-0000000000000a004", "i-0000000000000a005"}
+	for _, c := range calls {
+		if c.Service != "ec2" || c.Action != "DescribeInstances" || len(c.Filters) > 0 {
+			t.Errorf("unexpected call %s", c)
+		}
+		for _, id := range c.InstanceIDs {
+			if !slices.Contains(allowed, id) {
+				t.Errorf("asked EC2 about %s (%s), not a NotReady node of its own", id, c)
+			}
+		}
+		if c.AccessKey != accessKey || c.Region != region {
+			t.Errorf("call %s signed by %q for region %q, want the Secret's key %q for %q", c, c.AccessKey, c.Region, accessKey, region)
+		}
+	}
+	for _, id := range allowed {
+		if askedAbout(id) == 0 {
+			t.Errorf("never asked EC2 about %s", id)
+		}
+	}
+	// Nothing else changed.
+	for name, rv := range before {
+		o, err := env.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Errorf("node %s: %v", name, err)
+			continue
+		}
+		if o.ResourceVersion != rv {
+			t.Errorf("node %s was changed: taints %v", name, o.Spec.Taints)
+		}
+	}
+
+	t.Run("Ungated", func(t *testing.T) { ungated(t, ctx, dep, ccm, conf, ec2) })
+
+	// The profile's AWS_EC2_METADATA_DISABLED is what keeps it off the
+	// metadata service: without it the SDK asks IMDS at every start.
+	t.Run("MetadataServiceWithoutProfileEnv", func(t *testing.T) {
+		ec2.Reset()
+		noIMDS := ccm
+		noIMDS.Env = slices.DeleteFunc(slices.Clone(ccm.Env), func(e corev1.EnvVar) bool { return e.Name == "AWS_EC2_METADATA_DISABLED" })
+		runDirect(t, ctx, noIMDS, conf, "aws-ccm-ungated")
+		poll(t, ctx, "the CCM asks the metadata service", func() bool {
+			return slices.ContainsFunc(ec2.Calls(), func(c fakeec2.Call) bool { return c.Service == "imds" })
+		})
+		for _, c := range ec2.Calls() {
+			if c.Service == "imds" {
+				t.Logf("without AWS_EC2_METADATA_DISABLED: %s", c)
+			}
+		}
+	})
+}
+
+// ungated stops the gated CCM and runs the same binary with the same
+// arguments, environment and RBAC, but straight against the API server under
+// an identity the fence does not know: what the gate prevents.
+func ungated(t *testing.T, ctx context.Context, dep *appsv1.Deployment, ccm corev1.Container, conf string, ec2 *fakeec2.Server) {
+	sa := dep.Spec.Template.Spec.ServiceAccountName
+	const ungatedSA = "aws-ccm-ungated"
+	copyRBAC(t, ctx, sa, ungatedSA)
+
+	// The gated release goes.
+	dyn, err := dynamic.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dyn.Resource(v1.GroupVersion.WithResource("nativeccms")).Delete(ctx, "aws", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, ctx, "the gated CCM's pods gone", func() bool {
+		pods, err := env.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false
+		}
+		return !slices.ContainsFunc(pods.Items, func(p corev1.Pod) bool { return strings.HasPrefix(p.Name, "native-ccm-aws") })
+	})
+	// The same cluster again: the deleted nodes re-registered.
+	for _, n := range own {
+		if n.name == "aws-terminated" || n.name == "aws-absent" {
+			register(t, ctx, n)
+		}
+	}
+	ec2.Reset()
+	runDirect(t, ctx, ccm, conf, ungatedSA)
+
+	// What the gate prevents: the brand-new node deleted, the bare-metal node
+	// looked up in EC2 by name.
+	poll(t, ctx, "the ungated CCM acted on foreign nodes", func() bool {
+		_, err := env.Client.CoreV1().Nodes().Get(ctx, newNode, metav1.GetOptions{})
+		askedMetal := slices.ContainsFunc(ec2.Calls(), func(c fakeec2.Call) bool {
+			return slices.Contains(c.Filters, "private-dns-name=metal-down")
+		})
+		return apierrors.IsNotFound(err) && askedMetal
+	})
+	var deleted []string
+	for _, n := range foreign {
+		if _, err := env.Client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			deleted = append(deleted, n.name)
+		}
+	}
+	var foreignCalls []string
+	for _, c := range ec2.Calls() {
+		if len(c.Filters) > 0 || slices.Contains(c.InstanceIDs, newNode) {
+			foreignCalls = append(foreignCalls, c.String())
+		}
+	}
+	slices.Sort(foreignCalls)
+	foreignCalls = slices.Compact(foreignCalls)
+	t.Logf("without the gate the AWS CCM deleted foreign nodes %v and asked EC2 about foreign nodes:\n  %s", deleted, strings.Join(foreignCalls, "\n  "))
+	if !slices.Contains(deleted, newNode) {
+		t.Errorf("ungated: %s not deleted", newNode)
+	}
+}
+
+// runDirect runs the AWS CCM binary with the pod's CCM container's arguments
+// and environment, straight against the API server as the ServiceAccount sa,
+// until the test ends.
+func runDirect(t *testing.T, ctx context.Context, ccm corev1.Container, conf, sa string) {
+	t.Helper()
+	dir := t.TempDir()
+	confPath := filepath.Join(dir, "cloud.conf")
+	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	writeKubeconfig(t, ctx, sa, kubeconfig)
+
+	var args []string
+	for _, a := range ccm.Args {
+		switch {
+		case strings.HasPrefix(a, "--kubeconfig="), strings.HasPrefix(a, "--cloud-config="), strings.HasPrefix(a, "--leader-elect"), strings.HasPrefix(a, "--master="):
+			continue
+		}
+		args = append(args, a)
+	}
+	args = append(args, "--kubeconfig="+kubeconfig, "--authentication-kubeconfig="+kubeconfig, "--authorization-kubeconfig="+kubeconfig,
+		"--cloud-config="+confPath, "--leader-elect=false")
+	cmd := exec.CommandContext(ctx, awsCCM, args...)
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + dir}
+	s, err := env.Client.CoreV1().Secrets(namespace).Get(ctx, "aws-ccm", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ccm.Env {
+		switch {
+		case e.ValueFrom == nil:
+			cmd.Env = append(cmd.Env, e.Name+"="+e.Value)
+		case e.ValueFrom.SecretKeyRef != nil:
+			if v, ok := s.Data[e.ValueFrom.SecretKeyRef.Key]; ok {
+				cmd.Env = append(cmd.Env, e.Name+"="+string(v))
+			}
+		}
+	}
+	out := &testenv.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	t.Logf("%s %s", filepath.Base(awsCCM), strings.Join(args, " "))
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("CCM output (tail):\n%s", tail(out.String(), 20000))
+		}
+	})
+}
+
+// checkPodSpec returns the CCM container after checking the pod template
+// against the profile.
+func checkPodSpec(t *testing.T, dep *appsv1.Deployment, image string) corev1.Container {
+	t.Helper()
+	spec := dep.Spec.Template.Spec
+	var ccm *corev1.Container
+	for i := range spec.Containers {
+		if spec.Containers[i].Image == image {
+			ccm = &spec.Containers[i]
+		}
+	}
+	if ccm == nil {
+		t.Fatalf("no container runs %s: %+v", image, spec.Containers)
+	}
+	for _, want := range []string{"--cloud-provider=aws", "--controllers=cloud-node-lifecycle", "--cloud-config=/etc/kubernetes/cloud-config/cloud.conf", "--configure-cloud-routes=false"} {
+		if !slices.Contains(ccm.Args, want) {
+			t.Errorf("CCM args %v lack %s", ccm.Args, want)
+		}
+	}
+	if !slices.ContainsFunc(ccm.Env, func(e corev1.EnvVar) bool { return e.Name == "AWS_EC2_METADATA_DISABLED" && e.Value == "true" }) {
+		t.Errorf("CCM env %v lacks AWS_EC2_METADATA_DISABLED=true", ccm.Env)
+	}
+	if !slices.ContainsFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == "ccm-gate" }) {
+		t.Errorf("no ccm-gate sidecar: %+v", spec.InitContainers)
+	}
+	return *ccm
+}
+
+// copyRBAC binds a new ServiceAccount to copies of every Role and ClusterRole
+// the given ServiceAccount is bound to.
+func copyRBAC(t *testing.T, ctx context.Context, from, to string) {
+	t.Helper()
+	rbac := env.Client.RbacV1()
+	if _, err := env.Client.CoreV1().ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: to, Namespace: namespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	subject := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: to, Namespace: namespace}
+	bound := func(subjects []rbacv1.Subject) bool {
+		return slices.ContainsFunc(subjects, func(s rbacv1.Subject) bool {
+			return s.Kind == rbacv1.ServiceAccountKind && s.Name == from && s.Namespace == namespace
+		})
+	}
+	roleName := func(ref rbacv1.RoleRef) string {
+		if strings.HasPrefix(ref.Name, "system:") {
+			return ref.Name // built-in: stays
+		}
+		return to + ":" + ref.Name
+	}
+	crbs, err := rbac.ClusterRoleBindings().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, b := range crbs.Items {
+		if !bound(b.Subjects) {
+			continue
+		}
+		if name := roleName(b.RoleRef); name != b.RoleRef.Name {
+			r, err := rbac.ClusterRoles().Get(ctx, b.RoleRef.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := rbac.ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: r.Rules}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		nb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: to + ":" + b.Name}, Subjects: []rbacv1.Subject{subject},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: roleName(b.RoleRef)}}
+		if _, err := rbac.ClusterRoleBindings().Create(ctx, nb, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	rbs, err := rbac.RoleBindings("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range rbs.Items {
+		if !bound(b.Subjects) {
+			continue
+		}
+		name := roleName(b.RoleRef)
+		if b.RoleRef.Kind == "Role" && !strings.HasPrefix(b.RoleRef.Name, "extension-apiserver-authentication-reader") {
+			r, err := rbac.Roles(b.Namespace).Get(ctx, b.RoleRef.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := rbac.Roles(b.Namespace).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: b.Namespace}, Rules: r.Rules}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			name = b.RoleRef.Name
+		}
+		nb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: to + ":" + b.Name, Namespace: b.Namespace}, Subjects: []rbacv1.Subject{subject},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: b.RoleRef.Kind, Name: name}}
+		if _, err := rbac.RoleBindings(b.Namespace).Create(ctx, nb, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	if n == 0 {
+		t.Fatalf("ServiceAccount %s is bound to nothing", from)
+	}
+}
+
+func writeKubeconfig(t *testing.T, ctx context.Context, sa, path string) {
+	t.Helper()
+	exp := int64(3600)
+	tok, err := env.Client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, sa,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := clientcmdapi.NewConfig()
+	c.Clusters["test"] = &clientcmdapi.Cluster{Server: env.Config.Host, CertificateAuthorityData: env.Config.CAData}
+	c.AuthInfos[sa] = &clientcmdapi.AuthInfo{Token: tok.Status.Token}
+	c.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: sa}
+	c.CurrentContext = "test"
+	if err := clientcmd.WriteToFile(*c, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// gone waits until the node is deleted.
+func gone(t *testing.T, ctx context.Context, name string, ec2 *fakeec2.Server) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := env.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Fatalf("node %s was not deleted; EC2 calls: %v", name, summarize(ec2.Calls()))
+	}
+}
+
+// register creates the Node as its kubelet would and, unless uninitialized,
+// as talos-ccm leaves it (platform label, providerID, taint removed), then
+// sets its Ready condition.
+func register(t *testing.T, ctx context.Context, n node) {
+	t.Helper()
+	obj := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name,
+		Labels: map[string]string{corev1.LabelHostname: n.name, corev1.LabelOSStable: "linux"}}}
+	if n.uninitialized {
+		obj.Spec.Taints = []corev1.Taint{{Key: cloudproviderapi.TaintExternalCloudProvider, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
+	} else {
+		obj.Labels[platformLb] = n.platform
+		obj.Spec.ProviderID = n.id()
+	}
+	created, err := env.Client.CoreV1().Nodes().Create(ctx, obj, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.CoreV1().Nodes().Delete(context.Background(), n.name, metav1.DeleteOptions{}) })
+	status, reason := corev1.ConditionTrue, "KubeletReady"
+	if !n.ready {
+		status, reason = corev1.ConditionFalse, "KubeletNotReady"
+	}
+	created.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status,
+		LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(), Reason: reason}}
+	if _, err := env.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func hasTaint(n *corev1.Node, key string) bool {
+	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == key })
+}
+
+func waitNode(t *testing.T, ctx context.Context, name, what string, cond func(*corev1.Node) bool) {
+	t.Helper()
+	var last *corev1.Node
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		n, err := env.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		last = n
+		return cond(n), nil
+	}); err != nil {
+		t.Fatalf("node %s never %s; last seen %+v", name, what, last)
+	}
+}
+
+func poll(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	}); err != nil {
+		t.Fatalf("not reached: %s", what)
+	}
+}
+
+// summarize counts identical calls.
+func summarize(calls []fakeec2.Call) []string {
+	count := map[string]int{}
+	var order []string
+	for _, c := range calls {
+		s := c.String()
+		if count[s] == 0 {
+			order = append(order, s)
+		}
+		count[s]++
+	}
+	out := make([]string, len(order))
+	for i, s := range order {
+		out[i] = fmt.Sprintf("%dx %s", count[s], s)
+	}
+	return out
+}
+
+// installUmbrella is `helm install hybrid-ccm charts/hybrid-ccm` through the
+// Helm SDK.
+func installUmbrella(t *testing.T, ctx context.Context, values map[string]any) {
+	t.Helper()
+	dir := filepath.Join(testenv.RepoRoot(), "charts", "hybrid-ccm")
+	ch, err := loader.LoadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var deps []*chart.Chart
+	for _, d := range ch.Metadata.Dependencies {
+		sub, err := loader.LoadDir(filepath.Join(dir, strings.TrimPrefix(d.Repository, "file://")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		deps = append(deps, sub)
+	}
+	ch.SetDependencies(deps...)
+	kubeconfig, ns := env.KubeconfigPath, namespace
+	cfg := &action.Configuration{}
+	if err := cfg.Init(&genericclioptions.ConfigFlags{KubeConfig: &kubeconfig, Namespace: &ns}, namespace, "secret", func(string, ...any) {}); err != nil {
+		t.Fatal(err)
+	}
+	in := action.NewInstall(cfg)
+	in.ReleaseName, in.Namespace = "hybrid-ccm", namespace
+	if _, err := in.RunWithContext(ctx, ch, values); err != nil {
+		t.Fatalf("helm install: %v", err)
+	}
+}
+
+func getNativeCCM(t *testing.T, ctx context.Context, name string) *v1.NativeCCM {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := dyn.Resource(v1.GroupVersion.WithResource("nativeccms")).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("NativeCCM %s: %v", name, err)
+	}
+	b, err := json.Marshal(u.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &v1.NativeCCM{}
+	if err := json.Unmarshal(b, o); err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// waitReady waits until the NativeCCM is Ready, Gated and Healthy with a
+// leader.
+func waitReady(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	var last *v1.NativeCCM
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 4*time.Minute, true, func(context.Context) (bool, error) {
+		last = getNativeCCM(t, ctx, name)
+		return isTrue(last, "Ready") && isTrue(last, v1.GatedCondition) && isTrue(last, v1.HealthyCondition) && last.Status.Leader != nil, nil
+	}); err != nil {
+		t.Fatalf("NativeCCM %s not Ready, Gated and Healthy with a leader: %+v", name, last.Status)
+	}
+}
+
+func isTrue(o *v1.NativeCCM, ctype string) bool {
+	for _, c := range o.Status.Conditions {
+		if c.Type == ctype {
+			return c.Status == metav1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[len(s)-n:]
+}
