@@ -273,7 +273,7 @@ func (s Sidecar) editPod(tpl *corev1.PodTemplateSpec, kubeconfig []byte) error {
 	// automatic one, and no projected one the chart asks for.
 	spec.AutomountServiceAccountToken = ptr.To(false)
 	spec.Volumes = slices.DeleteFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == TokenVolume })
-	if err := noAPIServerToken(spec); err != nil {
+	if err := tokenStaysInGate(spec); err != nil {
 		return err
 	}
 	spec.InitContainers = append([]corev1.Container{s.container()}, spec.InitContainers...)
@@ -366,11 +366,16 @@ func tokenVolume() corev1.Volume {
 	}}}
 }
 
-// noAPIServerToken refuses a pod whose chart projects a ServiceAccount token
-// for the API server (no audience) into any container: it would be a way
-// around the view. Tokens for other audiences (a cloud's workload identity)
-// are not accepted by the API server unless it is configured to, and stay.
-func noAPIServerToken(spec *corev1.PodSpec) error {
+// tokenStaysInGate refuses a pod whose chart projects a ServiceAccount token
+// for the API server (no audience) into any container, or shares one process
+// namespace between the containers (the CCM could read the gate's token
+// through /proc/<pid>/root): either would be a way around the view. Tokens
+// for other audiences (a cloud's workload identity) are not accepted by the
+// API server unless it is configured to, and stay.
+func tokenStaysInGate(spec *corev1.PodSpec) error {
+	if spec.ShareProcessNamespace != nil && *spec.ShareProcessNamespace {
+		return fmt.Errorf("%w: shareProcessNamespace would let the CCM read the gate's ServiceAccount token", ErrConfig)
+	}
 	for _, v := range spec.Volumes {
 		if v.Projected == nil {
 			continue

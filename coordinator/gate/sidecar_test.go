@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
@@ -254,6 +255,14 @@ func TestSidecarRewritesCCMFlags(t *testing.T) {
 		}
 		if err := s.Mutate(&release.Manifests{Objects: []*unstructured.Unstructured{{Object: o}}}); err != nil {
 			t.Fatalf("token for another audience: %v", err)
+		}
+		// One process namespace: the CCM could read the gate's token in /proc.
+		d.Spec.Template.Spec.ShareProcessNamespace = ptr.To(true)
+		if o, err = runtime.DefaultUnstructuredConverter.ToUnstructured(d); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Mutate(&release.Manifests{Objects: []*unstructured.Unstructured{{Object: o}}}); !errors.Is(err, gate.ErrConfig) || !strings.Contains(err.Error(), "shareProcessNamespace") {
+			t.Fatalf("shareProcessNamespace: %v, want a configuration error naming it", err)
 		}
 	})
 	t.Run("no workload", func(t *testing.T) {
