@@ -35,6 +35,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	cloudproviderapi "k8s.io/cloud-provider/api"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/csr/csrtest"
@@ -292,7 +293,7 @@ func ccmHoldsNoAPICredential(t *testing.T, ctx context.Context, runner *podrunne
 	}
 	// The Pod the API server holds: no automatic token.
 	if a := obj.Spec.AutomountServiceAccountToken; a == nil || *a {
-		t.Errorf("pod %s: automountServiceAccountToken %v, want false", obj.Name, a)
+		t.Errorf("pod %s: automountServiceAccountToken %v, want false", obj.Name, ptr.Deref(a, true))
 	}
 	var pod *podrunner.Pod
 	deps, err := env.Client.AppsV1().Deployments(namespace).List(ctx, metav1.ListOptions{LabelSelector: "hybridccm.io/native-ccm=native-ccm-" + name})
@@ -331,7 +332,7 @@ func ccmHoldsNoAPICredential(t *testing.T, ctx context.Context, runner *podrunne
 	if !slices.Contains(gateAccepted, "file "+gate.ServiceAccountTokenPath) {
 		t.Errorf("pod %s container %s: its ServiceAccount token was not found or not accepted (accepted: %v)", obj.Name, gate.SidecarName, gateAccepted)
 	}
-	t.Logf("%s: %d candidate credentials of the CCM container refused; the gate's accepted: %v", obj.Name, len(ccmTried), gateAccepted)
+	t.Logf("%s: %d candidate credentials of the CCM container tried; the gate's accepted: %v", obj.Name, len(ccmTried), gateAccepted)
 }
 
 // tryCredentials sends GET /api/v1/nodes to the API server at the address in
