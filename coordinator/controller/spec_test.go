@@ -332,7 +332,7 @@ func TestGatedUpstreamChart(t *testing.T) {
 	if sidecar.RestartPolicy == nil || *sidecar.RestartPolicy != corev1.ContainerRestartPolicyAlways || sidecar.Image != gateImage {
 		t.Errorf("sidecar restartPolicy %v image %s", sidecar.RestartPolicy, sidecar.Image)
 	}
-	for _, want := range []string{"--platform=" + name, "--listen=127.0.0.1:20314", "--credentials=forward"} {
+	for _, want := range []string{"--platform=" + name, "--listen=127.0.0.1:20314", "--credentials=own", "--client-token-file=" + gate.ClientTokenPath} {
 		if !slices.Contains(sidecar.Args, want) {
 			t.Errorf("sidecar args %v lack %s", sidecar.Args, want)
 		}
@@ -342,12 +342,15 @@ func TestGatedUpstreamChart(t *testing.T) {
 	all := append(append([]string{}, ccm.Command...), ccm.Args...)
 	var kubeconfigs []string
 	for _, a := range all {
-		if strings.HasPrefix(a, "--kubeconfig") || strings.HasPrefix(a, "--master") {
+		if strings.Contains(a, "kubeconfig") || strings.HasPrefix(a, "--master") {
 			kubeconfigs = append(kubeconfigs, a)
 		}
 	}
-	if !slices.Equal(kubeconfigs, []string{"--kubeconfig=" + gate.KubeconfigPath}) {
-		t.Errorf("CCM API server flags %v, want only --kubeconfig=%s", kubeconfigs, gate.KubeconfigPath)
+	if want := []string{"--kubeconfig=" + gate.KubeconfigPath, "--authentication-kubeconfig=" + gate.KubeconfigPath, "--authorization-kubeconfig=" + gate.KubeconfigPath}; !slices.Equal(kubeconfigs, want) {
+		t.Errorf("CCM API server flags %v, want only %v", kubeconfigs, want)
+	}
+	if a := d.Spec.Template.Spec.AutomountServiceAccountToken; a == nil || *a {
+		t.Errorf("automountServiceAccountToken %v: only the gate may hold the token", a)
 	}
 	if !slices.Contains(ccm.Args, "--controllers=cloud-node-lifecycle") {
 		t.Errorf("CCM args %v", ccm.Args)
@@ -362,8 +365,8 @@ func TestGatedUpstreamChart(t *testing.T) {
 	if err := k8s.Get(ctxT(t), client.ObjectKey{Namespace: releaseNamespace, Name: rel + "-gate"}, cm); err != nil {
 		t.Fatalf("gate kubeconfig: %v", err)
 	}
-	if kc := cm.Data["kubeconfig"]; !strings.Contains(kc, "https://127.0.0.1:20314") || !strings.Contains(kc, gate.ServiceAccountTokenPath) {
-		t.Errorf("kubeconfig does not point at the gate with the CCM's token:\n%s", kc)
+	if kc := cm.Data["kubeconfig"]; !strings.Contains(kc, "https://127.0.0.1:20314") || !strings.Contains(kc, gate.ClientTokenPath) {
+		t.Errorf("kubeconfig does not point at the gate with the gate's client token:\n%s", kc)
 	}
 
 	// the fence: this NativeCCM's policy, for the release's ServiceAccount, enforced

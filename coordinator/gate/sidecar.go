@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 )
 
@@ -29,18 +30,31 @@ const (
 	SidecarName = "ccm-gate"
 	// KubeconfigPath is the CCM's kubeconfig (from the release's ConfigMap).
 	KubeconfigPath = "/etc/ccm-gate/kubeconfig"
-	// TLSDir is the shared volume holding the gate's self-signed certificate.
+	// TLSDir is the volume the gate shares with the CCM alone: the gate's
+	// self-signed certificate and the client token (ClientTokenPath).
 	TLSDir = "/var/run/ccm-gate"
-	// ServiceAccountTokenPath is the CCM's own ServiceAccount token, which the
-	// gate forwards.
-	ServiceAccountTokenPath = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+	// ClientTokenPath is the per-pod bearer token the gate creates at start and
+	// accepts from the CCM, and nothing else does: the CCM's kubeconfig names it.
+	ClientTokenPath = TLSDir + "/token"
+	// ServiceAccountDir is where the pod's ServiceAccount token (with ca.crt
+	// and namespace) is projected: into the gate container only, which
+	// authenticates with it (in-cluster configuration, re-read as the kubelet
+	// rotates it). The pod does not automount it anywhere else.
+	ServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+	// ServiceAccountTokenPath is the gate's ServiceAccount token file.
+	ServiceAccountTokenPath = ServiceAccountDir + "/token"
 	// KubeconfigAnnotation on the pod template is the digest of the kubeconfig,
 	// so that pods restart when it changes.
 	KubeconfigAnnotation = "hybridccm.io/gate-kubeconfig"
 
 	kubeconfigVolume = "ccm-gate-kubeconfig"
 	tlsVolume        = "ccm-gate-tls"
-	kubeconfigKey    = "kubeconfig"
+	// TokenVolume is the projected ServiceAccount token of the gate.
+	TokenVolume = "ccm-gate-serviceaccount"
+	// tokenExpirationSeconds is what the ServiceAccount admission plugin
+	// requests for the automatic token; the kubelet refreshes it at 80%.
+	tokenExpirationSeconds = 3607
+	kubeconfigKey          = "kubeconfig"
 
 	// Ports are derived from the CCM's unique --secure-port, so that CCMs on
 	// the host network never clash.
@@ -53,8 +67,11 @@ const (
 // Sidecar is the release mutator that puts ccm-gate in front of a native CCM:
 // it adds the gate as a native sidecar (an init container with restartPolicy
 // Always, so it is ready before the CCM starts), generates a kubeconfig that
-// points the CCM at the gate on loopback with the CCM's own ServiceAccount
-// token, and rewrites the CCM container's --kubeconfig (dropping --master).
+// points the CCM at the gate on loopback with the gate's per-pod client token,
+// and rewrites the CCM container's --kubeconfig and delegated-authentication
+// kubeconfigs (dropping --master). The pod's ServiceAccount token is projected
+// into the gate alone (automountServiceAccountToken: false): the CCM holds no
+// credential the API server accepts, so the view is its only way in.
 type Sidecar struct {
 	// Release is the release name; the CCM's pod template carries it in the
 	// label hybridccm.io/native-ccm (set by release.Lifecycle, which runs first).
@@ -103,7 +120,7 @@ func (s Sidecar) Fingerprint() string {
 	b, _ := json.Marshal(struct {
 		V int
 		S Sidecar
-	}{V: 2, S: s})
+	}{V: 3, S: s})
 	return fmt.Sprintf("%x", sha256.Sum256(b))[:16]
 }
 
@@ -122,8 +139,8 @@ func (s Sidecar) ProxyURL() string {
 	return scheme + "://127.0.0.1:" + strconv.Itoa(int(s.ProxyPort))
 }
 
-// Kubeconfig is the CCM's kubeconfig: the gate on loopback, the CCM's own
-// ServiceAccount token (re-read by client-go as the kubelet rotates it).
+// Kubeconfig is the CCM's kubeconfig: the gate on loopback, the gate's client
+// token (a per-pod secret the gate writes at start; no API server accepts it).
 func (s Sidecar) Kubeconfig() ([]byte, error) {
 	c := clientcmdapi.NewConfig()
 	cluster := &clientcmdapi.Cluster{Server: s.ProxyURL()}
@@ -131,7 +148,7 @@ func (s Sidecar) Kubeconfig() ([]byte, error) {
 		cluster.CertificateAuthority = path.Join(TLSDir, proxy.CertFile)
 	}
 	c.Clusters[SidecarName] = cluster
-	c.AuthInfos[s.Release] = &clientcmdapi.AuthInfo{TokenFile: ServiceAccountTokenPath}
+	c.AuthInfos[s.Release] = &clientcmdapi.AuthInfo{TokenFile: ClientTokenPath}
 	c.Contexts[SidecarName] = &clientcmdapi.Context{Cluster: SidecarName, AuthInfo: s.Release}
 	c.CurrentContext = SidecarName
 	return clientcmd.Write(*c)
@@ -236,17 +253,29 @@ func (s Sidecar) editPod(tpl *corev1.PodTemplateSpec, kubeconfig []byte) error {
 		return fmt.Errorf("the CCM container is named %q, like the gate", SidecarName)
 	}
 
-	// The CCM talks only to the gate: its own kubeconfig and --master go.
+	// The CCM talks only to the gate: its own kubeconfig and --master go, and
+	// so do the delegated-authentication kubeconfigs of its secure port (without
+	// them it would use the in-cluster configuration, and it has no token).
 	if len(ccm.Command) > 1 {
-		ccm.Command = append(ccm.Command[:1:1], stripFlags(ccm.Command[1:], "--kubeconfig", "--master")...)
+		ccm.Command = append(ccm.Command[:1:1], stripFlags(ccm.Command[1:], apiServerFlags...)...)
 	}
-	ccm.Args = append(stripFlags(ccm.Args, "--kubeconfig", "--master"), "--kubeconfig="+KubeconfigPath)
+	ccm.Args = stripFlags(ccm.Args, apiServerFlags...)
+	for _, f := range kubeconfigFlags {
+		ccm.Args = append(ccm.Args, f+"="+KubeconfigPath)
+	}
 	ccm.VolumeMounts = setMount(ccm.VolumeMounts,
 		corev1.VolumeMount{Name: kubeconfigVolume, MountPath: path.Dir(KubeconfigPath), ReadOnly: true},
 		corev1.VolumeMount{Name: tlsVolume, MountPath: TLSDir, ReadOnly: true},
 	)
 
 	spec.InitContainers = slices.DeleteFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == SidecarName })
+	// No container but the gate holds a token the API server accepts: no
+	// automatic one, and no projected one the chart asks for.
+	spec.AutomountServiceAccountToken = ptr.To(false)
+	spec.Volumes = slices.DeleteFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == TokenVolume })
+	if err := tokenStaysInGate(spec); err != nil {
+		return err
+	}
 	spec.InitContainers = append([]corev1.Container{s.container()}, spec.InitContainers...)
 	spec.Volumes = setVolume(spec.Volumes,
 		corev1.Volume{Name: kubeconfigVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
@@ -255,6 +284,7 @@ func (s Sidecar) editPod(tpl *corev1.PodTemplateSpec, kubeconfig []byte) error {
 		corev1.Volume{Name: tlsVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
 			Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("1Mi")),
 		}}},
+		tokenVolume(),
 	)
 	if tpl.Annotations == nil {
 		tpl.Annotations = map[string]string{}
@@ -272,7 +302,10 @@ func (s Sidecar) container() corev1.Container {
 		// Metrics carry no secrets but are unauthenticated: loopback only.
 		"--metrics-listen=127.0.0.1:" + strconv.Itoa(int(s.MetricsPort())),
 		"--platform=" + s.Platform,
-		"--credentials=" + string(proxy.ForwardCredentials),
+		// The gate authenticates with the ServiceAccount token projected into
+		// it alone, and accepts from the CCM only the client token it writes.
+		"--credentials=" + string(proxy.OwnCredentials),
+		"--client-token-file=" + ClientTokenPath,
 	}
 	if !s.PlainHTTP {
 		args = append(args, "--tls-dir="+TLSDir)
@@ -308,8 +341,52 @@ func (s Sidecar) container() corev1.Container {
 			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
-		VolumeMounts: []corev1.VolumeMount{{Name: tlsVolume, MountPath: TLSDir}},
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: tlsVolume, MountPath: TLSDir},
+			{Name: TokenVolume, MountPath: ServiceAccountDir, ReadOnly: true},
+		},
 	}
+}
+
+// tokenVolume is the gate's projected ServiceAccount token: what the
+// ServiceAccount admission plugin would automount, mounted in one container.
+func tokenVolume() corev1.Volume {
+	return corev1.Volume{Name: TokenVolume, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+		DefaultMode: ptr.To[int32](0o444),
+		Sources: []corev1.VolumeProjection{
+			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr.To[int64](tokenExpirationSeconds)}},
+			{ConfigMap: &corev1.ConfigMapProjection{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"},
+				Items:                []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}},
+			}},
+			{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{
+				{Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}},
+			}}},
+		},
+	}}}
+}
+
+// tokenStaysInGate refuses a pod whose chart projects a ServiceAccount token
+// for the API server (no audience) into any container, or shares one process
+// namespace between the containers (the CCM could read the gate's token
+// through /proc/<pid>/root): either would be a way around the view. Tokens
+// for other audiences (a cloud's workload identity) are not accepted by the
+// API server unless it is configured to, and stay.
+func tokenStaysInGate(spec *corev1.PodSpec) error {
+	if spec.ShareProcessNamespace != nil && *spec.ShareProcessNamespace {
+		return fmt.Errorf("%w: shareProcessNamespace would let the CCM read the gate's ServiceAccount token", ErrConfig)
+	}
+	for _, v := range spec.Volumes {
+		if v.Projected == nil {
+			continue
+		}
+		for _, src := range v.Projected.Sources {
+			if t := src.ServiceAccountToken; t != nil && t.Audience == "" {
+				return fmt.Errorf("%w: volume %q projects a ServiceAccount token for the API server; only the gate may hold one", ErrConfig, v.Name)
+			}
+		}
+	}
+	return nil
 }
 
 func (s Sidecar) configMap(kubeconfig []byte) (*unstructured.Unstructured, error) {
@@ -333,12 +410,20 @@ func (s Sidecar) configMap(kubeconfig []byte) (*unstructured.Unstructured, error
 	return &unstructured.Unstructured{Object: obj}, nil
 }
 
-// stripFlags removes flags (--name=value, --name value, -name ...) from args.
+// apiServerFlags say where the CCM finds its API server; kubeconfigFlags are
+// set to the gate's kubeconfig.
+var (
+	kubeconfigFlags = []string{"--kubeconfig", "--authentication-kubeconfig", "--authorization-kubeconfig"}
+	apiServerFlags  = append([]string{"--master"}, kubeconfigFlags...)
+)
+
+// stripFlags removes flags (--name=value, --name value, -name, --na_me ...:
+// names compared as the CCM's flag parser compares them) from args.
 func stripFlags(args []string, names ...string) []string {
 	out := make([]string, 0, len(args))
 	for i := 0; i < len(args); i++ {
-		name, _, hasValue := strings.Cut(args[i], "=")
-		if !strings.HasPrefix(name, "-") || !slices.Contains(names, "--"+strings.TrimLeft(name, "-")) {
+		_, _, hasValue := strings.Cut(args[i], "=")
+		if name := profile.FlagName(args[i]); name == "" || !slices.Contains(names, name) {
 			out = append(out, args[i])
 			continue
 		}

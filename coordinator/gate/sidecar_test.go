@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
@@ -111,7 +112,7 @@ func TestSidecarEveryProfile(t *testing.T) {
 			if g.RestartPolicy == nil || *g.RestartPolicy != corev1.ContainerRestartPolicyAlways || g.StartupProbe == nil {
 				t.Errorf("gate is not a native sidecar with a startup probe: %+v", g)
 			}
-			for _, want := range []string{"--platform=" + req.Lifecycle.Platform, "--credentials=forward", "--tls-dir=" + gate.TLSDir} {
+			for _, want := range []string{"--platform=" + req.Lifecycle.Platform, "--credentials=own", "--client-token-file=" + gate.ClientTokenPath, "--tls-dir=" + gate.TLSDir} {
 				if !slices.Contains(g.Args, want) {
 					t.Errorf("gate args %v lack %s", g.Args, want)
 				}
@@ -128,16 +129,19 @@ func TestSidecarEveryProfile(t *testing.T) {
 			all := append(slices.Clone(ccm.Command), ccm.Args...)
 			var kubeconfigs []string
 			for _, a := range all {
-				if strings.HasPrefix(a, "--kubeconfig") {
+				if strings.Contains(a, "kubeconfig") {
 					kubeconfigs = append(kubeconfigs, a)
 				}
 				if strings.HasPrefix(a, "--master") {
 					t.Errorf("CCM keeps %s", a)
 				}
 			}
-			if !slices.Equal(kubeconfigs, []string{"--kubeconfig=" + gate.KubeconfigPath}) {
-				t.Errorf("CCM kubeconfig flags %v", kubeconfigs)
+			if want := ccmKubeconfigFlags(); !slices.Equal(kubeconfigs, want) {
+				t.Errorf("CCM kubeconfig flags %v, want %v", kubeconfigs, want)
 			}
+
+			// Only the gate holds the ServiceAccount token.
+			onlyGateHoldsToken(t, spec)
 			mounts := map[string]string{}
 			for _, m := range ccm.VolumeMounts {
 				mounts[m.MountPath] = m.Name
@@ -169,8 +173,8 @@ func TestSidecarEveryProfile(t *testing.T) {
 			if !strings.HasPrefix(cluster.Server, "https://127.0.0.1:") || cluster.CertificateAuthority != gate.TLSDir+"/"+proxy.CertFile {
 				t.Errorf("cluster %+v", cluster)
 			}
-			if user.TokenFile != gate.ServiceAccountTokenPath || user.Token != "" || len(user.ClientCertificateData) > 0 {
-				t.Errorf("user %+v: want only the ServiceAccount token file", user)
+			if user.TokenFile != gate.ClientTokenPath || user.Token != "" || len(user.ClientCertificateData) > 0 {
+				t.Errorf("user %+v: want only the gate's client token file", user)
 			}
 		})
 	}
@@ -208,9 +212,10 @@ func TestSidecarRewritesCCMFlags(t *testing.T) {
 	if !slices.Equal(c.Command, []string{"/ccm", "--v=2"}) {
 		t.Errorf("command %v", c.Command)
 	}
-	if !slices.Equal(c.Args, []string{"--cloud-provider=x", "--controllers=cloud-node-lifecycle", "--kubeconfig=" + gate.KubeconfigPath}) {
-		t.Errorf("args %v", c.Args)
+	if want := append([]string{"--cloud-provider=x", "--controllers=cloud-node-lifecycle"}, ccmKubeconfigFlags()...); !slices.Equal(c.Args, want) {
+		t.Errorf("args %v, want %v", c.Args, want)
 	}
+	onlyGateHoldsToken(t, tpl.Spec)
 	var inits []string
 	for _, ic := range tpl.Spec.InitContainers {
 		inits = append(inits, ic.Name+"="+ic.Image)
@@ -222,10 +227,44 @@ func TestSidecarRewritesCCMFlags(t *testing.T) {
 	if len(cms) != 1 {
 		t.Errorf("%d ConfigMaps after two runs", len(cms))
 	}
-	if len(tpl.Spec.Volumes) != 2 || len(c.VolumeMounts) != 2 {
+	if len(tpl.Spec.Volumes) != 3 || len(c.VolumeMounts) != 2 {
 		t.Errorf("volumes %v mounts %v", tpl.Spec.Volumes, c.VolumeMounts)
 	}
 
+	t.Run("chart projects an API server token", func(t *testing.T) {
+		// A chart (or override) that projects the ServiceAccount's token into
+		// the CCM would give it a way around the view.
+		d := dep.DeepCopy()
+		d.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "my-token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+			Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}}},
+		}}}}
+		d.Spec.Template.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "my-token", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount"}}
+		o, err := runtime.DefaultUnstructuredConverter.ToUnstructured(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = s.Mutate(&release.Manifests{Objects: []*unstructured.Unstructured{{Object: o}}})
+		if !errors.Is(err, gate.ErrConfig) || !strings.Contains(err.Error(), `"my-token"`) {
+			t.Fatalf("err %v, want a configuration error naming the volume", err)
+		}
+		// A token for another audience (a cloud's workload identity) stays.
+		d.Spec.Template.Spec.Volumes[0].Projected.Sources[0].ServiceAccountToken.Audience = "sts.amazonaws.com"
+		d.Spec.Template.Spec.Containers[0].VolumeMounts[0].MountPath = "/var/run/secrets/eks.amazonaws.com/serviceaccount"
+		if o, err = runtime.DefaultUnstructuredConverter.ToUnstructured(d); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Mutate(&release.Manifests{Objects: []*unstructured.Unstructured{{Object: o}}}); err != nil {
+			t.Fatalf("token for another audience: %v", err)
+		}
+		// One process namespace: the CCM could read the gate's token in /proc.
+		d.Spec.Template.Spec.ShareProcessNamespace = ptr.To(true)
+		if o, err = runtime.DefaultUnstructuredConverter.ToUnstructured(d); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Mutate(&release.Manifests{Objects: []*unstructured.Unstructured{{Object: o}}}); !errors.Is(err, gate.ErrConfig) || !strings.Contains(err.Error(), "shareProcessNamespace") {
+			t.Fatalf("shareProcessNamespace: %v, want a configuration error naming it", err)
+		}
+	})
 	t.Run("no workload", func(t *testing.T) {
 		if err := s.Mutate(&release.Manifests{}); err == nil {
 			t.Fatal("want an error without a CCM workload")
@@ -245,6 +284,53 @@ func TestSidecarRewritesCCMFlags(t *testing.T) {
 			t.Fatal("fingerprint must change with the image and only then")
 		}
 	})
+}
+
+// ccmKubeconfigFlags are the CCM's flags naming an API server: all the gate.
+func ccmKubeconfigFlags() []string {
+	return []string{"--kubeconfig=" + gate.KubeconfigPath, "--authentication-kubeconfig=" + gate.KubeconfigPath, "--authorization-kubeconfig=" + gate.KubeconfigPath}
+}
+
+// onlyGateHoldsToken: the pod automounts no token, the gate mounts the
+// projected ServiceAccount token at the in-cluster path, and no other
+// container mounts that volume, a projected API server token, or the gate's
+// token directory.
+func onlyGateHoldsToken(t *testing.T, spec corev1.PodSpec) {
+	t.Helper()
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		t.Errorf("automountServiceAccountToken %v, want false", spec.AutomountServiceAccountToken)
+	}
+	tokenVolumes := map[string]bool{}
+	for _, v := range spec.Volumes {
+		if v.Projected == nil {
+			continue
+		}
+		for _, src := range v.Projected.Sources {
+			if src.ServiceAccountToken != nil && src.ServiceAccountToken.Audience == "" {
+				tokenVolumes[v.Name] = true
+			}
+		}
+	}
+	if !tokenVolumes[gate.TokenVolume] || len(tokenVolumes) != 1 {
+		t.Errorf("volumes with an API server token %v, want only %s", tokenVolumes, gate.TokenVolume)
+	}
+	for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
+		for _, m := range c.VolumeMounts {
+			holds := tokenVolumes[m.Name] || strings.HasPrefix(m.MountPath, "/var/run/secrets/kubernetes.io")
+			if c.Name == gate.SidecarName {
+				if m.Name == gate.TokenVolume && m.MountPath != gate.ServiceAccountDir {
+					t.Errorf("gate mounts its token at %s", m.MountPath)
+				}
+				continue
+			}
+			if holds {
+				t.Errorf("container %s mounts %s at %s: only the gate may hold the ServiceAccount token", c.Name, m.Name, m.MountPath)
+			}
+		}
+		if c.Name == gate.SidecarName && !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == gate.TokenVolume }) {
+			t.Errorf("gate does not mount %s", gate.TokenVolume)
+		}
+	}
 }
 
 // TestSidecarManifestsValidate sends the gated manifests to the real API

@@ -234,6 +234,8 @@ func (l Lifecycle) enforceWorkload(w *unstructured.Unstructured) error {
 
 	spec.ServiceAccountName = l.ServiceAccountName()
 	spec.DeprecatedServiceAccount = ""
+	// The gate mutator (coordinator/gate.Sidecar, run after this one) turns
+	// automounting off again and projects the token into the gate alone.
 	automount := true
 	spec.AutomountServiceAccountToken = &automount
 

@@ -8,7 +8,9 @@ package install
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -31,6 +33,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	cloudproviderapi "k8s.io/cloud-provider/api"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/csr/csrtest"
@@ -38,6 +41,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/test/podrunner"
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
@@ -220,6 +224,14 @@ func TestInstallAsDocumented(t *testing.T) {
 
 	noAdminCredentials(t, ctx, pods.Items)
 
+	// The view is a boundary: the CCM that just worked through its gate holds
+	// nothing the API server accepts.
+	t.Run("CCMHoldsNoAPICredential", func(t *testing.T) {
+		for _, name := range []string{"aws", "hcloud", "gcp"} {
+			ccmHoldsNoAPICredential(t, ctx, runner, name)
+		}
+	})
+
 	// NativeCCM Ready follows the native CCM's pods and lease, not Helm.
 	t.Run("LeaderPodDeleted", func(t *testing.T) {
 		old := getNativeCCM(t, ctx, "hcloud").Status.Leader.Pod
@@ -259,6 +271,134 @@ func TestInstallAsDocumented(t *testing.T) {
 			return isTrue(o, "Ready") && isTrue(o, v1.HealthyCondition) && o.Status.Leader != nil
 		})
 	})
+}
+
+// ccmHoldsNoAPICredential looks at the running leader pod of a NativeCCM from
+// inside: every file the CCM container has beyond its image (its volumes,
+// /tmp, ...) and every value of its environment is tried as a bearer token
+// for GET /api/v1/nodes at the in-cluster address its environment names, and
+// so is no credential at all. The API server must refuse each (401 or 403).
+// The same probe of the gate container must find the ServiceAccount token
+// projected there: the probe can find a credential where there is one.
+func ccmHoldsNoAPICredential(t *testing.T, ctx context.Context, runner *podrunner.Runner, name string) {
+	t.Helper()
+	o := getNativeCCM(t, ctx, name)
+	if o.Status.Leader == nil {
+		t.Fatalf("NativeCCM %s has no leader", name)
+	}
+	obj, err := env.Client.CoreV1().Pods(namespace).Get(ctx, o.Status.Leader.Pod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The Pod the API server holds: no automatic token.
+	if a := obj.Spec.AutomountServiceAccountToken; a == nil || *a {
+		t.Errorf("pod %s: automountServiceAccountToken %v, want false", obj.Name, ptr.Deref(a, true))
+	}
+	var pod *podrunner.Pod
+	deps, err := env.Client.AppsV1().Deployments(namespace).List(ctx, metav1.ListOptions{LabelSelector: "hybridccm.io/native-ccm=native-ccm-" + name})
+	if err != nil || len(deps.Items) != 1 {
+		t.Fatalf("deployment of native-ccm-%s: %v %v", name, deps, err)
+	}
+	if d := runner.Deployment(namespace, deps.Items[0].Name); d != nil {
+		for _, p := range d.Pods() {
+			if p.Name() == obj.Name {
+				pod = p
+			}
+		}
+	}
+	if pod == nil {
+		t.Fatalf("the pod runner does not run pod %s", obj.Name)
+	}
+	ccmContainer := obj.Spec.Containers[0].Name
+	ccm, err := pod.View(ccmContainer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gateView, err := pod.View(gate.SidecarName)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ccmTried, ccmAccepted := tryCredentials(t, ctx, ccm)
+	if len(ccmAccepted) > 0 {
+		t.Errorf("pod %s container %s: the API server accepts %v from its environment, bypassing the view", obj.Name, ccmContainer, ccmAccepted)
+	}
+	// The file its kubeconfig names was among those tried.
+	if !slices.Contains(ccmTried, "file "+gate.ClientTokenPath) {
+		t.Errorf("pod %s container %s: the gate's client token was not found among %v", obj.Name, ccmContainer, ccmTried)
+	}
+	_, gateAccepted := tryCredentials(t, ctx, gateView)
+	if !slices.Contains(gateAccepted, "file "+gate.ServiceAccountTokenPath) {
+		t.Errorf("pod %s container %s: its ServiceAccount token was not found or not accepted (accepted: %v)", obj.Name, gate.SidecarName, gateAccepted)
+	}
+	t.Logf("%s: %d candidate credentials of the CCM container tried; the gate's accepted: %v", obj.Name, len(ccmTried), gateAccepted)
+}
+
+// tryCredentials sends GET /api/v1/nodes to the API server at the address in
+// the container's KUBERNETES_SERVICE_HOST/PORT, once without credentials and
+// once with each candidate token: the content of every small file the
+// container has mounted and every value of its environment. It returns the
+// candidates tried and those the API server did not refuse with 401 or 403.
+func tryCredentials(t *testing.T, ctx context.Context, v podrunner.ContainerView) (tried, accepted []string) {
+	t.Helper()
+	envMap := map[string]string{}
+	for _, kv := range v.Env {
+		k, val, _ := strings.Cut(kv, "=")
+		envMap[k] = val
+	}
+	host, port := envMap["KUBERNETES_SERVICE_HOST"], envMap["KUBERNETES_SERVICE_PORT"]
+	if host == "" || port == "" {
+		t.Fatalf("container environment has no in-cluster address: %v", v.Env)
+	}
+	candidates := map[string]string{"no credential": ""}
+	for k, val := range envMap {
+		if val != "" {
+			candidates["env "+k] = val
+		}
+	}
+	for _, m := range v.Mounts {
+		_ = filepath.WalkDir(m.Source, func(p string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return nil
+			}
+			info, err := d.Info()
+			if err != nil || !info.Mode().IsRegular() || info.Size() == 0 || info.Size() > 64<<10 {
+				return nil
+			}
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return nil
+			}
+			rel, _ := filepath.Rel(m.Source, p)
+			if tok := strings.TrimSpace(string(b)); tok != "" && !strings.ContainsAny(tok, " \t\n") {
+				candidates["file "+filepath.Join(m.Target, rel)] = tok
+			}
+			return nil
+		})
+	}
+	// The caller's view: whatever a process there could do, TLS trust included.
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // probing credentials, not the server
+	for what, tok := range candidates {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+net.JoinHostPort(host, port)+"/api/v1/nodes?limit=1", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatalf("the in-cluster address %s:%s: %v", host, port, err)
+		}
+		_ = resp.Body.Close()
+		tried = append(tried, what)
+		if resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusForbidden {
+			accepted = append(accepted, what)
+		}
+	}
+	slices.Sort(tried)
+	slices.Sort(accepted)
+	return tried, accepted
 }
 
 func deletePod(t *testing.T, ctx context.Context, name string) {

@@ -53,6 +53,8 @@ type container struct {
 	started      bool
 	completed    bool
 	kill         chan string
+	// last is the sandbox of the latest run (View).
+	last *sandboxSpec
 }
 
 func newContainer(p *Pod, spec corev1.Container, init bool) *container {
@@ -199,6 +201,7 @@ func (c *container) runOnce(ctx context.Context) (ran bool, exitCode int32) {
 		})
 		return false, 0
 	}
+	c.set(func() { c.last = spec })
 	logStart := len(c.logs.String())
 	cmd, err := c.spawn(spec)
 	var term corev1.ContainerStateTerminated

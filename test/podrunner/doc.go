@@ -19,6 +19,9 @@
 //     emptyDir, downwardAPI, projected incl. bound ServiceAccount tokens from
 //     TokenRequest, hostPath), init containers, native sidecars, restarts with
 //     back-off, probes, termination messages, and the Pod's status;
+//   - a look at what a container was given (Pod.View: its mounts' host
+//     sources, env and user), for tests that ask what a process there could
+//     read; there is no exec;
 //   - the controllers' part: Pod objects, a ReplicaSet per template, rollouts,
 //     Deployment and ReplicaSet status, the default ServiceAccount,
 //     kube-root-ca.crt and the API access volume (the ServiceAccount admission

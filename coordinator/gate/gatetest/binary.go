@@ -28,8 +28,8 @@ func BuildGate(dir string) (string, error) {
 }
 
 // Gate is a running ccm-gate process: HTTPS on loopback with its own serving
-// certificate, forwarding the CCM's ServiceAccount token, as the coordinator
-// runs it beside a native CCM.
+// certificate, by default forwarding the caller's token (extra flags such as
+// --credentials=own --client-token-file=... make it the sidecar's mode).
 type Gate struct {
 	Cmd *exec.Cmd
 	// Config reaches the API server through the gate with token.

@@ -34,24 +34,14 @@ var (
 // token.
 func startGateBinary(t *testing.T, platform string, extra ...string) (*gatetest.Gate, *http.Client, string) {
 	t.Helper()
-	gateBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "ccm-gate-bin")
-		if err != nil {
-			gateBinErr = err
-			return
-		}
-		gateBin, gateBinErr = gatetest.BuildGate(dir)
-	})
-	if gateBinErr != nil {
-		t.Fatal(gateBinErr)
-	}
+	bin := gateBinary(t)
 	token, err := gatetest.ServiceAccountToken(context.Background(), env.Client, ccmNamespace, ccmName)
 	if err != nil {
 		t.Fatal(err)
 	}
 	upstream := &rest.Config{Host: env.Config.Host, BearerToken: token,
 		TLSClientConfig: rest.TLSClientConfig{CAData: env.Config.CAData}}
-	g, err := gatetest.StartGate(gateBin, t.TempDir(), platform, upstream, token, extra...)
+	g, err := gatetest.StartGate(bin, t.TempDir(), platform, upstream, token, extra...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,6 +54,23 @@ func startGateBinary(t *testing.T, platform string, extra ...string) (*gatetest.
 	pool.AppendCertsFromPEM(ca)
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 	return g, hc, token
+}
+
+// gateBinary builds cmd/ccm-gate once per test binary.
+func gateBinary(t *testing.T) string {
+	t.Helper()
+	gateBinOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "ccm-gate-bin")
+		if err != nil {
+			gateBinErr = err
+			return
+		}
+		gateBin, gateBinErr = gatetest.BuildGate(dir)
+	})
+	if gateBinErr != nil {
+		t.Fatal(gateBinErr)
+	}
+	return gateBin
 }
 
 // TestGateBinaryDeleteOptions sends DELETEs of own nodes through the real

@@ -11,6 +11,10 @@ const (
 	decisionError     = "error"     // the check or the API server failed
 )
 
+// routeUnauthenticated is the route label of requests refused for want of the
+// client token (before their path is read).
+const routeUnauthenticated = "unauthenticated"
+
 // Sources of a single-node check (label "source").
 const (
 	sourceCache = "cache"

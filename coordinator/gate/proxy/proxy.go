@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -51,6 +52,13 @@ type Config struct {
 	PlatformLabel string
 	// Credentials is ForwardCredentials (default) or OwnCredentials.
 	Credentials CredentialMode
+	// ClientToken, when set, is the only credential the proxy accepts: every
+	// request must carry "Authorization: Bearer <ClientToken>" and is answered
+	// 401 otherwise. It requires OwnCredentials: the token means nothing to
+	// the API server, and the gate's own credentials replace it. This is how the
+	// view becomes a boundary: the CCM holds only this per-pod secret, which no
+	// API server accepts, and the ServiceAccount token stays in the gate.
+	ClientToken []byte
 	// DisableCache makes every single-node check a read from the API server.
 	DisableCache bool
 	// Registerer receives the gate's metrics; nil: none.
@@ -91,6 +99,12 @@ func New(cfg Config) (*Proxy, error) {
 	case ForwardCredentials, OwnCredentials:
 	default:
 		return nil, fmt.Errorf("%s: credentials mode %q: want %q or %q", op, cfg.Credentials, ForwardCredentials, OwnCredentials)
+	}
+	if len(cfg.ClientToken) > 0 && cfg.Credentials != OwnCredentials {
+		return nil, fmt.Errorf("%s: a client token needs credentials mode %q: the API server would see the client token", op, OwnCredentials)
+	}
+	if len(cfg.ClientToken) > 0 && len(cfg.ClientToken) < minClientToken {
+		return nil, fmt.Errorf("%s: client token of %d bytes: want at least %d", op, len(cfg.ClientToken), minClientToken)
 	}
 	if cfg.Log.GetSink() == nil {
 		cfg.Log = klog.Background()
@@ -172,6 +186,12 @@ func (p *Proxy) Ready() bool { return p.cache == nil || p.cache.synced() }
 
 // ServeHTTP implements http.Handler.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if len(p.cfg.ClientToken) > 0 && !p.authenticated(r) {
+		p.metrics.requests.WithLabelValues(routeUnauthenticated, decisionRefused).Inc()
+		p.log.V(1).Info("refused request without the client token", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
+		writeStatus(w, unauthorized())
+		return
+	}
 	rt, err := classify(r.URL)
 	if err != nil {
 		p.refuse(w, r, rt, badRequest(err))
@@ -371,6 +391,20 @@ func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, err error
 	p.metrics.requests.WithLabelValues("upstream", decisionError).Inc()
 	p.log.Error(err, "API server request failed", "method", r.Method, "path", r.URL.Path)
 	writeStatus(w, badGateway(err))
+}
+
+// authenticated reports whether r carries the client token as its bearer
+// token (compared in constant time).
+func (p *Proxy) authenticated(r *http.Request) bool {
+	auth := r.Header.Values("Authorization")
+	if len(auth) != 1 {
+		return false
+	}
+	scheme, token, ok := strings.Cut(auth[0], " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(token)), p.cfg.ClientToken) == 1
 }
 
 // credentialHeader reports whether a header carries the caller's identity.

@@ -36,6 +36,9 @@ type ServerOptions struct {
 	PlatformLabel string
 	// Credentials is "forward" or "own".
 	Credentials string
+	// ClientTokenFile, when set, holds the only bearer token the proxy accepts
+	// (created at start if absent); it requires Credentials "own".
+	ClientTokenFile string
 	// Cache keeps the platform's node names in memory for single-node checks.
 	Cache bool
 }
@@ -62,6 +65,7 @@ func (o *ServerOptions) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Platform, "platform", o.Platform, "Platform whose nodes the CCM may see (value of --platform-label). Required.")
 	fs.StringVar(&o.PlatformLabel, "platform-label", o.PlatformLabel, "Node label that routes nodes to platforms.")
 	fs.StringVar(&o.Credentials, "credentials", o.Credentials, `Whose credentials reach the API server: "forward" (the CCM's own, default) or "own" (the gate's kubeconfig; only where the CCM's cannot be forwarded).`)
+	fs.StringVar(&o.ClientTokenFile, "client-token-file", o.ClientTokenFile, `File with the only bearer token the proxy accepts, created with a random token at start if absent (share its directory with the CCM alone); requires --credentials=own. Empty: no client authentication.`)
 	fs.BoolVar(&o.Cache, "cache", o.Cache, "Keep the platform's node names in memory for single-node checks (otherwise every check reads the node).")
 }
 
@@ -81,6 +85,14 @@ func Serve(ctx context.Context, o ServerOptions, ready func(proxyURL, healthAddr
 	if err != nil {
 		return fmt.Errorf("%s: upstream configuration: %w", op, err)
 	}
+	var clientToken []byte
+	if o.ClientTokenFile != "" {
+		// Written before the listeners open: once the startup probe passes, the
+		// CCM finds it.
+		if clientToken, err = LoadOrCreateClientToken(o.ClientTokenFile); err != nil {
+			return err
+		}
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	p, err := New(Config{
@@ -88,6 +100,7 @@ func Serve(ctx context.Context, o ServerOptions, ready func(proxyURL, healthAddr
 		Platform:      o.Platform,
 		PlatformLabel: o.PlatformLabel,
 		Credentials:   CredentialMode(o.Credentials),
+		ClientToken:   clientToken,
 		DisableCache:  !o.Cache,
 		Registerer:    reg,
 		Log:           log,
@@ -146,7 +159,7 @@ func Serve(ctx context.Context, o ServerOptions, ready func(proxyURL, healthAddr
 		scheme = "https"
 	}
 	go func() { errs <- ignoreClosed(ps.Serve(ln)) }()
-	log.Info("ccm-gate serving", "address", scheme+"://"+ln.Addr().String(), "health", healthAddr, "metrics", metricsAddr, "platform", o.Platform, "credentials", o.Credentials, "upstream", upstream.Host)
+	log.Info("ccm-gate serving", "address", scheme+"://"+ln.Addr().String(), "health", healthAddr, "metrics", metricsAddr, "platform", o.Platform, "credentials", o.Credentials, "clientToken", o.ClientTokenFile != "", "upstream", upstream.Host)
 	if ready != nil {
 		ready(scheme+"://"+ln.Addr().String(), healthAddr, metricsAddr)
 	}

@@ -57,3 +57,8 @@ func badGateway(err error) metav1.Status {
 		Message: "ccm-gate: API server unreachable: " + err.Error(),
 	}
 }
+
+// unauthorized answers a request without the gate's client token.
+func unauthorized() metav1.Status {
+	return apierrors.NewUnauthorized("ccm-gate: this proxy accepts only its pod's client token").ErrStatus
+}
