@@ -154,11 +154,15 @@ func FuzzNativeCCMChartValues(f *testing.F) {
 			func(s string) map[string]any {
 				return map[string]any{"cloudConfig": map[string]any{"key": "cloud.conf", "path": "/etc/c/cloud.conf", "flag": s}}
 			},
-			func(s string) map[string]any { return map[string]any{"env": []any{map[string]any{"name": "X", "value": s}}} },
+			func(s string) map[string]any {
+				return map[string]any{"env": []any{map[string]any{"name": "X", "value": s}}}
+			},
 			func(s string) map[string]any { return map[string]any{"args": []any{s}} },
 			func(s string) map[string]any { return map[string]any{"podAnnotations": map[string]any{"a": s}} },
 			func(s string) map[string]any { return map[string]any{"nodeSelector": map[string]any{"n": s}} },
-			func(s string) map[string]any { return map[string]any{"image": map[string]any{"repository": s, "tag": "v1"}} },
+			func(s string) map[string]any {
+				return map[string]any{"image": map[string]any{"repository": s, "tag": "v1"}}
+			},
 			func(s string) map[string]any {
 				return map[string]any{"credentials": map[string]any{"secretName": s, "env": []any{map[string]any{"name": "T", "key": "k"}}}}
 			},
