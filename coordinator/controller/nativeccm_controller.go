@@ -94,7 +94,7 @@ type Options struct {
 var owned = []string{
 	meta.ReadyCondition, meta.ReconcilingCondition, meta.StalledCondition,
 	v1.ProfileResolvedCondition, v1.InstalledCondition, v1.ConflictCondition,
-	v1.HealthyCondition,
+	v1.HealthyCondition, v1.GatedCondition,
 }
 
 // SetupWithManager registers the reconciler and its watches.
@@ -341,14 +341,22 @@ func (r *NativeCCMReconciler) resolve(ctx context.Context, obj *v1.NativeCCM) (*
 	if err != nil {
 		return stall(v1.InvalidOverridesReason, err)
 	}
+	conditions.MarkTrue(obj, v1.ProfileResolvedCondition, v1.ProfileResolvedReason, "profile %s, chart source %s", p.Name, p.Chart.Source)
 	if r.Mutators != nil {
 		muts, err := r.Mutators(ctx, obj, p, req.Lifecycle)
-		if err != nil {
+		switch {
+		case errors.Is(err, gate.ErrConfig):
+			// only a change of the NativeCCM or its profile can fix it
 			return stall(v1.InvalidProfileReason, err)
+		case err != nil:
+			// the API server (the fence could not be written): retried with
+			// backoff; nothing is installed or upgraded until it is written
+			conditions.MarkFalse(obj, meta.ReadyCondition, gate.GateFailedReason, "%s", err)
+			r.event(obj, corev1.EventTypeWarning, gate.GateFailedReason, err.Error())
+			return nil, release.Request{}, err
 		}
 		req.Mutators = muts
 	}
-	conditions.MarkTrue(obj, v1.ProfileResolvedCondition, v1.ProfileResolvedReason, "profile %s, chart source %s", p.Name, p.Chart.Source)
 	return p, req, nil
 }
 
