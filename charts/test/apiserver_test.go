@@ -140,7 +140,7 @@ func TestTalosCCMRBACOnAPIServer(t *testing.T) {
 		{verb: "list", group: "certificates.k8s.io", resource: "certificatesigningrequests"},
 		{verb: "update", group: "certificates.k8s.io", resource: "certificatesigningrequests", sub: "approval", name: "csr-1"},
 		{verb: "approve", group: "certificates.k8s.io", resource: "signers", name: "kubernetes.io/kubelet-serving"},
-		{verb: "create", group: "coordination.k8s.io", resource: "leases", namespace: "kube-system"},
+		{verb: "get", group: "coordination.k8s.io", resource: "leases", namespace: "kube-system", name: "talos-ccm"},
 		{verb: "update", group: "coordination.k8s.io", resource: "leases", namespace: "kube-system", name: "talos-ccm"},
 		{verb: "get", resource: "configmaps", namespace: "kube-system", name: "extension-apiserver-authentication"},
 		{verb: "create", group: "authentication.k8s.io", resource: "tokenreviews"},
@@ -154,6 +154,10 @@ func TestTalosCCMRBACOnAPIServer(t *testing.T) {
 		{verb: "approve", group: "certificates.k8s.io", resource: "signers", name: "kubernetes.io/kube-apiserver-client-kubelet"},
 		{verb: "update", group: "certificates.k8s.io", resource: "certificatesigningrequests", sub: "status", name: "csr-1"},
 		{verb: "delete", group: "certificates.k8s.io", resource: "certificatesigningrequests", name: "csr-1"},
+		// its Lease is created by the chart: no lease create, which RBAC
+		// cannot limit by name (it could squat any lease of the namespace)
+		{verb: "create", group: "coordination.k8s.io", resource: "leases", namespace: "kube-system"},
+		{verb: "create", group: "coordination.k8s.io", resource: "leases", namespace: "kube-system", name: "native-ccm-hcloud"},
 		{verb: "update", group: "coordination.k8s.io", resource: "leases", namespace: "kube-system", name: "cloud-controller-manager"},
 		{verb: "update", group: "coordination.k8s.io", resource: "leases", namespace: "kube-system", name: "kube-controller-manager"},
 		{verb: "get", resource: "secrets", namespace: "kube-system", name: "talos-ccm-talos"},

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -77,11 +78,12 @@ func (l Lifecycle) Fingerprint() string {
 	// V versions what the enforcement renders beyond l itself; raising it
 	// upgrades every release once (2: nodes update no longer granted; 3: the
 	// delegated-authentication bindings, the CCM container's termination
-	// message falls back to its log, flags compared as the CCM parses them).
+	// message falls back to its log, flags compared as the CCM parses them;
+	// 4: no lease create, the Lease is created ahead).
 	b, _ := json.Marshal(struct {
 		V int
 		L Lifecycle
-	}{V: 3, L: l})
+	}{V: 4, L: l})
 	return fmt.Sprintf("%x", sha256.Sum256(b))[:16]
 }
 
@@ -419,6 +421,14 @@ func LifecycleRules() []rbacv1.PolicyRule {
 	}
 }
 
+// Lease is the leader-election Lease of the release as the coordinator creates
+// it before installing (no holder): the CCM may only get and update it.
+func (l Lifecycle) Lease() *coordinationv1.Lease {
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: l.LeaseName, Namespace: l.Namespace}}
+	lease.Labels = map[string]string{ManagedByLabel: ManagedByValue, NativeCCMLabel: l.Release, PlatformLabel: l.Platform}
+	return lease
+}
+
 // identity renders the ServiceAccount and RBAC of the release.
 func (l Lifecycle) identity() ([]*unstructured.Unstructured, error) {
 	sa := l.ServiceAccountName()
@@ -448,9 +458,10 @@ func (l Lifecycle) identity() ([]*unstructured.Unstructured, error) {
 			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
 			ObjectMeta: meta(l.Release, l.Namespace),
 			Rules: []rbacv1.PolicyRule{
+				// Its own Lease, which the coordinator creates before the
+				// release (EnsureLease): no create, which RBAC cannot limit
+				// by name and would let it squat any lease of the namespace.
 				{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{l.LeaseName}, Verbs: []string{"get", "update"}},
-				// create cannot be limited by name.
-				{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}},
 			},
 		},
 		&rbacv1.RoleBinding{
