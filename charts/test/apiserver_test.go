@@ -43,6 +43,7 @@ func TestUmbrellaServerSideDryRun(t *testing.T) {
 		t.Run(vs.name, func(t *testing.T) {
 			m := mustRender(t, hybridCCM, hybridCCM.valuesFor(t, vs.name))
 			kinds := map[string]int{}
+			createNamespaces(t, a, m)
 			for _, obj := range m {
 				out, err := a.Apply(context.Background(), obj, true)
 				if err != nil {
@@ -92,6 +93,7 @@ func TestChartsServerSideDryRun(t *testing.T) {
 					return
 				}
 				kinds := map[string]int{}
+				createNamespaces(t, a, m)
 				for _, obj := range m {
 					out, err := a.Apply(ctx, obj, true)
 					if err != nil {
@@ -196,6 +198,19 @@ func TestTalosCCMRBACOnAPIServer(t *testing.T) {
 	for _, x := range denied {
 		if ok, err := review(ctx, x); err != nil || ok {
 			t.Errorf("%s is allowed: %+v (err %v)", user, x, err)
+		}
+	}
+}
+
+// createNamespaces applies the Namespaces a chart renders for real (Helm
+// creates them first), so that a dry run of what goes into them can succeed.
+func createNamespaces(t *testing.T, a *chartstest.Applier, m manifests) {
+	t.Helper()
+	for _, obj := range m {
+		if obj.GetKind() == "Namespace" {
+			if _, err := a.Apply(context.Background(), obj, false); err != nil {
+				t.Fatalf("namespace %s: %v", obj.GetName(), err)
+			}
 		}
 	}
 }

@@ -79,11 +79,12 @@ func (l Lifecycle) Fingerprint() string {
 	// upgrades every release once (2: nodes update no longer granted; 3: the
 	// delegated-authentication bindings, the CCM container's termination
 	// message falls back to its log, flags compared as the CCM parses them;
-	// 4: no lease create, the Lease is created ahead).
+	// 4: no lease create, the Lease is created ahead; 5: bound to the
+	// static LifecycleClusterRole).
 	b, _ := json.Marshal(struct {
 		V int
 		L Lifecycle
-	}{V: 4, L: l})
+	}{V: 5, L: l})
 	return fmt.Sprintf("%x", sha256.Sum256(b))[:16]
 }
 
@@ -407,6 +408,10 @@ const (
 	AuthenticationReaderSuffix    = ":extension-apiserver-authentication-reader"
 )
 
+// LifecycleClusterRole is the ClusterRole with LifecycleRules that the
+// ccm-coordinator chart ships and every native CCM is bound to.
+const LifecycleClusterRole = "hybrid-ccm:native-ccm-lifecycle"
+
 // LifecycleRules are the least privilege cloud-node-lifecycle needs
 // cluster-wide. The controller of k8s.io/cloud-provider (v0.34) lists and
 // watches nodes through an informer, reads one with GET before changing its
@@ -443,15 +448,13 @@ func (l Lifecycle) identity() ([]*unstructured.Unstructured, error) {
 			ObjectMeta:                   meta(sa, l.Namespace),
 			AutomountServiceAccountToken: &automount,
 		},
-		&rbacv1.ClusterRole{
-			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
-			ObjectMeta: meta(l.Release, ""),
-			Rules:      LifecycleRules(),
-		},
+		// The ClusterRole is the static one the ccm-coordinator chart ships
+		// (LifecycleClusterRole): the coordinator may bind it, and need not
+		// hold its node rights itself.
 		&rbacv1.ClusterRoleBinding{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"},
 			ObjectMeta: meta(l.Release, ""),
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: l.Release},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: LifecycleClusterRole},
 			Subjects:   subject,
 		},
 		&rbacv1.Role{
