@@ -136,6 +136,8 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 		Cache:   CacheOptions(releaseNamespace),
 	})
 	must(err)
+	// What the ccm-coordinator chart ships: the ClusterRole native CCMs are bound to.
+	must(k8s.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: release.LifecycleClusterRole}, Rules: release.LifecycleRules()}))
 	// The fence is written by a user of its own whose permission
 	// TestTransientFenceErrorIsRetried takes away for a while.
 	must(k8s.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: fenceWriter},
