@@ -38,6 +38,15 @@ func TestEnvironmentServerSideDryRun(t *testing.T) {
 			objs := renderRelease(t, e)
 			kinds := map[string]int{}
 			var nativeCCMs []string
+			// the Namespaces for real first (Helm creates them first), so
+			// that a dry run of what goes into them can succeed
+			for _, obj := range objs {
+				if obj.GetKind() == "Namespace" {
+					if _, err := a.Apply(context.Background(), obj, false); err != nil {
+						t.Fatalf("namespace %s: %v", obj.GetName(), err)
+					}
+				}
+			}
 			for _, obj := range objs {
 				out, err := a.Apply(context.Background(), obj, true)
 				if err != nil {

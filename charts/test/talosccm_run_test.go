@@ -47,7 +47,9 @@ func TestTalosCCMRunsWithChartRBAC(t *testing.T) {
 	ctx := context.Background()
 	a := newApplier(t, env)
 	o := renderTalosCCM(t, talosCCM.ciValues(t, "multi-cloud"))
-	for _, kind := range []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"} {
+	// The Lease too: the chart creates it ahead, talos-ccm may only get and
+	// update it.
+	for _, kind := range []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Lease"} {
 		for _, obj := range o.m.find(kind) {
 			if obj.GetAPIVersion() == "talos.dev/v1alpha1" {
 				continue

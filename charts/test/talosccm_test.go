@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -284,12 +285,17 @@ func TestTalosCCMRBAC(t *testing.T) {
 	o := renderTalosCCM(t, map[string]any{"leaderElection": map[string]any{"leaseName": "talos-ccm-eu"}})
 	var role rbacv1.Role
 	o.m.one(t, "Role", "talos-ccm:leader-election", &role)
+	// no lease create (RBAC cannot limit it by name): the chart creates the Lease
 	wantLease := []rbacv1.PolicyRule{
-		rule([]string{"coordination.k8s.io"}, []string{"leases"}, []string{"create"}),
 		rule([]string{"coordination.k8s.io"}, []string{"leases"}, []string{"get", "update"}, "talos-ccm-eu"),
 	}
 	if role.Namespace != releaseNamespace || !equality.Semantic.DeepEqual(role.Rules, wantLease) {
 		t.Errorf("lease Role %s: %+v", role.Namespace, role.Rules)
+	}
+	var lease coordinationv1.Lease
+	o.m.one(t, "Lease", "talos-ccm-eu", &lease)
+	if lease.Namespace != releaseNamespace || lease.Spec.HolderIdentity != nil {
+		t.Errorf("Lease %s/%s: %+v", lease.Namespace, lease.Name, lease.Spec)
 	}
 	if o.args["--leader-elect-resource-name"] != "talos-ccm-eu" {
 		t.Errorf("lease flag = %q", o.args["--leader-elect-resource-name"])

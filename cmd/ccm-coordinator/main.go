@@ -44,7 +44,7 @@ func main() {
 		metricsAddr  = flag.String("metrics-addr", ":8080", "The address the metrics endpoint binds to.")
 		healthAddr   = flag.String("health-addr", ":9440", "The address the health endpoint binds to.")
 		eventsAddr   = flag.String("events-addr", "", "The address of an events receiver (Flux notification-controller), optional.")
-		namespace    = flag.String("release-namespace", "kube-system", "Namespace of the native CCM releases, their credentials Secrets and leases.")
+		namespace    = flag.String("release-namespace", "hybrid-ccm-system", "The coordinator's own namespace: the native CCM releases, their Helm history, credentials Secrets and leases (never a namespace other workloads share).")
 		overrides    = flag.String("profile-overrides", "", "Directory of profile override files (*.yaml), merged over the built-in profiles.")
 		grace        = flag.Duration("uninstall-grace-period", 10*time.Minute, "How long install policy Auto keeps a release after the last node of its platform is gone.")
 		interval     = flag.Duration("interval", 10*time.Minute, "How often a Ready NativeCCM is checked again (drift, conflicts).")

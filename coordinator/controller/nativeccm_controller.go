@@ -12,6 +12,7 @@ import (
 	runtimectrl "github.com/fluxcd/pkg/runtime/controller"
 	"github.com/fluxcd/pkg/runtime/patch"
 	"github.com/fluxcd/pkg/runtime/predicates"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -94,7 +95,7 @@ type Options struct {
 var owned = []string{
 	meta.ReadyCondition, meta.ReconcilingCondition, meta.StalledCondition,
 	v1.ProfileResolvedCondition, v1.InstalledCondition, v1.ConflictCondition,
-	v1.HealthyCondition,
+	v1.HealthyCondition, v1.GatedCondition,
 }
 
 // SetupWithManager registers the reconciler and its watches.
@@ -234,6 +235,9 @@ func (r *NativeCCMReconciler) reconcileDelete(ctx context.Context, obj *v1.Nativ
 		return ctrl.Result{}, err
 	}
 	r.event(obj, corev1.EventTypeNormal, v1.UninstallSucceededReason, fmt.Sprintf("release %s/%s uninstalled: NativeCCM deleted", r.Namespace, name))
+	if err := r.deleteLease(ctx, name); err != nil {
+		return ctrl.Result{}, err
+	}
 	// Then the fence, explicitly: the owner reference to the NativeCCM removes
 	// it only where a garbage collector runs (not in every control plane), and
 	// only after the NativeCCM is gone. After the release: the uninstall has
@@ -282,7 +286,11 @@ func (r *NativeCCMReconciler) reconcile(ctx context.Context, obj *v1.NativeCCM) 
 		return ctrl.Result{}, err
 	}
 
-	// 6. Install, upgrade or leave alone.
+	// 6. Its Lease, created ahead (the CCM may not create leases), then
+	// install, upgrade or leave alone.
+	if err := r.ensureLease(ctx, req.Lifecycle); err != nil {
+		return ctrl.Result{}, err
+	}
 	if err := r.ensureRelease(ctx, obj, req); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -341,14 +349,22 @@ func (r *NativeCCMReconciler) resolve(ctx context.Context, obj *v1.NativeCCM) (*
 	if err != nil {
 		return stall(v1.InvalidOverridesReason, err)
 	}
+	conditions.MarkTrue(obj, v1.ProfileResolvedCondition, v1.ProfileResolvedReason, "profile %s, chart source %s", p.Name, p.Chart.Source)
 	if r.Mutators != nil {
 		muts, err := r.Mutators(ctx, obj, p, req.Lifecycle)
-		if err != nil {
+		switch {
+		case errors.Is(err, gate.ErrConfig):
+			// only a change of the NativeCCM or its profile can fix it
 			return stall(v1.InvalidProfileReason, err)
+		case err != nil:
+			// the API server (the fence could not be written): retried with
+			// backoff; nothing is installed or upgraded until it is written
+			conditions.MarkFalse(obj, meta.ReadyCondition, gate.GateFailedReason, "%s", err)
+			r.event(obj, corev1.EventTypeWarning, gate.GateFailedReason, err.Error())
+			return nil, release.Request{}, err
 		}
 		req.Mutators = muts
 	}
-	conditions.MarkTrue(obj, v1.ProfileResolvedCondition, v1.ProfileResolvedReason, "profile %s, chart source %s", p.Name, p.Chart.Source)
 	return p, req, nil
 }
 
@@ -421,12 +437,50 @@ func (r *NativeCCMReconciler) ensureAbsent(ctx context.Context, obj *v1.NativeCC
 		}
 		r.event(obj, corev1.EventTypeNormal, v1.UninstallSucceededReason, fmt.Sprintf("release %s/%s uninstalled: %s", r.Namespace, name, msg))
 	}
+	if err := r.deleteLease(ctx, name); err != nil {
+		return err
+	}
 	obj.Status.Release = nil
 	obj.Status.Failures = 0
 	obj.Status.Leader = nil
 	conditions.Delete(obj, v1.HealthyCondition)
 	conditions.MarkFalse(obj, v1.InstalledCondition, reason, "%s", msg)
 	conditions.MarkTrue(obj, meta.ReadyCondition, reason, "not installed: %s", msg)
+	return nil
+}
+
+// ensureLease creates the release's leader-election Lease, with no holder,
+// unless it exists: native CCMs may only get and update their own Lease
+// (a CCM that could create leases could squat any lease of the namespace).
+// client-go's leader election takes an existing Lease with a Get and an Update.
+// A Lease someone else holds is reported by the health check.
+func (r *NativeCCMReconciler) ensureLease(ctx context.Context, l release.Lifecycle) error {
+	lease := l.Lease()
+	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(lease), &coordinationv1.Lease{})
+	if !apierrors.IsNotFound(err) {
+		return err
+	}
+	if err := r.Create(ctx, lease, client.FieldOwner(ControllerName)); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create lease %s/%s: %w", lease.Namespace, lease.Name, err)
+	}
+	return nil
+}
+
+// deleteLease removes the Lease ensureLease created for a release (only if
+// it carries the coordinator's label: a Lease of that name it did not create
+// is not its to delete).
+func (r *NativeCCMReconciler) deleteLease(ctx context.Context, releaseName string) error {
+	var lease coordinationv1.Lease
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: releaseName}, &lease)
+	if apierrors.IsNotFound(err) || (err == nil && lease.Labels[release.ManagedByLabel] != release.ManagedByValue) {
+		return nil
+	}
+	if err == nil {
+		err = r.Delete(ctx, &lease, client.Preconditions{UID: &lease.UID})
+	}
+	if client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("delete lease %s/%s: %w", r.Namespace, releaseName, err)
+	}
 	return nil
 }
 

@@ -203,8 +203,15 @@ func TestInstallsOnFirstNodeAndUninstallsAfterGracePeriod(t *testing.T) {
 	if err := k8s.Get(ctxT(t), client.ObjectKey{Namespace: releaseNamespace, Name: "native-ccm-hcloud"}, sa); err != nil {
 		t.Fatalf("service account: %v", err)
 	}
+	crb := &rbacv1.ClusterRoleBinding{}
+	if err := k8s.Get(ctxT(t), client.ObjectKey{Name: "native-ccm-hcloud"}, crb); err != nil {
+		t.Fatal(err)
+	}
+	if crb.RoleRef.Name != release.LifecycleClusterRole {
+		t.Errorf("bound to %s, want the static %s", crb.RoleRef.Name, release.LifecycleClusterRole)
+	}
 	cr := &rbacv1.ClusterRole{}
-	if err := k8s.Get(ctxT(t), client.ObjectKey{Name: "native-ccm-hcloud"}, cr); err != nil {
+	if err := k8s.Get(ctxT(t), client.ObjectKey{Name: crb.RoleRef.Name}, cr); err != nil {
 		t.Fatal(err)
 	}
 	for _, rule := range cr.Rules {
@@ -220,6 +227,9 @@ func TestInstallsOnFirstNodeAndUninstallsAfterGracePeriod(t *testing.T) {
 	role := &rbacv1.Role{}
 	if err := k8s.Get(ctxT(t), client.ObjectKey{Namespace: releaseNamespace, Name: "native-ccm-hcloud"}, role); err != nil {
 		t.Fatal(err)
+	}
+	if len(role.Rules) != 1 || !slices.Equal(role.Rules[0].Verbs, []string{"get", "update"}) {
+		t.Errorf("lease role grants more than get/update of its Lease: %+v", role.Rules)
 	}
 	if !slices.Equal(role.Rules[0].ResourceNames, []string{"native-ccm-hcloud"}) {
 		t.Errorf("lease rule = %+v", role.Rules[0])

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -401,5 +402,59 @@ func TestGatedUpstreamChart(t *testing.T) {
 		[]byte(`{"spec":{"taints":`+string(taints)+`}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
 	if err != nil {
 		t.Errorf("the CCM may not taint its own node: %v", err)
+	}
+}
+
+// TestTransientFenceErrorIsRetried: the API server refuses the fence for a
+// while (its writer's permission is gone: validating admission policies cannot
+// match admission policies, so RBAC is the obstacle): that is no
+// configuration error, so the NativeCCM is retried (Reconciling,
+// ProgressingWithRetry; never Stalled), nothing is installed unfenced, and it
+// becomes Ready on its own once the fence can be written, without a change of
+// its spec.
+func TestTransientFenceErrorIsRetried(t *testing.T) {
+	const name = "fence-b"
+	ctx := ctxT(t)
+	if err := k8s.Delete(ctx, fenceWriterBinding()); err != nil {
+		t.Fatal(err)
+	}
+	restored := false
+	restore := func() {
+		if !restored {
+			restored = true
+			if err := k8s.Create(context.Background(), fenceWriterBinding()); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	t.Cleanup(restore)
+
+	hcloudSecret(t)
+	createNode(t, "fb-1", name, "hcloud://9101")
+	createNativeCCM(t, &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.NativeCCMSpec{Platform: name}})
+	waitCondition(t, name, meta.ReadyCondition, metav1.ConditionFalse, gate.GateFailedReason)
+	obj := waitCondition(t, name, meta.ReconcilingCondition, metav1.ConditionTrue, meta.ProgressingWithRetryReason)
+	if c := conditions.Get(obj, meta.StalledCondition); c != nil {
+		t.Fatalf("a transient API error stalled the NativeCCM: %+v", c)
+	}
+	if !conditions.IsFalse(obj, v1.GatedCondition) {
+		t.Errorf("Gated: %+v", conditions.Get(obj, v1.GatedCondition))
+	}
+	if !strings.Contains(conditions.GetMessage(obj, meta.ReadyCondition), "forbidden") {
+		t.Errorf("Ready message does not say why: %s", conditions.GetMessage(obj, meta.ReadyCondition))
+	}
+	if _, err := getDeployment(t, "native-ccm-"+name); !apierrors.IsNotFound(err) {
+		t.Fatalf("installed without its fence: %v", err)
+	}
+	gen := obj.Generation
+
+	// The permission is back: Ready without any change of the spec.
+	restore()
+	obj = waitCondition(t, name, meta.ReadyCondition, metav1.ConditionTrue, v1.InstallSucceededReason)
+	if !conditions.IsTrue(obj, v1.GatedCondition) || obj.Generation != gen {
+		t.Fatalf("Gated %+v, generation %d (was %d)", conditions.Get(obj, v1.GatedCondition), obj.Generation, gen)
+	}
+	if c := conditions.Get(obj, meta.ReconcilingCondition); c != nil {
+		t.Errorf("still Reconciling: %+v", c)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/fluxcd/pkg/runtime/events"
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -117,6 +118,7 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 	must(deriveProfile("hcloud", "profile-a", 10311, nil))
 	must(deriveProfile("hcloud", "lease-a", 10312, nil))
 	must(deriveProfile("hcloud", "fence-a", 10313, nil))
+	must(deriveProfile("hcloud", "fence-b", 10317, nil))
 	// an upstream chart that points its CCM at an API server itself
 	must(deriveProfile("hcloud", "upstream-b", 10314, upstream(map[string]any{
 		"allow-untagged-cloud": "true", "kubeconfig": "/etc/kubernetes/ccm.conf", "master": "https://10.0.0.1:6443"})))
@@ -134,6 +136,19 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 		Cache:   CacheOptions(releaseNamespace),
 	})
 	must(err)
+	// What the ccm-coordinator chart ships: the ClusterRole native CCMs are bound to.
+	must(k8s.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: release.LifecycleClusterRole}, Rules: release.LifecycleRules()}))
+	// The fence is written by a user of its own whose permission
+	// TestTransientFenceErrorIsRetried takes away for a while.
+	must(k8s.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: fenceWriter},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"admissionregistration.k8s.io"},
+			Resources: []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"},
+			Verbs:     []string{"get", "list", "watch", "create", "update", "patch", "delete"}}}}))
+	must(k8s.Create(ctx, fenceWriterBinding()))
+	fenceCfg, err := e.AddUser(fenceWriter)
+	must(err)
+	fenceClient, err := client.New(fenceCfg, client.Options{Scheme: NewScheme()})
+	must(err)
 	rec, err := events.NewRecorder(mgr, ctrl.Log, "", ControllerName)
 	must(err)
 	r := &NativeCCMReconciler{
@@ -144,7 +159,7 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 		Profiles:      profiles,
 		// The gate, wired as cmd/ccm-coordinator wires it: every release gets
 		// the fence and the ccm-gate sidecar.
-		Mutators:             gate.Coordinator{Client: mgr.GetClient(), Image: gateImage}.Mutators,
+		Mutators:             gate.Coordinator{Client: fenceClient, Image: gateImage}.Mutators,
 		Namespace:            releaseNamespace,
 		UninstallGracePeriod: 2 * time.Second,
 		RetryInterval:        time.Second,
@@ -168,6 +183,15 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 		}
 	}()
 	return stopped
+}
+
+// fenceWriter is the user (and ClusterRole) that writes the fences.
+const fenceWriter = "test:fence-writer"
+
+func fenceWriterBinding() *rbacv1.ClusterRoleBinding {
+	return &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: fenceWriter},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: fenceWriter},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: fenceWriter}}}
 }
 
 func zapLevel() zapcore.Level {

@@ -100,8 +100,8 @@ func TestNativeCCMChartStandalone(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := decode(t, out)
-	if len(d.sas) != 1 || len(d.clusterRole) != 1 || len(d.roles) != 1 {
-		t.Errorf("objects = %v", d.kinds)
+	if len(d.sas) != 1 || len(d.clusterRole) != 1 || len(d.roles) != 1 || len(d.roles[0].Rules) != 1 {
+		t.Errorf("objects = %v, lease role %+v", d.kinds, d.roles)
 	}
 	assertDelegatedAuthn(t, d, "x", "hybrid-ccm-system")
 	assertLifecycleOnly(t, out, Lifecycle{Release: "x", Namespace: "hybrid-ccm-system", LeaseName: "x", SecurePort: 10270})

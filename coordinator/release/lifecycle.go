@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -77,11 +78,13 @@ func (l Lifecycle) Fingerprint() string {
 	// V versions what the enforcement renders beyond l itself; raising it
 	// upgrades every release once (2: nodes update no longer granted; 3: the
 	// delegated-authentication bindings, the CCM container's termination
-	// message falls back to its log, flags compared as the CCM parses them).
+	// message falls back to its log, flags compared as the CCM parses them;
+	// 4: no lease create, the Lease is created ahead; 5: bound to the
+	// static LifecycleClusterRole).
 	b, _ := json.Marshal(struct {
 		V int
 		L Lifecycle
-	}{V: 3, L: l})
+	}{V: 5, L: l})
 	return fmt.Sprintf("%x", sha256.Sum256(b))[:16]
 }
 
@@ -407,6 +410,10 @@ const (
 	AuthenticationReaderSuffix    = ":extension-apiserver-authentication-reader"
 )
 
+// LifecycleClusterRole is the ClusterRole with LifecycleRules that the
+// ccm-coordinator chart ships and every native CCM is bound to.
+const LifecycleClusterRole = "hybrid-ccm:native-ccm-lifecycle"
+
 // LifecycleRules are the least privilege cloud-node-lifecycle needs
 // cluster-wide. The controller of k8s.io/cloud-provider (v0.34) lists and
 // watches nodes through an informer, reads one with GET before changing its
@@ -419,6 +426,14 @@ func LifecycleRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch", "delete"}},
 		{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch", "update"}},
 	}
+}
+
+// Lease is the leader-election Lease of the release as the coordinator creates
+// it before installing (no holder): the CCM may only get and update it.
+func (l Lifecycle) Lease() *coordinationv1.Lease {
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: l.LeaseName, Namespace: l.Namespace}}
+	lease.Labels = map[string]string{ManagedByLabel: ManagedByValue, NativeCCMLabel: l.Release, PlatformLabel: l.Platform}
+	return lease
 }
 
 // identity renders the ServiceAccount and RBAC of the release.
@@ -435,24 +450,23 @@ func (l Lifecycle) identity() ([]*unstructured.Unstructured, error) {
 			ObjectMeta:                   meta(sa, l.Namespace),
 			AutomountServiceAccountToken: &automount,
 		},
-		&rbacv1.ClusterRole{
-			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
-			ObjectMeta: meta(l.Release, ""),
-			Rules:      LifecycleRules(),
-		},
+		// The ClusterRole is the static one the ccm-coordinator chart ships
+		// (LifecycleClusterRole): the coordinator may bind it, and need not
+		// hold its node rights itself.
 		&rbacv1.ClusterRoleBinding{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"},
 			ObjectMeta: meta(l.Release, ""),
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: l.Release},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: LifecycleClusterRole},
 			Subjects:   subject,
 		},
 		&rbacv1.Role{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
 			ObjectMeta: meta(l.Release, l.Namespace),
 			Rules: []rbacv1.PolicyRule{
+				// Its own Lease, which the coordinator creates before the
+				// release (EnsureLease): no create, which RBAC cannot limit
+				// by name and would let it squat any lease of the namespace.
 				{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{l.LeaseName}, Verbs: []string{"get", "update"}},
-				// create cannot be limited by name.
-				{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}},
 			},
 		},
 		&rbacv1.RoleBinding{

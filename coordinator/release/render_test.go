@@ -168,10 +168,22 @@ func assertLifecycleOnly(t *testing.T, manifest string, l Lifecycle) {
 	if len(d.sas) != 1 || d.sas[0].Name != l.Release {
 		t.Errorf("service accounts = %v", d.kinds)
 	}
-	if len(d.clusterRole) != 1 {
+	// Bound to the static ClusterRole the coordinator chart ships (the
+	// standalone native-ccm chart renders its own).
+	rules, lifecycle := LifecycleRules(), LifecycleClusterRole
+	if len(d.clusterRole) > 1 {
 		t.Fatalf("cluster roles: %v", d.kinds)
 	}
-	for _, r := range d.clusterRole[0].Rules {
+	if len(d.clusterRole) == 1 {
+		rules, lifecycle = d.clusterRole[0].Rules, d.clusterRole[0].Name
+	}
+	for _, b := range d.crbs {
+		if b.RoleRef.Name != lifecycle && b.RoleRef.Name != AuthDelegatorClusterRole ||
+			len(b.Subjects) != 1 || b.Subjects[0].Name != l.Release {
+			t.Errorf("ClusterRoleBinding %s: %+v %+v", b.Name, b.RoleRef, b.Subjects)
+		}
+	}
+	for _, r := range rules {
 		for _, v := range r.Verbs {
 			if v == "*" || v == "deletecollection" || v == "create" && r.Resources[0] == "nodes" {
 				t.Errorf("cluster role grants %s on %v", v, r.Resources)
@@ -183,23 +195,37 @@ func assertLifecycleOnly(t *testing.T, manifest string, l Lifecycle) {
 			}
 		}
 	}
+	// its own Lease, get and update only: no create (lease squatting)
+	if len(d.roles) == 1 && (len(d.roles[0].Rules) != 1 || !slices.Equal(d.roles[0].Rules[0].Verbs, []string{"get", "update"})) {
+		t.Errorf("lease role rules = %+v", d.roles[0].Rules)
+	}
 	if len(d.roles) != 1 || d.roles[0].Rules[0].ResourceNames[0] != l.LeaseName {
 		t.Errorf("lease role = %+v", d.roles)
 	}
 }
 
-// assertLifecycleRules: the enforced ClusterRole is exactly LifecycleRules, and
+// assertLifecycleRules: the release is bound to LifecycleClusterRole (which the
+// ccm-coordinator chart ships with LifecycleRules; test/e2e compares them), and
 // on nodes exactly what cloud-node-lifecycle uses (get, list, watch, patch,
 // delete: no update, no create, nothing on nodes/status). The native-ccm
 // chart's own RBAC, rendered without the post-renderer, is replaced by it.
 func assertLifecycleRules(t *testing.T, manifest string) {
 	t.Helper()
 	d := decode(t, manifest)
-	if len(d.clusterRole) != 1 {
-		t.Fatalf("cluster roles: %v", d.kinds)
+	if len(d.clusterRole) != 0 {
+		t.Fatalf("cluster roles rendered: %v", d.kinds)
+	}
+	lifecycle := 0
+	for _, b := range d.crbs {
+		if b.RoleRef.Kind == "ClusterRole" && b.RoleRef.Name == LifecycleClusterRole {
+			lifecycle++
+		}
+	}
+	if lifecycle != 1 {
+		t.Errorf("ClusterRoleBindings to %s: %d, want 1", LifecycleClusterRole, lifecycle)
 	}
 	var nodeVerbs []string
-	for _, r := range d.clusterRole[0].Rules {
+	for _, r := range LifecycleRules() {
 		for _, res := range r.Resources {
 			if strings.HasPrefix(res, "nodes") {
 				if res != "nodes" {
@@ -220,9 +246,14 @@ func assertLifecycleRules(t *testing.T, manifest string) {
 // k8s.io/cloud-provider/app exits at start.
 func assertDelegatedAuthn(t *testing.T, d decoded, sa, namespace string) {
 	t.Helper()
+	// the static lifecycle ClusterRole, or the standalone chart's own
+	lifecycle := LifecycleClusterRole
+	if len(d.clusterRole) == 1 {
+		lifecycle = d.clusterRole[0].Name
+	}
 	want := map[string]string{
 		"ClusterRole/" + AuthDelegatorClusterRole:                                "",
-		"ClusterRole/" + d.clusterRole[0].Name:                                   "",
+		"ClusterRole/" + lifecycle:                                               "",
 		"Role/" + AuthenticationReaderRole + "@" + AuthenticationReaderNamespace: "",
 		"Role/" + d.roles[0].Name + "@" + d.roles[0].Namespace:                   "",
 	}

@@ -63,7 +63,8 @@ func (m StaticManifest) Render(root string) ([]byte, error) {
 #
 # What "helm template %[3]s charts/%[1]s --namespace %[4]s --include-crds"
 # renders with the chart's default values (charts/%[1]s/values.yaml): image
-# %[5]s, release name %[3]s, every namespaced object in %[4]s.
+# %[5]s, release name %[3]s, release namespace %[4]s (a chart may put objects in a
+# namespace of its own: see each object).
 # For other values, render the chart yourself (docs/install.md).
 #
 #   kubectl apply --server-side -f docs/deploy/%[6]s

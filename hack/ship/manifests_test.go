@@ -112,8 +112,9 @@ func TestStaticManifestsApply(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"talos-ccm", "ccm-coordinator"} {
-		d, err := env.Client.AppsV1().Deployments("kube-system").Get(ctx, name, metav1.GetOptions{})
+	// (the coordinator in its own namespace)
+	for name, ns := range map[string]string{"talos-ccm": "kube-system", "ccm-coordinator": "hybrid-ccm-system"} {
+		d, err := env.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,8 +13,10 @@ import (
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,12 +25,14 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/controller"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
 
@@ -83,40 +87,72 @@ func kubeconfigFor(t *testing.T, cfg *rest.Config) string {
 	return p
 }
 
-// ccm-coordinator runs with exactly the RBAC its chart grants: installing a
-// native CCM (with the RBAC it hands on, which the API server only lets it grant
-// if it holds it), fencing it, reporting status and uninstalling must all work
-// with that identity and nothing more.
-func TestCoordinatorWorksWithItsChartRBAC(t *testing.T) {
+// applyCoordinatorChart applies what the ccm-coordinator chart renders with its
+// default values (installed as the umbrella chart installs it, into
+// kube-system) that decides what the coordinator may do: its namespace,
+// ServiceAccount, RBAC and admission policy. It returns the coordinator's
+// namespace and a client configuration authenticated as its ServiceAccount.
+func applyCoordinatorChart(t *testing.T, c client.Client) (string, *rest.Config) {
+	t.Helper()
 	ctx := context.Background()
-	c, err := controllerClient()
-	if err != nil {
-		t.Fatal(err)
-	}
-	const ns = "kube-system"
-	var sa string
-	for _, o := range renderChart(t, "ccm-coordinator", ns) {
+	var sa, ns string
+	var probe *admissionregistrationv1.ValidatingAdmissionPolicy
+	objs := renderChart(t, "ccm-coordinator", "kube-system")
+	// the namespace first, as Helm orders it
+	slices.SortStableFunc(objs, func(a, b *unstructured.Unstructured) int {
+		return cmpBool(b.GetKind() == "Namespace", a.GetKind() == "Namespace")
+	})
+	for _, o := range objs {
 		switch o.GetKind() {
 		case "ServiceAccount":
-			sa = o.GetName()
-			fallthrough
-		case "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
-			if o.GetNamespace() == "" && (o.GetKind() == "Role" || o.GetKind() == "RoleBinding" || o.GetKind() == "ServiceAccount") {
-				o.SetNamespace(ns)
-			}
-			if err := c.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
-				t.Fatalf("apply %s %s: %v", o.GetKind(), o.GetName(), err)
-			}
+			sa, ns = o.GetName(), o.GetNamespace()
+		case "ValidatingAdmissionPolicy":
+			probe = &admissionregistrationv1.ValidatingAdmissionPolicy{}
+			probe.Name = o.GetName()
+		case "Namespace", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ValidatingAdmissionPolicyBinding":
+		default:
+			continue
+		}
+		if err := c.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("apply %s %s: %v", o.GetKind(), o.GetName(), err)
 		}
 	}
-	if sa == "" {
-		t.Fatal("chart renders no ServiceAccount")
+	if sa == "" || ns == "" || probe == nil {
+		t.Fatalf("chart renders no ServiceAccount (%q/%q) or admission policy", ns, sa)
 	}
 	user := "system:serviceaccount:" + ns + ":" + sa
 	cfg, err := env.AddUser(user, "system:serviceaccounts", "system:serviceaccounts:"+ns, "system:authenticated")
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A new policy takes the API server a moment to enforce: wait until it
+	// denies the coordinator something RBAC allows it.
+	cc, err := client.New(cfg, client.Options{Scheme: controller.NewScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "policy-probe", Namespace: ns}}
+		return apierrors.IsForbidden(cc.Create(ctx, sa, client.DryRunAll)), nil
+	})
+	if err != nil {
+		t.Fatalf("admission policy %s not enforced", probe.Name)
+	}
+	return ns, cfg
+}
+
+// ccm-coordinator runs with exactly the RBAC and admission policy its chart
+// ships: installing a native CCM (with the RBAC it hands on, which the API
+// server only lets it grant through the bind rights it holds), fencing it,
+// reporting status and uninstalling must all work with that identity and
+// nothing more.
+func TestCoordinatorWorksWithItsChartRBAC(t *testing.T) {
+	ctx := context.Background()
+	c, err := controllerClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, cfg := applyCoordinatorChart(t, c)
 	logs := &testenv.Buffer{}
 	cmd := exec.Command(filepath.Join(binaries, "ccm-coordinator"), "--kubeconfig="+kubeconfigFor(t, cfg),
 		"--release-namespace="+ns, "--metrics-addr=0", "--health-addr=0", "--helm-wait=false",
@@ -178,14 +214,51 @@ func TestCoordinatorWorksWithItsChartRBAC(t *testing.T) {
 	if refs := binding.GetOwnerReferences(); len(refs) != 1 || refs[0].Kind != "NativeCCM" || refs[0].UID != got.UID {
 		t.Fatalf("fence binding owners %+v", refs)
 	}
-	// the native CCM got least privilege on nodes: patch and delete, no update
+	// the native CCM got least privilege on nodes (patch and delete, no
+	// update): bound to the ClusterRole the chart ships, which has exactly the
+	// rules the coordinator means to grant
+	var crb rbacv1.ClusterRoleBinding
+	if err := c.Get(ctx, client.ObjectKey{Name: got.ReleaseName()}, &crb); err != nil {
+		t.Fatalf("native CCM ClusterRoleBinding: %v", err)
+	}
 	var role rbacv1.ClusterRole
-	if err := c.Get(ctx, client.ObjectKey{Name: got.ReleaseName()}, &role); err != nil {
-		t.Fatalf("native CCM ClusterRole: %v", err)
+	if err := c.Get(ctx, client.ObjectKey{Name: crb.RoleRef.Name}, &role); err != nil || crb.RoleRef.Name != release.LifecycleClusterRole {
+		t.Fatalf("native CCM ClusterRole %s: %v", crb.RoleRef.Name, err)
+	}
+	if !equality.Semantic.DeepEqual(role.Rules, release.LifecycleRules()) {
+		t.Fatalf("chart's %s rules %+v, want release.LifecycleRules %+v", role.Name, role.Rules, release.LifecycleRules())
 	}
 	for _, r := range role.Rules {
 		if slices.Contains(r.Resources, "nodes") && !slices.Equal(r.Verbs, []string{"get", "list", "watch", "patch", "delete"}) {
 			t.Fatalf("native CCM may %v nodes", r.Verbs)
+		}
+	}
+	// Its Lease was created ahead, with no holder; the native CCM may take
+	// it (get, update) but create no lease: not talos-ccm's, nor any other.
+	ccmCfg, err := env.AddUser("system:serviceaccount:"+ns+":"+got.ReleaseName(), "system:serviceaccounts", "system:serviceaccounts:"+ns, "system:authenticated")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ccm, err := client.New(ccmCfg, client.Options{Scheme: controller.NewScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lease coordinationv1.Lease
+	if err := ccm.Get(ctx, client.ObjectKey{Namespace: ns, Name: got.ReleaseName()}, &lease); err != nil {
+		t.Fatalf("the native CCM cannot read its Lease: %v", err)
+	}
+	if lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity != "" {
+		t.Fatalf("Lease created with holder %q", *lease.Spec.HolderIdentity)
+	}
+	lease.Spec.HolderIdentity = ptr.To(got.ReleaseName() + "-pod_1")
+	if err := ccm.Update(ctx, &lease); err != nil {
+		t.Fatalf("the native CCM cannot take its Lease: %v", err)
+	}
+	for _, squat := range []client.ObjectKey{{Namespace: "kube-system", Name: "talos-ccm"}, {Namespace: ns, Name: "talos-ccm"}, {Namespace: ns, Name: "native-ccm-other"}} {
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: squat.Namespace, Name: squat.Name},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("evil"), LeaseDurationSeconds: ptr.To[int32](365 * 24 * 3600)}}
+		if err := ccm.Create(ctx, l, client.DryRunAll); !apierrors.IsForbidden(err) {
+			t.Errorf("native CCM creates Lease %s: %v", squat, err)
 		}
 	}
 	inits, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "initContainers")
@@ -199,7 +272,8 @@ func TestCoordinatorWorksWithItsChartRBAC(t *testing.T) {
 		t.Fatalf("release pod lacks the %s native sidecar: %v", gate.SidecarName, inits)
 	}
 
-	// deletion: the finalizer uninstalls with the same identity
+	// deletion: the finalizer uninstalls with the same identity (and removes
+	// the Lease it created)
 	if err := c.Delete(ctx, nccm); err != nil {
 		t.Fatal(err)
 	}
@@ -212,6 +286,9 @@ func TestCoordinatorWorksWithItsChartRBAC(t *testing.T) {
 	}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: got.ReleaseName()}, &dep); !apierrors.IsNotFound(err) {
 		t.Fatalf("release Deployment left behind: %v", err)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: got.ReleaseName()}, &lease); !apierrors.IsNotFound(err) {
+		t.Fatalf("release Lease left behind: %v", err)
 	}
 	// the fence goes with it, deleted by the coordinator with the same identity
 	// (there is no garbage collector in this control plane to follow the owner
@@ -227,4 +304,14 @@ func TestCoordinatorWorksWithItsChartRBAC(t *testing.T) {
 
 func controllerClient() (client.Client, error) {
 	return client.New(env.Config, client.Options{Scheme: controller.NewScheme()})
+}
+
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
 }

@@ -50,6 +50,10 @@ import (
 
 const namespace = "kube-system"
 
+// coordinatorNamespace is the coordinator's own (the chart's default): it
+// runs there with the native CCMs, their releases, credentials and leases.
+const coordinatorNamespace = "hybrid-ccm-system"
+
 // node is a simulated Talos machine and the Node its kubelet registers.
 type node struct {
 	name, platform, ip, providerID string
@@ -100,22 +104,22 @@ func TestInstallAsDocumented(t *testing.T) {
 	srv := httptest.NewServer(cloud)
 	t.Cleanup(srv.Close)
 
-	// What the cluster admin creates before installing: the clouds'
-	// credentials (docs/profiles.md names the keys).
+	// helm install hybrid-ccm charts/hybrid-ccm -n kube-system -f multi-cloud.yaml
+	values := installValues(t, srv.URL)
+	installUmbrella(t, ctx, values)
+
+	// Then the clouds' credentials, in the coordinator's namespace the chart
+	// created (docs/profiles.md names the keys); the coordinator waits for them.
 	for name, data := range map[string]map[string]string{
 		"hcloud":  {"token": "test-token"},
 		"aws-ccm": {"access-key-id": "AKIATEST", "secret-access-key": "secret", "cloud.conf": "[Global]\nRegion = eu-central-1\n"},
 		"gcp-ccm": {"credentials.json": "{}", "gce.conf": "[global]\nproject-id = prod\n"},
 	} {
-		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}, StringData: data}
-		if _, err := env.Client.CoreV1().Secrets(namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: coordinatorNamespace}, StringData: data}
+		if _, err := env.Client.CoreV1().Secrets(coordinatorNamespace).Create(ctx, s, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-
-	// helm install hybrid-ccm charts/hybrid-ccm -n kube-system -f multi-cloud.yaml
-	values := installValues(t, srv.URL)
-	installUmbrella(t, ctx, values)
 
 	// Talos answers the chart's talos.dev ServiceAccount with a Secret of the
 	// same name holding a talosconfig for its roles.
@@ -139,8 +143,10 @@ func TestInstallAsDocumented(t *testing.T) {
 			t.Logf("pod logs (tail):\n%s", tail(logs.String(), 20000))
 		}
 	})
-	if err := runner.Manage(ctx, namespace, ""); err != nil {
-		t.Fatal(err)
+	for _, ns := range []string{namespace, coordinatorNamespace} {
+		if err := runner.Manage(ctx, ns, ""); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	// The kubelets register.
@@ -193,6 +199,11 @@ func TestInstallAsDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	own, err := env.Client.CoreV1().Pods(coordinatorNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods.Items = append(pods.Items, own.Items...)
 	var running []string
 	for _, p := range pods.Items {
 		if p.DeletionTimestamp != nil {
@@ -403,7 +414,7 @@ func tryCredentials(t *testing.T, ctx context.Context, v podrunner.ContainerView
 
 func deletePod(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
-	if err := env.Client.CoreV1().Pods(namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+	if err := env.Client.CoreV1().Pods(coordinatorNamespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("delete pod %s: %v", name, err)
 	}
 }
@@ -665,7 +676,7 @@ func renewals(t *testing.T, ctx context.Context, leases []string, n int) {
 	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		done := true
 		for _, name := range leases {
-			l, err := env.Client.CoordinationV1().Leases(namespace).Get(ctx, name, metav1.GetOptions{})
+			l, err := env.Client.CoordinationV1().Leases(coordinatorNamespace).Get(ctx, name, metav1.GetOptions{})
 			if err != nil || l.Spec.RenewTime == nil {
 				return false, nil
 			}

@@ -2,8 +2,14 @@
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/* The coordinator's own namespace: it runs there, and so do the native CCM
+releases (their Helm history, credentials Secrets and leases). */}}
 {{- define "ccm-coordinator.releaseNamespace" -}}
 {{- default .Release.Namespace .Values.releaseNamespace -}}
+{{- end -}}
+
+{{- define "ccm-coordinator.username" -}}
+{{- printf "system:serviceaccount:%s:%s" (include "ccm-coordinator.releaseNamespace" .) (include "ccm-coordinator.name" .) -}}
 {{- end -}}
 
 {{- define "ccm-coordinator.selectorLabels" -}}

@@ -276,7 +276,7 @@ func (r *Report) checkNativeCCMs(ctx context.Context, c client.Client) error {
 			r.add(CheckCCMNotRunning, "nativeccm/"+n.Name, notRunningFix(n, healthy.Reason),
 				"release installed, but its CCM is not running: %s: %s", healthy.Reason, healthy.Message)
 		case ready == nil:
-			r.add(CheckNativeCCM, "nativeccm/"+n.Name, "check ccm-coordinator is running: kubectl -n kube-system logs deploy/ccm-coordinator",
+			r.add(CheckNativeCCM, "nativeccm/"+n.Name, "check ccm-coordinator is running: kubectl -n hybrid-ccm-system logs deploy/ccm-coordinator",
 				"has no Ready condition yet (never reconciled)")
 		case ready.Status != metav1.ConditionTrue:
 			r.add(CheckNativeCCM, "nativeccm/"+n.Name, "kubectl describe nativeccm "+n.Name,
@@ -288,7 +288,7 @@ func (r *Report) checkNativeCCMs(ctx context.Context, c client.Client) error {
 
 // notRunningFix says where to look when a NativeCCM's CCM is not running.
 func notRunningFix(n *v1.NativeCCM, reason string) string {
-	ns := "kube-system"
+	ns := "hybrid-ccm-system" // the coordinator's default namespace
 	if n.Status.Release != nil && n.Status.Release.Namespace != "" {
 		ns = n.Status.Release.Namespace
 	}
