@@ -2,6 +2,7 @@ package demo_test
 
 import (
 	"bufio"
+	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -19,9 +20,10 @@ import (
 // does (KUBEBUILDER_ASSETS from the environment, binaries next to hybridctl),
 // non-interactively, interrupts it, and checks that it cleans everything up:
 // it exits promptly with status 0 and says so, every process it started
-// (kube-apiserver, etcd, talos-ccm, ccm-coordinator) is gone, its temporary
-// files are removed (it gets its own TMPDIR, which must end up empty) and its
-// listening ports, all on loopback, are closed.
+// (kube-apiserver, etcd, talos-ccm, ccm-coordinator, and the native CCM pods'
+// containers ccm-gate and testccm) is gone, its temporary files are removed
+// (it gets its own TMPDIR, which must end up empty) and its listening ports,
+// all on loopback but the gate's probe port, are closed.
 func TestDemoCommandInterrupt(t *testing.T) {
 	assets, err := testenv.AssetsDir()
 	if err != nil {
@@ -43,14 +45,14 @@ func TestDemoCommandInterrupt(t *testing.T) {
 		// the controllers it started must not outlive it
 		kill bool
 	}{
-		{name: "ctrl-c once native CCMs are installed", after: "installed: release native-ccm-", group: true,
-			want: []string{"kube-apiserver", "etcd", "talos-ccm", "ccm-coordinator"}},
+		{name: "ctrl-c once native CCMs run", after: "running: release native-ccm-", group: true,
+			want: []string{"kube-apiserver", "etcd", "talos-ccm", "ccm-coordinator", "ccm-gate", "testccm"}},
 		{name: "sigint while nodes are initialized", after: "initialized: platform=", group: false,
 			want: []string{"kube-apiserver", "etcd", "talos-ccm", "ccm-coordinator"}},
 		{name: "sigint while starting", after: "starting talos-ccm", group: false,
 			want: []string{"kube-apiserver", "etcd"}},
-		{name: "sigkill once native CCMs are installed", after: "installed: release native-ccm-", kill: true,
-			want: []string{"kube-apiserver", "etcd", "talos-ccm", "ccm-coordinator"}},
+		{name: "sigkill once native CCMs run", after: "running: release native-ccm-", kill: true,
+			want: []string{"kube-apiserver", "etcd", "talos-ccm", "ccm-coordinator", "ccm-gate", "testccm"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			interruptDemo(t, bin, assets, tc.after, tc.group, tc.kill, tc.want)
@@ -63,7 +65,7 @@ func interruptDemo(t *testing.T, bin, assets, after string, group, kill bool, wa
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(bin, "hybridctl"), "demo", "--non-interactive", "--exit-when-done=false", "--timeout=4m")
+	cmd := exec.Command(filepath.Join(bin, "hybridctl"), "demo", "--non-interactive", "--exit-when-done=false", "--timeout=5m")
 	cmd.Env = append(os.Environ(), "KUBEBUILDER_ASSETS="+assets, "TMPDIR="+tmp)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its own group, like a shell job
 	var out testenv.Buffer
@@ -120,7 +122,7 @@ func interruptDemo(t *testing.T, bin, assets, after string, group, kill bool, wa
 	go func() { <-readDone; exited <- cmd.Wait() }()
 
 	// wait for the progress, recording the processes as they appear
-	deadline := time.After(4 * time.Minute)
+	deadline := time.After(6 * time.Minute)
 	poll := time.NewTicker(100 * time.Millisecond)
 	defer poll.Stop()
 wait:
@@ -132,7 +134,7 @@ wait:
 		case err := <-exited:
 			t.Fatalf("demo exited before %q: %v\n%s", after, err, out.String())
 		case <-deadline:
-			t.Fatalf("no %q in the demo's output within 4m:\n%s", after, out.String())
+			t.Fatalf("no %q in the demo's output within 6m:\n%s", after, out.String())
 		case <-poll.C:
 		}
 	}
@@ -154,7 +156,10 @@ wait:
 	var ports []listener
 	for who, ls := range listening {
 		for _, l := range ls {
-			if !l.addr.IsLoopback() {
+			// The one exception: ccm-gate serves its probes (only "ok") on
+			// the pod IP, so the coordinator renders --health-listen=:<port>;
+			// the pods share the host's network here.
+			if !l.addr.IsLoopback() && !(strings.HasPrefix(who, "ccm-gate ") && l.addr.IsUnspecified()) {
 				t.Errorf("%s listens on %s: not loopback", who, l)
 			}
 			ports = append(ports, l)
@@ -166,16 +171,16 @@ wait:
 	t.Logf("interrupting with %d processes running %v, listening on %v", len(alive), alive, listening)
 
 	if kill {
-		// The kernel stops the controllers with hybridctl (parent-death
-		// signal). kube-apiserver and etcd are envtest's processes; the
-		// cleanup above kills them.
+		// The kernel stops the controllers and the pods' containers with
+		// hybridctl (parent-death signal). kube-apiserver and etcd are
+		// envtest's processes; the cleanup above kills them.
 		if err := cmd.Process.Kill(); err != nil {
 			t.Fatal(err)
 		}
 		<-exited
 		deadline := time.Now().Add(10 * time.Second)
 		for _, p := range tracked {
-			if p.comm != "talos-ccm" && p.comm != "ccm-coordinator" {
+			if !slices.Contains([]string{"talos-ccm", "ccm-coordinator", "ccm-gate", "testccm"}, p.comm) {
 				continue
 			}
 			for running(p) && time.Now().Before(deadline) {
@@ -240,5 +245,32 @@ wait:
 				t.Errorf("%s still listening after the demo exited", l)
 			}
 		}
+	}
+}
+
+// TestDemoCommandNeedsRoot runs `hybridctl demo` as an unprivileged user: it
+// must refuse at once, saying that it needs root and why, and start nothing.
+func TestDemoCommandNeedsRoot(t *testing.T) {
+	bin := binaries(t)
+	if err := os.Chmod(bin, 0o755); err != nil { // the user must reach hybridctl
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	if err := os.Chmod(tmp, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(bin, "hybridctl"), "demo", "--non-interactive")
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp, "HOME="+tmp, "XDG_CACHE_HOME="+tmp)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("hybridctl demo as uid 65534: %v, want exit status 1:\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "needs root") || !strings.Contains(string(out), "pod runner") {
+		t.Errorf("the error does not say that the demo needs root for the pod runner:\n%s", out)
+	}
+	if entries, _ := os.ReadDir(tmp); len(entries) > 0 {
+		t.Errorf("the refused demo left %d entries in its TMPDIR", len(entries))
 	}
 }
