@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -22,8 +23,8 @@ import (
 // it exits promptly with status 0 and says so, every process it started
 // (kube-apiserver, etcd, talos-ccm, ccm-coordinator, and the native CCM pods'
 // containers ccm-gate and testccm) is gone, its temporary files are removed
-// (it gets its own TMPDIR, which must end up empty) and its listening ports,
-// all on loopback but the gate's probe port, are closed.
+// (it gets its own TMPDIR, which must end up empty), and it runs in a network
+// namespace of its own, loopback only, that nothing is left in.
 func TestDemoCommandInterrupt(t *testing.T) {
 	assets, err := testenv.AssetsDir()
 	if err != nil {
@@ -152,21 +153,45 @@ wait:
 			t.Errorf("%s not running when the demo is interrupted; running: %v", w, names)
 		}
 	}
-	listening := listenersOf(append(alive, proc{pid: pid, comm: "hybridctl"}))
-	var ports []listener
+	// The demo proper is hybridctl's child in a network namespace of its
+	// own, with loopback as its only interface.
+	var inner proc
+	for _, p := range alive {
+		if p.comm == "hybridctl" && p.ppid == pid {
+			inner = p
+		}
+	}
+	if inner.pid == 0 {
+		t.Fatalf("no hybridctl below hybridctl (the demo in its network namespace); running: %v", alive)
+	}
+	netns := netNamespace(inner.pid)
+	if netns == "" || netns == netNamespace(os.Getpid()) {
+		t.Errorf("the demo runs in network namespace %q, the test's is %q: want one of its own", netns, netNamespace(os.Getpid()))
+	}
+	if ifs := interfaces(inner.pid); !slices.Equal(ifs, []string{"lo"}) {
+		t.Errorf("the demo's network namespace has interfaces %v, want only lo", ifs)
+	}
+	for _, p := range alive {
+		if p.comm != "kube-apiserver" && p.comm != "etcd" && p.comm != "talos-ccm" && p.comm != "ccm-coordinator" && p.comm != "ccm-gate" && p.comm != "testccm" {
+			continue
+		}
+		if ns := netNamespace(p.pid); ns != netns {
+			t.Errorf("%s runs in network namespace %q, not the demo's %q", p, ns, netns)
+		}
+	}
+	listening := listenersOf(inner.pid, alive)
 	for who, ls := range listening {
 		for _, l := range ls {
 			// The one exception: ccm-gate serves its probes (only "ok") on
 			// the pod IP, so the coordinator renders --health-listen=:<port>;
-			// the pods share the host's network here.
+			// the namespace has no other interface than loopback.
 			if !l.addr.IsLoopback() && !(strings.HasPrefix(who, "ccm-gate ") && l.addr.IsUnspecified()) {
 				t.Errorf("%s listens on %s: not loopback", who, l)
 			}
-			ports = append(ports, l)
 		}
 	}
-	if len(listening[proc{pid: pid, comm: "hybridctl"}.String()]) == 0 {
-		t.Errorf("hybridctl listens on nothing, but the simulated Talos endpoint runs in it: %v", listening)
+	if len(listening[inner.String()]) == 0 {
+		t.Errorf("the demo's hybridctl listens on nothing, but the simulated Talos endpoint runs in it: %v", listening)
 	}
 	t.Logf("interrupting with %d processes running %v, listening on %v", len(alive), alive, listening)
 
@@ -180,7 +205,7 @@ wait:
 		<-exited
 		deadline := time.Now().Add(10 * time.Second)
 		for _, p := range tracked {
-			if !slices.Contains([]string{"talos-ccm", "ccm-coordinator", "ccm-gate", "testccm"}, p.comm) {
+			if !slices.Contains([]string{"hybridctl", "talos-ccm", "ccm-coordinator", "ccm-gate", "testccm"}, p.comm) {
 				continue
 			}
 			for running(p) && time.Now().Before(deadline) {
@@ -238,11 +263,14 @@ wait:
 		t.Errorf("left in the demo's TMPDIR: %s", e.Name())
 	}
 
-	now := tcpListeners()
-	for _, l := range ports {
-		for _, n := range now {
-			if n.inode == l.inode || (n.port == l.port && n.addr.Equal(l.addr)) {
-				t.Errorf("%s still listening after the demo exited", l)
+	// its listening sockets went with its network namespace: no process is
+	// left in it
+	if netns != "" {
+		entries, _ := os.ReadDir("/proc")
+		for _, e := range entries {
+			if pid, err := strconv.Atoi(e.Name()); err == nil && netNamespace(pid) == netns {
+				p, _ := readProc(pid)
+				t.Errorf("%s is still in the demo's network namespace", p)
 			}
 		}
 	}

@@ -130,6 +130,11 @@ func Run(ctx context.Context, o Options) (err error) {
 	if os.Geteuid() != 0 {
 		return ErrNotRoot
 	}
+	if Isolated() {
+		if err := loopbackUp(); err != nil {
+			return err
+		}
+	}
 	// envtest logs through controller-runtime; its lines are not part of the
 	// view, and without a logger controller-runtime prints a stack trace.
 	ctrllog.SetLogger(logr.Discard())

@@ -33,8 +33,9 @@ func newDemoCommand() *cobra.Command {
 			"kubelets do and shows them initialized and approved (a forged CSR is denied), the native CCMs\n" +
 			"installed, running (their pods hold their leases) and gated, a foreign-node delete denied by\n" +
 			"the gate; then an outage: a deleted hcloud server's node is deleted by the hcloud CCM, a stopped\n" +
-			"aws instance's node tainted by the aws CCM, a powered-off metal node left alone. It needs root\n" +
-			"(the pod runner uses mount namespaces and chroot). Ctrl-C stops and cleans up everything.",
+			"aws instance's node tainted by the aws CCM, a powered-off metal node left alone. It runs in a\n" +
+			"network namespace of its own (loopback only, no port shared with the machine) and needs root\n" +
+			"for that and for the pod runner (mount namespaces, chroot). Ctrl-C stops and cleans up everything.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if binDir == "" {
@@ -56,6 +57,15 @@ func newDemoCommand() *cobra.Command {
 			// everything it started and returns nil.
 			ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if !demo.Isolated() {
+				// the demo itself runs in a network namespace of its own
+				code, err := demo.RunIsolated(ctx)
+				if err != nil {
+					return err
+				}
+				stop()
+				os.Exit(code)
+			}
 			return demo.Run(ctx, demo.Options{
 				Out: cmd.OutOrStdout(), Interactive: interactive, BinDir: binDir,
 				ExitWhenDone: exitWhenDone, Timeout: timeout,
