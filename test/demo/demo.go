@@ -355,7 +355,7 @@ func Run(ctx context.Context, o Options) (err error) {
 }
 
 // ErrNotRoot is returned by Run when it does not run as root.
-var ErrNotRoot = errors.New("the demo runs the native CCM pods with the pod runner (mount namespaces, chroot, setuid) and needs root: run it as root, e.g. `sudo make demo`")
+var ErrNotRoot = errors.New("the demo needs root: it runs in a network namespace of its own, and the native CCM pods with the pod runner (mount namespaces, chroot, setuid); run it as root, e.g. `sudo make demo`")
 
 // The outage the demo stages once everything runs: which machine goes down how.
 const (

@@ -34,7 +34,11 @@ func RunIsolated(ctx context.Context) (int, error) {
 	if os.Geteuid() != 0 {
 		return 0, ErrNotRoot
 	}
-	cmd := exec.Command("/proc/self/exe", os.Args[1:]...)
+	self, err := os.Executable() // its name, not /proc/self/exe: ps shows the demo as hybridctl
+	if err != nil {
+		return 0, err
+	}
+	cmd := exec.Command(self, os.Args[1:]...)
 	cmd.Args[0] = os.Args[0]
 	cmd.Env = append(os.Environ(), isolatedEnv+"=1")
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
@@ -50,7 +54,7 @@ func RunIsolated(ctx context.Context) (int, error) {
 		case <-done:
 		}
 	}()
-	err := cmd.Wait()
+	err = cmd.Wait()
 	close(done)
 	var exit *exec.ExitError
 	switch {
