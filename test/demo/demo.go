@@ -522,8 +522,11 @@ type state struct {
 	outage    bool
 	questions []cloudQuestion
 	// deleting holds, per node, the DeletingNode event a CCM recorded
-	deleting map[string]string
+	deleting map[string]nodeEvent
 }
+
+// nodeEvent is who reported what about a node.
+type nodeEvent struct{ component, message string }
 
 func observe(ctx context.Context, cs kubernetes.Interface, cc client.Client, expected int) (*state, error) {
 	nl, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
@@ -546,10 +549,10 @@ func observe(ctx context.Context, cs kubernetes.Interface, cc client.Client, exp
 	if err != nil {
 		return nil, err
 	}
-	deleting := map[string]string{}
+	deleting := map[string]nodeEvent{}
 	for _, e := range el.Items {
 		if e.InvolvedObject.Kind == "Node" {
-			deleting[e.InvolvedObject.Name] = e.Source.Component + ": " + e.Message
+			deleting[e.InvolvedObject.Name] = nodeEvent{component: e.Source.Component, message: e.Message}
 		}
 	}
 	return &state{nodes: nl.Items, csrs: cl.Items, natives: ncl.Items, expected: expected, deleting: deleting}, nil

@@ -128,7 +128,11 @@ func (v *view) render(s *state) {
 			strings.Join(n.Spec.PodCIDRs, ","), nodeStatus(n), strings.Join(extra, ","))
 	}
 	for _, name := range s.deleted() {
-		fmt.Fprintf(tw, "  %s\t\t%s\t\t\t\t\t\n", name, deletedLine(s, name))
+		st := "deleted"
+		if ev, ok := s.deleting[name]; ok {
+			st += " by " + ev.component + " (not in its cloud)"
+		}
+		fmt.Fprintf(tw, "  %s\t\t(gone)\t\t\t\t%s\t\n", name, st)
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "  CSR\tREQUESTOR\tDECISION\tREASON\t\t\t\t")
@@ -204,7 +208,7 @@ func (s *state) deleted() []string {
 
 func deletedLine(s *state, name string) string {
 	if ev, ok := s.deleting[name]; ok {
-		return "deleted — " + ev
+		return "deleted — " + ev.component + ": " + ev.message
 	}
 	return "deleted"
 }
