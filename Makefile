@@ -1,6 +1,6 @@
 # Hybrid CCM — build, test, demo.
 #
-#   make demo    local real control plane + simulated Talos nodes, watch it work
+#   make demo    local real control plane + simulated Talos nodes + native CCM pods, watch it work (as root)
 #   make test    all tests (unit + integration against a real kube-apiserver/etcd)
 #   make bench   benchmarks with baselines measured in the same run
 #   make build   binaries into bin/

@@ -2,11 +2,13 @@ package demo_test
 
 import (
 	"bufio"
+	"errors"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,9 +21,10 @@ import (
 // does (KUBEBUILDER_ASSETS from the environment, binaries next to hybridctl),
 // non-interactively, interrupts it, and checks that it cleans everything up:
 // it exits promptly with status 0 and says so, every process it started
-// (kube-apiserver, etcd, talos-ccm, ccm-coordinator) is gone, its temporary
-// files are removed (it gets its own TMPDIR, which must end up empty) and its
-// listening ports, all on loopback, are closed.
+// (kube-apiserver, etcd, talos-ccm, ccm-coordinator, and the native CCM pods'
+// containers ccm-gate and testccm) is gone, its temporary files are removed
+// (it gets its own TMPDIR, which must end up empty), and it runs in a network
+// namespace of its own, loopback only, that nothing is left in.
 func TestDemoCommandInterrupt(t *testing.T) {
 	assets, err := testenv.AssetsDir()
 	if err != nil {
@@ -43,14 +46,14 @@ func TestDemoCommandInterrupt(t *testing.T) {
 		// the controllers it started must not outlive it
 		kill bool
 	}{
-		{name: "ctrl-c once native CCMs are installed", after: "installed: release native-ccm-", group: true,
-			want: []string{"kube-apiserver", "etcd", "talos-ccm", "ccm-coordinator"}},
+		{name: "ctrl-c once native CCMs run", after: "running: release native-ccm-", group: true,
+			want: []string{"kube-apiserver", "etcd", "talos-ccm", "ccm-coordinator", "ccm-gate", "testccm"}},
 		{name: "sigint while nodes are initialized", after: "initialized: platform=", group: false,
 			want: []string{"kube-apiserver", "etcd", "talos-ccm", "ccm-coordinator"}},
 		{name: "sigint while starting", after: "starting talos-ccm", group: false,
 			want: []string{"kube-apiserver", "etcd"}},
-		{name: "sigkill once native CCMs are installed", after: "installed: release native-ccm-", kill: true,
-			want: []string{"kube-apiserver", "etcd", "talos-ccm", "ccm-coordinator"}},
+		{name: "sigkill once native CCMs run", after: "running: release native-ccm-", kill: true,
+			want: []string{"kube-apiserver", "etcd", "talos-ccm", "ccm-coordinator", "ccm-gate", "testccm"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			interruptDemo(t, bin, assets, tc.after, tc.group, tc.kill, tc.want)
@@ -63,7 +66,7 @@ func interruptDemo(t *testing.T, bin, assets, after string, group, kill bool, wa
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(bin, "hybridctl"), "demo", "--non-interactive", "--exit-when-done=false", "--timeout=4m")
+	cmd := exec.Command(filepath.Join(bin, "hybridctl"), "demo", "--non-interactive", "--exit-when-done=false", "--timeout=5m")
 	cmd.Env = append(os.Environ(), "KUBEBUILDER_ASSETS="+assets, "TMPDIR="+tmp)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its own group, like a shell job
 	var out testenv.Buffer
@@ -120,7 +123,7 @@ func interruptDemo(t *testing.T, bin, assets, after string, group, kill bool, wa
 	go func() { <-readDone; exited <- cmd.Wait() }()
 
 	// wait for the progress, recording the processes as they appear
-	deadline := time.After(4 * time.Minute)
+	deadline := time.After(6 * time.Minute)
 	poll := time.NewTicker(100 * time.Millisecond)
 	defer poll.Stop()
 wait:
@@ -132,7 +135,7 @@ wait:
 		case err := <-exited:
 			t.Fatalf("demo exited before %q: %v\n%s", after, err, out.String())
 		case <-deadline:
-			t.Fatalf("no %q in the demo's output within 4m:\n%s", after, out.String())
+			t.Fatalf("no %q in the demo's output within 6m:\n%s", after, out.String())
 		case <-poll.C:
 		}
 	}
@@ -150,32 +153,59 @@ wait:
 			t.Errorf("%s not running when the demo is interrupted; running: %v", w, names)
 		}
 	}
-	listening := listenersOf(append(alive, proc{pid: pid, comm: "hybridctl"}))
-	var ports []listener
-	for who, ls := range listening {
-		for _, l := range ls {
-			if !l.addr.IsLoopback() {
-				t.Errorf("%s listens on %s: not loopback", who, l)
-			}
-			ports = append(ports, l)
+	// The demo proper is hybridctl's child in a network namespace of its
+	// own, with loopback as its only interface.
+	var inner proc
+	for _, p := range alive {
+		if p.comm == "hybridctl" && p.ppid == pid {
+			inner = p
 		}
 	}
-	if len(listening[proc{pid: pid, comm: "hybridctl"}.String()]) == 0 {
-		t.Errorf("hybridctl listens on nothing, but the simulated Talos endpoint runs in it: %v", listening)
+	if inner.pid == 0 {
+		t.Fatalf("no hybridctl below hybridctl (the demo in its network namespace); running: %v", alive)
+	}
+	netns := netNamespace(inner.pid)
+	if netns == "" || netns == netNamespace(os.Getpid()) {
+		t.Errorf("the demo runs in network namespace %q, the test's is %q: want one of its own", netns, netNamespace(os.Getpid()))
+	}
+	if ifs := interfaces(inner.pid); !slices.Equal(ifs, []string{"lo"}) {
+		t.Errorf("the demo's network namespace has interfaces %v, want only lo", ifs)
+	}
+	for _, p := range alive {
+		if p.comm != "kube-apiserver" && p.comm != "etcd" && p.comm != "talos-ccm" && p.comm != "ccm-coordinator" && p.comm != "ccm-gate" && p.comm != "testccm" {
+			continue
+		}
+		if ns := netNamespace(p.pid); ns != netns {
+			t.Errorf("%s runs in network namespace %q, not the demo's %q", p, ns, netns)
+		}
+	}
+	listening := listenersOf(inner.pid, alive)
+	for who, ls := range listening {
+		for _, l := range ls {
+			// The one exception: ccm-gate serves its probes (only "ok") on
+			// the pod IP, so the coordinator renders --health-listen=:<port>;
+			// the namespace has no other interface than loopback.
+			if !l.addr.IsLoopback() && !(strings.HasPrefix(who, "ccm-gate ") && l.addr.IsUnspecified()) {
+				t.Errorf("%s listens on %s: not loopback", who, l)
+			}
+		}
+	}
+	if len(listening[inner.String()]) == 0 {
+		t.Errorf("the demo's hybridctl listens on nothing, but the simulated Talos endpoint runs in it: %v", listening)
 	}
 	t.Logf("interrupting with %d processes running %v, listening on %v", len(alive), alive, listening)
 
 	if kill {
-		// The kernel stops the controllers with hybridctl (parent-death
-		// signal). kube-apiserver and etcd are envtest's processes; the
-		// cleanup above kills them.
+		// The kernel stops the controllers and the pods' containers with
+		// hybridctl (parent-death signal). kube-apiserver and etcd are
+		// envtest's processes; the cleanup above kills them.
 		if err := cmd.Process.Kill(); err != nil {
 			t.Fatal(err)
 		}
 		<-exited
 		deadline := time.Now().Add(10 * time.Second)
 		for _, p := range tracked {
-			if p.comm != "talos-ccm" && p.comm != "ccm-coordinator" {
+			if !slices.Contains([]string{"hybridctl", "talos-ccm", "ccm-coordinator", "ccm-gate", "testccm"}, p.comm) {
 				continue
 			}
 			for running(p) && time.Now().Before(deadline) {
@@ -233,12 +263,52 @@ wait:
 		t.Errorf("left in the demo's TMPDIR: %s", e.Name())
 	}
 
-	now := tcpListeners()
-	for _, l := range ports {
-		for _, n := range now {
-			if n.inode == l.inode || (n.port == l.port && n.addr.Equal(l.addr)) {
-				t.Errorf("%s still listening after the demo exited", l)
+	// its listening sockets went with its network namespace: no process is
+	// left in it
+	if netns != "" {
+		entries, _ := os.ReadDir("/proc")
+		for _, e := range entries {
+			if pid, err := strconv.Atoi(e.Name()); err == nil && netNamespace(pid) == netns {
+				p, _ := readProc(pid)
+				t.Errorf("%s is still in the demo's network namespace", p)
 			}
+		}
+	}
+}
+
+// TestDemoCommandNeedsRoot runs `hybridctl demo` as an unprivileged user: it
+// must refuse at once, saying that it needs root and why, and start nothing.
+func TestDemoCommandNeedsRoot(t *testing.T) {
+	bin := binaries(t)
+	if err := os.Chmod(bin, 0o755); err != nil { // the user must reach hybridctl
+		t.Fatal(err)
+	}
+	// t.TempDir's parent is private to root
+	tmp, err := os.MkdirTemp("", "hybrid-ccm-demo-nonroot-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(tmp) })
+	if err := os.Chmod(tmp, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(bin, "hybridctl"), "demo", "--non-interactive")
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp, "HOME="+tmp, "XDG_CACHE_HOME="+tmp)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("hybridctl demo as uid 65534: %v, want exit status 1:\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "needs root") || !strings.Contains(string(out), "pod runner") {
+		t.Errorf("the error does not say that the demo needs root for the pod runner:\n%s", out)
+	}
+	// (envtest's port cache, which hybridctl links, makes its directory in
+	// the cache directory when the program starts: not the demo's)
+	entries, _ := os.ReadDir(tmp)
+	for _, e := range entries {
+		if e.Name() != "kubebuilder-envtest" {
+			t.Errorf("the refused demo left %s in its TMPDIR", e.Name())
 		}
 	}
 }

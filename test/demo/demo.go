@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -26,18 +27,22 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/util/retry"
 	cloudproviderapi "k8s.io/cloud-provider/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/csr/csrtest"
 	v1alpha1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
+	"github.com/hybrid-ccm/hybrid-ccm/test/podrunner"
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
@@ -120,7 +125,15 @@ func Run(ctx context.Context, o Options) (err error) {
 		o.Out = os.Stdout
 	}
 	if o.Timeout == 0 {
-		o.Timeout = 3 * time.Minute
+		o.Timeout = 4 * time.Minute
+	}
+	if os.Geteuid() != 0 {
+		return ErrNotRoot
+	}
+	if Isolated() {
+		if err := loopbackUp(); err != nil {
+			return err
+		}
 	}
 	// envtest logs through controller-runtime; its lines are not part of the
 	// view, and without a logger controller-runtime prints a stack trace.
@@ -165,6 +178,25 @@ func Run(ctx context.Context, o Options) (err error) {
 	}
 	defer cleanup("removing temporary files ("+work+")", func() error { return os.RemoveAll(work) })
 
+	v.step("building the ccm-gate image and test/testccm (the stand-in for upstream CCM images) for this machine")
+	art, err := buildPodArtifacts(ctx, testenv.RepoRoot())
+	if err != nil {
+		return err
+	}
+	if art.cached {
+		v.note("  reused from " + art.cacheDir)
+	} else {
+		v.note("  cached in " + art.cacheDir)
+	}
+	images, err := art.images()
+	if err != nil {
+		return err
+	}
+	providers, err := cloudProviders()
+	if err != nil {
+		return err
+	}
+
 	v.step("starting a real control plane (kube-apiserver + etcd)")
 	env, err := testenv.Start(testenv.Options{
 		CRDDirectoryPaths: []string{filepath.Join(testenv.RepoRoot(), "charts", "ccm-coordinator", "crds")},
@@ -174,7 +206,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	}
 	defer cleanup("stopping the control plane (kube-apiserver, etcd)", env.Stop)
 
-	v.step("starting the simulated Talos endpoint (mTLS, COSI API) on loopback")
+	v.step("starting the simulated Talos endpoint (mTLS, COSI API) and the fake clouds' API on loopback")
 	ep, err := talosnode.Start()
 	if err != nil {
 		return err
@@ -199,6 +231,11 @@ func Run(ctx context.Context, o Options) (err error) {
 	if err := os.WriteFile(rules, []byte(Rules), 0o600); err != nil {
 		return err
 	}
+	cloud, err := startFakeCloud(providers, nodes)
+	if err != nil {
+		return err
+	}
+	defer cleanup("stopping the fake clouds' API", cloud.stop)
 
 	v.step("starting talos-ccm (cloud-node, node-csr-approval, node-ipam-controller)")
 	logPath := filepath.Join(work, "talos-ccm.log")
@@ -213,22 +250,41 @@ func Run(ctx context.Context, o Options) (err error) {
 	defer cleanup("stopping talos-ccm", stopCCM)
 
 	v.step("starting ccm-coordinator; NativeCCMs for hcloud, aws, gcp with credentials Secrets")
-	stopCoord, err := startProcess(filepath.Join(o.BinDir, "ccm-coordinator"), filepath.Join(work, "ccm-coordinator.log"),
+	coordLog := filepath.Join(work, "ccm-coordinator.log")
+	stopCoord, err := startProcess(filepath.Join(o.BinDir, "ccm-coordinator"), coordLog,
 		"--kubeconfig="+env.KubeconfigPath, "--metrics-addr=0", "--health-addr=0", "--helm-wait=false",
-		"--uninstall-grace-period=30s", "--wait-interval=2s", "--log-level=info")
+		"--uninstall-grace-period=30s", "--wait-interval=2s", "--log-level=info", "--gate-image="+art.gateRef)
 	if err != nil {
 		return err
 	}
 	defer cleanup("stopping ccm-coordinator", stopCoord)
+
+	v.step("starting the pod runner: the native CCM pods the coordinator installs run as local processes (ccm-gate + test/testccm)")
+	podsLog := &podLog{}
+	if podsLog.f, err = os.Create(filepath.Join(work, "pods.log")); err != nil {
+		return err
+	}
+	defer podsLog.f.Close()
+	// its own context: Stop, not Ctrl-C, ends the pods (in order, Pod objects deleted)
+	runner, err := podrunner.Start(context.Background(), podrunner.Options{Config: env.Config, Images: images,
+		NodeName: "demo-control-plane", Dir: filepath.Join(work, "pods"), Log: podsLog})
+	if err != nil {
+		return err
+	}
+	defer cleanup("stopping the native CCM pods", func() error { runner.Stop(); return nil })
+	if err := runner.Manage(ctx, nativeNamespace, release.ManagedByLabel+"="+release.ManagedByValue); err != nil {
+		return err
+	}
+
 	cc, err := controllerClient(env)
 	if err != nil {
 		return err
 	}
-	if err := createNativeCCMs(ctx, cc); err != nil {
+	if err := createNativeCCMs(ctx, cc, cloud.url); err != nil {
 		return err
 	}
 
-	v.step("registering nodes as kubelets do (uninitialized taint, provided-node-ip)")
+	v.step("registering nodes as kubelets do (uninitialized taint, provided-node-ip, Ready)")
 	cs := env.Client
 	for _, n := range nodes {
 		if err := registerNode(ctx, cs, n); err != nil {
@@ -250,6 +306,8 @@ func Run(ctx context.Context, o Options) (err error) {
 	}
 
 	var probes []gateProbe
+	seen := map[string]bool{} // nodes seen initialized with pod CIDRs
+	outage := false
 	deadline := time.After(o.Timeout)
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
@@ -258,16 +316,25 @@ func Run(ctx context.Context, o Options) (err error) {
 		if err != nil {
 			return err
 		}
-		st.probes = probes
-		if st.done() && probes == nil {
+		st.remember(seen)
+		st.probes, st.outage, st.questions = probes, outage, cloud.questions()
+		if st.ready() && probes == nil {
 			v.step("the hcloud CCM's identity tries to delete an aws node (what an ungated Hetzner CCM does)")
-			if probes, err = probeGate(ctx, env, cs, "hcloud-app-2", "aws-web-1"); err != nil {
+			if probes, err = probeGate(ctx, env, cs, "hcloud-app-1", "aws-web-1"); err != nil {
 				return err
 			}
 			st.probes = probes
+			v.render(st)
+			v.step(fmt.Sprintf("outage: %s is powered off; hcloud server of %s is deleted; aws spot instance of %s is stopped (their kubelets stop: NotReady)",
+				downMetal, goneHcloud, stoppedAWS))
+			if err := startOutage(ctx, cs, cloud); err != nil {
+				return err
+			}
+			outage = true
+			continue
 		}
 		v.render(st)
-		if st.done() && probes != nil && o.ExitWhenDone {
+		if st.done() && o.ExitWhenDone {
 			v.summary(st)
 			return st.Check()
 		}
@@ -278,11 +345,41 @@ func Run(ctx context.Context, o Options) (err error) {
 		case <-deadline:
 			if o.ExitWhenDone {
 				b, _ := os.ReadFile(logPath)
-				return fmt.Errorf("end state not reached within %s: %s\n--- talos-ccm log (tail) ---\n%s", o.Timeout, st.pending(), tailString(string(b), 3000))
+				c, _ := os.ReadFile(coordLog)
+				return fmt.Errorf("end state not reached within %s: %s\n--- talos-ccm log (tail) ---\n%s\n--- ccm-coordinator log (tail) ---\n%s\n--- native CCM pods (tail) ---\n%s",
+					o.Timeout, st.pending(), tailString(string(b), 3000), tailString(string(c), 3000), tailString(podsLog.String(), 6000))
 			}
 		case <-tick.C:
 		}
 	}
+}
+
+// ErrNotRoot is returned by Run when it does not run as root.
+var ErrNotRoot = errors.New("the demo needs root: it runs in a network namespace of its own, and the native CCM pods with the pod runner (mount namespaces, chroot, setuid); run it as root, e.g. `sudo make demo`")
+
+// The outage the demo stages once everything runs: which machine goes down how.
+const (
+	// downMetal is powered off: NotReady, and no cloud's CCM may touch it.
+	downMetal = "db-metal1"
+	// goneHcloud's server is deleted: the hcloud CCM deletes its node.
+	goneHcloud = "hcloud-app-2"
+	// stoppedAWS is stopped, not deleted: the aws CCM taints it shutdown.
+	stoppedAWS = "aws-web-2"
+)
+
+// startOutage takes the machines down in the clouds, then makes their nodes
+// NotReady (Ready Unknown, as when a kubelet stops posting status), the metal
+// one first: a CCM whose view leaked it would see it in the same pass as its
+// own node.
+func startOutage(ctx context.Context, cs kubernetes.Interface, cloud *fakeCloud) error {
+	cloud.deleteServer(goneHcloud)
+	cloud.stopServer(stoppedAWS)
+	for _, name := range []string{downMetal, goneHcloud, stoppedAWS} {
+		if err := setReady(ctx, cs, name, corev1.ConditionUnknown, "NodeStatusUnknown", "Kubelet stopped posting node status."); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func tailString(s string, n int) string {
@@ -336,8 +433,31 @@ func registerNode(ctx context.Context, cs kubernetes.Interface, n simNode) error
 			Annotations: map[string]string{cloudproviderapi.AnnotationAlphaProvidedIPAddr: n.ip}},
 		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: cloudproviderapi.TaintExternalCloudProvider, Value: "true", Effect: corev1.TaintEffectNoSchedule}}},
 	}
-	_, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
-	return err
+	if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	return setReady(ctx, cs, n.name, corev1.ConditionTrue, "KubeletReady", "kubelet is posting ready status")
+}
+
+// setReady sets node's Ready condition, as its kubelet (or, for Unknown, the
+// node lifecycle controller) would.
+func setReady(ctx context.Context, cs kubernetes.Interface, name string, status corev1.ConditionStatus, reason, message string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		now := metav1.Now()
+		cond := corev1.NodeCondition{Type: corev1.NodeReady, Status: status, Reason: reason, Message: message,
+			LastHeartbeatTime: now, LastTransitionTime: now}
+		if i := slices.IndexFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool { return c.Type == corev1.NodeReady }); i >= 0 {
+			n.Status.Conditions[i] = cond
+		} else {
+			n.Status.Conditions = append(n.Status.Conditions, cond)
+		}
+		_, err = cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
 }
 
 // allowNodeCSRs lets the system:nodes group create and read CSRs (what the Node
@@ -394,7 +514,19 @@ type state struct {
 	natives  []v1alpha1.NativeCCM
 	probes   []gateProbe
 	expected int
+	// initialized are the nodes seen initialized with pod CIDRs so far (a
+	// node the hcloud CCM deletes stays counted).
+	initialized map[string]bool
+	// outage is set once the demo took machines down; questions are what the
+	// fake clouds were asked.
+	outage    bool
+	questions []cloudQuestion
+	// deleting holds, per node, the DeletingNode event a CCM recorded
+	deleting map[string]nodeEvent
 }
+
+// nodeEvent is who reported what about a node.
+type nodeEvent struct{ component, message string }
 
 func observe(ctx context.Context, cs kubernetes.Interface, cc client.Client, expected int) (*state, error) {
 	nl, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
@@ -412,7 +544,37 @@ func observe(ctx context.Context, cs kubernetes.Interface, cc client.Client, exp
 	sort.Slice(ncl.Items, func(i, j int) bool { return ncl.Items[i].Name < ncl.Items[j].Name })
 	sort.Slice(nl.Items, func(i, j int) bool { return nl.Items[i].Name < nl.Items[j].Name })
 	sort.Slice(cl.Items, func(i, j int) bool { return cl.Items[i].Name < cl.Items[j].Name })
-	return &state{nodes: nl.Items, csrs: cl.Items, natives: ncl.Items, expected: expected}, nil
+	// what a native CCM said when it deleted a node (its event)
+	el, err := cs.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=DeletingNode"})
+	if err != nil {
+		return nil, err
+	}
+	deleting := map[string]nodeEvent{}
+	for _, e := range el.Items {
+		if e.InvolvedObject.Kind == "Node" {
+			deleting[e.InvolvedObject.Name] = nodeEvent{component: e.Source.Component, message: e.Message}
+		}
+	}
+	return &state{nodes: nl.Items, csrs: cl.Items, natives: ncl.Items, expected: expected, deleting: deleting}, nil
+}
+
+// remember adds the nodes initialized now to seen and keeps seen.
+func (s *state) remember(seen map[string]bool) {
+	for i := range s.nodes {
+		if initialized(&s.nodes[i]) && len(s.nodes[i].Spec.PodCIDRs) == 2 {
+			seen[s.nodes[i].Name] = true
+		}
+	}
+	s.initialized = seen
+}
+
+func (s *state) node(name string) *corev1.Node {
+	for i := range s.nodes {
+		if s.nodes[i].Name == name {
+			return &s.nodes[i]
+		}
+	}
+	return nil
 }
 
 func initialized(n *corev1.Node) bool {
@@ -422,6 +584,19 @@ func initialized(n *corev1.Node) bool {
 		}
 	}
 	return n.Spec.ProviderID != ""
+}
+
+func hasShutdownTaint(n *corev1.Node) bool {
+	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == cloudproviderapi.TaintNodeShutdown })
+}
+
+func nodeReady(n *corev1.Node) corev1.ConditionStatus {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status
+		}
+	}
+	return corev1.ConditionUnknown
 }
 
 func csrDecision(c *certificatesv1.CertificateSigningRequest) (string, string) {
@@ -434,11 +609,7 @@ func csrDecision(c *certificatesv1.CertificateSigningRequest) (string, string) {
 }
 
 func (s *state) counts() (initDone, approved, denied int) {
-	for i := range s.nodes {
-		if initialized(&s.nodes[i]) && len(s.nodes[i].Spec.PodCIDRs) == 2 {
-			initDone++
-		}
-	}
+	initDone = len(s.initialized)
 	for i := range s.csrs {
 		switch d, _ := csrDecision(&s.csrs[i]); d {
 		case "Approved":
@@ -450,9 +621,42 @@ func (s *state) counts() (initDone, approved, denied int) {
 	return
 }
 
-func (s *state) done() bool {
+// ready: every node initialized, every CSR decided, every native CCM running
+// and gated. The demo then probes the fence and stages the outage.
+func (s *state) ready() bool {
 	i, a, d := s.counts()
 	return i == s.expected && a == s.expected && d == len(s.csrs)-s.expected && s.readyNatives() == len(demoClouds)
+}
+
+// asked is how often provider's cloud was asked about node.
+func (s *state) asked(provider, node string) int {
+	for _, q := range s.questions {
+		if q.Provider == provider && q.Node == node {
+			return q.Times
+		}
+	}
+	return 0
+}
+
+// outageHandled: the hcloud CCM deleted the gone server's node, and the aws
+// CCM tainted its stopped instance's node and went on to a second pass over
+// its nodes (a third question: each pass asks "exists?" and "shutdown?").
+// Both CCMs have then seen every NotReady node their view holds.
+func (s *state) outageHandled() bool {
+	if !s.outage || s.node(goneHcloud) != nil {
+		return false
+	}
+	n := s.node(stoppedAWS)
+	return n != nil && hasShutdownTaint(n) && s.asked("aws", stoppedAWS) >= 3
+}
+
+func (s *state) done() bool { return s.ready() && s.probes != nil && s.outageHandled() }
+
+// nativeRunning: Ready (the release is deployed and one of its pods holds
+// the lease) and Gated.
+func nativeRunning(n *v1alpha1.NativeCCM) bool {
+	ok, _ := nativeReady(n)
+	return ok && n.Status.Release != nil && n.Status.Leader != nil && apimeta.IsStatusConditionTrue(n.Status.Conditions, v1alpha1.GatedCondition)
 }
 
 func nativeReady(n *v1alpha1.NativeCCM) (bool, string) {
@@ -466,7 +670,7 @@ func nativeReady(n *v1alpha1.NativeCCM) (bool, string) {
 func (s *state) readyNatives() int {
 	n := 0
 	for i := range s.natives {
-		if ok, _ := nativeReady(&s.natives[i]); ok && s.natives[i].Status.Release != nil {
+		if nativeRunning(&s.natives[i]) {
 			n++
 		}
 	}
@@ -475,8 +679,17 @@ func (s *state) readyNatives() int {
 
 func (s *state) pending() string {
 	i, a, d := s.counts()
-	return fmt.Sprintf("%d/%d nodes initialized, %d/%d CSRs approved, %d denied, %d/%d native CCMs installed",
+	out := fmt.Sprintf("%d/%d nodes initialized, %d/%d CSRs approved, %d denied, %d/%d native CCMs installed, running and gated",
 		i, s.expected, a, s.expected, d, s.readyNatives(), len(demoClouds))
+	switch {
+	case !s.outage:
+		out += ", outage not started"
+	case s.outageHandled():
+		out += fmt.Sprintf("; outage: %s deleted by the hcloud CCM, %s tainted shutdown by the aws CCM, %s left alone", goneHcloud, stoppedAWS, downMetal)
+	default:
+		out += "; outage: waiting for the native CCMs"
+	}
+	return out
 }
 
 // Check verifies the end state in detail (used by the demo test).
@@ -490,6 +703,35 @@ func (s *state) Check() error {
 		if len(n.Spec.PodCIDRs) != 2 {
 			errs = append(errs, fmt.Errorf("node %s has pod CIDRs %v, want one per family", n.Name, n.Spec.PodCIDRs))
 		}
+		if n.Name != stoppedAWS && hasShutdownTaint(n) {
+			errs = append(errs, fmt.Errorf("node %s has the shutdown taint", n.Name))
+		}
+	}
+	if len(s.initialized) != s.expected {
+		errs = append(errs, fmt.Errorf("%d nodes were seen initialized, want %d", len(s.initialized), s.expected))
+	}
+	for _, f := range fleet() {
+		if f.name != goneHcloud && s.node(f.name) == nil {
+			errs = append(errs, fmt.Errorf("node %s was deleted", f.name))
+		}
+	}
+	if s.node(goneHcloud) != nil {
+		errs = append(errs, fmt.Errorf("node %s (server deleted) is still there", goneHcloud))
+	}
+	if n := s.node(downMetal); n != nil && nodeReady(n) == corev1.ConditionTrue {
+		errs = append(errs, fmt.Errorf("node %s is Ready, want it down", downMetal))
+	}
+	if n := s.node(stoppedAWS); n == nil || !hasShutdownTaint(n) {
+		errs = append(errs, fmt.Errorf("node %s (instance stopped) has no shutdown taint", stoppedAWS))
+	}
+	// each cloud was asked only about its own NotReady machines
+	for _, q := range s.questions {
+		if !(q.Provider == "hcloud" && q.Node == goneHcloud) && !(q.Provider == "aws" && q.Node == stoppedAWS) {
+			errs = append(errs, fmt.Errorf("the %s CCM asked its cloud about node %s (%d times)", q.Provider, q.Node, q.Times))
+		}
+	}
+	if s.asked("hcloud", goneHcloud) == 0 {
+		errs = append(errs, fmt.Errorf("the hcloud CCM never asked its cloud about %s", goneHcloud))
 	}
 	for i := range s.csrs {
 		c := &s.csrs[i]
@@ -502,10 +744,15 @@ func (s *state) Check() error {
 			errs = append(errs, fmt.Errorf("CSR %s: %s (%s), want %s", c.Name, d, reason, want))
 		}
 	}
+	if len(s.natives) != len(demoClouds) {
+		errs = append(errs, fmt.Errorf("%d NativeCCMs, want %d", len(s.natives), len(demoClouds)))
+	}
 	for i := range s.natives {
 		n := &s.natives[i]
-		if ok, why := nativeReady(n); !ok || n.Status.Release == nil {
-			errs = append(errs, fmt.Errorf("NativeCCM %s not installed: %s", n.Name, why))
+		if _, why := nativeReady(n); !nativeRunning(n) {
+			errs = append(errs, fmt.Errorf("NativeCCM %s not running and gated: %s", n.Name, why))
+		} else if !strings.HasPrefix(n.Status.Leader.Pod, n.Status.Release.Name+"-") {
+			errs = append(errs, fmt.Errorf("NativeCCM %s: lease held by %q, not a pod of release %s", n.Name, n.Status.Leader.Pod, n.Status.Release.Name))
 		}
 	}
 	if len(s.probes) != 2 || s.probes[0].Allowed || !s.probes[1].Allowed {
@@ -532,15 +779,25 @@ func controllerClient(env *testenv.Env) (client.Client, error) {
 	return client.New(env.Config, client.Options{Scheme: sch})
 }
 
+// nativeNamespace is the coordinator's release namespace (its default).
+const nativeNamespace = "kube-system"
+
 // createNativeCCMs creates, per demo cloud, its credentials Secret (dummy
-// values: nothing leaves the machine) and a NativeCCM with install policy Auto.
-func createNativeCCMs(ctx context.Context, c client.Client) error {
+// values: nothing leaves the machine) and a NativeCCM with install policy
+// Auto whose CCM asks the fake cloud at cloudURL and serves on loopback only.
+func createNativeCCMs(ctx context.Context, c client.Client, cloudURL string) error {
 	for _, d := range demoClouds {
-		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: d.secret, Namespace: "kube-system"}, StringData: d.data}
+		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: d.secret, Namespace: nativeNamespace}, StringData: d.data}
 		if err := c.Create(ctx, sec); err != nil {
 			return fmt.Errorf("secret %s: %w", d.secret, err)
 		}
-		n := &v1alpha1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: d.platform}, Spec: v1alpha1.NativeCCMSpec{Platform: d.platform}}
+		n := &v1alpha1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: d.platform}, Spec: v1alpha1.NativeCCMSpec{
+			Platform: d.platform,
+			Overrides: &v1alpha1.Overrides{
+				Env:    []corev1.EnvVar{{Name: "TESTCCM_CLOUD_URL", Value: cloudURL}},
+				Values: &apiextensionsv1.JSON{Raw: []byte(`{"bindAddress":"127.0.0.1"}`)},
+			},
+		}}
 		if err := c.Create(ctx, n); err != nil {
 			return fmt.Errorf("nativeccm %s: %w", d.platform, err)
 		}

@@ -2,16 +2,16 @@ package demo_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
-	"github.com/hybrid-ccm/hybrid-ccm/test/demo"
+	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
 
 var (
@@ -50,29 +50,54 @@ func binaries(t *testing.T) string {
 }
 
 // TestDemoReachesEndState runs the demo non-interactively, as `make demo` does
-// on a terminal, and checks its end state: every node initialized, every honest
-// CSR approved, the forged one denied.
+// without a terminal, and checks its end state (the demo itself fails unless
+// it is exactly as expected): every node initialized, every honest CSR
+// approved, the forged one denied, every native CCM running in a pod that
+// holds its lease, gated; after the outage the gone hcloud server's node
+// deleted by the hcloud CCM, the stopped aws instance's node tainted by the
+// aws CCM, the powered-off metal node untouched, and no cloud asked about
+// another's node.
 func TestDemoReachesEndState(t *testing.T) {
-	bin := binaries(t)
-	var out bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	err := demo.Run(ctx, demo.Options{Out: &out, BinDir: bin, ExitWhenDone: true, Timeout: 3 * time.Minute})
+	assets, err := testenv.AssetsDir()
 	if err != nil {
-		t.Fatalf("demo: %v\n%s", err, out.String())
+		t.Fatal(err)
 	}
+	bin := binaries(t)
+	// the real command, as `make demo` runs it without a terminal: in a
+	// network namespace of its own, exit status 0 only if the end state is
+	// exactly as expected
+	cmd := exec.Command(filepath.Join(bin, "hybridctl"), "demo", "--timeout=5m")
+	cmd.Env = append(os.Environ(), "KUBEBUILDER_ASSETS="+assets)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("hybridctl demo: %v\n%s", err, out.String())
+	}
+	t.Logf("demo output:\n%s", out.String())
 	for _, want := range []string{
 		"node/hcloud-app-1", "providerID=hcloud://5101",
 		"node/web-metal1", "providerID=talos://metal/192.168.10.11",
 		"csr/forged-by-aws-web-1", "Denied",
-		"nativeccm/hcloud", "installed: release native-ccm-hcloud",
+		"nativeccm/hcloud", "running: release native-ccm-hcloud rev 1, lease held by pod native-ccm-hcloud-",
 		"gate/delete node/aws-web-1", "denied: ", "hybrid-ccm gate",
-		"gate/delete node/hcloud-app-2 (dry run)", "allowed",
-		"8/8 nodes initialized, 8/8 CSRs approved, 1 denied, 3/3 native CCMs installed",
+		"gate/delete node/hcloud-app-1 (dry run)", "allowed",
+		"cloud/hcloud/hcloud-app-2", "cloud/aws/aws-web-2",
+		"podCIDRs=10.244.", "NotReady (kubelet silent), tainted shutdown",
+		"8/8 nodes initialized, 8/8 CSRs approved, 1 denied, 3/3 native CCMs installed, running and gated; " +
+			"outage: hcloud-app-2 deleted by the hcloud CCM, aws-web-2 tainted shutdown by the aws CCM, db-metal1 left alone",
 		"demo finished; everything it started is stopped and its temporary files are removed",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if !regexp.MustCompile(`(?m)node/hcloud-app-2 +deleted`).MatchString(out.String()) {
+		t.Errorf("demo output does not show node hcloud-app-2 deleted:\n%s", out.String())
+	}
+	// the fake clouds were asked about exactly these nodes, each by its own cloud
+	for _, m := range regexp.MustCompile(`\] cloud/(\S+)`).FindAllStringSubmatch(out.String(), -1) {
+		if m[1] != "hcloud/hcloud-app-2" && m[1] != "aws/aws-web-2" {
+			t.Errorf("cloud/%s: a cloud was asked about a node that is not its own or not down", m[1])
 		}
 	}
 }

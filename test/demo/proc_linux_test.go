@@ -82,11 +82,11 @@ type listener struct {
 
 func (l listener) String() string { return net.JoinHostPort(l.addr.String(), strconv.Itoa(l.port)) }
 
-// tcpListeners returns every listening TCP socket of this network namespace.
-func tcpListeners() []listener {
+// tcpListeners returns every listening TCP socket of pid's network namespace.
+func tcpListeners(pid int) []listener {
 	var out []listener
-	for _, file := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-		f, err := os.Open(file)
+	for _, file := range []string{"tcp", "tcp6"} {
+		f, err := os.Open(fmt.Sprintf("/proc/%d/net/%s", pid, file))
 		if err != nil {
 			continue
 		}
@@ -133,9 +133,10 @@ func socketInodes(pid int) map[string]bool {
 	return out
 }
 
-// listenersOf returns the listening TCP sockets the given processes hold.
-func listenersOf(procs []proc) map[string][]listener {
-	all := tcpListeners()
+// listenersOf returns the listening TCP sockets the given processes hold in
+// the network namespace of netnsPID.
+func listenersOf(netnsPID int, procs []proc) map[string][]listener {
+	all := tcpListeners(netnsPID)
 	out := map[string][]listener{}
 	for _, p := range procs {
 		inodes := socketInodes(p.pid)
@@ -143,6 +144,27 @@ func listenersOf(procs []proc) map[string][]listener {
 			if inodes[l.inode] {
 				out[p.String()] = append(out[p.String()], l)
 			}
+		}
+	}
+	return out
+}
+
+// netNamespace identifies pid's network namespace ("" if it is gone).
+func netNamespace(pid int) string {
+	ns, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", pid))
+	return ns
+}
+
+// interfaces lists the network interfaces of pid's network namespace.
+func interfaces(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/dev", pid))
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n")[2:] {
+		if name, _, ok := strings.Cut(line, ":"); ok {
+			out = append(out, strings.TrimSpace(name))
 		}
 	}
 	return out

@@ -3,9 +3,12 @@ package demo
 import (
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	v1alpha1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 )
@@ -71,7 +74,13 @@ func (v *view) render(s *state) {
 				line = fmt.Sprintf("initialized: platform=%s providerID=%s zone=%s podCIDRs=%s", n.Labels["node.cloudprovider.kubernetes.io/platform"],
 					n.Spec.ProviderID, n.Labels["topology.kubernetes.io/zone"], strings.Join(n.Spec.PodCIDRs, ","))
 			}
+			if st := nodeStatus(n); st != "Ready" {
+				line += " — " + st
+			}
 			v.changed("node/"+n.Name, line)
+		}
+		for _, name := range s.deleted() {
+			v.changed("node/"+name, deletedLine(s, name))
 		}
 		for i := range s.csrs {
 			d, reason := csrDecision(&s.csrs[i])
@@ -86,6 +95,9 @@ func (v *view) render(s *state) {
 		for _, p := range s.probes {
 			v.changed("gate/delete node/"+p.Target, probeLine(p))
 		}
+		for _, q := range s.questions {
+			v.changed("cloud/"+q.Provider+"/"+q.Node, "asked by the "+q.Provider+" CCM: does the instance exist, is it shut down?")
+		}
 		return
 	}
 	var b strings.Builder
@@ -93,15 +105,15 @@ func (v *view) render(s *state) {
 	for _, st := range v.steps {
 		fmt.Fprintf(&b, "  ✓ %s\n", st)
 	}
-	fmt.Fprintf(&b, "\n  nodes initialized %s %d/%d    CSRs approved %s %d/%d    denied %d    native CCMs %s %d/%d\n\n",
+	fmt.Fprintf(&b, "\n  nodes initialized %s %d/%d    CSRs approved %s %d/%d    denied %d    native CCMs running %s %d/%d\n\n",
 		bar(initDone, s.expected), initDone, s.expected, bar(approved, s.expected), approved, s.expected, denied,
 		bar(s.readyNatives(), len(demoClouds)), s.readyNatives(), len(demoClouds))
 	tw := tabwriter.NewWriter(&b, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  NODE\tPLATFORM\tPROVIDER ID\tZONE\tTYPE\tPOD CIDRS\tEXTRA LABELS")
+	fmt.Fprintln(tw, "  NODE\tPLATFORM\tPROVIDER ID\tZONE\tTYPE\tPOD CIDRS\tSTATUS\tEXTRA LABELS")
 	for i := range s.nodes {
 		n := &s.nodes[i]
 		if !initialized(n) {
-			fmt.Fprintf(tw, "  %s\t…\t(uninitialized)\t\t\t\t\n", n.Name)
+			fmt.Fprintf(tw, "  %s\t…\t(uninitialized)\t\t\t\t%s\t\n", n.Name, nodeStatus(n))
 			continue
 		}
 		var extra []string
@@ -110,37 +122,95 @@ func (v *view) render(s *state) {
 				extra = append(extra, k+"="+val)
 			}
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Labels["node.cloudprovider.kubernetes.io/platform"],
+		sort.Strings(extra)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Labels["node.cloudprovider.kubernetes.io/platform"],
 			n.Spec.ProviderID, n.Labels["topology.kubernetes.io/zone"], n.Labels["node.kubernetes.io/instance-type"],
-			strings.Join(n.Spec.PodCIDRs, ","), strings.Join(extra, ","))
+			strings.Join(n.Spec.PodCIDRs, ","), nodeStatus(n), strings.Join(extra, ","))
+	}
+	for _, name := range s.deleted() {
+		st := "deleted"
+		if ev, ok := s.deleting[name]; ok {
+			st += " by " + ev.component + " (not in its cloud)"
+		}
+		fmt.Fprintf(tw, "  %s\t\t(gone)\t\t\t\t%s\t\n", name, st)
 	}
 	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "  CSR\tREQUESTOR\tDECISION\tREASON\t\t")
+	fmt.Fprintln(tw, "  CSR\tREQUESTOR\tDECISION\tREASON\t\t\t\t")
 	for i := range s.csrs {
 		c := &s.csrs[i]
 		d, reason := csrDecision(c)
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t\t\n", c.Name, c.Spec.Username, d, reason)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t\t\t\t\n", c.Name, c.Spec.Username, d, reason)
 	}
 	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "  NATIVECCM\tNODES\tRELEASE\tSTATUS\t\t")
+	fmt.Fprintln(tw, "  NATIVECCM\tNODES\tRELEASE\tLEADER (POD)\tSTATUS\t\t\t")
 	for i := range s.natives {
 		n := &s.natives[i]
-		rel := "-"
+		rel, leader := "-", "-"
 		if n.Status.Release != nil {
 			rel = fmt.Sprintf("%s rev %d (%s)", n.Status.Release.Name, n.Status.Release.Revision, n.Status.Release.Chart)
 		}
+		if n.Status.Leader != nil && n.Status.Leader.Pod != "" {
+			leader = n.Status.Leader.Pod
+		}
 		_, why := nativeReady(n)
-		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t\t\n", n.Name, n.Status.Nodes, rel, why)
+		if nativeRunning(n) {
+			why = "running, gated — " + why
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\t\t\t\n", n.Name, n.Status.Nodes, rel, leader, why)
 	}
 	if len(s.probes) > 0 {
 		fmt.Fprintln(tw)
-		fmt.Fprintln(tw, "  GATE: DELETE AS\tNODE\tDECISION\t\t\t")
+		fmt.Fprintln(tw, "  GATE: DELETE AS\tNODE\tDECISION\t\t\t\t\t")
 		for _, p := range s.probes {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t\t\t\n", p.Who[strings.LastIndex(p.Who, ":")+1:], p.Target, shortProbeLine(p))
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t\t\t\t\t\n", p.Who[strings.LastIndex(p.Who, ":")+1:], p.Target, shortProbeLine(p))
+		}
+	}
+	if s.outage {
+		fmt.Fprintln(tw)
+		fmt.Fprintln(tw, "  CLOUD API\tASKED ABOUT NODE\tTIMES\t\t\t\t\t")
+		for _, q := range s.questions {
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t\t\t\t\t\n", q.Provider, q.Node, q.Times)
+		}
+		if len(s.questions) == 0 {
+			fmt.Fprintln(tw, "  (none yet)\t\t\t\t\t\t\t")
 		}
 	}
 	_ = tw.Flush()
 	v.redraw(b.String())
+}
+
+// nodeStatus is the node's Ready condition and the shutdown taint.
+func nodeStatus(n *corev1.Node) string {
+	st := "Ready"
+	switch nodeReady(n) {
+	case corev1.ConditionFalse:
+		st = "NotReady"
+	case corev1.ConditionUnknown:
+		st = "NotReady (kubelet silent)"
+	}
+	if hasShutdownTaint(n) {
+		st += ", tainted shutdown"
+	}
+	return st
+}
+
+// deleted are the nodes seen initialized that are gone now.
+func (s *state) deleted() []string {
+	var out []string
+	for name := range s.initialized {
+		if s.node(name) == nil {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func deletedLine(s *state, name string) string {
+	if ev, ok := s.deleting[name]; ok {
+		return "deleted — " + ev.component + ": " + ev.message
+	}
+	return "deleted"
 }
 
 // redraw replaces the screen with frame without clearing it first (no
@@ -199,8 +269,12 @@ func (v *view) summary(s *state) {
 
 func nativeLine(n *v1alpha1.NativeCCM) string {
 	ok, why := nativeReady(n)
-	if ok && n.Status.Release != nil {
-		return fmt.Sprintf("installed: release %s rev %d, %d node(s), lifecycle-only", n.Status.Release.Name, n.Status.Release.Revision, n.Status.Nodes)
+	if nativeRunning(n) {
+		return fmt.Sprintf("running: release %s rev %d, lease held by pod %s, gated, %d node(s), lifecycle-only",
+			n.Status.Release.Name, n.Status.Release.Revision, n.Status.Leader.Pod, n.Status.Nodes)
+	}
+	if ok {
+		return "Ready, not yet gated or without a leader: " + why
 	}
 	return why
 }
