@@ -47,12 +47,15 @@ import (
 )
 
 const (
-	namespace  = "kube-system"
-	region     = "eu-west-1"
-	zone       = "eu-west-1a"
-	clusterID  = "hybrid-test"
-	accessKey  = "AKIAFAKEHYBRIDCCM"
-	platformLb = "node.cloudprovider.kubernetes.io/platform"
+	namespace = "kube-system"
+	// ccmNamespace is the coordinator's own (the chart's default): the native
+	// CCM, its release, credentials and lease live there.
+	ccmNamespace = "hybrid-ccm-system"
+	region       = "eu-west-1"
+	zone         = "eu-west-1a"
+	clusterID    = "hybrid-test"
+	accessKey    = "AKIAFAKEHYBRIDCCM"
+	platformLb   = "node.cloudprovider.kubernetes.io/platform"
 )
 
 // node is a Node as its kubelet registers it and, unless uninitialized,
@@ -145,14 +148,6 @@ func TestAWSCCMGated(t *testing.T) {
 	go func() { _ = imds.Serve(imdsLn) }()
 	t.Cleanup(func() { _ = imds.Close() })
 
-	// What the cluster admin creates before installing (docs/profiles.md).
-	conf := cloudConf(srv.URL)
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "aws-ccm", Namespace: namespace},
-		StringData: map[string]string{"access-key-id": accessKey, "secret-access-key": "fake-secret", "cloud.conf": conf}}
-	if _, err := env.Client.CoreV1().Secrets(namespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-
 	// The nodes, as kubelets register them and talos-ccm initializes them.
 	for _, n := range append(slices.Clone(own), foreign...) {
 		register(t, ctx, n)
@@ -171,6 +166,15 @@ func TestAWSCCMGated(t *testing.T) {
 		"components": map[string]any{"talos-ccm": false},
 		"clouds":     map[string]any{"aws": map[string]any{"enabled": true, "credentials": map[string]any{"secretName": "aws-ccm"}}},
 	})
+
+	// Then the credentials, in the namespace the chart made for the
+	// coordinator and its CCMs (docs/install.md, docs/profiles.md).
+	conf := cloudConf(srv.URL)
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "aws-ccm", Namespace: ccmNamespace},
+		StringData: map[string]string{"access-key-id": accessKey, "secret-access-key": "fake-secret", "cloud.conf": conf}}
+	if _, err := env.Client.CoreV1().Secrets(ccmNamespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 
 	set, err := profile.Builtin()
 	if err != nil {
@@ -192,14 +196,14 @@ func TestAWSCCMGated(t *testing.T) {
 			t.Logf("pod logs (tail):\n%s", tail(logs.String(), 30000))
 		}
 	})
-	if err := runner.Manage(ctx, namespace, ""); err != nil {
+	if err := runner.Manage(ctx, ccmNamespace, ""); err != nil {
 		t.Fatal(err)
 	}
 	waitReady(t, ctx, "aws")
 
 	// The pod is the profile's: the upstream image, lifecycle-only, the
 	// cloud.conf from the Secret, no metadata service, the gate in front.
-	dep, err := env.Client.AppsV1().Deployments(namespace).Get(ctx, "native-ccm-aws", metav1.GetOptions{})
+	dep, err := env.Client.AppsV1().Deployments(ccmNamespace).Get(ctx, "native-ccm-aws", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +301,7 @@ func ungated(t *testing.T, ctx context.Context, dep *appsv1.Deployment, ccm core
 		t.Fatal(err)
 	}
 	poll(t, ctx, "the gated CCM's pods gone", func() bool {
-		pods, err := env.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
+		pods, err := env.Client.CoreV1().Pods(ccmNamespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false
 		}
@@ -366,7 +370,7 @@ func runDirect(t *testing.T, ctx context.Context, ccm corev1.Container, conf, sa
 		"--cloud-config="+confPath, "--leader-elect=false")
 	cmd := exec.CommandContext(ctx, awsCCM, args...)
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + dir}
-	s, err := env.Client.CoreV1().Secrets(namespace).Get(ctx, "aws-ccm", metav1.GetOptions{})
+	s, err := env.Client.CoreV1().Secrets(ccmNamespace).Get(ctx, "aws-ccm", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,13 +432,13 @@ func checkPodSpec(t *testing.T, dep *appsv1.Deployment, image string) corev1.Con
 func copyRBAC(t *testing.T, ctx context.Context, from, to string) {
 	t.Helper()
 	rbac := env.Client.RbacV1()
-	if _, err := env.Client.CoreV1().ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: to, Namespace: namespace}}, metav1.CreateOptions{}); err != nil {
+	if _, err := env.Client.CoreV1().ServiceAccounts(ccmNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: to, Namespace: ccmNamespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	subject := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: to, Namespace: namespace}
+	subject := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: to, Namespace: ccmNamespace}
 	bound := func(subjects []rbacv1.Subject) bool {
 		return slices.ContainsFunc(subjects, func(s rbacv1.Subject) bool {
-			return s.Kind == rbacv1.ServiceAccountKind && s.Name == from && s.Namespace == namespace
+			return s.Kind == rbacv1.ServiceAccountKind && s.Name == from && s.Namespace == ccmNamespace
 		})
 	}
 	roleName := func(ref rbacv1.RoleRef) string {
@@ -503,7 +507,7 @@ func copyRBAC(t *testing.T, ctx context.Context, from, to string) {
 func writeKubeconfig(t *testing.T, ctx context.Context, sa, path string) {
 	t.Helper()
 	exp := int64(3600)
-	tok, err := env.Client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, sa,
+	tok, err := env.Client.CoreV1().ServiceAccounts(ccmNamespace).CreateToken(ctx, sa,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -297,7 +297,7 @@ func ccmHoldsNoAPICredential(t *testing.T, ctx context.Context, runner *podrunne
 	if o.Status.Leader == nil {
 		t.Fatalf("NativeCCM %s has no leader", name)
 	}
-	obj, err := env.Client.CoreV1().Pods(namespace).Get(ctx, o.Status.Leader.Pod, metav1.GetOptions{})
+	obj, err := env.Client.CoreV1().Pods(coordinatorNamespace).Get(ctx, o.Status.Leader.Pod, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,11 +306,11 @@ func ccmHoldsNoAPICredential(t *testing.T, ctx context.Context, runner *podrunne
 		t.Errorf("pod %s: automountServiceAccountToken %v, want false", obj.Name, ptr.Deref(a, true))
 	}
 	var pod *podrunner.Pod
-	deps, err := env.Client.AppsV1().Deployments(namespace).List(ctx, metav1.ListOptions{LabelSelector: "hybridccm.io/native-ccm=native-ccm-" + name})
+	deps, err := env.Client.AppsV1().Deployments(coordinatorNamespace).List(ctx, metav1.ListOptions{LabelSelector: "hybridccm.io/native-ccm=native-ccm-" + name})
 	if err != nil || len(deps.Items) != 1 {
 		t.Fatalf("deployment of native-ccm-%s: %v %v", name, deps, err)
 	}
-	if d := runner.Deployment(namespace, deps.Items[0].Name); d != nil {
+	if d := runner.Deployment(coordinatorNamespace, deps.Items[0].Name); d != nil {
 		for _, p := range d.Pods() {
 			if p.Name() == obj.Name {
 				pod = p
