@@ -40,7 +40,7 @@ func TestEnvironmentServerSideDryRun(t *testing.T) {
 			var nativeCCMs []string
 			// the Namespaces for real first (Helm creates them first), so
 			// that a dry run of what goes into them can succeed
-			for _, obj := range objs {
+			for _, obj := range append(slices.Clone(e.namespaces), objs...) {
 				if obj.GetKind() == "Namespace" {
 					if _, err := a.Apply(context.Background(), obj, false); err != nil {
 						t.Fatalf("namespace %s: %v", obj.GetName(), err)

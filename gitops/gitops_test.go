@@ -212,6 +212,7 @@ type environment struct {
 	repo        *sourcev1.OCIRepository
 	configMaps  map[string]*unstructured.Unstructured // generated, by name
 	secrets     []*unstructured.Unstructured          // from the secrets Kustomization
+	namespaces  []*unstructured.Unstructured          // Namespaces of the secrets Kustomization
 	secretsPath string
 }
 
@@ -250,6 +251,7 @@ func loadEnvironment(t *testing.T, env string) environment {
 		}
 		if k.Spec.Decryption != nil {
 			e.secrets = append(e.secrets, b.find("v1", "Secret")...)
+			e.namespaces = append(e.namespaces, b.find("v1", "Namespace")...)
 			e.secretsPath = path
 		}
 		for _, o := range b.find("helm.toolkit.fluxcd.io/v2", "HelmRelease") {

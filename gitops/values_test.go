@@ -91,7 +91,21 @@ func TestEnvironmentValuesRenderChart(t *testing.T) {
 		t.Run(env, func(t *testing.T) {
 			e := loadEnvironment(t, env)
 			var rendered []string
-			for _, o := range renderRelease(t, e) {
+			objs := renderRelease(t, e)
+			// the coordinator reads credentials in its own namespace
+			ns := ""
+			for _, o := range objs {
+				if o.GetKind() == "Deployment" && o.GetLabels()["app.kubernetes.io/name"] == "ccm-coordinator" {
+					ns = o.GetNamespace()
+				}
+			}
+			if ns == "" {
+				t.Fatal("no ccm-coordinator Deployment rendered")
+			}
+			if !slices.ContainsFunc(e.namespaces, func(n *unstructured.Unstructured) bool { return n.GetName() == ns }) {
+				t.Errorf("namespace %s of the coordinator and the credentials is not created by %s (the chart is told not to)", ns, e.secretsPath)
+			}
+			for _, o := range objs {
 				if o.GetKind() != v1.NativeCCMKind {
 					continue
 				}
@@ -114,10 +128,10 @@ func TestEnvironmentValuesRenderChart(t *testing.T) {
 					continue
 				}
 				i := slices.IndexFunc(e.secrets, func(s *unstructured.Unstructured) bool {
-					return s.GetName() == secretName && s.GetNamespace() == e.release.Spec.TargetNamespace
+					return s.GetName() == secretName && s.GetNamespace() == ns
 				})
 				if i < 0 {
-					t.Errorf("NativeCCM %s needs Secret %s/%s; %s does not ship it", n.Name, e.release.Spec.TargetNamespace, secretName, e.secretsPath)
+					t.Errorf("NativeCCM %s needs Secret %s/%s; %s does not ship it", n.Name, ns, secretName, e.secretsPath)
 					continue
 				}
 				have, _, _ := unstructured.NestedMap(e.secrets[i].Object, "stringData")
