@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,6 +43,7 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/csr/csrtest"
 	v1alpha1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
+	"github.com/hybrid-ccm/hybrid-ccm/test/fakeec2"
 	"github.com/hybrid-ccm/hybrid-ccm/test/podrunner"
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
@@ -178,7 +180,11 @@ func Run(ctx context.Context, o Options) (err error) {
 	}
 	defer cleanup("removing temporary files ("+work+")", func() error { return os.RemoveAll(work) })
 
-	v.step("building the ccm-gate image and test/testccm (the stand-in for upstream CCM images) for this machine")
+	awsCCM, err := awsCCMBinary()
+	if err != nil {
+		return err
+	}
+	v.step("building the ccm-gate image and test/testccm (the stand-in for the upstream hcloud and gcp CCM images) for this machine")
 	art, err := buildPodArtifacts(ctx, testenv.RepoRoot())
 	if err != nil {
 		return err
@@ -188,7 +194,8 @@ func Run(ctx context.Context, o Options) (err error) {
 	} else {
 		v.note("  cached in " + art.cacheDir)
 	}
-	images, err := art.images()
+	v.note("  the aws CCM is the upstream one: " + awsCCM)
+	images, err := art.images(awsCCM)
 	if err != nil {
 		return err
 	}
@@ -205,8 +212,17 @@ func Run(ctx context.Context, o Options) (err error) {
 		return err
 	}
 	defer cleanup("stopping the control plane (kube-apiserver, etcd)", env.Stop)
+	// what the chart makes for the coordinator before it starts: its own
+	// namespace and the ClusterRole it binds each native CCM to
+	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nativeNamespace}}, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("namespace %s: %w", nativeNamespace, err)
+	}
+	if _, err := env.Client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: release.LifecycleClusterRole},
+		Rules: release.LifecycleRules()}, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("clusterrole %s: %w", release.LifecycleClusterRole, err)
+	}
 
-	v.step("starting the simulated Talos endpoint (mTLS, COSI API) and the fake clouds' API on loopback")
+	v.step("starting the simulated Talos endpoint (mTLS, COSI API), the fake clouds' API and a fake EC2 API on loopback")
 	ep, err := talosnode.Start()
 	if err != nil {
 		return err
@@ -236,6 +252,11 @@ func Run(ctx context.Context, o Options) (err error) {
 		return err
 	}
 	defer cleanup("stopping the fake clouds' API", cloud.stop)
+	ec2, err := startFakeEC2(nodes)
+	if err != nil {
+		return err
+	}
+	defer cleanup("stopping the fake EC2 API", ec2.stop)
 
 	v.step("starting talos-ccm (cloud-node, node-csr-approval, node-ipam-controller)")
 	logPath := filepath.Join(work, "talos-ccm.log")
@@ -259,7 +280,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	}
 	defer cleanup("stopping ccm-coordinator", stopCoord)
 
-	v.step("starting the pod runner: the native CCM pods the coordinator installs run as local processes (ccm-gate + test/testccm)")
+	v.step("starting the pod runner: the native CCM pods the coordinator installs run as local processes (ccm-gate + the upstream AWS CCM or test/testccm)")
 	podsLog := &podLog{}
 	if podsLog.f, err = os.Create(filepath.Join(work, "pods.log")); err != nil {
 		return err
@@ -280,7 +301,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := createNativeCCMs(ctx, cc, cloud.url); err != nil {
+	if err := createNativeCCMs(ctx, cc, cloud.url, ec2); err != nil {
 		return err
 	}
 
@@ -317,7 +338,7 @@ func Run(ctx context.Context, o Options) (err error) {
 			return err
 		}
 		st.remember(seen)
-		st.probes, st.outage, st.questions = probes, outage, cloud.questions()
+		st.probes, st.outage, st.questions = probes, outage, append(cloud.questions(), ec2.questions()...)
 		if st.ready() && probes == nil {
 			v.step("the hcloud CCM's identity tries to delete an aws node (what an ungated Hetzner CCM does)")
 			if probes, err = probeGate(ctx, env, cs, "hcloud-app-1", "aws-web-1"); err != nil {
@@ -325,9 +346,9 @@ func Run(ctx context.Context, o Options) (err error) {
 			}
 			st.probes = probes
 			v.render(st)
-			v.step(fmt.Sprintf("outage: %s is powered off; hcloud server of %s is deleted; aws spot instance of %s is stopped (their kubelets stop: NotReady)",
-				downMetal, goneHcloud, stoppedAWS))
-			if err := startOutage(ctx, cs, cloud); err != nil {
+			v.step(fmt.Sprintf("outage: %s is powered off; hcloud server of %s is deleted; aws instance of %s is terminated, aws spot instance of %s is stopped (their kubelets stop: NotReady)",
+				downMetal, goneHcloud, terminatedAWS, stoppedAWS))
+			if err := startOutage(ctx, cs, cloud, ec2); err != nil {
 				return err
 			}
 			outage = true
@@ -363,18 +384,30 @@ const (
 	downMetal = "db-metal1"
 	// goneHcloud's server is deleted: the hcloud CCM deletes its node.
 	goneHcloud = "hcloud-app-2"
+	// terminatedAWS's EC2 instance is terminated: the (real) aws CCM deletes
+	// its node.
+	terminatedAWS = "aws-web-1"
 	// stoppedAWS is stopped, not deleted: the aws CCM taints it shutdown.
 	stoppedAWS = "aws-web-2"
 )
+
+// awsCCMManager is the field manager of what the upstream AWS CCM writes (its
+// User-Agent): the DeletingNode event it records names it.
+const awsCCMManager = "aws-cloud-controller-manager"
 
 // startOutage takes the machines down in the clouds, then makes their nodes
 // NotReady (Ready Unknown, as when a kubelet stops posting status), the metal
 // one first: a CCM whose view leaked it would see it in the same pass as its
 // own node.
-func startOutage(ctx context.Context, cs kubernetes.Interface, cloud *fakeCloud) error {
+func startOutage(ctx context.Context, cs kubernetes.Interface, cloud *fakeCloud, ec2 *fakeEC2) error {
 	cloud.deleteServer(goneHcloud)
-	cloud.stopServer(stoppedAWS)
-	for _, name := range []string{downMetal, goneHcloud, stoppedAWS} {
+	if err := ec2.setState(terminatedAWS, fakeec2.Terminated); err != nil {
+		return err
+	}
+	if err := ec2.setState(stoppedAWS, fakeec2.Stopped); err != nil {
+		return err
+	}
+	for _, name := range []string{downMetal, goneHcloud, terminatedAWS, stoppedAWS} {
 		if err := setReady(ctx, cs, name, corev1.ConditionUnknown, "NodeStatusUnknown", "Kubelet stopped posting node status."); err != nil {
 			return err
 		}
@@ -525,8 +558,10 @@ type state struct {
 	deleting map[string]nodeEvent
 }
 
-// nodeEvent is who reported what about a node.
-type nodeEvent struct{ component, message string }
+// nodeEvent is who reported what about a node: the event's source component
+// and the field manager that created it (the client's User-Agent: which CCM
+// binary).
+type nodeEvent struct{ component, manager, message string }
 
 func observe(ctx context.Context, cs kubernetes.Interface, cc client.Client, expected int) (*state, error) {
 	nl, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
@@ -552,7 +587,11 @@ func observe(ctx context.Context, cs kubernetes.Interface, cc client.Client, exp
 	deleting := map[string]nodeEvent{}
 	for _, e := range el.Items {
 		if e.InvolvedObject.Kind == "Node" {
-			deleting[e.InvolvedObject.Name] = nodeEvent{component: e.Source.Component, message: e.Message}
+			ev := nodeEvent{component: e.Source.Component, message: e.Message}
+			if len(e.ManagedFields) > 0 {
+				ev.manager = e.ManagedFields[0].Manager
+			}
+			deleting[e.InvolvedObject.Name] = ev
 		}
 	}
 	return &state{nodes: nl.Items, csrs: cl.Items, natives: ncl.Items, expected: expected, deleting: deleting}, nil
@@ -638,12 +677,13 @@ func (s *state) asked(provider, node string) int {
 	return 0
 }
 
-// outageHandled: the hcloud CCM deleted the gone server's node, and the aws
-// CCM tainted its stopped instance's node and went on to a second pass over
-// its nodes (a third question: each pass asks "exists?" and "shutdown?").
-// Both CCMs have then seen every NotReady node their view holds.
+// outageHandled: the hcloud CCM deleted the gone server's node, the aws CCM
+// deleted its terminated instance's node, tainted its stopped instance's node
+// and went on to a second pass over its nodes (a third question: each pass
+// asks EC2 "exists?" and "shutdown?"). Both CCMs have then seen every NotReady
+// node their view holds.
 func (s *state) outageHandled() bool {
-	if !s.outage || s.node(goneHcloud) != nil {
+	if !s.outage || s.node(goneHcloud) != nil || s.node(terminatedAWS) != nil {
 		return false
 	}
 	n := s.node(stoppedAWS)
@@ -685,7 +725,8 @@ func (s *state) pending() string {
 	case !s.outage:
 		out += ", outage not started"
 	case s.outageHandled():
-		out += fmt.Sprintf("; outage: %s deleted by the hcloud CCM, %s tainted shutdown by the aws CCM, %s left alone", goneHcloud, stoppedAWS, downMetal)
+		out += fmt.Sprintf("; outage: %s deleted by the hcloud CCM, %s deleted and %s tainted shutdown by the aws CCM, %s left alone",
+			goneHcloud, terminatedAWS, stoppedAWS, downMetal)
 	default:
 		out += "; outage: waiting for the native CCMs"
 	}
@@ -711,12 +752,17 @@ func (s *state) Check() error {
 		errs = append(errs, fmt.Errorf("%d nodes were seen initialized, want %d", len(s.initialized), s.expected))
 	}
 	for _, f := range fleet() {
-		if f.name != goneHcloud && s.node(f.name) == nil {
+		if f.name != goneHcloud && f.name != terminatedAWS && s.node(f.name) == nil {
 			errs = append(errs, fmt.Errorf("node %s was deleted", f.name))
 		}
 	}
 	if s.node(goneHcloud) != nil {
 		errs = append(errs, fmt.Errorf("node %s (server deleted) is still there", goneHcloud))
+	}
+	if s.node(terminatedAWS) != nil {
+		errs = append(errs, fmt.Errorf("node %s (instance terminated) is still there", terminatedAWS))
+	} else if ev := s.deleting[terminatedAWS]; ev.manager != awsCCMManager {
+		errs = append(errs, fmt.Errorf("node %s: want its DeletingNode event from the upstream AWS CCM (%s), got %+v", terminatedAWS, awsCCMManager, ev))
 	}
 	if n := s.node(downMetal); n != nil && nodeReady(n) == corev1.ConditionTrue {
 		errs = append(errs, fmt.Errorf("node %s is Ready, want it down", downMetal))
@@ -724,14 +770,17 @@ func (s *state) Check() error {
 	if n := s.node(stoppedAWS); n == nil || !hasShutdownTaint(n) {
 		errs = append(errs, fmt.Errorf("node %s (instance stopped) has no shutdown taint", stoppedAWS))
 	}
-	// each cloud was asked only about its own NotReady machines
+	// each cloud was asked only about its own NotReady machines (EC2: by
+	// instance ID, nothing else)
 	for _, q := range s.questions {
-		if !(q.Provider == "hcloud" && q.Node == goneHcloud) && !(q.Provider == "aws" && q.Node == stoppedAWS) {
-			errs = append(errs, fmt.Errorf("the %s CCM asked its cloud about node %s (%d times)", q.Provider, q.Node, q.Times))
+		if !(q.Provider == "hcloud" && q.Node == goneHcloud) && !(q.Provider == "aws" && (q.Node == terminatedAWS || q.Node == stoppedAWS)) {
+			errs = append(errs, fmt.Errorf("the %s CCM asked its cloud about %s (%d times)", q.Provider, q.Node, q.Times))
 		}
 	}
-	if s.asked("hcloud", goneHcloud) == 0 {
-		errs = append(errs, fmt.Errorf("the hcloud CCM never asked its cloud about %s", goneHcloud))
+	for _, want := range []struct{ provider, node string }{{"hcloud", goneHcloud}, {"aws", terminatedAWS}, {"aws", stoppedAWS}} {
+		if s.asked(want.provider, want.node) == 0 {
+			errs = append(errs, fmt.Errorf("the %s CCM never asked its cloud about %s", want.provider, want.node))
+		}
 	}
 	for i := range s.csrs {
 		c := &s.csrs[i]
@@ -767,7 +816,8 @@ var demoClouds = []struct {
 	secret   string
 	data     map[string]string
 }{
-	{"aws", "aws-ccm", map[string]string{"access-key-id": "AKIADEMO", "secret-access-key": "demo", "cloud.conf": "[Global]\nRegion=eu-central-1\n"}},
+	// cloud.conf: added by createNativeCCMs (the fake EC2's address)
+	{"aws", "aws-ccm", map[string]string{"access-key-id": "AKIADEMO", "secret-access-key": "demo"}},
 	{"gcp", "gcp-ccm", map[string]string{"credentials.json": "{}", "gce.conf": "[global]\nproject-id=hybrid-demo\n"}},
 	{"hcloud", "hcloud", map[string]string{"token": "demo-token"}},
 }
@@ -779,22 +829,32 @@ func controllerClient(env *testenv.Env) (client.Client, error) {
 	return client.New(env.Config, client.Options{Scheme: sch})
 }
 
-// nativeNamespace is the coordinator's release namespace (its default).
-const nativeNamespace = "kube-system"
+// nativeNamespace is the coordinator's own namespace (its default, as the
+// chart makes it): the native CCM releases, their credentials and pods.
+const nativeNamespace = "hybrid-ccm-system"
 
 // createNativeCCMs creates, per demo cloud, its credentials Secret (dummy
 // values: nothing leaves the machine) and a NativeCCM with install policy
-// Auto whose CCM asks the fake cloud at cloudURL and serves on loopback only.
-func createNativeCCMs(ctx context.Context, c client.Client, cloudURL string) error {
+// Auto whose CCM serves on loopback only: the upstream AWS CCM with a
+// cloud.conf pointing at the fake EC2, test/testccm asking the fake cloud at
+// cloudURL.
+func createNativeCCMs(ctx context.Context, c client.Client, cloudURL string, ec2 *fakeEC2) error {
 	for _, d := range demoClouds {
-		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: d.secret, Namespace: nativeNamespace}, StringData: d.data}
+		data := maps.Clone(d.data)
+		var env []corev1.EnvVar
+		if d.platform == "aws" {
+			data["cloud.conf"] = ec2.cloudConf()
+		} else {
+			env = []corev1.EnvVar{{Name: "TESTCCM_CLOUD_URL", Value: cloudURL}}
+		}
+		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: d.secret, Namespace: nativeNamespace}, StringData: data}
 		if err := c.Create(ctx, sec); err != nil {
 			return fmt.Errorf("secret %s: %w", d.secret, err)
 		}
 		n := &v1alpha1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: d.platform}, Spec: v1alpha1.NativeCCMSpec{
 			Platform: d.platform,
 			Overrides: &v1alpha1.Overrides{
-				Env:    []corev1.EnvVar{{Name: "TESTCCM_CLOUD_URL", Value: cloudURL}},
+				Env:    env,
 				Values: &apiextensionsv1.JSON{Raw: []byte(`{"bindAddress":"127.0.0.1"}`)},
 			},
 		}}

@@ -33,7 +33,9 @@ func TestMain(m *testing.M) {
 }
 
 // binaries builds hybridctl, talos-ccm and ccm-coordinator once into one
-// directory (hybridctl finds the others next to itself, as in bin/).
+// directory (hybridctl finds the others next to itself, as in bin/), and the
+// upstream AWS CCM the demo runs into its cache (hack/aws-ccm.sh, as `make
+// demo` does; a no-op once built).
 func binaries(t *testing.T) string {
 	t.Helper()
 	build.Do(func() {
@@ -41,6 +43,11 @@ func binaries(t *testing.T) string {
 			"../../cmd/hybridctl", "../../cmd/talos-ccm", "../../cmd/ccm-coordinator").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("build: %v\n%s", err, out)
+			return
+		}
+		cmd := exec.Command(filepath.Join(testenv.RepoRoot(), "hack", "aws-ccm.sh"))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("hack/aws-ccm.sh: %v\n%s", err, out)
 		}
 	})
 	if buildErr != nil {
@@ -54,9 +61,10 @@ func binaries(t *testing.T) string {
 // it is exactly as expected): every node initialized, every honest CSR
 // approved, the forged one denied, every native CCM running in a pod that
 // holds its lease, gated; after the outage the gone hcloud server's node
-// deleted by the hcloud CCM, the stopped aws instance's node tainted by the
-// aws CCM, the powered-off metal node untouched, and no cloud asked about
-// another's node.
+// deleted by the hcloud CCM, the terminated aws instance's node deleted and
+// the stopped one's tainted by the upstream AWS CCM, the powered-off metal
+// node and the other hcloud node untouched, and no cloud asked about
+// another's node (the fake EC2's call log: only the two aws instances).
 func TestDemoReachesEndState(t *testing.T) {
 	assets, err := testenv.AssetsDir()
 	if err != nil {
@@ -81,10 +89,12 @@ func TestDemoReachesEndState(t *testing.T) {
 		"nativeccm/hcloud", "running: release native-ccm-hcloud rev 1, lease held by pod native-ccm-hcloud-",
 		"gate/delete node/aws-web-1", "denied: ", "hybrid-ccm gate",
 		"gate/delete node/hcloud-app-1 (dry run)", "allowed",
-		"cloud/hcloud/hcloud-app-2", "cloud/aws/aws-web-2",
+		"the aws CCM is the upstream one: ", "aws-cloud-controller-manager",
+		"nativeccm/aws", "running: release native-ccm-aws rev 1, lease held by pod native-ccm-aws-",
+		"cloud/hcloud/hcloud-app-2", "cloud/aws/aws-web-1", "cloud/aws/aws-web-2",
 		"podCIDRs=10.244.", "NotReady (kubelet silent), tainted shutdown",
 		"8/8 nodes initialized, 8/8 CSRs approved, 1 denied, 3/3 native CCMs installed, running and gated; " +
-			"outage: hcloud-app-2 deleted by the hcloud CCM, aws-web-2 tainted shutdown by the aws CCM, db-metal1 left alone",
+			"outage: hcloud-app-2 deleted by the hcloud CCM, aws-web-1 deleted and aws-web-2 tainted shutdown by the aws CCM, db-metal1 left alone",
 		"demo finished; everything it started is stopped and its temporary files are removed",
 	} {
 		if !strings.Contains(out.String(), want) {
@@ -94,9 +104,20 @@ func TestDemoReachesEndState(t *testing.T) {
 	if !regexp.MustCompile(`(?m)node/hcloud-app-2 +deleted`).MatchString(out.String()) {
 		t.Errorf("demo output does not show node hcloud-app-2 deleted:\n%s", out.String())
 	}
-	// the fake clouds were asked about exactly these nodes, each by its own cloud
+	// the upstream AWS CCM deleted its terminated instance's node (its event)
+	if !regexp.MustCompile(`(?m)node/aws-web-1 +deleted — aws-cloud-controller-manager `).MatchString(out.String()) {
+		t.Errorf("demo output does not show node aws-web-1 deleted by the AWS CCM:\n%s", out.String())
+	}
+	// no other node was deleted: the NotReady metal node and hcloud-app-1 stay
+	for _, m := range regexp.MustCompile(`(?m)node/(\S+) +deleted`).FindAllStringSubmatch(out.String(), -1) {
+		if m[1] != "hcloud-app-2" && m[1] != "aws-web-1" {
+			t.Errorf("node %s was deleted", m[1])
+		}
+	}
+	// the fake clouds were asked about exactly these nodes, each by its own
+	// cloud; the fake EC2 only about the two aws instances, by ID
 	for _, m := range regexp.MustCompile(`\] cloud/(\S+)`).FindAllStringSubmatch(out.String(), -1) {
-		if m[1] != "hcloud/hcloud-app-2" && m[1] != "aws/aws-web-2" {
+		if m[1] != "hcloud/hcloud-app-2" && m[1] != "aws/aws-web-1" && m[1] != "aws/aws-web-2" {
 			t.Errorf("cloud/%s: a cloud was asked about a node that is not its own or not down", m[1])
 		}
 	}

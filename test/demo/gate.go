@@ -27,7 +27,7 @@ type gateProbe struct {
 // what an ungated Hetzner CCM does to nodes it cannot find — and, as a dry run,
 // its own hcloud node. The API server's admission policy (the fence) decides.
 func probeGate(ctx context.Context, env *testenv.Env, cs kubernetes.Interface, ownNode, foreignNode string) ([]gateProbe, error) {
-	const who = "system:serviceaccount:kube-system:native-ccm-hcloud"
+	const who = "system:serviceaccount:" + nativeNamespace + ":native-ccm-hcloud"
 	// wait until the coordinator has put the fence in place
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -42,7 +42,7 @@ func probeGate(ctx context.Context, env *testenv.Env, cs kubernetes.Interface, o
 	}
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: who,
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"}}
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + nativeNamespace, "system:authenticated"}}
 	ccm, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err

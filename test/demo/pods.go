@@ -153,8 +153,9 @@ func sourceKey(ctx context.Context, root, gateRef string) (string, error) {
 }
 
 // images resolves what the native CCM Deployments name: ccm-gate from the
-// layout, every built-in profile's upstream image to test/testccm.
-func (a *podArtifacts) images() (*podrunner.Images, error) {
+// layout, the aws profile's upstream image to the real AWS CCM (awsCCM), every
+// other built-in profile's to test/testccm.
+func (a *podArtifacts) images(awsCCM string) (*podrunner.Images, error) {
 	im, err := podrunner.LayoutImages(a.layout)
 	if err != nil {
 		return nil, err
@@ -165,9 +166,42 @@ func (a *podArtifacts) images() (*podrunner.Images, error) {
 	}
 	for _, name := range set.Names() {
 		p, _ := set.Get(name)
-		im.Map(p.CCM.Image.Reference(), a.testCCM)
+		bin := a.testCCM
+		if name == "aws" {
+			bin = awsCCM
+		}
+		im.Map(p.CCM.Image.Reference(), bin)
 	}
 	return im, nil
+}
+
+// awsCCMBinary is the upstream AWS CCM that hack/aws-ccm.sh built (`make
+// demo` runs it first) for the version the aws profile's image names, found
+// where the script caches it: ${HYBRID_CCM_CACHE:-${XDG_CACHE_HOME:-~/.cache}/hybrid-ccm}/aws-ccm-<tag>.
+// The demo does not build it: it runs in a network namespace without the Go
+// module proxy.
+func awsCCMBinary() (string, error) {
+	set, err := profile.Builtin()
+	if err != nil {
+		return "", err
+	}
+	p, ok := set.Get("aws")
+	if !ok {
+		return "", errors.New("no built-in aws profile")
+	}
+	root := os.Getenv("HYBRID_CCM_CACHE")
+	if root == "" {
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			return "", err
+		}
+		root = filepath.Join(cache, "hybrid-ccm")
+	}
+	bin := filepath.Join(root, "aws-ccm-"+p.CCM.Image.Tag, "aws-cloud-controller-manager")
+	if fi, err := os.Stat(bin); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("the demo runs the upstream AWS CCM %s, built by hack/aws-ccm.sh, and %s is not there: run `make demo` (it builds it) or hack/aws-ccm.sh first", p.CCM.Image.Tag, bin)
+	}
+	return bin, nil
 }
 
 // cloudProviders maps each demo platform to the --cloud-provider name of its
@@ -179,6 +213,9 @@ func cloudProviders() (map[string]string, error) {
 	}
 	out := map[string]string{}
 	for _, d := range demoClouds {
+		if d.platform == "aws" {
+			continue // the real AWS CCM asks the fake EC2 (ec2.go)
+		}
 		p, ok := set.Get(d.platform)
 		if !ok {
 			return nil, fmt.Errorf("no built-in profile %q", d.platform)
@@ -188,11 +225,11 @@ func cloudProviders() (map[string]string, error) {
 	return out, nil
 }
 
-// fakeCloud is every demo cloud's API as test/testccm asks it (GET
+// fakeCloud is every test/testccm cloud's API (all but aws) as it asks it (GET
 // ?provider=&node=&providerID= → {"exists", "shutdown"}), on loopback. Each
 // cloud knows exactly its own platform's machines, as a real one would: asked
 // about any other node it says "no such instance" — an ungated CCM would
-// delete that node. The demo deletes and stops machines in it.
+// delete that node. The demo deletes a machine in it.
 type fakeCloud struct {
 	srv      *http.Server
 	url      string
@@ -201,7 +238,6 @@ type fakeCloud struct {
 	mu       sync.Mutex
 	machines map[string]string // node name -> platform
 	gone     map[string]bool
-	stopped  map[string]bool
 	asked    map[string]int // provider/node -> questions
 	order    []string       // provider/node, first asked first
 }
@@ -212,7 +248,7 @@ func startFakeCloud(providers map[string]string, nodes []simNode) (*fakeCloud, e
 		return nil, err
 	}
 	c := &fakeCloud{platform: providers, machines: map[string]string{}, gone: map[string]bool{},
-		stopped: map[string]bool{}, asked: map[string]int{}}
+		asked: map[string]int{}}
 	for _, n := range nodes {
 		c.machines[n.name] = n.md.Platform
 	}
@@ -240,7 +276,7 @@ func (c *fakeCloud) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	c.asked[key]++
 	mine := c.platform[provider] != "" && c.machines[node] == c.platform[provider]
-	exists, shutdown := mine && !c.gone[node], mine && c.stopped[node]
+	exists, shutdown := mine && !c.gone[node], false
 	c.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]bool{"exists": exists, "shutdown": shutdown})
@@ -251,13 +287,6 @@ func (c *fakeCloud) deleteServer(node string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.gone[node] = true
-}
-
-// stopServer powers node's machine off (it still exists).
-func (c *fakeCloud) stopServer(node string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.stopped[node] = true
 }
 
 // cloudQuestion is what one cloud was asked about one node, and how often.

@@ -96,7 +96,11 @@ func (v *view) render(s *state) {
 			v.changed("gate/delete node/"+p.Target, probeLine(p))
 		}
 		for _, q := range s.questions {
-			v.changed("cloud/"+q.Provider+"/"+q.Node, "asked by the "+q.Provider+" CCM: does the instance exist, is it shut down?")
+			what := "asked by the " + q.Provider + " CCM: does the instance exist, is it shut down?"
+			if q.Provider == "aws" {
+				what = "asked EC2 by the (upstream) aws CCM: does the instance exist, is it shut down?"
+			}
+			v.changed("cloud/"+q.Provider+"/"+q.Node, what)
 		}
 		return
 	}
@@ -130,7 +134,7 @@ func (v *view) render(s *state) {
 	for _, name := range s.deleted() {
 		st := "deleted"
 		if ev, ok := s.deleting[name]; ok {
-			st += " by " + ev.component + " (not in its cloud)"
+			st += " by " + ev.who() + " (not in its cloud)"
 		}
 		fmt.Fprintf(tw, "  %s\t\t(gone)\t\t\t\t%s\t\n", name, st)
 	}
@@ -208,7 +212,7 @@ func (s *state) deleted() []string {
 
 func deletedLine(s *state, name string) string {
 	if ev, ok := s.deleting[name]; ok {
-		return "deleted — " + ev.component + ": " + ev.message
+		return "deleted — " + ev.who() + ": " + ev.message
 	}
 	return "deleted"
 }
@@ -297,4 +301,13 @@ func probeLine(p gateProbe) string {
 		return "allowed"
 	}
 	return "denied: " + p.Message
+}
+
+// who names the client that recorded the event: the CCM binary (its field
+// manager) and the controller, or the controller alone.
+func (e nodeEvent) who() string {
+	if e.manager != "" && e.manager != e.component {
+		return e.manager + " " + e.component
+	}
+	return e.component
 }
