@@ -59,6 +59,9 @@ func TestCoordinatorPrivileges(t *testing.T) {
 		if err := admin.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
+		// nothing stays for the package's later tests (a node would take a
+		// pod CIDR from their pools)
+		t.Cleanup(func() { _ = admin.Delete(context.Background(), o) })
 	}
 
 	nativeSA := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "native-ccm-priv", Namespace: ns}}
