@@ -4,10 +4,13 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	apiwait "k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 )
 
@@ -180,16 +183,29 @@ func TestPodFeatures(t *testing.T) {
 	if !cs.Ready || cs.Started == nil || !*cs.Started || cs.State.Running == nil || cs.RestartCount != 0 || !strings.HasPrefix(cs.ImageID, "sha256:") {
 		t.Errorf("container status %+v", cs)
 	}
-	dep, err := env.Client.AppsV1().Deployments(ns).Get(context.Background(), "features", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
+	// The Deployment's and ReplicaSet's status follow the pod's (the runner
+	// re-derives them every sync period, like the controllers would).
+	var dep *appsv1.Deployment
+	var rss *appsv1.ReplicaSetList
+	statusOK := func() bool {
+		s := dep.Status
+		return s.ObservedGeneration == dep.Generation && s.Replicas == 1 && s.ReadyReplicas == 1 && s.AvailableReplicas == 1 && s.UpdatedReplicas == 1 &&
+			len(rss.Items) == 1 && rss.Items[0].Status.ReadyReplicas == 1
 	}
-	if s := dep.Status; s.ObservedGeneration != dep.Generation || s.Replicas != 1 || s.ReadyReplicas != 1 || s.AvailableReplicas != 1 || s.UpdatedReplicas != 1 {
-		t.Errorf("deployment status %+v", s)
+	if err := apiwait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		var err error
+		if dep, err = env.Client.AppsV1().Deployments(ns).Get(ctx, "features", metav1.GetOptions{}); err != nil {
+			return false, err
+		}
+		if rss, err = env.Client.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{}); err != nil {
+			return false, err
+		}
+		return statusOK(), nil
+	}); err != nil {
+		t.Errorf("deployment status %+v, replica sets %+v: %v", dep.Status, rss.Items, err)
 	}
-	rss, err := env.Client.AppsV1().ReplicaSets(ns).List(context.Background(), metav1.ListOptions{})
-	if err != nil || len(rss.Items) != 1 || rss.Items[0].Status.ReadyReplicas != 1 || pod.OwnerReferences[0].Name != rss.Items[0].Name {
-		t.Errorf("replica sets %v (err %v), pod owners %v", rss, err, pod.OwnerReferences)
+	if rss != nil && len(rss.Items) == 1 && pod.OwnerReferences[0].Name != rss.Items[0].Name {
+		t.Errorf("pod owners %v, want the replica set %s", pod.OwnerReferences, rss.Items[0].Name)
 	}
 }
 
