@@ -23,9 +23,6 @@ import (
 	"testing"
 	"time"
 
-	"helm.sh/helm/v3/pkg/action"
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/chart/loader"
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -33,12 +30,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	cloudproviderapi "k8s.io/cloud-provider/api"
 
+	"github.com/hybrid-ccm/hybrid-ccm/charts/test/chartstest"
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/test/fakeec2"
@@ -162,7 +159,7 @@ func TestAWSCCMGated(t *testing.T) {
 	}
 
 	// helm install hybrid-ccm charts/hybrid-ccm with AWS enabled.
-	installUmbrella(t, ctx, map[string]any{
+	chartstest.InstallUmbrella(t, ctx, env.KubeconfigPath, namespace, "hybrid-ccm", map[string]any{
 		"components": map[string]any{"talos-ccm": false},
 		"clouds":     map[string]any{"aws": map[string]any{"enabled": true, "credentials": map[string]any{"secretName": "aws-ccm"}}},
 	})
@@ -606,36 +603,6 @@ func summarize(calls []fakeec2.Call) []string {
 		out[i] = fmt.Sprintf("%dx %s", count[s], s)
 	}
 	return out
-}
-
-// installUmbrella is `helm install hybrid-ccm charts/hybrid-ccm` through the
-// Helm SDK.
-func installUmbrella(t *testing.T, ctx context.Context, values map[string]any) {
-	t.Helper()
-	dir := filepath.Join(testenv.RepoRoot(), "charts", "hybrid-ccm")
-	ch, err := loader.LoadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var deps []*chart.Chart
-	for _, d := range ch.Metadata.Dependencies {
-		sub, err := loader.LoadDir(filepath.Join(dir, strings.TrimPrefix(d.Repository, "file://")))
-		if err != nil {
-			t.Fatal(err)
-		}
-		deps = append(deps, sub)
-	}
-	ch.SetDependencies(deps...)
-	kubeconfig, ns := env.KubeconfigPath, namespace
-	cfg := &action.Configuration{}
-	if err := cfg.Init(&genericclioptions.ConfigFlags{KubeConfig: &kubeconfig, Namespace: &ns}, namespace, "secret", func(string, ...any) {}); err != nil {
-		t.Fatal(err)
-	}
-	in := action.NewInstall(cfg)
-	in.ReleaseName, in.Namespace = "hybrid-ccm", namespace
-	if _, err := in.RunWithContext(ctx, ch, values); err != nil {
-		t.Fatalf("helm install: %v", err)
-	}
 }
 
 func getNativeCCM(t *testing.T, ctx context.Context, name string) *v1.NativeCCM {

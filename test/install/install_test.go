@@ -21,7 +21,6 @@ import (
 	"testing"
 	"time"
 
-	"helm.sh/helm/v3/pkg/action"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -29,7 +28,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	cloudproviderapi "k8s.io/cloud-provider/api"
@@ -106,7 +104,7 @@ func TestInstallAsDocumented(t *testing.T) {
 
 	// helm install hybrid-ccm charts/hybrid-ccm -n kube-system -f multi-cloud.yaml
 	values := installValues(t, srv.URL)
-	installUmbrella(t, ctx, values)
+	chartstest.InstallUmbrella(t, ctx, env.KubeconfigPath, namespace, "hybrid-ccm", values)
 
 	// Then the clouds' credentials, in the coordinator's namespace the chart
 	// created (docs/profiles.md names the keys); the coordinator waits for them.
@@ -476,24 +474,6 @@ func installValues(t *testing.T, cloudURL string) map[string]any {
 		c.(map[string]any)["overrides"] = map[string]any{"env": []any{map[string]any{"name": "TESTCCM_CLOUD_URL", "value": cloudURL}}}
 	}
 	return values
-}
-
-// installUmbrella is `helm install` of charts/hybrid-ccm with its file://
-// dependencies, through the Helm SDK against the test API server.
-func installUmbrella(t *testing.T, ctx context.Context, values map[string]any) {
-	t.Helper()
-	ch := chartstest.Umbrella(t)
-
-	kubeconfig, ns := env.KubeconfigPath, namespace
-	cfg := &action.Configuration{}
-	if err := cfg.Init(&genericclioptions.ConfigFlags{KubeConfig: &kubeconfig, Namespace: &ns}, namespace, "secret", func(string, ...any) {}); err != nil {
-		t.Fatal(err)
-	}
-	in := action.NewInstall(cfg)
-	in.ReleaseName, in.Namespace = "hybrid-ccm", namespace
-	if _, err := in.RunWithContext(ctx, ch, values); err != nil {
-		t.Fatalf("helm install: %v", err)
-	}
 }
 
 // answerTalosServiceAccounts does what Talos does for every

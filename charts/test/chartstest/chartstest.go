@@ -17,11 +17,13 @@ import (
 	"sync"
 	"testing"
 
+	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
@@ -164,4 +166,20 @@ func Umbrella(tb testing.TB) *chart.Chart {
 	}
 	ch.SetDependencies(deps...)
 	return ch
+}
+
+// InstallUmbrella is `helm install <release> charts/hybrid-ccm -n <namespace>`
+// through the Helm SDK against the API server of kubeconfig, with values.
+func InstallUmbrella(tb testing.TB, ctx context.Context, kubeconfig, namespace, release string, values map[string]any) {
+	tb.Helper()
+	ns := namespace
+	cfg := &action.Configuration{}
+	if err := cfg.Init(&genericclioptions.ConfigFlags{KubeConfig: &kubeconfig, Namespace: &ns}, namespace, "secret", func(string, ...any) {}); err != nil {
+		tb.Fatal(err)
+	}
+	in := action.NewInstall(cfg)
+	in.ReleaseName, in.Namespace = release, namespace
+	if _, err := in.RunWithContext(ctx, Umbrella(tb), values); err != nil {
+		tb.Fatalf("helm install %s: %v", release, err)
+	}
 }
