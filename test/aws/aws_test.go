@@ -10,7 +10,6 @@ package aws
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -196,7 +195,7 @@ func TestAWSCCMGated(t *testing.T) {
 	if err := runner.Manage(ctx, ccmNamespace, ""); err != nil {
 		t.Fatal(err)
 	}
-	waitReady(t, ctx, "aws")
+	chartstest.WaitNativeCCMRunning(t, ctx, env.Config, "aws")
 
 	// The pod is the profile's: the upstream image, lifecycle-only, the
 	// cloud.conf from the Secret, no metadata service, the gate in front.
@@ -603,49 +602,6 @@ func summarize(calls []fakeec2.Call) []string {
 		out[i] = fmt.Sprintf("%dx %s", count[s], s)
 	}
 	return out
-}
-
-func getNativeCCM(t *testing.T, ctx context.Context, name string) *v1.NativeCCM {
-	t.Helper()
-	dyn, err := dynamic.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u, err := dyn.Resource(v1.GroupVersion.WithResource("nativeccms")).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("NativeCCM %s: %v", name, err)
-	}
-	b, err := json.Marshal(u.Object)
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := &v1.NativeCCM{}
-	if err := json.Unmarshal(b, o); err != nil {
-		t.Fatal(err)
-	}
-	return o
-}
-
-// waitReady waits until the NativeCCM is Ready, Gated and Healthy with a
-// leader.
-func waitReady(t *testing.T, ctx context.Context, name string) {
-	t.Helper()
-	var last *v1.NativeCCM
-	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 4*time.Minute, true, func(context.Context) (bool, error) {
-		last = getNativeCCM(t, ctx, name)
-		return isTrue(last, "Ready") && isTrue(last, v1.GatedCondition) && isTrue(last, v1.HealthyCondition) && last.Status.Leader != nil, nil
-	}); err != nil {
-		t.Fatalf("NativeCCM %s not Ready, Gated and Healthy with a leader: %+v", name, last.Status)
-	}
-}
-
-func isTrue(o *v1.NativeCCM, ctype string) bool {
-	for _, c := range o.Status.Conditions {
-		if c.Type == ctype {
-			return c.Status == metav1.ConditionTrue
-		}
-	}
-	return false
 }
 
 func tail(s string, n int) string {

@@ -45,6 +45,7 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 	"github.com/hybrid-ccm/hybrid-ccm/test/fakeec2"
 	"github.com/hybrid-ccm/hybrid-ccm/test/podrunner"
+	"github.com/hybrid-ccm/hybrid-ccm/test/netns"
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
@@ -133,7 +134,7 @@ func Run(ctx context.Context, o Options) (err error) {
 		return ErrNotRoot
 	}
 	if Isolated() {
-		if err := loopbackUp(); err != nil {
+		if err := netns.LoopbackUp(); err != nil {
 			return err
 		}
 	}

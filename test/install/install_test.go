@@ -178,7 +178,7 @@ func TestInstallAsDocumented(t *testing.T) {
 	for _, name := range []string{"aws", "hcloud", "gcp"} {
 		waitReady(t, ctx, name)
 	}
-	if o := getNativeCCM(t, ctx, "digital-ocean"); o.Status.Release != nil {
+	if o := chartstest.NativeCCM(t, ctx, env.Config, "digital-ocean"); o.Status.Release != nil {
 		t.Errorf("suspended NativeCCM digital-ocean has release %+v", o.Status.Release)
 	}
 
@@ -243,7 +243,7 @@ func TestInstallAsDocumented(t *testing.T) {
 
 	// NativeCCM Ready follows the native CCM's pods and lease, not Helm.
 	t.Run("LeaderPodDeleted", func(t *testing.T) {
-		old := getNativeCCM(t, ctx, "hcloud").Status.Leader.Pod
+		old := chartstest.NativeCCM(t, ctx, env.Config, "hcloud").Status.Leader.Pod
 		deletePod(t, ctx, old)
 		o := waitNativeCCM(t, ctx, "hcloud", "the leader's pod is gone", func(o *v1.NativeCCM) bool { return isFalse(o, "Ready") })
 		t.Logf("leader pod %s deleted: Ready=False %s", old, reason(o, "Ready"))
@@ -263,7 +263,7 @@ func TestInstallAsDocumented(t *testing.T) {
 		if err := env.Client.RbacV1().RoleBindings(namespace).Delete(ctx, binding, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		deletePod(t, ctx, getNativeCCM(t, ctx, "hcloud").Status.Leader.Pod)
+		deletePod(t, ctx, chartstest.NativeCCM(t, ctx, env.Config, "hcloud").Status.Leader.Pod)
 		o := waitNativeCCM(t, ctx, "hcloud", "crash-looping", func(o *v1.NativeCCM) bool {
 			return isFalse(o, "Ready") && reason(o, "Ready") == "CrashLooping"
 		})
@@ -291,7 +291,7 @@ func TestInstallAsDocumented(t *testing.T) {
 // projected there: the probe can find a credential where there is one.
 func ccmHoldsNoAPICredential(t *testing.T, ctx context.Context, runner *podrunner.Runner, name string) {
 	t.Helper()
-	o := getNativeCCM(t, ctx, name)
+	o := chartstest.NativeCCM(t, ctx, env.Config, name)
 	if o.Status.Leader == nil {
 		t.Fatalf("NativeCCM %s has no leader", name)
 	}
@@ -422,7 +422,7 @@ func waitNativeCCM(t *testing.T, ctx context.Context, name, what string, cond fu
 	t.Helper()
 	var last *v1.NativeCCM
 	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
-		last = getNativeCCM(t, ctx, name)
+		last = chartstest.NativeCCM(t, ctx, env.Config, name)
 		return cond(last), nil
 	}); err != nil {
 		t.Fatalf("NativeCCM %s: not %s: %+v", name, what, last.Status)
@@ -606,41 +606,13 @@ func approved(t *testing.T, ctx context.Context, n node) {
 	}
 }
 
-func getNativeCCM(t *testing.T, ctx context.Context, name string) *v1.NativeCCM {
-	t.Helper()
-	dyn, err := dynamic.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u, err := dyn.Resource(v1.GroupVersion.WithResource("nativeccms")).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("NativeCCM %s: %v", name, err)
-	}
-	b, err := json.Marshal(u.Object)
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := &v1.NativeCCM{}
-	if err := json.Unmarshal(b, o); err != nil {
-		t.Fatal(err)
-	}
-	return o
-}
-
-// waitReady waits until the NativeCCM is Ready, Gated and Healthy: one of
-// its release's pods holds its lease.
+// waitReady waits until the NativeCCM runs (Ready, Gated, Healthy), led by a
+// pod of its release.
 func waitReady(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
-	var last *v1.NativeCCM
-	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 4*time.Minute, true, func(context.Context) (bool, error) {
-		last = getNativeCCM(t, ctx, name)
-		// the patch helper writes conditions before the rest of the status
-		return isTrue(last, "Ready") && isTrue(last, v1.GatedCondition) && isTrue(last, v1.HealthyCondition) && last.Status.Leader != nil, nil
-	}); err != nil {
-		t.Fatalf("NativeCCM %s not Ready, Gated and Healthy with a leader: %+v", name, last.Status)
-	}
-	if last.Status.Leader == nil || !strings.HasPrefix(last.Status.Leader.Pod, "native-ccm-"+name) {
-		t.Errorf("NativeCCM %s: leader %+v, want a pod of native-ccm-%s", name, last.Status.Leader, name)
+	o := chartstest.WaitNativeCCMRunning(t, ctx, env.Config, name)
+	if !strings.HasPrefix(o.Status.Leader.Pod, "native-ccm-"+name) {
+		t.Errorf("NativeCCM %s: leader %+v, want a pod of native-ccm-%s", name, o.Status.Leader, name)
 	}
 }
 

@@ -32,11 +32,7 @@ func Main(run func() int) int {
 	if os.Getenv(marker) == "" {
 		return reexec()
 	}
-	if err := loopbackUp(); err != nil {
-		fmt.Fprintf(os.Stderr, "netns: bring lo up: %v\n", err)
-		return 1
-	}
-	if err := onlyLoopback(); err != nil {
+	if err := LoopbackUp(); err != nil {
 		fmt.Fprintf(os.Stderr, "netns: %v\n", err)
 		return 1
 	}
@@ -64,8 +60,17 @@ func reexec() int {
 	return 0
 }
 
-// loopbackUp sets IFF_UP on lo, which a new network namespace starts with down.
-func loopbackUp() error {
+// LoopbackUp sets IFF_UP on lo, which a new network namespace starts with
+// down, and checks that lo is the namespace's only interface. Main calls it;
+// a program that makes its own namespace (hybridctl demo) calls it inside.
+func LoopbackUp() error {
+	if err := setLoopbackUp(); err != nil {
+		return fmt.Errorf("bring lo up: %w", err)
+	}
+	return onlyLoopback()
+}
+
+func setLoopbackUp() error {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return err

@@ -16,18 +16,24 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 
+	v1alpha1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
 
@@ -182,4 +188,40 @@ func InstallUmbrella(tb testing.TB, ctx context.Context, kubeconfig, namespace, 
 	if _, err := in.RunWithContext(ctx, Umbrella(tb), values); err != nil {
 		tb.Fatalf("helm install %s: %v", release, err)
 	}
+}
+
+// NativeCCM reads the NativeCCM name from the API server of cfg (through the
+// dynamic client, as kubectl would), or fails the test.
+func NativeCCM(tb testing.TB, ctx context.Context, cfg *rest.Config, name string) *v1alpha1.NativeCCM {
+	tb.Helper()
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	u, err := dyn.Resource(v1alpha1.GroupVersion.WithResource("nativeccms")).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		tb.Fatalf("NativeCCM %s: %v", name, err)
+	}
+	o := &v1alpha1.NativeCCM{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, o); err != nil {
+		tb.Fatalf("NativeCCM %s: %v", name, err)
+	}
+	return o
+}
+
+// WaitNativeCCMRunning waits until the NativeCCM is Ready, Gated and Healthy
+// with a leader (the patch helper writes conditions before the rest of the
+// status), or fails the test with its last status.
+func WaitNativeCCMRunning(tb testing.TB, ctx context.Context, cfg *rest.Config, name string) *v1alpha1.NativeCCM {
+	tb.Helper()
+	var last *v1alpha1.NativeCCM
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 4*time.Minute, true, func(context.Context) (bool, error) {
+		last = NativeCCM(tb, ctx, cfg, name)
+		return apimeta.IsStatusConditionTrue(last.Status.Conditions, "Ready") &&
+			apimeta.IsStatusConditionTrue(last.Status.Conditions, v1alpha1.GatedCondition) &&
+			apimeta.IsStatusConditionTrue(last.Status.Conditions, v1alpha1.HealthyCondition) && last.Status.Leader != nil, nil
+	}); err != nil {
+		tb.Fatalf("NativeCCM %s not Ready, Gated and Healthy with a leader: %+v", name, last.Status)
+	}
+	return last
 }
