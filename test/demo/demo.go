@@ -44,8 +44,8 @@ import (
 	v1alpha1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 	"github.com/hybrid-ccm/hybrid-ccm/test/fakeec2"
-	"github.com/hybrid-ccm/hybrid-ccm/test/podrunner"
 	"github.com/hybrid-ccm/hybrid-ccm/test/netns"
+	"github.com/hybrid-ccm/hybrid-ccm/test/podrunner"
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
