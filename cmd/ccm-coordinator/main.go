@@ -125,7 +125,7 @@ func main() {
 		// The gate: every release gets the ccm-gate sidecar (the view) and an
 		// admission policy (the fence). There is deliberately no switch to turn
 		// it off: an ungated native CCM deletes other platforms' nodes.
-		Mutators: gate.Coordinator{Client: mgr.GetClient(), Image: *gateImage,
+		Mutators: gate.Coordinator{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Image: *gateImage,
 			ImagePullPolicy: corev1.PullPolicy(*gatePull)}.Mutators,
 		Namespace:            *namespace,
 		UninstallGracePeriod: *grace,

@@ -238,16 +238,9 @@ func (r *NativeCCMReconciler) reconcileDelete(ctx context.Context, obj *v1.Nativ
 	if err := r.deleteLease(ctx, name); err != nil {
 		return ctrl.Result{}, err
 	}
-	// Then the fence, explicitly: the owner reference to the NativeCCM removes
-	// it only where a garbage collector runs (not in every control plane), and
-	// only after the NativeCCM is gone. After the release: the uninstall has
-	// already taken the CCM's RBAC, so there is no moment with an unfenced CCM.
-	if err := gate.DeletePolicy(ctx, r.Client, obj.Name); err != nil {
-		err = fmt.Errorf("remove the fence of NativeCCM %s: %w", obj.Name, err)
-		conditions.MarkFalse(obj, meta.ReadyCondition, v1.UninstallFailedReason, "%s", err)
-		r.event(obj, corev1.EventTypeWarning, v1.UninstallFailedReason, err.Error())
-		return ctrl.Result{}, err
-	}
+	// The fence needs no clean-up: its parameter for this CCM is the
+	// NativeCCM itself, which goes once the finalizer is removed, after the
+	// uninstall has taken the CCM's RBAC.
 	controllerutil.RemoveFinalizer(obj, v1.Finalizer)
 	// Only the finalizer changes; the deferred summary skips the status.
 	return ctrl.Result{}, r.Update(ctx, obj)

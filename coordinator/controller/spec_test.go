@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -11,7 +12,6 @@ import (
 
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/runtime/conditions"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -77,56 +77,35 @@ func requestReconcile(t *testing.T, name string) {
 	})
 }
 
-// fence returns the NativeCCM's policy and binding; nil when absent.
-func fence(t *testing.T, name string) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
-	t.Helper()
-	p := &admissionregistrationv1.ValidatingAdmissionPolicy{}
-	if err := k8s.Get(ctxT(t), client.ObjectKey{Name: gate.PolicyName(name)}, p); apierrors.IsNotFound(err) {
-		p = nil
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	b := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
-	if err := k8s.Get(ctxT(t), client.ObjectKey{Name: gate.PolicyName(name)}, b); apierrors.IsNotFound(err) {
-		b = nil
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return p, b
-}
-
-// TestDeleteRemovesFence: deleting a gated NativeCCM removes its release and
-// then its fence. This control plane has no garbage collector, so the owner
-// reference alone would leave the policy and binding behind.
-func TestDeleteRemovesFence(t *testing.T) {
+// TestGateStatusAndDelete: a gated NativeCCM carries the fence's parameters
+// in status.gate (its ServiceAccount, the profile's providerID prefixes) and
+// the Gated condition names the policy; deleting it removes its release, and
+// the fence itself, which all native CCMs share and the chart owns, stays.
+func TestGateStatusAndDelete(t *testing.T) {
 	hcloudSecret(t)
 	createNode(t, "fa-1", "fence-a", "hcloud://9001")
 	obj := &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "fence-a"}, Spec: v1.NativeCCMSpec{Platform: "fence-a"}}
 	createNativeCCM(t, obj)
 	got := waitCondition(t, "fence-a", meta.ReadyCondition, metav1.ConditionTrue, v1.InstallSucceededReason)
-	if !conditions.IsTrue(got, v1.GatedCondition) {
+	if !conditions.IsTrue(got, v1.GatedCondition) || !strings.Contains(conditions.GetMessage(got, v1.GatedCondition), gate.DefaultFenceName) {
 		t.Fatalf("not gated: %+v", got.Status.Conditions)
 	}
-	policy, binding := fence(t, "fence-a")
-	if policy == nil || binding == nil {
-		t.Fatalf("fence not written: policy %v, binding %v", policy != nil, binding != nil)
-	}
-	for _, o := range []metav1.Object{policy, binding} {
-		if refs := o.GetOwnerReferences(); len(refs) != 1 || refs[0].Kind != v1.NativeCCMKind || refs[0].UID != got.UID {
-			t.Errorf("%s owners %+v, want the NativeCCM %s", o.GetName(), refs, got.UID)
-		}
+	want := &v1.GateStatus{Policy: gate.DefaultFenceName, ServiceAccount: releaseNamespace + "/native-ccm-fence-a", ProviderIDPrefixes: []string{"hcloud://", "hrobot://"}}
+	if !reflect.DeepEqual(got.Status.Gate, want) {
+		t.Fatalf("status.gate %+v, want %+v", got.Status.Gate, want)
 	}
 
 	if err := k8s.Delete(ctxT(t), obj); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "NativeCCM, release and fence gone", func() (bool, string) {
+	eventually(t, "NativeCCM and release gone", func() (bool, string) {
 		err := k8s.Get(ctxT(t), client.ObjectKey{Name: "fence-a"}, &v1.NativeCCM{})
 		_, derr := getDeployment(t, "native-ccm-fence-a")
-		p, b := fence(t, "fence-a")
-		return apierrors.IsNotFound(err) && apierrors.IsNotFound(derr) && p == nil && b == nil,
-			fmt.Sprintf("nativeccm: %v, deployment: %v, policy left: %v, binding left: %v", err, derr, p != nil, b != nil)
+		return apierrors.IsNotFound(err) && apierrors.IsNotFound(derr), fmt.Sprintf("nativeccm: %v, deployment: %v", err, derr)
 	})
+	if err := gate.CheckFence(ctxT(t), k8s, gate.Fence{Namespace: releaseNamespace}); err != nil {
+		t.Fatalf("the shared fence did not survive a NativeCCM: %v", err)
+	}
 }
 
 // TestInstallAlways: install: Always installs without a single node of the
@@ -370,17 +349,15 @@ func TestGatedUpstreamChart(t *testing.T) {
 		t.Errorf("kubeconfig does not point at the gate with the gate's client token:\n%s", kc)
 	}
 
-	// the fence: this NativeCCM's policy, for the release's ServiceAccount, enforced
-	policy, binding := fence(t, name)
-	if policy == nil || binding == nil {
-		t.Fatalf("fence not written: policy %v, binding %v", policy != nil, binding != nil)
-	}
+	// the fence: its parameters for this NativeCCM, enforced for the
+	// release's ServiceAccount
 	user := gatetest.Username(releaseNamespace, rel)
-	if len(policy.Spec.MatchConditions) != 1 || !strings.Contains(policy.Spec.MatchConditions[0].Expression, `"`+user+`"`) {
-		t.Errorf("policy match conditions %+v, want user %s", policy.Spec.MatchConditions, user)
+	var gated v1.NativeCCM
+	if err := k8s.Get(ctxT(t), client.ObjectKey{Name: name}, &gated); err != nil {
+		t.Fatal(err)
 	}
-	if binding.Spec.PolicyName != policy.Name || policy.Labels["hybridccm.io/nativeccm"] != name {
-		t.Errorf("binding %+v, policy labels %v", binding.Spec, policy.Labels)
+	if g := gated.Status.Gate; g == nil || g.ServiceAccount != releaseNamespace+"/"+rel || len(g.ProviderIDPrefixes) == 0 {
+		t.Fatalf("status.gate %+v, want ServiceAccount %s/%s and the profile's prefixes", g, releaseNamespace, rel)
 	}
 	cfg, err := gatetest.ServiceAccountUser(env, releaseNamespace, rel)
 	if err != nil {
@@ -405,24 +382,22 @@ func TestGatedUpstreamChart(t *testing.T) {
 	}
 }
 
-// TestTransientFenceErrorIsRetried: the API server refuses the fence for a
-// while (its writer's permission is gone: validating admission policies cannot
-// match admission policies, so RBAC is the obstacle): that is no
-// configuration error, so the NativeCCM is retried (Reconciling,
-// ProgressingWithRetry; never Stalled), nothing is installed unfenced, and it
-// becomes Ready on its own once the fence can be written, without a change of
-// its spec.
+// TestTransientFenceErrorIsRetried: the API server refuses to show the fence
+// for a while (its reader's permission is gone): that is no configuration
+// error, so the NativeCCM is retried (Reconciling, ProgressingWithRetry; never
+// Stalled), nothing is installed unfenced, and it becomes Ready on its own
+// once the fence can be read, without a change of its spec.
 func TestTransientFenceErrorIsRetried(t *testing.T) {
 	const name = "fence-b"
 	ctx := ctxT(t)
-	if err := k8s.Delete(ctx, fenceWriterBinding()); err != nil {
+	if err := k8s.Delete(ctx, fenceReaderBinding()); err != nil {
 		t.Fatal(err)
 	}
 	restored := false
 	restore := func() {
 		if !restored {
 			restored = true
-			if err := k8s.Create(context.Background(), fenceWriterBinding()); err != nil {
+			if err := k8s.Create(context.Background(), fenceReaderBinding()); err != nil {
 				t.Error(err)
 			}
 		}

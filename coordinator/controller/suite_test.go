@@ -138,14 +138,19 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 	must(err)
 	// What the ccm-coordinator chart ships: the ClusterRole native CCMs are bound to.
 	must(k8s.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: release.LifecycleClusterRole}, Rules: release.LifecycleRules()}))
-	// The fence is written by a user of its own whose permission
-	// TestTransientFenceErrorIsRetried takes away for a while.
-	must(k8s.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: fenceWriter},
+	// What the chart ships too: the fence, for the native CCMs of the release
+	// namespace. The coordinator reads it as a user with exactly the chart's
+	// right (get, by name) whose permission TestTransientFenceErrorIsRetried
+	// takes away for a while.
+	_, err = gate.EnsureFence(ctx, k8s, gate.Fence{Namespace: releaseNamespace})
+	must(err)
+	must(k8s.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: fenceReader},
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"admissionregistration.k8s.io"},
-			Resources: []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"},
-			Verbs:     []string{"get", "list", "watch", "create", "update", "patch", "delete"}}}}))
-	must(k8s.Create(ctx, fenceWriterBinding()))
-	fenceCfg, err := e.AddUser(fenceWriter)
+			Resources:     []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"},
+			ResourceNames: []string{gate.DefaultFenceName},
+			Verbs:         []string{"get"}}}}))
+	must(k8s.Create(ctx, fenceReaderBinding()))
+	fenceCfg, err := e.AddUser(fenceReader)
 	must(err)
 	fenceClient, err := client.New(fenceCfg, client.Options{Scheme: NewScheme()})
 	must(err)
@@ -157,9 +162,9 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 		EventRecorder: rec,
 		Engine:        release.NewEngine(e.Config, release.Options{Wait: false, Timeout: time.Minute, Log: ctrl.Log.WithName("helm")}),
 		Profiles:      profiles,
-		// The gate, wired as cmd/ccm-coordinator wires it: every release gets
-		// the fence and the ccm-gate sidecar.
-		Mutators:             gate.Coordinator{Client: fenceClient, Image: gateImage}.Mutators,
+		// The gate, wired as cmd/ccm-coordinator wires it: every release is
+		// checked against the fence, gets its parameters and the ccm-gate sidecar.
+		Mutators:             gate.Coordinator{Client: mgr.GetClient(), Reader: fenceClient, Image: gateImage}.Mutators,
 		Namespace:            releaseNamespace,
 		UninstallGracePeriod: 2 * time.Second,
 		RetryInterval:        time.Second,
@@ -185,13 +190,13 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 	return stopped
 }
 
-// fenceWriter is the user (and ClusterRole) that writes the fences.
-const fenceWriter = "test:fence-writer"
+// fenceReader is the user (and ClusterRole) that reads the fence.
+const fenceReader = "test:fence-reader"
 
-func fenceWriterBinding() *rbacv1.ClusterRoleBinding {
-	return &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: fenceWriter},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: fenceWriter},
-		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: fenceWriter}}}
+func fenceReaderBinding() *rbacv1.ClusterRoleBinding {
+	return &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: fenceReader},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: fenceReader},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: fenceReader}}}
 }
 
 func zapLevel() zapcore.Level {

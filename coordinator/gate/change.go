@@ -85,29 +85,34 @@ func changeVariables() []admissionregistrationv1.Variable {
 }
 
 // changeValidations deny every change of an own node but the shutdown taint.
-func changeValidations(who string) []admissionregistrationv1.Validation {
-	prefix := "hybrid-ccm gate: " + who + " may not change "
+// guard makes a validation apply only to the requester's own NativeCCM; who is
+// a CEL expression naming the requester.
+func changeValidations(guard func(string) string, who string) []admissionregistrationv1.Validation {
+	const static = "hybrid-ccm gate: a native CCM may not change "
 	allowed := ": on its own nodes a native CCM may only add or remove the taint " + ShutdownTaintKey + ":" + ShutdownTaintEffect + " and delete them"
 	deny := func(expr, what, msgExpr string) admissionregistrationv1.Validation {
 		return admissionregistrationv1.Validation{
-			Expression:        expr,
-			Message:           prefix + what + allowed,
+			Expression:        guard(expr),
+			Message:           static + what + allowed,
 			MessageExpression: msgExpr,
 			Reason:            ptr.To(metav1.StatusReasonForbidden),
 		}
 	}
+	prefix := func(what string) string {
+		return cel(lit("hybrid-ccm gate: "), who, lit(strings.TrimSuffix(" may not change "+what, " ")+" "))
+	}
 	named := func(what, list string) string {
-		return cel(lit(strings.TrimSuffix(prefix+what, " ")+" "), list+".join(', ')", lit(" of node "), "request.name", lit(allowed))
+		return cel(prefix(what), list+".join(', ')", lit(" of node "), "request.name", lit(allowed))
 	}
 	return []admissionregistrationv1.Validation{
 		deny("!variables.isUpdate || request.?subResource.orValue('') == ''", "the status of a node",
-			cel(lit(prefix+"the status of node "), "request.name", lit(allowed))),
+			cel(prefix("the status of node"), "request.name", lit(allowed))),
 		deny("size(variables.changedLabels) == 0", "the labels of a node", named("the label(s)", "variables.changedLabels")),
 		deny("size(variables.changedAnnotations) == 0", "the annotations of a node", named("the annotation(s)", "variables.changedAnnotations")),
 		deny("size(variables.changedMetadata) == 0", "the finalizers or owner references of a node", named("", "variables.changedMetadata")),
 		deny("size(variables.changedSpec) == 0", "the spec of a node", named("", "variables.changedSpec")),
 		deny("size(variables.changedTaints) == 0", "taints other than the shutdown taint", named("the taint(s)", "variables.changedTaints")),
 		deny("variables.shutdownTaintAsUpstream", "the value of the shutdown taint",
-			cel(lit(prefix+"the value of the taint "+ShutdownTaintKey+" of node "), "request.name", lit(allowed))),
+			cel(prefix("the value of the taint "+ShutdownTaintKey+" of node"), "request.name", lit(allowed))),
 	}
 }

@@ -13,11 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/cloud-provider/controllers/nodelifecycle"
 	cloudnodeutil "k8s.io/cloud-provider/node/helpers"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/gatetest"
@@ -58,16 +56,21 @@ func TestFenceOwnNodeChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.New(e.Config, client.Options{Scheme: clientgoscheme.Scheme})
+	c, err := gatetest.Client(e.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
 	const platform = "owned"
-	fence := gate.Fence{NativeCCM: "owned", Platform: platform, Username: gatetest.Username(ns, sa), ProviderIDPrefixes: []string{"hcloud://"}}
-	if _, err := gate.EnsurePolicy(ctx, c, fence); err != nil {
+	if err := gatetest.InstallFence(ctx, c, ns); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = gate.DeletePolicy(context.Background(), c, "owned") })
+	remove, err := gatetest.FenceParam(ctx, c, "owned", platform, "hcloud://")
+	if remove != nil {
+		t.Cleanup(remove)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	// The node as kubelet, talos-ccm and an admin left it.
 	adminTaint := corev1.Taint{Key: "example.com/maintenance", Value: "admin", Effect: corev1.TaintEffectNoExecute}

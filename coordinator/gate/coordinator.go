@@ -2,10 +2,13 @@ package gate
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"reflect"
 
 	"github.com/fluxcd/pkg/runtime/conditions"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -26,49 +29,84 @@ const (
 // Coordinator wires the gate into every release of the NativeCCM reconciler.
 // Its Mutators method is a coordinator/controller.MutatorsFunc:
 //
-//	r.Mutators = gate.Coordinator{Client: mgr.GetClient(), Image: gateImage}.Mutators
+//	r.Mutators = gate.Coordinator{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Image: gateImage}.Mutators
 type Coordinator struct {
-	// Client writes the fence (admissionregistration.k8s.io/v1 policies and
-	// bindings).
+	// Client writes the NativeCCM's status.gate (the fence's parameters).
 	Client client.Client
+	// Reader reads the fence's policy and binding by name (uncached: the
+	// coordinator may get those two objects and nothing else of
+	// admissionregistration.k8s.io).
+	Reader client.Reader
+	// FenceName names the fence policy and binding; default DefaultFenceName.
+	FenceName string
 	// Image of ccm-gate.
 	Image string
 	// ImagePullPolicy of ccm-gate; empty: Kubernetes' default.
 	ImagePullPolicy corev1.PullPolicy
 }
 
-// Mutators ensures the NativeCCM's fence (owned by the NativeCCM, so it goes
-// with it) before the release is installed or upgraded, and returns the
-// sidecar mutator that adds the view. It records the Gated condition. Errors
-// that wrap ErrConfig need a change of the NativeCCM or profile; others (the
-// API server) are worth a retry.
+// Mutators checks that the fence is installed and current, writes the
+// NativeCCM's status.gate (what the fence enforces for it) before the release
+// is installed or upgraded, and returns the sidecar mutator that adds the
+// view. It records the Gated condition. Errors that wrap ErrConfig need a
+// change of the NativeCCM or profile; others (a missing fence, the API
+// server) are worth a retry.
 func (g Coordinator) Mutators(ctx context.Context, obj *v1.NativeCCM, p *profile.Profile, l release.Lifecycle) ([]release.Mutator, error) {
-	f := Fence{
-		NativeCCM:          obj.Name,
-		Platform:           obj.Spec.Platform,
-		Username:           l.Username(),
-		ProviderIDPrefixes: p.ProviderIDPrefixes,
-	}
-	if obj.UID != "" {
-		f.Owner = OwnerReference(obj)
-	}
-	changed, err := EnsurePolicy(ctx, g.Client, f)
-	if err != nil {
+	fail := func(err error) ([]release.Mutator, error) {
 		conditions.MarkFalse(obj, v1.GatedCondition, GateFailedReason, "%s", err)
 		return nil, err
 	}
-	if changed {
-		ctrl.LoggerFrom(ctx).Info("fence written", "policy", PolicyName(obj.Name), "platform", f.Platform, "user", f.Username)
+	f := Fence{Name: g.FenceName, Namespace: l.Namespace}
+	if l.Username() != f.Username(obj.Name) {
+		return fail(fmt.Errorf("%w: the release runs as %s, but the fence confines %s", ErrConfig, l.Username(), f.Username(obj.Name)))
+	}
+	if err := ValidatePrefixes(p.ProviderIDPrefixes); err != nil {
+		return fail(fmt.Errorf("profile %s: %w", p.Name, err))
+	}
+	reader := g.Reader
+	if reader == nil {
+		reader = g.Client
+	}
+	if err := CheckFence(ctx, reader, f); err != nil {
+		return fail(err)
+	}
+	want := &v1.GateStatus{
+		Policy:             f.name(),
+		ServiceAccount:     l.Namespace + "/" + l.ServiceAccountName(),
+		ProviderIDPrefixes: append([]string(nil), p.ProviderIDPrefixes...),
+	}
+	if !reflect.DeepEqual(obj.Status.Gate, want) {
+		if err := g.writeGateStatus(ctx, obj, want); err != nil {
+			return fail(err)
+		}
+		ctrl.LoggerFrom(ctx).Info("fence parameters written", "policy", want.Policy, "serviceAccount", want.ServiceAccount, "providerIDPrefixes", want.ProviderIDPrefixes)
 	}
 	s := SidecarFor(l, g.Image)
 	s.ImagePullPolicy = g.ImagePullPolicy
 	if err := s.validate(); err != nil {
-		err = fmt.Errorf("gate sidecar: %w", err)
-		conditions.MarkFalse(obj, v1.GatedCondition, GateFailedReason, "%s", err)
-		return nil, err
+		return fail(fmt.Errorf("gate sidecar: %w", err))
 	}
 	conditions.MarkTrue(obj, v1.GatedCondition, GateEnforcedReason,
 		"admission policy %s lets %s change only nodes labelled %s=%s with providerID %v; ccm-gate shows it only those nodes",
-		PolicyName(obj.Name), f.Username, v1.PlatformLabel, f.Platform, f.ProviderIDPrefixes)
+		want.Policy, l.Username(), v1.PlatformLabel, obj.Spec.Platform, want.ProviderIDPrefixes)
 	return []release.Mutator{s}, nil
+}
+
+// writeGateStatus patches status.gate alone, now: the fence must know the
+// prefixes before the release's pods start (until then it denies every
+// change). A NativeCCM not yet stored (no UID) only gets the field in memory.
+func (g Coordinator) writeGateStatus(ctx context.Context, obj *v1.NativeCCM, want *v1.GateStatus) error {
+	obj.Status.Gate = want
+	if obj.UID == "" {
+		return nil
+	}
+	body, err := json.Marshal(map[string]any{"status": map[string]any{"gate": want}})
+	if err != nil {
+		return err
+	}
+	patched := obj.DeepCopy()
+	if err := g.Client.Status().Patch(ctx, patched, client.RawPatch(types.MergePatchType, body)); err != nil {
+		return fmt.Errorf("gate: writing status.gate of NativeCCM %s: %w", obj.Name, err)
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -15,118 +16,158 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 )
 
 const (
-	// policyPrefix starts the name of every fence policy and binding.
-	policyPrefix = "hybridccm-fence-"
-	// DigestAnnotation records the digest of the desired fence on its objects;
-	// EnsurePolicy writes only when it changes.
+	// DefaultFenceName names the fence's ValidatingAdmissionPolicy and its
+	// binding, as the ccm-coordinator chart ships them.
+	DefaultFenceName = "native-ccm-fence.hybridccm.io"
+	// DigestAnnotation records the digest of the fence's logic on its objects
+	// (the same for every namespace), so that the coordinator can tell a fence
+	// of another version from its own.
 	DigestAnnotation = "hybridccm.io/fence-digest"
-	// FieldOwner is the field manager of the fence objects.
+	// FieldOwner is the field manager of the fence objects when EnsureFence
+	// writes them (tests and the demo; in a cluster the chart does).
 	FieldOwner = "ccm-coordinator"
 )
 
-// Fence is the admission policy of one NativeCCM.
+// Fence is the one admission policy that confines every native CCM of a
+// coordinator. The ccm-coordinator chart ships it (templates/fence.yaml,
+// generated from this type by `make generate`), so the coordinator needs no
+// right to write admission policies: it cannot delete or loosen a fence.
+//
+// The policy takes the NativeCCMs as parameters (paramKind NativeCCM, every
+// NativeCCM selected) and is evaluated once per NativeCCM. An evaluation
+// applies only when the requester is that NativeCCM's ServiceAccount,
+// system:serviceaccount:<Namespace>:native-ccm-<name> (derived from the name,
+// never read from status); it then allows what cloud-node-lifecycle needs on
+// nodes labelled with spec.platform whose providerID starts with one of
+// status.gate.providerIDPrefixes (which the coordinator writes from the
+// profile before it installs anything), and denies everything else with a
+// message naming the NativeCCM, the node and the field. Requests of other
+// identities are not matched at all.
 type Fence struct {
-	// NativeCCM is the name of the NativeCCM; it names the policy and appears in
-	// every denial.
-	NativeCCM string
-	// Platform is the value of the platform label the CCM owns.
-	Platform string
-	// Username is the API server user name of the CCM's ServiceAccount,
-	// system:serviceaccount:<namespace>:<name> (release.Lifecycle.Username).
-	Username string
-	// ProviderIDPrefixes are the profile's providerID prefixes.
-	ProviderIDPrefixes []string
-	// PlatformLabel is the routing label key; default v1alpha1.PlatformLabel.
-	PlatformLabel string
-	// Owner, when set, owns the policy and binding (the NativeCCM), so that they
-	// are garbage-collected with it.
-	Owner *metav1.OwnerReference
+	// Name of the policy and binding; default DefaultFenceName.
+	Name string
+	// Namespace is the coordinator's release namespace, where the native CCMs'
+	// ServiceAccounts live.
+	Namespace string
 }
 
-// ErrConfig marks errors that only a change of the NativeCCM or its profile
-// can fix (an empty platform, no providerID prefixes, ...). Other errors from
-// this package are API errors worth retrying.
+// ErrConfig marks errors that only a change of the NativeCCM, its profile or
+// the installation can fix. Other errors from this package are API errors
+// worth retrying.
 var ErrConfig = errors.New("invalid gate configuration")
 
-// PolicyName is the name of the policy and of its binding for a NativeCCM.
-func PolicyName(nativeCCM string) string { return policyPrefix + nativeCCM }
+// ErrFenceNotInstalled means the fence policy or binding is absent or not the
+// one this coordinator expects: the ccm-coordinator chart of the same version
+// installs it. Nothing is installed until it is there.
+var ErrFenceNotInstalled = errors.New("fence not installed")
 
-// Policy renders the fence of a NativeCCM: see Fence.Objects.
-func Policy(nativeCCM, platform, username string, providerIDPrefixes []string) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding, error) {
-	return Fence{NativeCCM: nativeCCM, Platform: platform, Username: username, ProviderIDPrefixes: providerIDPrefixes}.Objects()
-}
-
-func (f Fence) label() string {
-	if f.PlatformLabel == "" {
-		return v1.PlatformLabel
+func (f Fence) name() string {
+	if f.Name == "" {
+		return DefaultFenceName
 	}
-	return f.PlatformLabel
+	return f.Name
 }
 
-// Validate reports fields that would make a fence meaningless or open.
+// Username is the user name the fence confines for a NativeCCM.
+func (f Fence) Username(nativeCCM string) string {
+	return "system:serviceaccount:" + f.Namespace + ":" + v1.ReleasePrefix + nativeCCM
+}
+
+// Validate reports fields that would make the fence meaningless or open.
 func (f Fence) Validate() error {
 	var errs []error
-	if msgs := validation.IsDNS1123Subdomain(PolicyName(f.NativeCCM)); f.NativeCCM == "" || len(msgs) > 0 {
-		errs = append(errs, fmt.Errorf("nativeCCM %q: not usable in a policy name: %s", f.NativeCCM, strings.Join(msgs, "; ")))
+	if msgs := validation.IsDNS1123Subdomain(f.name()); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("name %q: %s", f.name(), strings.Join(msgs, "; ")))
 	}
-	// An empty platform would match every unlabelled node.
-	if msgs := validation.IsValidLabelValue(f.Platform); f.Platform == "" || len(msgs) > 0 {
-		errs = append(errs, fmt.Errorf("platform %q: must be a non-empty label value: %s", f.Platform, strings.Join(msgs, "; ")))
-	}
-	if msgs := validation.IsQualifiedName(f.label()); len(msgs) > 0 {
-		errs = append(errs, fmt.Errorf("platformLabel %q: %s", f.label(), strings.Join(msgs, "; ")))
-	}
-	if !strings.HasPrefix(f.Username, "system:serviceaccount:") || strings.Count(f.Username, ":") != 3 {
-		errs = append(errs, fmt.Errorf("username %q: want system:serviceaccount:<namespace>:<name>", f.Username))
-	}
-	if len(f.ProviderIDPrefixes) == 0 {
-		errs = append(errs, errors.New("providerIDPrefixes: at least one is required"))
-	}
-	for i, p := range f.ProviderIDPrefixes {
-		// A prefix must at least end the scheme: "" or "h" would match foreign IDs.
-		if !strings.Contains(p, ":") {
-			errs = append(errs, fmt.Errorf("providerIDPrefixes[%d] %q: must contain the scheme (e.g. hcloud://)", i, p))
-		}
+	if msgs := validation.IsDNS1123Label(f.Namespace); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("namespace %q: %s", f.Namespace, strings.Join(msgs, "; ")))
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("%w: fence of NativeCCM %q: %w", ErrConfig, f.NativeCCM, errors.Join(errs...))
+		return fmt.Errorf("%w: fence: %w", ErrConfig, errors.Join(errs...))
 	}
 	return nil
 }
 
+// ValidatePrefixes reports providerID prefixes the fence would not accept as
+// proof of ownership: an empty or very short prefix ("h", "aws") would match
+// other clouds' IDs.
+func ValidatePrefixes(prefixes []string) error {
+	var errs []error
+	if len(prefixes) == 0 {
+		errs = append(errs, errors.New("providerIDPrefixes: at least one is required"))
+	}
+	if len(prefixes) > maxPrefixes {
+		errs = append(errs, fmt.Errorf("providerIDPrefixes: %d, at most %d", len(prefixes), maxPrefixes))
+	}
+	for i, p := range prefixes {
+		if len(p) < minPrefix || len(p) > 64 || strings.ContainsAny(p, " \t\r\n") {
+			errs = append(errs, fmt.Errorf("providerIDPrefixes[%d] %q: must be %d to 64 characters without spaces (e.g. hcloud://)", i, p, minPrefix))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrConfig, errors.Join(errs...))
+	}
+	return nil
+}
+
+// Limits of status.gate.providerIDPrefixes (the CRD says the same).
+const (
+	maxPrefixes = 8
+	minPrefix   = 4
+)
+
 // Objects renders the ValidatingAdmissionPolicy and its binding.
 //
 // The policy matches CREATE, UPDATE (which includes PATCH) and DELETE of nodes
-// and nodes/status, only for requests by the CCM's user (matchConditions), with
-// failurePolicy Fail so that an evaluation error denies. It holds the facts
-// verified on real API servers: object is null on DELETE and every object read
-// is guarded; absent labels and providerIDs are read with CEL optionals.
+// and nodes/status, only for requests by native CCM ServiceAccounts of the
+// namespace (matchConditions), with failurePolicy Fail so that an evaluation
+// error denies. It holds the facts verified on real API servers: object
+// is null on DELETE and every object read is guarded; absent labels,
+// providerIDs and status fields are read with CEL optionals.
 func (f Fence) Objects() (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding, error) {
 	if err := f.Validate(); err != nil {
 		return nil, nil, err
 	}
-	name := PolicyName(f.NativeCCM)
-	label := celString(f.label())
-	platform := celString(f.Platform)
-	prefixes := make([]string, len(f.ProviderIDPrefixes))
-	for i, p := range f.ProviderIDPrefixes {
-		prefixes[i] = celString(p)
-	}
-	who := "NativeCCM " + f.NativeCCM + " (" + f.Username + ")"
-	prefixList := "[" + strings.Join(prefixes, ", ") + "]"
+	p, b := f.render(f.Namespace)
+	d := FenceDigest()
+	p.Annotations = map[string]string{DigestAnnotation: d}
+	b.Annotations = map[string]string{DigestAnnotation: d}
+	return p, b, nil
+}
+
+// digestNamespace stands for the namespace in FenceDigest and FenceTemplate.
+const digestNamespace = "@NAMESPACE@"
+
+// FenceDigest identifies the fence's logic, whatever the name and namespace.
+func FenceDigest() string {
+	p, b := Fence{Name: DefaultFenceName}.render(digestNamespace)
+	buf, _ := json.Marshal([]any{p.Spec, b.Spec})
+	return fmt.Sprintf("%x", sha256.Sum256(buf))[:16]
+}
+
+func (f Fence) render(namespace string) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+	name := f.name()
+	label := celString(v1.PlatformLabel)
+	saPrefix := "system:serviceaccount:" + namespace + ":" + v1.ReleasePrefix
 	verb := `(request.operation == 'DELETE' ? 'delete' : (request.?subResource.orValue('') == '' ? 'change' : 'change the ' + request.subResource + ' of'))`
+	// Every validation applies only to the evaluation whose parameter is the
+	// requester's own NativeCCM.
+	mine := func(expr string) string { return "!variables.mine || (" + expr + ")" }
+	who := "variables.who"
 
 	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: "ValidatingAdmissionPolicy"},
-		ObjectMeta: f.meta(name),
+		ObjectMeta: meta(name),
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
 			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			ParamKind:     &admissionregistrationv1.ParamKind{APIVersion: v1.GroupVersion.String(), Kind: v1.NativeCCMKind},
 			MatchConstraints: &admissionregistrationv1.MatchResources{
 				NamespaceSelector: &metav1.LabelSelector{},
 				ObjectSelector:    &metav1.LabelSelector{},
@@ -146,93 +187,93 @@ func (f Fence) Objects() (*admissionregistrationv1.ValidatingAdmissionPolicy, *a
 			},
 			MatchConditions: []admissionregistrationv1.MatchCondition{{
 				Name:       "native-ccm-identity",
-				Expression: "request.userInfo.username == " + celString(f.Username),
+				Expression: "request.userInfo.username.startsWith(" + celString(saPrefix) + ")",
 			}},
 			Variables: append([]admissionregistrationv1.Variable{
+				{Name: "mine", Expression: "request.userInfo.username == " + celString(saPrefix) + " + params.metadata.name"},
+				{Name: "who", Expression: "'NativeCCM ' + params.metadata.name + ' (' + request.userInfo.username + ')'"},
+				{Name: "platform", Expression: "params.spec.platform"},
+				{Name: "prefixes", Expression: "params.?status.?gate.?providerIDPrefixes.orValue([]).filter(p, size(p) >= " + strconv.Itoa(minPrefix) + ")"},
 				{Name: "oldPlatform", Expression: "request.operation == 'CREATE' ? '' : oldObject.metadata.?labels[?" + label + "].orValue('')"},
 				{Name: "oldProviderID", Expression: "request.operation == 'CREATE' ? '' : oldObject.?spec.?providerID.orValue('')"},
 				{Name: "newPlatform", Expression: "request.operation == 'UPDATE' ? object.metadata.?labels[?" + label + "].orValue('') : ''"},
 				{Name: "newProviderID", Expression: "request.operation == 'UPDATE' ? object.?spec.?providerID.orValue('') : ''"},
-				{Name: "ownProviderID", Expression: "variables.oldProviderID != '' && " + prefixList + ".exists(p, variables.oldProviderID.startsWith(p))"},
+				{Name: "ownProviderID", Expression: "variables.oldProviderID != '' && variables.prefixes.exists(p, variables.oldProviderID.startsWith(p))"},
 			}, changeVariables()...),
 			Validations: append([]admissionregistrationv1.Validation{
 				{
-					Expression: "request.operation != 'CREATE'",
-					Message:    "hybrid-ccm gate: " + who + " may not create nodes",
-					Reason:     ptr.To(metav1.StatusReasonForbidden),
+					Expression:        mine("request.operation != 'CREATE'"),
+					Message:           "hybrid-ccm gate: a native CCM may not create nodes",
+					MessageExpression: cel(lit("hybrid-ccm gate: "), who, lit(" may not create nodes")),
+					Reason:            ptr.To(metav1.StatusReasonForbidden),
 				},
 				{
-					Expression: "request.operation == 'CREATE' || variables.oldPlatform == " + platform,
-					Message:    "hybrid-ccm gate: " + who + " may only change nodes labelled " + f.label() + "=" + f.Platform,
-					MessageExpression: cel(lit("hybrid-ccm gate: "+who+" may not "), verb, lit(" node "), "request.name",
-						lit(": its label "+f.label()+" is "),
+					Expression: mine("size(variables.prefixes) > 0"),
+					Message:    "hybrid-ccm gate: the fence knows no providerID prefixes for this native CCM yet, so it may change no node",
+					MessageExpression: cel(lit("hybrid-ccm gate: "), who, lit(" may not "), verb, lit(" node "), "request.name",
+						lit(": the NativeCCM has no providerID prefixes in status.gate yet (the coordinator writes them before it installs the CCM)")),
+					Reason: ptr.To(metav1.StatusReasonForbidden),
+				},
+				{
+					Expression: mine("variables.oldPlatform == variables.platform"),
+					Message:    "hybrid-ccm gate: a native CCM may only change nodes labelled with its platform (" + v1.PlatformLabel + ")",
+					MessageExpression: cel(lit("hybrid-ccm gate: "), who, lit(" may not "), verb, lit(" node "), "request.name",
+						lit(": its label "+v1.PlatformLabel+" is "),
 						"(variables.oldPlatform == '' ? 'missing' : '\"' + variables.oldPlatform + '\"')",
-						lit(", not \""+f.Platform+"\"")),
+						lit(", not \""), "variables.platform", lit("\"")),
 					Reason: ptr.To(metav1.StatusReasonForbidden),
 				},
 				{
-					Expression: "request.operation == 'CREATE' || variables.ownProviderID",
-					Message:    "hybrid-ccm gate: " + who + " may only change nodes whose providerID starts with " + strings.Join(f.ProviderIDPrefixes, " or "),
-					MessageExpression: cel(lit("hybrid-ccm gate: "+who+" may not "), verb, lit(" node "), "request.name", lit(": "),
+					Expression: mine("variables.ownProviderID"),
+					Message:    "hybrid-ccm gate: a native CCM may only change nodes whose providerID starts with one of its profile's prefixes",
+					MessageExpression: cel(lit("hybrid-ccm gate: "), who, lit(" may not "), verb, lit(" node "), "request.name", lit(": "),
 						"(variables.oldProviderID == '' ? "+lit("it has no providerID (an empty providerID is never proof)")+
-							" : "+cel(lit("its providerID \""), "variables.oldProviderID", lit("\" does not start with "+strings.Join(f.ProviderIDPrefixes, " or ")))+")"),
+							" : "+cel(lit("its providerID \""), "variables.oldProviderID", lit("\" does not start with "), "variables.prefixes.join(' or ')")+")"),
 					Reason: ptr.To(metav1.StatusReasonForbidden),
 				},
 				{
-					Expression:        "request.operation != 'UPDATE' || variables.newPlatform == " + platform,
-					Message:           "hybrid-ccm gate: " + who + " may not change the label " + f.label(),
-					MessageExpression: cel(lit("hybrid-ccm gate: "+who+" may not change the label "+f.label()+" of node "), "request.name"),
+					Expression:        mine("request.operation != 'UPDATE' || variables.newPlatform == variables.platform"),
+					Message:           "hybrid-ccm gate: a native CCM may not change the label " + v1.PlatformLabel,
+					MessageExpression: cel(lit("hybrid-ccm gate: "), who, lit(" may not change the label "+v1.PlatformLabel+" of node "), "request.name"),
 					Reason:            ptr.To(metav1.StatusReasonForbidden),
 				},
 				{
-					Expression:        "request.operation != 'UPDATE' || variables.newProviderID == variables.oldProviderID",
-					Message:           "hybrid-ccm gate: " + who + " may not set or change a providerID",
-					MessageExpression: cel(lit("hybrid-ccm gate: "+who+" may not set or change the providerID of node "), "request.name"),
+					Expression:        mine("request.operation != 'UPDATE' || variables.newProviderID == variables.oldProviderID"),
+					Message:           "hybrid-ccm gate: a native CCM may not set or change a providerID",
+					MessageExpression: cel(lit("hybrid-ccm gate: "), who, lit(" may not set or change the providerID of node "), "request.name"),
 					Reason:            ptr.To(metav1.StatusReasonForbidden),
 				},
-			}, changeValidations(who)...),
+			}, changeValidations(mine, who)...),
 		},
 	}
 	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
 		TypeMeta:   metav1.TypeMeta{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: "ValidatingAdmissionPolicyBinding"},
-		ObjectMeta: f.meta(name),
+		ObjectMeta: meta(name),
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
-			PolicyName:        name,
+			PolicyName: name,
+			// Every NativeCCM is a parameter. With none there is no native CCM
+			// to confine; Deny would be checked before matchConditions and so
+			// refuse every node write of every identity (kubelets too).
+			ParamRef: &admissionregistrationv1.ParamRef{
+				Selector:                &metav1.LabelSelector{},
+				ParameterNotFoundAction: ptr.To(admissionregistrationv1.AllowAction),
+			},
 			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
 		},
 	}
-	d := digest(policy.Spec, binding.Spec, f.Owner)
-	policy.Annotations = map[string]string{DigestAnnotation: d}
-	binding.Annotations = map[string]string{DigestAnnotation: d}
-	return policy, binding, nil
+	return policy, binding
 }
 
-func (f Fence) meta(name string) metav1.ObjectMeta {
-	m := metav1.ObjectMeta{
-		Name: name,
-		Labels: map[string]string{
-			release.ManagedByLabel: release.ManagedByValue,
-			release.PlatformLabel:  f.Platform,
-			nativeCCMLabel:         f.NativeCCM,
-		},
+func meta(name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name:   name,
+		Labels: map[string]string{release.ManagedByLabel: "ccm-coordinator-chart"},
 	}
-	if f.Owner != nil {
-		m.OwnerReferences = []metav1.OwnerReference{*f.Owner}
-	}
-	return m
-}
-
-// nativeCCMLabel names the NativeCCM (not the release) a fence belongs to.
-const nativeCCMLabel = "hybridccm.io/nativeccm"
-
-func digest(parts ...any) string {
-	b, _ := json.Marshal(parts)
-	return fmt.Sprintf("%x", sha256.Sum256(b))[:16]
 }
 
 // celString quotes s as a CEL string literal (Go's double-quoted escapes are a
-// subset of CEL's). Every value that comes from a profile or NativeCCM enters
-// an expression only through it.
+// subset of CEL's). Every value that does not come from the request or the
+// parameter enters an expression only through it.
 func celString(s string) string { return strconv.Quote(s) }
 
 // lit is celString, short for message expressions.
@@ -241,11 +282,50 @@ func lit(s string) string { return celString(s) }
 // cel concatenates CEL string expressions.
 func cel(parts ...string) string { return "(" + strings.Join(parts, " + ") + ")" }
 
-// EnsurePolicy creates or updates the fence of a NativeCCM (policy first, then
-// binding) and reports whether it wrote anything. A new or changed policy takes
-// the API server up to about a second to enforce.
-func EnsurePolicy(ctx context.Context, c client.Client, f Fence) (changed bool, err error) {
-	const op = "gate.EnsurePolicy"
+// FenceTemplate is the ccm-coordinator chart's templates/fence.yaml: the
+// policy and binding of Fence{} with the release namespace filled in by Helm.
+// A test checks that the file is this and that the chart renders what Objects
+// renders for the same namespace.
+func FenceTemplate() ([]byte, error) {
+	p, b := Fence{}.render(digestNamespace)
+	var out bytes.Buffer
+	out.WriteString("{{- /* Generated by `make generate` from coordinator/gate/fence.go (gate.FenceTemplate). Do not edit. */ -}}\n")
+	out.WriteString("{{- $ns := include \"ccm-coordinator.releaseNamespace\" . }}\n")
+	out.WriteString("# The fence: what every native CCM of this coordinator may change on nodes\n")
+	out.WriteString("# (docs/gate.md). The coordinator only reads it; see docs/security.md.\n")
+	for i, o := range []struct {
+		kind string
+		spec any
+	}{{"ValidatingAdmissionPolicy", p.Spec}, {"ValidatingAdmissionPolicyBinding", b.Spec}} {
+		spec, err := yaml.Marshal(o.spec)
+		if err != nil {
+			return nil, err
+		}
+		if bytes.Contains(spec, []byte("{{")) || bytes.Contains(spec, []byte("}}")) {
+			return nil, errors.New("gate.FenceTemplate: the fence contains template delimiters")
+		}
+		spec = bytes.ReplaceAll(spec, []byte(digestNamespace), []byte("{{ $ns }}"))
+		if i > 0 {
+			out.WriteString("---\n")
+		}
+		fmt.Fprintf(&out, "apiVersion: %s\nkind: %s\nmetadata:\n  name: %s\n  labels:\n    {{- include \"ccm-coordinator.labels\" . | nindent 4 }}\n  annotations:\n    %s: %q\nspec:\n",
+			admissionregistrationv1.SchemeGroupVersion.String(), o.kind, DefaultFenceName, DigestAnnotation, FenceDigest())
+		for _, line := range bytes.SplitAfter(spec, []byte("\n")) {
+			if len(line) > 0 {
+				out.WriteString("  ")
+				out.Write(line)
+			}
+		}
+	}
+	return out.Bytes(), nil
+}
+
+// EnsureFence creates or updates the fence (policy first, then binding) and
+// reports whether it wrote anything. The chart installs it in a cluster; tests
+// and the demo use this. A new or changed policy takes the API server up to
+// about a second to enforce.
+func EnsureFence(ctx context.Context, c client.Client, f Fence) (changed bool, err error) {
+	const op = "gate.EnsureFence"
 	policy, binding, err := f.Objects()
 	if err != nil {
 		return false, fmt.Errorf("%s: %w", op, err)
@@ -269,46 +349,78 @@ func ensure(ctx context.Context, c client.Client, want client.Object) (bool, err
 	case err != nil:
 		return false, err
 	}
-	if current.GetAnnotations()[DigestAnnotation] == want.GetAnnotations()[DigestAnnotation] &&
-		hasLabels(current.GetLabels(), want.GetLabels()) {
+	if current.GetAnnotations()[DigestAnnotation] == want.GetAnnotations()[DigestAnnotation] && equalJSON(spec(current), spec(want)) {
 		return false, nil
 	}
 	want.SetResourceVersion(current.GetResourceVersion())
 	return true, c.Update(ctx, want, client.FieldOwner(FieldOwner))
 }
 
-func hasLabels(have, want map[string]string) bool {
-	for k, v := range want {
-		if have[k] != v {
-			return false
-		}
-	}
-	return true
-}
-
-// DeletePolicy removes the fence of a NativeCCM (binding first). Absent objects
-// are not an error.
-func DeletePolicy(ctx context.Context, c client.Client, nativeCCM string) error {
-	const op = "gate.DeletePolicy"
-	name := PolicyName(nativeCCM)
+// DeleteFence removes the fence (binding first). Absent objects are not an
+// error.
+func DeleteFence(ctx context.Context, c client.Client, f Fence) error {
+	const op = "gate.DeleteFence"
 	for _, o := range []client.Object{
-		&admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: name}},
-		&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}},
+		&admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: f.name()}},
+		&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: f.name()}},
 	} {
 		if err := c.Delete(ctx, o); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("%s: %s: %w", op, name, err)
+			return fmt.Errorf("%s: %s: %w", op, f.name(), err)
 		}
 	}
 	return nil
 }
 
-// OwnerReference makes a NativeCCM the owner of its fence.
-func OwnerReference(obj *v1.NativeCCM) *metav1.OwnerReference {
-	return &metav1.OwnerReference{
-		APIVersion:         v1.GroupVersion.String(),
-		Kind:               v1.NativeCCMKind,
-		Name:               obj.Name,
-		UID:                obj.UID,
-		BlockOwnerDeletion: ptr.To(true),
+// CheckFence reads the fence's policy and binding (by name: the coordinator
+// may get these two objects and nothing else of admissionregistration) and
+// reports ErrFenceNotInstalled when either is absent, of another version, or
+// not binding the policy to every NativeCCM with Deny, or made for another
+// namespace.
+func CheckFence(ctx context.Context, r client.Reader, f Fence) error {
+	const op = "gate.CheckFence"
+	if err := f.Validate(); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
 	}
+	name, want := f.name(), FenceDigest()
+	var policy admissionregistrationv1.ValidatingAdmissionPolicy
+	var binding admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	for _, o := range []struct {
+		kind string
+		obj  client.Object
+	}{{"ValidatingAdmissionPolicy", &policy}, {"ValidatingAdmissionPolicyBinding", &binding}} {
+		err := r.Get(ctx, client.ObjectKey{Name: name}, o.obj)
+		switch {
+		case apierrors.IsNotFound(err):
+			return fmt.Errorf("%s: %w: %s %s does not exist (the ccm-coordinator chart installs it)", op, ErrFenceNotInstalled, o.kind, name)
+		case err != nil:
+			return fmt.Errorf("%s: %s %s: %w", op, o.kind, name, err)
+		}
+		if got := o.obj.GetAnnotations()[DigestAnnotation]; got != want {
+			return fmt.Errorf("%s: %w: %s %s has fence digest %q, this coordinator expects %q (install the ccm-coordinator chart of the coordinator's version)", op, ErrFenceNotInstalled, o.kind, name, got, want)
+		}
+	}
+	wantPolicy, wantBinding := f.render(f.Namespace)
+	if !equalJSON(policy.Spec, wantPolicy.Spec) {
+		return fmt.Errorf("%s: %w: ValidatingAdmissionPolicy %s is not the fence for the native CCMs of namespace %s (installed for another namespace, or changed after install)", op, ErrFenceNotInstalled, name, f.Namespace)
+	}
+	if !equalJSON(binding.Spec, wantBinding.Spec) {
+		return fmt.Errorf("%s: %w: ValidatingAdmissionPolicyBinding %s does not bind the fence to every NativeCCM with Deny (changed after install)", op, ErrFenceNotInstalled, name)
+	}
+	return nil
+}
+
+func spec(o client.Object) any {
+	switch o := o.(type) {
+	case *admissionregistrationv1.ValidatingAdmissionPolicy:
+		return o.Spec
+	case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
+		return o.Spec
+	}
+	return nil
+}
+
+func equalJSON(a, b any) bool {
+	x, errX := json.Marshal(a)
+	y, errY := json.Marshal(b)
+	return errX == nil && errY == nil && bytes.Equal(x, y)
 }

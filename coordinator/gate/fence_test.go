@@ -13,9 +13,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/gatetest"
@@ -23,46 +22,64 @@ import (
 )
 
 func TestFenceValidate(t *testing.T) {
-	valid := gate.Fence{NativeCCM: "hcloud", Platform: "hcloud", Username: "system:serviceaccount:kube-system:native-ccm-hcloud", ProviderIDPrefixes: []string{"hcloud://"}}
 	tests := []struct {
-		name string
-		// edit breaks one field of a valid fence.
-		edit func(f *gate.Fence)
+		name  string
+		fence gate.Fence
 		// want is a substring of the error; empty: valid.
 		want string
 	}{
-		{name: "valid", edit: func(*gate.Fence) {}},
-		{name: "empty platform would match unlabelled nodes", edit: func(f *gate.Fence) { f.Platform = "" }, want: "platform"},
-		{name: "platform is not a label value", edit: func(f *gate.Fence) { f.Platform = "a b" }, want: "platform"},
-		{name: "no prefixes", edit: func(f *gate.Fence) { f.ProviderIDPrefixes = nil }, want: "providerIDPrefixes"},
-		{name: "prefix without scheme", edit: func(f *gate.Fence) { f.ProviderIDPrefixes = []string{"h"} }, want: "providerIDPrefixes[0]"},
-		{name: "username is not a ServiceAccount", edit: func(f *gate.Fence) { f.Username = "admin" }, want: "username"},
-		{name: "no NativeCCM name", edit: func(f *gate.Fence) { f.NativeCCM = "" }, want: "nativeCCM"},
-		{name: "bad label key", edit: func(f *gate.Fence) { f.PlatformLabel = "a b" }, want: "platformLabel"},
+		{name: "valid", fence: gate.Fence{Namespace: "hybrid-ccm-system"}},
+		{name: "valid with a name", fence: gate.Fence{Name: "x.example.com", Namespace: "kube-system"}},
+		{name: "no namespace", fence: gate.Fence{}, want: "namespace"},
+		{name: "namespace is not a label", fence: gate.Fence{Namespace: "a:b"}, want: "namespace"},
+		{name: "bad name", fence: gate.Fence{Name: "A B", Namespace: "n"}, want: "name"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			f := valid
-			f.ProviderIDPrefixes = append([]string(nil), valid.ProviderIDPrefixes...)
-			tc.edit(&f)
-			_, _, err := f.Objects()
+			_, _, err := tc.fence.Objects()
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("unexpected error: %v", err)
-			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-				t.Fatalf("error %v, want one mentioning %q", err, tc.want)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, gate.ErrConfig)):
+				t.Fatalf("error %v, want an ErrConfig mentioning %q", err, tc.want)
 			}
 		})
 	}
 }
 
+func TestValidatePrefixes(t *testing.T) {
+	for _, tc := range []struct {
+		prefixes []string
+		want     string
+	}{
+		{prefixes: []string{"hcloud://", "hrobot://"}},
+		{prefixes: []string{"oci://", "ocid1."}},
+		{prefixes: nil, want: "at least one"},
+		{prefixes: []string{"h"}, want: "providerIDPrefixes[0]"},
+		{prefixes: []string{"aws://", ""}, want: "providerIDPrefixes[1]"},
+		{prefixes: []string{"a b://"}, want: "providerIDPrefixes[0]"},
+		{prefixes: []string{"a://", "b://", "c://", "d://", "e://", "f://", "g://", "h://", "i://"}, want: "at most 8"},
+	} {
+		err := gate.ValidatePrefixes(tc.prefixes)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%q: unexpected error: %v", tc.prefixes, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, gate.ErrConfig)):
+			t.Errorf("%q: error %v, want an ErrConfig mentioning %q", tc.prefixes, err, tc.want)
+		}
+	}
+}
+
 func TestPolicyShape(t *testing.T) {
-	p, b, err := gate.Policy("hcloud", "hcloud", "system:serviceaccount:kube-system:native-ccm-hcloud", []string{"hcloud://", `it's"odd://`})
+	p, b, err := gate.Fence{Namespace: "hybrid-ccm-system"}.Objects()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := *p.Spec.FailurePolicy; got != admissionregistrationv1.Fail {
 		t.Errorf("failurePolicy %s, want Fail (Ignore lets evaluation errors through)", got)
+	}
+	if pk := p.Spec.ParamKind; pk == nil || pk.Kind != "NativeCCM" || pk.APIVersion != "hybridccm.io/v1alpha1" {
+		t.Errorf("paramKind %+v, want NativeCCM", pk)
 	}
 	res := p.Spec.MatchConstraints.ResourceRules[0].Resources
 	if strings.Join(res, ",") != "nodes,nodes/status" {
@@ -71,11 +88,27 @@ func TestPolicyShape(t *testing.T) {
 	if b.Spec.PolicyName != p.Name || len(b.Spec.ValidationActions) != 1 || b.Spec.ValidationActions[0] != admissionregistrationv1.Deny {
 		t.Errorf("binding %+v does not deny with policy %s", b.Spec, p.Name)
 	}
-	// Profile values enter CEL only as escaped literals.
+	if r := b.Spec.ParamRef; r == nil || r.Selector == nil || len(r.Selector.MatchLabels)+len(r.Selector.MatchExpressions) != 0 ||
+		r.ParameterNotFoundAction == nil || *r.ParameterNotFoundAction != admissionregistrationv1.AllowAction {
+		// Deny is checked before matchConditions: it would refuse every node
+		// write of every identity while no NativeCCM exists.
+		t.Errorf("paramRef %+v, want every NativeCCM, and Allow without one", r)
+	}
+	if got := p.Spec.MatchConditions[0].Expression; !strings.Contains(got, `"system:serviceaccount:hybrid-ccm-system:native-ccm-"`) {
+		t.Errorf("matchCondition %s does not confine the namespace's native CCM ServiceAccounts", got)
+	}
+	// The confined identity comes from the parameter's name, never its status.
 	for _, v := range p.Spec.Variables {
-		if strings.Contains(v.Expression, `it's"odd`) {
-			t.Errorf("variable %s contains an unescaped prefix: %s", v.Name, v.Expression)
+		if v.Name == "mine" && (!strings.Contains(v.Expression, "params.metadata.name") || strings.Contains(v.Expression, "status")) {
+			t.Errorf("variable mine = %s", v.Expression)
 		}
+	}
+	if p.Annotations[gate.DigestAnnotation] != gate.FenceDigest() || b.Annotations[gate.DigestAnnotation] != gate.FenceDigest() {
+		t.Errorf("digest annotations %v %v, want %s", p.Annotations, b.Annotations, gate.FenceDigest())
+	}
+	other, _, err := gate.Fence{Name: "other.example.com", Namespace: "elsewhere"}.Objects()
+	if err != nil || other.Annotations[gate.DigestAnnotation] != gate.FenceDigest() {
+		t.Errorf("the digest depends on name or namespace: %v %v", other.Annotations, err)
 	}
 }
 
@@ -96,7 +129,7 @@ func TestFence(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	admin := e.Client
-	c, err := client.New(e.Config, client.Options{Scheme: clientgoscheme.Scheme})
+	c, err := gatetest.Client(e.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,16 +161,43 @@ func TestFence(t *testing.T) {
 		}
 	})
 
-	fence := gate.Fence{NativeCCM: "hcloud", Platform: "hcloud", Username: gatetest.Username(ns, sa), ProviderIDPrefixes: []string{"hcloud://", "hrobot://"}}
-	changed, err := gate.EnsurePolicy(ctx, c, fence)
+	fence := gate.Fence{Namespace: ns}
+	changed, err := gate.EnsureFence(ctx, c, fence)
 	if err != nil || !changed {
-		t.Fatalf("EnsurePolicy: changed=%v err=%v, want a new policy", changed, err)
+		t.Fatalf("EnsureFence: changed=%v err=%v, want a new policy", changed, err)
 	}
+	t.Cleanup(func() { _ = gate.DeleteFence(context.Background(), c, fence) })
+	if err := gate.CheckFence(ctx, c, fence); err != nil {
+		t.Fatalf("CheckFence of the fence just written: %v", err)
+	}
+	if changed, err := gate.EnsureFence(ctx, c, fence); err != nil || changed {
+		t.Fatalf("second EnsureFence: changed=%v err=%v, want no write", changed, err)
+	}
+	// The parameters, as the coordinator leaves them. "bare" has no
+	// status.gate yet; "aws" is another native CCM the hcloud one must not
+	// touch and that must not touch hcloud's.
+	for _, p := range []struct {
+		name, platform string
+		prefixes       []string
+	}{{"hcloud", "hcloud", []string{"hcloud://", "hrobot://"}}, {"aws", "aws", []string{"aws://"}}, {"bare", "hcloud", nil}} {
+		remove, err := gatetest.FenceParam(ctx, c, p.name, p.platform, p.prefixes...)
+		if remove != nil {
+			t.Cleanup(remove)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := gatetest.GrantNativeCCM(ctx, admin, ns, "native-ccm-bare"); err != nil {
+		t.Fatal(err)
+	}
+	bareCfg, err := gatetest.ServiceAccountUser(e, ns, "native-ccm-bare")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare := kubernetes.NewForConfigOrDie(bareCfg)
 	if err := gatetest.WaitFence(ctx, ccm, "fence-aws", true); err != nil {
 		t.Fatalf("fence never became active: %v", err)
-	}
-	if changed, err := gate.EnsurePolicy(ctx, c, fence); err != nil || changed {
-		t.Fatalf("second EnsurePolicy: changed=%v err=%v, want no write", changed, err)
 	}
 
 	taint := `{"spec":{"taints":[{"key":"node.cloudprovider.kubernetes.io/shutdown","effect":"NoSchedule"}]}}`
@@ -168,6 +228,9 @@ func TestFence(t *testing.T) {
 		allow bool
 		// node the denial message must name.
 		node string
+		// who the denial must name (default NativeCCM hcloud), and a reason it
+		// must give (optional).
+		who, reason string
 	}{
 		{name: "taint own node", do: func() error { return patch(ccm, "fence-own", addShutdownTaint(t, admin, "fence-own")) }, allow: true},
 		{name: "taint own Robot node", do: func() error { return patch(ccm, "fence-own-robot", addShutdownTaint(t, admin, "fence-own-robot")) }, allow: true},
@@ -213,8 +276,13 @@ func TestFence(t *testing.T) {
 			return patch(ccm, "fence-hcloud-noid", `{"spec":{"providerID":"hcloud://4005"}}`)
 		}, node: "fence-hcloud-noid"},
 
+		{name: "aws CCM may not taint hcloud node", do: func() error { return patch(awsCCM, "fence-own", taint) }, node: "fence-own", who: "NativeCCM aws"},
+		{name: "aws CCM may not delete hcloud node", do: func() error { return del(awsCCM, "fence-own") }, node: "fence-own", who: "NativeCCM aws"},
+		{name: "no status.gate: own node not deletable", do: func() error { return del(bare, "fence-own") }, node: "fence-own", who: "NativeCCM bare", reason: "status.gate"},
+		{name: "no status.gate: own node not taintable", do: func() error { return patch(bare, "fence-own", addShutdownTaint(t, admin, "fence-own")) }, node: "fence-own", who: "NativeCCM bare", reason: "status.gate"},
+
 		{name: "other identities are not fenced (admin deletes aws node)", do: func() error { return del(admin, "fence-aws") }, allow: true},
-		{name: "other native CCMs are not fenced by this policy", do: func() error { return patch(awsCCM, "fence-aws", taint) }, allow: true},
+		{name: "aws CCM may taint its own node", do: func() error { return patch(awsCCM, "fence-aws", addShutdownTaint(t, admin, "fence-aws")) }, allow: true},
 	}
 	for _, tc := range checks {
 		t.Run(tc.name, func(t *testing.T) {
@@ -230,7 +298,11 @@ func TestFence(t *testing.T) {
 			}
 			msg := err.Error()
 			t.Logf("denied: %s", msg)
-			for _, want := range []string{"hybrid-ccm gate", "NativeCCM hcloud", tc.node} {
+			who := tc.who
+			if who == "" {
+				who = "NativeCCM hcloud"
+			}
+			for _, want := range []string{"hybrid-ccm gate", who, tc.node, tc.reason} {
 				if !strings.Contains(msg, want) {
 					t.Errorf("denial %q does not mention %q", msg, want)
 				}
@@ -238,17 +310,20 @@ func TestFence(t *testing.T) {
 		})
 	}
 
-	t.Run("removed", func(t *testing.T) {
-		if err := gate.DeletePolicy(ctx, c, "hcloud"); err != nil {
+	// A changed parameter takes effect: hcloud's CCM loses the Robot prefix.
+	t.Run("parameter changed", func(t *testing.T) {
+		if _, err := gatetest.FenceParam(ctx, c, "hcloud", "hcloud", "hcloud://"); err != nil {
 			t.Fatal(err)
 		}
-		if err := gate.DeletePolicy(ctx, c, "hcloud"); err != nil {
-			t.Fatalf("second delete: %v", err)
-		}
-		if err := gatetest.WaitFence(ctx, ccm, "fence-aws", false); err != nil {
-			t.Fatalf("fence still active after DeletePolicy: %v", err)
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			err := del(ccm, "fence-own-robot")
+			return apierrors.IsForbidden(err) && strings.Contains(err.Error(), `does not start with hcloud://`), nil
+		})
+		if err != nil {
+			t.Fatalf("the Robot node stayed deletable after the prefix went: %v", err)
 		}
 	})
+
 }
 
 // addShutdownTaint is the patch cloud-provider's taint helper sends: every
@@ -268,9 +343,8 @@ func addShutdownTaint(t *testing.T, admin kubernetes.Interface, node string) str
 }
 
 func TestConfigErrorsAreMarked(t *testing.T) {
-	_, _, err := gate.Policy("hcloud", "", "system:serviceaccount:kube-system:x", []string{"hcloud://"})
-	if !errors.Is(err, gate.ErrConfig) {
-		t.Fatalf("empty platform: %v does not wrap ErrConfig", err)
+	if _, _, err := (gate.Fence{}).Objects(); !errors.Is(err, gate.ErrConfig) {
+		t.Fatalf("no namespace: %v does not wrap ErrConfig", err)
 	}
 	s := gate.Sidecar{Release: "r", Namespace: "n", Platform: "p", ProxyPort: 1, HealthPort: 2}
 	if err := s.Mutate(&release.Manifests{}); !errors.Is(err, gate.ErrConfig) {

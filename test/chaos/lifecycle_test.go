@@ -19,13 +19,11 @@ import (
 	clientfeatures "k8s.io/client-go/features"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	cloudproviderapi "k8s.io/cloud-provider/api"
 	"k8s.io/cloud-provider/controllers/nodelifecycle"
 	controllersmetrics "k8s.io/component-base/metrics/prometheus/controllers"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/gatetest"
@@ -60,7 +58,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	// No skipping: without KUBEBUILDER_ASSETS testenv.Run fails the package.
-	code := testenv.Run(m, testenv.Options{}, func(e *testenv.Env) { env = e })
+	code := testenv.Run(m, testenv.Options{CRDDirectoryPaths: []string{gatetest.CRDs()}}, func(e *testenv.Env) { env = e })
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -162,11 +160,19 @@ func TestLifecycleChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	ccmToken := &rest.Config{Host: env.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: env.Config.CAData}, BearerToken: token, QPS: -1, Burst: -1}
-	crc, err := client.New(env.Config, client.Options{Scheme: clientgoscheme.Scheme})
+	crc, err := gatetest.Client(env.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fence := gate.Fence{NativeCCM: "hcloud", Platform: "hcloud", Username: gatetest.Username(ccmNamespace, ccmName), ProviderIDPrefixes: []string{"hcloud://", "hrobot://"}}
+	// The fence's parameter for native-ccm-hcloud, as the coordinator leaves it.
+	remove, err := gatetest.FenceParam(ctx, crc, "hcloud", "hcloud", "hcloud://", "hrobot://")
+	if remove != nil {
+		t.Cleanup(remove)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	fence := gate.Fence{Namespace: ccmNamespace}
 
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
@@ -181,10 +187,10 @@ func TestLifecycleChaos(t *testing.T) {
 			}
 			direct := kubernetes.NewForConfigOrDie(ccmCert)
 			if sc.fence {
-				if _, err := gate.EnsurePolicy(ctx, crc, fence); err != nil {
+				if _, err := gate.EnsureFence(ctx, crc, fence); err != nil {
 					t.Fatal(err)
 				}
-			} else if err := gate.DeletePolicy(ctx, crc, "hcloud"); err != nil {
+			} else if err := gate.DeleteFence(ctx, crc, fence); err != nil {
 				t.Fatal(err)
 			}
 			if err := gatetest.WaitFence(ctx, direct, "aws-0", sc.fence); err != nil {
@@ -292,7 +298,7 @@ func TestLifecycleChaos(t *testing.T) {
 			}
 		})
 	}
-	_ = gate.DeletePolicy(ctx, crc, "hcloud")
+	_ = gate.DeleteFence(ctx, crc, fence)
 }
 
 // runLifecycle starts the unmodified cloud-node-lifecycle controller with its
@@ -389,15 +395,22 @@ func TestLifecycleShutdownTaintWithCoordinatorRBAC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	crc, err := client.New(env.Config, client.Options{Scheme: clientgoscheme.Scheme})
+	crc, err := gatetest.Client(env.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fence := gate.Fence{NativeCCM: "hcloud", Platform: "hcloud", Username: gatetest.Username(ccmNamespace, ccmName), ProviderIDPrefixes: []string{"hcloud://", "hrobot://"}}
-	if _, err := gate.EnsurePolicy(ctx, crc, fence); err != nil {
+	fence := gate.Fence{Namespace: ccmNamespace}
+	if _, err := gate.EnsureFence(ctx, crc, fence); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = gate.DeletePolicy(context.Background(), crc, "hcloud") })
+	t.Cleanup(func() { _ = gate.DeleteFence(context.Background(), crc, fence) })
+	remove, err := gatetest.FenceParam(ctx, crc, "hcloud", "hcloud", "hcloud://", "hrobot://")
+	if remove != nil {
+		t.Cleanup(remove)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	specs := cluster()
 	if err := gatetest.DeleteAllNodes(ctx, admin); err != nil {

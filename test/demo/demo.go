@@ -214,13 +214,16 @@ func Run(ctx context.Context, o Options) (err error) {
 	}
 	defer cleanup("stopping the control plane (kube-apiserver, etcd)", env.Stop)
 	// what the chart makes for the coordinator before it starts: its own
-	// namespace and the ClusterRole it binds each native CCM to
+	// namespace, the ClusterRole it binds each native CCM to and the fence
 	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nativeNamespace}}, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("namespace %s: %w", nativeNamespace, err)
 	}
 	if _, err := env.Client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: release.LifecycleClusterRole},
 		Rules: release.LifecycleRules()}, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("clusterrole %s: %w", release.LifecycleClusterRole, err)
+	}
+	if err := installFence(ctx, env); err != nil {
+		return err
 	}
 
 	v.step("starting the simulated Talos endpoint (mTLS, COSI API), the fake clouds' API and a fake EC2 API on loopback")

@@ -6,8 +6,13 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
@@ -28,15 +33,20 @@ type gateProbe struct {
 // its own hcloud node. The API server's admission policy (the fence) decides.
 func probeGate(ctx context.Context, env *testenv.Env, cs kubernetes.Interface, ownNode, foreignNode string) ([]gateProbe, error) {
 	const who = "system:serviceaccount:" + nativeNamespace + ":native-ccm-hcloud"
-	// wait until the coordinator has put the fence in place
+	kc, err := ctrlClient(env)
+	if err != nil {
+		return nil, err
+	}
+	// wait until the coordinator has written the fence's parameters for hcloud
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		_, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, gate.PolicyName("hcloud"), metav1.GetOptions{})
-		if err == nil {
+		var obj v1alpha1.NativeCCM
+		err := kc.Get(ctx, client.ObjectKey{Name: "hcloud"}, &obj)
+		if err == nil && obj.Status.Gate != nil && len(obj.Status.Gate.ProviderIDPrefixes) > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("no admission policy binding %s for NativeCCM hcloud: %w", gate.PolicyName("hcloud"), err)
+			return nil, fmt.Errorf("NativeCCM hcloud has no status.gate (the fence's parameters): %v", err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -71,6 +81,29 @@ func probeGate(ctx context.Context, env *testenv.Env, cs kubernetes.Interface, o
 		return probes, fmt.Errorf("node %s is gone: %w", foreignNode, err)
 	}
 	return probes, nil
+}
+
+// installFence installs the fence as the ccm-coordinator chart does.
+func installFence(ctx context.Context, env *testenv.Env) error {
+	kc, err := ctrlClient(env)
+	if err != nil {
+		return err
+	}
+	if _, err := gate.EnsureFence(ctx, kc, gate.Fence{Namespace: nativeNamespace}); err != nil {
+		return fmt.Errorf("the fence: %w", err)
+	}
+	return nil
+}
+
+func ctrlClient(env *testenv.Env) (client.Client, error) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	return client.New(env.Config, client.Options{Scheme: scheme})
 }
 
 func errMessage(err error) string {

@@ -17,7 +17,9 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	v1alpha1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/controller"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 )
 
@@ -55,6 +57,7 @@ func TestCoordinatorPrivileges(t *testing.T) {
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "extension-apiserver-authentication-reader"},
 			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "someone"}}},
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "priv-node-1"}},
+		&v1alpha1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "priv"}, Spec: v1alpha1.NativeCCMSpec{Platform: "priv", Install: v1alpha1.InstallNever}},
 	} {
 		if err := admin.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
@@ -183,6 +186,35 @@ func TestCoordinatorPrivileges(t *testing.T) {
 		{"read (or approve) CSRs", func(ctx context.Context) error {
 			return coord.List(ctx, &certificatesv1.CertificateSigningRequestList{})
 		}},
+		{"delete the fence", func(ctx context.Context) error {
+			return coord.Delete(ctx, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: gate.DefaultFenceName}}, client.DryRunAll)
+		}},
+		{"loosen the fence", func(ctx context.Context) error {
+			return coord.Patch(ctx, &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: gate.DefaultFenceName}},
+				client.RawPatch(types.MergePatchType, []byte(`{"spec":{"failurePolicy":"Ignore"}}`)), client.DryRunAll)
+		}},
+		{"write an admission policy binding", func(ctx context.Context) error {
+			return coord.Create(ctx, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: "priv-binding"},
+				Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: gate.DefaultFenceName,
+					ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Audit}}}, dry...)
+		}},
+		{"list admission policies", func(ctx context.Context) error {
+			return coord.List(ctx, &admissionregistrationv1.ValidatingAdmissionPolicyList{})
+		}},
+		{"move a NativeCCM to another platform", func(ctx context.Context) error {
+			return coord.Patch(ctx, &v1alpha1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "priv"}},
+				client.RawPatch(types.MergePatchType, []byte(`{"spec":{"platform":"aws"}}`)), client.DryRunAll)
+		}},
+		{"label a NativeCCM", func(ctx context.Context) error {
+			return coord.Patch(ctx, &v1alpha1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "priv"}},
+				client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`)), client.DryRunAll)
+		}},
+		{"create a NativeCCM", func(ctx context.Context) error {
+			return coord.Create(ctx, &v1alpha1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "priv-evil"}, Spec: v1alpha1.NativeCCMSpec{Platform: "metal"}}, dry...)
+		}},
+		{"delete a NativeCCM", func(ctx context.Context) error {
+			return coord.Delete(ctx, &v1alpha1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "priv"}}, client.DryRunAll)
+		}},
 		{"write a Lease in kube-system", func(ctx context.Context) error {
 			return coord.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "native-ccm-priv", Namespace: "kube-system", Labels: managed}}, dry...)
 		}},
@@ -238,10 +270,16 @@ func TestCoordinatorPrivileges(t *testing.T) {
 		{"create its leader-election Lease", func(ctx context.Context) error {
 			return coord.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "ccm-coordinator.hybridccm.io", Namespace: ns}}, dry...)
 		}},
-		{"write a fence", func(ctx context.Context) error {
-			return coord.Create(ctx, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: "hybridccm-fence-priv"},
-				Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: "hybridccm-fence-priv",
-					ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}}}, dry...)
+		{"read the fence", func(ctx context.Context) error {
+			return gate.CheckFence(ctx, coord, gate.Fence{Namespace: ns})
+		}},
+		{"add its finalizer to a NativeCCM", func(ctx context.Context) error {
+			return coord.Patch(ctx, &v1alpha1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "priv"}},
+				client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":["`+v1alpha1.Finalizer+`"]}}`)), client.DryRunAll)
+		}},
+		{"write a NativeCCM's status.gate", func(ctx context.Context) error {
+			return coord.Status().Patch(ctx, &v1alpha1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "priv"}},
+				client.RawPatch(types.MergePatchType, []byte(`{"status":{"gate":{"providerIDPrefixes":["priv://"]}}}`)), &client.SubResourcePatchOptions{PatchOptions: client.PatchOptions{DryRun: []string{metav1.DryRunAll}}})
 		}},
 	}
 	for _, c := range allowed {

@@ -203,16 +203,13 @@ func TestCoordinatorWorksWithItsChartRBAC(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: got.ReleaseName()}, &dep); err != nil {
 		t.Fatalf("release Deployment: %v", err)
 	}
-	// the gate came with it: the fence written with this identity, the sidecar in the pod
+	// the gate came with it: the fence's parameters written with this
+	// identity (the fence itself is the chart's), the sidecar in the pod
 	if g := apimeta.FindStatusCondition(got.Status.Conditions, v1alpha1.GatedCondition); g == nil || g.Status != metav1.ConditionTrue {
 		t.Fatalf("Gated condition: %+v", g)
 	}
-	var binding admissionregistrationv1.ValidatingAdmissionPolicyBinding
-	if err := c.Get(ctx, client.ObjectKey{Name: gate.PolicyName("hcloud")}, &binding); err != nil {
-		t.Fatalf("fence binding: %v", err)
-	}
-	if refs := binding.GetOwnerReferences(); len(refs) != 1 || refs[0].Kind != "NativeCCM" || refs[0].UID != got.UID {
-		t.Fatalf("fence binding owners %+v", refs)
+	if g := got.Status.Gate; g == nil || g.Policy != gate.DefaultFenceName || g.ServiceAccount != ns+"/"+got.ReleaseName() || !slices.Equal(g.ProviderIDPrefixes, []string{"hcloud://", "hrobot://"}) {
+		t.Fatalf("status.gate %+v", g)
 	}
 	// the native CCM got least privilege on nodes (patch and delete, no
 	// update): bound to the ClusterRole the chart ships, which has exactly the
@@ -261,6 +258,17 @@ func TestCoordinatorWorksWithItsChartRBAC(t *testing.T) {
 			t.Errorf("native CCM creates Lease %s: %v", squat, err)
 		}
 	}
+	// The fence holds for it: its RBAC lets it patch nodes, the fence refuses a
+	// node of another platform.
+	foreign := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "rbac-aws-1", Labels: map[string]string{v1alpha1.PlatformLabel: "aws"}},
+		Spec: corev1.NodeSpec{ProviderID: "aws:///a/i-77"}}
+	if err := c.Create(ctx, foreign); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), foreign) })
+	if err := ccm.Delete(ctx, foreign, client.DryRunAll); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "hybrid-ccm gate: NativeCCM hcloud") {
+		t.Fatalf("native CCM deletes an aws node: %v", err)
+	}
 	inits, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "initContainers")
 	sidecar := false
 	for _, c := range inits {
@@ -290,15 +298,9 @@ func TestCoordinatorWorksWithItsChartRBAC(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: got.ReleaseName()}, &lease); !apierrors.IsNotFound(err) {
 		t.Fatalf("release Lease left behind: %v", err)
 	}
-	// the fence goes with it, deleted by the coordinator with the same identity
-	// (there is no garbage collector in this control plane to follow the owner
-	// reference)
-	if err := c.Get(ctx, client.ObjectKey{Name: gate.PolicyName("hcloud")}, &binding); !apierrors.IsNotFound(err) {
-		t.Fatalf("fence binding left behind: %v", err)
-	}
-	var policy admissionregistrationv1.ValidatingAdmissionPolicy
-	if err := c.Get(ctx, client.ObjectKey{Name: gate.PolicyName("hcloud")}, &policy); !apierrors.IsNotFound(err) {
-		t.Fatalf("fence policy left behind: %v", err)
+	// the fence is the chart's and stays for the next native CCM
+	if err := gate.CheckFence(ctx, c, gate.Fence{Namespace: ns}); err != nil {
+		t.Fatalf("fence after the uninstall: %v", err)
 	}
 }
 

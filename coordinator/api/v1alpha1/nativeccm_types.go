@@ -151,6 +151,31 @@ type LeaderStatus struct {
 	LeaseDurationSeconds int32 `json:"leaseDurationSeconds,omitempty"`
 }
 
+// GateStatus is what the fence enforces for the native CCM. The fence (one
+// ValidatingAdmissionPolicy the ccm-coordinator chart ships, with the
+// NativeCCMs as its parameters) reads spec.platform and these prefixes; the
+// ServiceAccount it keys on is derived from the NativeCCM's name, never from
+// status.
+type GateStatus struct {
+	// Policy is the name of the fence's ValidatingAdmissionPolicy.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Policy string `json:"policy,omitempty"`
+	// ServiceAccount is namespace/name of the native CCM's ServiceAccount, the
+	// identity the fence confines.
+	// +optional
+	// +kubebuilder:validation:MaxLength=317
+	ServiceAccount string `json:"serviceAccount,omitempty"`
+	// ProviderIDPrefixes are the profile's providerID prefixes: the native CCM
+	// may change only nodes whose providerID starts with one of them (and that
+	// carry its platform label). None: the fence lets it change no node.
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MinLength=4
+	// +kubebuilder:validation:items:MaxLength=64
+	ProviderIDPrefixes []string `json:"providerIDPrefixes,omitempty"`
+}
+
 // NativeCCMStatus is what the coordinator observed.
 type NativeCCMStatus struct {
 	// ObservedGeneration is the last generation fully reconciled.
@@ -184,6 +209,11 @@ type NativeCCMStatus struct {
 	// installed and the Lease exists.
 	// +optional
 	Leader *LeaderStatus `json:"leader,omitempty"`
+
+	// Gate is what the fence enforces for this native CCM, written before any
+	// release is installed.
+	// +optional
+	Gate *GateStatus `json:"gate,omitempty"`
 
 	// Failures counts consecutive failed install/upgrade attempts.
 	// +optional

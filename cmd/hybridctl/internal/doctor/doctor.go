@@ -3,7 +3,8 @@
 // routing label or providerID), cloud-controller-managers that would fight
 // (foreign cloud-node controllers, shared leader-election leases), NativeCCMs
 // that are not Ready or whose installed CCM is not running, kubelet-serving
-// CSRs nobody decides, and pod CIDR overlaps.
+// CSRs nobody decides, pod CIDR overlaps, and grants of the native CCMs' node
+// rights that the fence does not confine.
 //
 // It only reads. Every finding names the object and says how to fix it.
 package doctor
@@ -21,6 +22,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -45,6 +47,7 @@ const (
 	CheckCCMNotRunning   = "NativeCCMNotRunning"
 	CheckPendingCSR      = "KubeletServingCSRPending"
 	CheckPodCIDROverlap  = "PodCIDROverlap"
+	CheckUnfenced        = "UnfencedNodeLifecycleGrant"
 )
 
 // PlatformLabel is the routing label talos-ccm sets.
@@ -264,6 +267,9 @@ func (r *Report) checkNativeCCMs(ctx context.Context, c client.Client) error {
 		return fmt.Errorf("list nativeccms: %w", err)
 	}
 	r.NativeCCMs = len(list.Items)
+	if err := r.checkLifecycleGrants(ctx, c, list.Items); err != nil {
+		return err
+	}
 	for i := range list.Items {
 		n := &list.Items[i]
 		if n.Spec.Suspend {
@@ -284,6 +290,57 @@ func (r *Report) checkNativeCCMs(ctx context.Context, c client.Client) error {
 		}
 	}
 	return nil
+}
+
+// checkLifecycleGrants finds bindings of the native CCMs' node rights
+// (ClusterRole hybrid-ccm:native-ccm-lifecycle) to anyone the fence does not
+// confine: the fence confines a ServiceAccount native-ccm-<name> only while the
+// NativeCCM <name> exists, and nothing else at all.
+func (r *Report) checkLifecycleGrants(ctx context.Context, c client.Client, nccms []v1.NativeCCM) error {
+	var bindings rbacv1.ClusterRoleBindingList
+	if err := c.List(ctx, &bindings); err != nil {
+		if isForbidden(err) {
+			r.Notes = append(r.Notes, "cannot list ClusterRoleBindings: grants of the native CCMs' node rights not checked")
+			return nil
+		}
+		return fmt.Errorf("list clusterrolebindings: %w", err)
+	}
+	exists := map[string]bool{}
+	for _, n := range nccms {
+		exists[n.ReleaseName()] = true
+	}
+	for _, b := range bindings.Items {
+		if b.RoleRef.Kind != "ClusterRole" || b.RoleRef.Name != release.LifecycleClusterRole {
+			continue
+		}
+		for _, s := range b.Subjects {
+			switch {
+			case s.Kind == rbacv1.ServiceAccountKind && strings.HasPrefix(s.Name, v1.ReleasePrefix) && exists[s.Name]:
+				continue
+			case s.Kind == rbacv1.ServiceAccountKind && strings.HasPrefix(s.Name, v1.ReleasePrefix):
+				r.add(CheckUnfenced, "clusterrolebinding/"+b.Name,
+					fmt.Sprintf("delete the binding (kubectl delete clusterrolebinding %s) or recreate NativeCCM %s", b.Name, strings.TrimPrefix(s.Name, v1.ReleasePrefix)),
+					"grants %s to ServiceAccount %s/%s, but NativeCCM %s does not exist, so the fence does not confine it: it may change and delete any node",
+					release.LifecycleClusterRole, s.Namespace, s.Name, strings.TrimPrefix(s.Name, v1.ReleasePrefix))
+			default:
+				r.add(CheckUnfenced, "clusterrolebinding/"+b.Name, "delete the binding: only native CCM ServiceAccounts (native-ccm-<NativeCCM>) should hold this role",
+					"grants %s to %s %s, which no fence confines: it may change and delete any node", release.LifecycleClusterRole, s.Kind, subjectName(s))
+			}
+		}
+	}
+	return nil
+}
+
+func subjectName(s rbacv1.Subject) string {
+	if s.Namespace != "" {
+		return s.Namespace + "/" + s.Name
+	}
+	return s.Name
+}
+
+func isForbidden(err error) bool {
+	var se interface{ Status() metav1.Status }
+	return errors.As(err, &se) && se.Status().Code == 403
 }
 
 // notRunningFix says where to look when a NativeCCM's CCM is not running.

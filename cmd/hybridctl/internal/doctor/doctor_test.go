@@ -14,6 +14,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cloudproviderapi "k8s.io/cloud-provider/api"
@@ -23,6 +24,7 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/cmd/hybridctl/internal/cli"
 	"github.com/hybrid-ccm/hybrid-ccm/cmd/hybridctl/internal/doctor"
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
 
@@ -129,6 +131,18 @@ func TestDoctor(t *testing.T) {
 		ccmDeployment("gce-ccm", nil, "registry.k8s.io/cloud-provider-gcp/cloud-controller-manager:v30", "--cloud-provider=gce", "--controllers=cloud-node-lifecycle"),
 	)
 	nativeCCM(t, c, "aws", metav1.ConditionFalse, "CredentialsMissing", "secret kube-system/aws-credentials not found")
+	// the native CCMs' node rights: hcloud's own (fenced), one left behind
+	// by a NativeCCM that is gone, and one given to a user
+	lifecycle := func(name string, s rbacv1.Subject) *rbacv1.ClusterRoleBinding {
+		return &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: release.LifecycleClusterRole},
+			Subjects: []rbacv1.Subject{s}}
+	}
+	create(t, c,
+		lifecycle("native-ccm-hcloud", rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: "native-ccm-hcloud", Namespace: "hybrid-ccm-system"}),
+		lifecycle("native-ccm-gone", rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: "native-ccm-gone", Namespace: "hybrid-ccm-system"}),
+		lifecycle("someones", rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "mallory"}),
+	)
 	// installed, Helm content, but the CCM exits at start (issue 17)
 	const forbidden = `unable to load configmap based request-header-client-ca-file: configmaps "extension-apiserver-authentication" is forbidden`
 	crashing := &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "gcp"}, Spec: v1.NativeCCMSpec{Platform: "gcp"}}
@@ -166,6 +180,8 @@ func TestDoctor(t *testing.T) {
 		"NodeWithoutProviderID node/noid-1",
 		"PodCIDROverlap node/overlap-b",
 		"SharedLeaderLease lease/kube-system/cloud-controller-manager",
+		"UnfencedNodeLifecycleGrant clusterrolebinding/native-ccm-gone",
+		"UnfencedNodeLifecycleGrant clusterrolebinding/someones",
 	}
 	if got := findings(rep); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("findings:\n got %q\nwant %q", got, want)
@@ -190,7 +206,7 @@ func TestDoctor(t *testing.T) {
 	if !errors.Is(err, cli.ErrFindings) {
 		t.Fatalf("want ErrFindings, got %v\n%s", err, out)
 	}
-	for _, s := range []string{"9 problem(s)", "aws-cloud-controller-manager", "How to fix:", "overlaps 10.244.1.0/24 of node overlap-a",
+	for _, s := range []string{"11 problem(s)", "NativeCCM gone does not exist, so the fence does not confine it", "aws-cloud-controller-manager", "How to fix:", "overlaps 10.244.1.0/24 of node overlap-a",
 		"its CCM is not running: CrashLooping", forbidden, "logs -l hybridccm.io/native-ccm=native-ccm-gcp --all-containers --previous"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("output lacks %q:\n%s", s, out)
