@@ -169,6 +169,12 @@ func (r *NativeCCMReconciler) findConflicts(ctx context.Context, obj *v1.NativeC
 		}
 	}
 
+	_, lbConflicts, err := r.loadBalancers(ctx, obj)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, lbConflicts...)
+
 	var empty []string
 	for _, n := range nodes {
 		if n.Spec.ProviderID == "" {

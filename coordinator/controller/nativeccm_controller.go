@@ -119,6 +119,7 @@ func (r *NativeCCMReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 		Watches(&corev1.Node{}, nodeHandler{r}).
 		Watches(&corev1.Secret{}, secretHandler{r}).
 		Watches(&corev1.Pod{}, podHandler{}).
+		Watches(&v1.NativeCCM{}, loadBalancerHandler{r}).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
 			RateLimiter:             runtimectrl.GetRateLimiter(opts.RateLimiter),
@@ -338,8 +339,16 @@ func (r *NativeCCMReconciler) resolve(ctx context.Context, obj *v1.NativeCCM) (*
 			in.Values = vals
 		}
 	}
-	req, err := release.FromProfile(p, in)
+	lb, _, err := r.loadBalancers(ctx, obj)
 	if err != nil {
+		return nil, release.Request{}, err
+	}
+	in.LoadBalancers = lb
+	req, err := release.FromProfile(p, in)
+	switch {
+	case errors.Is(err, release.ErrLoadBalancersUnsupported):
+		return stall(v1.LoadBalancersUnsupportedReason, err)
+	case err != nil:
 		return stall(v1.InvalidOverridesReason, err)
 	}
 	conditions.MarkTrue(obj, v1.ProfileResolvedCondition, v1.ProfileResolvedReason, "profile %s, chart source %s", p.Name, p.Chart.Source)

@@ -159,7 +159,7 @@ func (f Fence) render(namespace string) (*admissionregistrationv1.ValidatingAdmi
 	verb := `(request.operation == 'DELETE' ? 'delete' : (request.?subResource.orValue('') == '' ? 'change' : 'change the ' + request.subResource + ' of'))`
 	// Every validation applies only to the evaluation whose parameter is the
 	// requester's own NativeCCM.
-	mine := func(expr string) string { return "!variables.mine || (" + expr + ")" }
+	mine := func(expr string) string { return "!variables.mine || variables.isService || (" + expr + ")" }
 	who := "variables.who"
 
 	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
@@ -178,8 +178,9 @@ func (f Fence) render(namespace string) (*admissionregistrationv1.ValidatingAdmi
 						Rule: admissionregistrationv1.Rule{
 							APIGroups:   []string{""},
 							APIVersions: []string{"*"},
-							// nodes/status too: status patches are a separate resource.
-							Resources: []string{"nodes", "nodes/status"},
+							// nodes/status too: status patches are a separate
+							// resource; Services for load balancers.
+							Resources: []string{"nodes", "nodes/status", "services", "services/status"},
 							Scope:     ptr.To(admissionregistrationv1.AllScopes),
 						},
 					},
@@ -191,6 +192,7 @@ func (f Fence) render(namespace string) (*admissionregistrationv1.ValidatingAdmi
 			}},
 			Variables: append([]admissionregistrationv1.Variable{
 				{Name: "mine", Expression: "request.userInfo.username == " + celString(saPrefix) + " + params.metadata.name"},
+				{Name: "isService", Expression: "request.resource.resource == 'services'"},
 				{Name: "who", Expression: "'NativeCCM ' + params.metadata.name + ' (' + request.userInfo.username + ')'"},
 				{Name: "platform", Expression: "params.spec.platform"},
 				{Name: "prefixes", Expression: "params.?status.?gate.?providerIDPrefixes.orValue([]).filter(p, size(p) >= " + strconv.Itoa(minPrefix) + ")"},
@@ -199,7 +201,7 @@ func (f Fence) render(namespace string) (*admissionregistrationv1.ValidatingAdmi
 				{Name: "newPlatform", Expression: "request.operation == 'UPDATE' ? object.metadata.?labels[?" + label + "].orValue('') : ''"},
 				{Name: "newProviderID", Expression: "request.operation == 'UPDATE' ? object.?spec.?providerID.orValue('') : ''"},
 				{Name: "ownProviderID", Expression: "variables.oldProviderID != '' && variables.prefixes.exists(p, variables.oldProviderID.startsWith(p))"},
-			}, changeVariables()...),
+			}, append(changeVariables(), serviceVariables()...)...),
 			Validations: append([]admissionregistrationv1.Validation{
 				{
 					Expression:        mine("request.operation != 'CREATE'"),
@@ -243,7 +245,7 @@ func (f Fence) render(namespace string) (*admissionregistrationv1.ValidatingAdmi
 					MessageExpression: cel(lit("hybrid-ccm gate: "), who, lit(" may not set or change the providerID of node "), "request.name"),
 					Reason:            ptr.To(metav1.StatusReasonForbidden),
 				},
-			}, changeValidations(mine, who)...),
+			}, append(changeValidations(mine, who), serviceValidations(who)...)...),
 		},
 	}
 	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{

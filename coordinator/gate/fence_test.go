@@ -82,8 +82,8 @@ func TestPolicyShape(t *testing.T) {
 		t.Errorf("paramKind %+v, want NativeCCM", pk)
 	}
 	res := p.Spec.MatchConstraints.ResourceRules[0].Resources
-	if strings.Join(res, ",") != "nodes,nodes/status" {
-		t.Errorf("resources %v, want nodes and nodes/status", res)
+	if strings.Join(res, ",") != "nodes,nodes/status,services,services/status" {
+		t.Errorf("resources %v, want nodes and services with their status", res)
 	}
 	if b.Spec.PolicyName != p.Name || len(b.Spec.ValidationActions) != 1 || b.Spec.ValidationActions[0] != admissionregistrationv1.Deny {
 		t.Errorf("binding %+v does not deny with policy %s", b.Spec, p.Name)

@@ -309,6 +309,27 @@ func Validate(p *Profile) field.ErrorList {
 	errs = append(errs, validateCredentials(field.NewPath("credentials"), p)...)
 	errs = append(errs, validateChart(field.NewPath("chart"), &p.Chart)...)
 
+	if lb := p.LoadBalancers; lb != nil {
+		fp := field.NewPath("loadBalancers")
+		switch {
+		case lb.Unsupported != "" && (lb.Controller != "" || len(lb.Env) > 0):
+			errs = append(errs, field.Invalid(fp.Child("unsupported"), lb.Unsupported, "an unsupported CCM has no controller or env"))
+		case lb.Unsupported == "" && !controllerNameRE.MatchString(lb.Controller):
+			errs = append(errs, field.Invalid(fp.Child("controller"), lb.Controller, "the service controller's name in --controllers (lower-case letters, digits and -), e.g. service"))
+		case lb.Controller == "cloud-node-lifecycle" || lb.Controller == "*":
+			errs = append(errs, field.Invalid(fp.Child("controller"), lb.Controller, "must name the service controller only"))
+		}
+		seen := map[string]bool{}
+		for i, e := range lb.Env {
+			if !envNameRE.MatchString(e.Name) {
+				errs = append(errs, field.Invalid(fp.Child("env").Index(i).Child("name"), e.Name, "must be a C identifier"))
+			}
+			if seen[e.Name] {
+				errs = append(errs, field.Duplicate(fp.Child("env").Index(i).Child("name"), e.Name))
+			}
+			seen[e.Name] = true
+		}
+	}
 	for i, o := range p.OptOutLabels {
 		for _, msg := range validation.IsQualifiedName(o.Key) {
 			errs = append(errs, field.Invalid(field.NewPath("optOutLabels").Index(i).Child("key"), o.Key, msg))
@@ -371,6 +392,9 @@ func validateCCM(fp *field.Path, c *CCM) field.ErrorList {
 	}
 	return errs
 }
+
+// controllerNameRE is what a controller name in --controllers looks like.
+var controllerNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 
 // ValidateArgs rejects malformed args and every flag the coordinator enforces.
 func ValidateArgs(fp *field.Path, args []string) field.ErrorList {

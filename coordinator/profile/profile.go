@@ -37,6 +37,9 @@ type Profile struct {
 	// OptOutLabels are node labels the upstream CCM itself honours to leave a
 	// node alone (informational; the gate does not depend on them).
 	OptOutLabels []OptOutLabel `json:"optOutLabels,omitempty"`
+	// LoadBalancers says how the CCM serves Services of type LoadBalancer
+	// (NativeCCM spec.loadBalancers), or why it cannot.
+	LoadBalancers *LoadBalancers `json:"loadBalancers,omitempty"`
 	// Quirks are known behaviours of the upstream CCM and how this profile
 	// mitigates them.
 	Quirks []Quirk `json:"quirks,omitempty"`
@@ -182,6 +185,33 @@ type OptOutLabel struct {
 	Key   string `json:"key"`
 	Value string `json:"value,omitempty"`
 	Note  string `json:"note,omitempty"`
+}
+
+// LoadBalancers is how a CCM's service controller is turned on. Absent or
+// with Unsupported set, a NativeCCM that enables load balancers is refused.
+type LoadBalancers struct {
+	// Controller is the name of the service controller in --controllers
+	// (k8s.io/cloud-provider's is "service").
+	Controller string `json:"controller,omitempty"`
+	// Env replaces the CCM's entries of the same name, or is added, while load
+	// balancers are on (e.g. HCLOUD_LOAD_BALANCERS_ENABLED=true).
+	Env []EnvVar `json:"env,omitempty"`
+	// Notes say what else the CCM needs for load balancers (cloud-config keys,
+	// env for the location), for the docs.
+	Notes string `json:"notes,omitempty"`
+	// Unsupported, when set, says why this CCM cannot serve load balancers.
+	Unsupported string `json:"unsupported,omitempty"`
+}
+
+// Supports reports whether the profile can serve load balancers, and why not.
+func (p *Profile) Supports() (bool, string) {
+	switch {
+	case p.LoadBalancers == nil:
+		return false, "profile " + p.Name + " says nothing about load balancers (no loadBalancers section)"
+	case p.LoadBalancers.Unsupported != "":
+		return false, "profile " + p.Name + ": " + p.LoadBalancers.Unsupported
+	}
+	return true, ""
 }
 
 // Quirk is a known upstream behaviour and its mitigation.

@@ -66,6 +66,19 @@ type Lifecycle struct {
 	// HostNetwork is what the profile declares (ccm.hostNetwork): the only
 	// host access a native CCM pod may have (see checkPodSecurity).
 	HostNetwork bool `json:"hostNetwork,omitempty"`
+	// LoadBalancers, when set, also runs the CCM's service controller and
+	// grants it LoadBalancerRules.
+	LoadBalancers *LoadBalancerSettings `json:"loadBalancers,omitempty"`
+}
+
+// LoadBalancerSettings say which Services a native CCM serves.
+type LoadBalancerSettings struct {
+	// Controller is the service controller's name in --controllers.
+	Controller string `json:"controller"`
+	// Class of the Services it serves (spec.loadBalancerClass).
+	Class string `json:"class"`
+	// Default: it also serves Services without a class.
+	Default bool `json:"default,omitempty"`
 }
 
 var _ Mutator = Lifecycle{}
@@ -98,8 +111,12 @@ func (l Lifecycle) Username() string {
 
 // enforcedArgs are replaced wherever they appear (args or command).
 func (l Lifecycle) enforcedArgs() []string {
+	controllers := LifecycleController
+	if l.LoadBalancers != nil {
+		controllers += "," + l.LoadBalancers.Controller
+	}
 	return []string{
-		"--controllers=" + LifecycleController,
+		"--controllers=" + controllers,
 		"--use-service-account-credentials=false",
 		"--leader-elect=true",
 		"--leader-elect-resource-name=" + l.LeaseName,
@@ -119,6 +136,9 @@ var boolFlags = map[string]bool{"--leader-elect": true, "--use-service-account-c
 func (l Lifecycle) Mutate(m *Manifests) error {
 	if l.Release == "" || l.Namespace == "" || l.LeaseName == "" || l.SecurePort == 0 {
 		return fmt.Errorf("incomplete lifecycle settings %+v", l)
+	}
+	if lb := l.LoadBalancers; lb != nil && (lb.Controller == "" || lb.Class == "" || strings.ContainsAny(lb.Controller, ",= ")) {
+		return fmt.Errorf("incomplete load balancer settings %+v", *lb)
 	}
 	// Profile and override args come after the enforced ones, and the last
 	// occurrence of a flag wins: one that names an enforced flag in any
@@ -410,6 +430,28 @@ const (
 	AuthenticationReaderSuffix    = ":extension-apiserver-authentication-reader"
 )
 
+// LoadBalancerClusterRole is the ClusterRole with LoadBalancerRules that the
+// ccm-coordinator chart ships; native CCMs with spec.loadBalancers on are
+// bound to it.
+const LoadBalancerClusterRole = "hybrid-ccm:native-ccm-load-balancer"
+
+// LoadBalancerSuffix ends the name of a release's binding to
+// LoadBalancerClusterRole.
+const LoadBalancerSuffix = ":load-balancer"
+
+// LoadBalancerRules are what the service controller of k8s.io/cloud-provider
+// needs besides LifecycleRules (it lists and watches nodes too): it lists and
+// watches Services through an informer and changes them only with a
+// strategic-merge PATCH of services/status (servicehelper.PatchService), which
+// carries the status and the finalizer service.kubernetes.io/load-balancer-cleanup.
+// The fence limits those patches to the CCM's own class.
+func LoadBalancerRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"services/status"}, Verbs: []string{"patch", "update"}},
+	}
+}
+
 // LifecycleClusterRole is the ClusterRole with LifecycleRules that the
 // ccm-coordinator chart ships and every native CCM is bound to.
 const LifecycleClusterRole = "hybrid-ccm:native-ccm-lifecycle"
@@ -492,6 +534,14 @@ func (l Lifecycle) identity() ([]*unstructured.Unstructured, error) {
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: AuthenticationReaderRole},
 			Subjects:   subject,
 		},
+	}
+	if l.LoadBalancers != nil {
+		objs = append(objs, &rbacv1.ClusterRoleBinding{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"},
+			ObjectMeta: meta(l.Release+LoadBalancerSuffix, ""),
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: LoadBalancerClusterRole},
+			Subjects:   subject,
+		})
 	}
 	out := make([]*unstructured.Unstructured, 0, len(objs))
 	for _, o := range objs {

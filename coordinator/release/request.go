@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"text/template"
@@ -47,7 +48,14 @@ type Instance struct {
 	Env []corev1.EnvVar
 	// Values are merged over the chart values.
 	Values map[string]any
+	// LoadBalancers, when set, turns on the profile's service controller for
+	// this class (Controller is taken from the profile).
+	LoadBalancers *LoadBalancerSettings
 }
+
+// ErrLoadBalancersUnsupported marks a NativeCCM that enables load balancers
+// with a profile whose CCM cannot serve them.
+var ErrLoadBalancersUnsupported = errors.New("load balancers unsupported")
 
 // ValuesContext is what string values of an upstream chart mapping may use as
 // Go templates, e.g. "{{ .SecretName }}".
@@ -82,23 +90,34 @@ func FromProfile(p *profile.Profile, in Instance) (Request, error) {
 	for _, e := range p.CCM.Env {
 		env = append(env, corev1.EnvVar{Name: e.Name, Value: e.Value})
 	}
+	var lb *LoadBalancerSettings
+	if in.LoadBalancers != nil {
+		if ok, why := p.Supports(); !ok {
+			return Request{}, fmt.Errorf("%w: spec.loadBalancers.enabled: %s", ErrLoadBalancersUnsupported, why)
+		}
+		lb = &LoadBalancerSettings{Controller: p.LoadBalancers.Controller, Class: in.LoadBalancers.Class, Default: in.LoadBalancers.Default}
+		for _, e := range p.LoadBalancers.Env {
+			env = setEnv(env, corev1.EnvVar{Name: e.Name, Value: e.Value})
+		}
+	}
 	for _, e := range in.Env {
 		env = setEnv(env, e)
 	}
 	args := append(append([]string{}, p.CCM.Args...), in.Args...)
 
 	lc := Lifecycle{
-		Release:     in.ReleaseName,
-		Namespace:   in.Namespace,
-		Platform:    in.Platform,
-		LeaseName:   in.ReleaseName,
-		SecurePort:  p.CCM.SecurePort,
-		Image:       image.Reference(),
-		Args:        args,
-		Env:         env,
-		Workload:    p.Chart.Workload,
-		Drop:        p.Chart.Drop,
-		HostNetwork: p.CCM.HostNetwork,
+		Release:       in.ReleaseName,
+		Namespace:     in.Namespace,
+		Platform:      in.Platform,
+		LeaseName:     in.ReleaseName,
+		SecurePort:    p.CCM.SecurePort,
+		Image:         image.Reference(),
+		Args:          args,
+		Env:           env,
+		Workload:      p.Chart.Workload,
+		Drop:          p.Chart.Drop,
+		HostNetwork:   p.CCM.HostNetwork,
+		LoadBalancers: lb,
 	}
 	req := Request{Name: in.ReleaseName, Namespace: in.Namespace, Chart: p.Chart, Lifecycle: lc}
 

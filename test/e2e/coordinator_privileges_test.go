@@ -252,6 +252,9 @@ func TestCoordinatorPrivileges(t *testing.T) {
 		{"bind the lifecycle ClusterRole to a native CCM", func(ctx context.Context) error {
 			return coord.Create(ctx, crb(release.LifecycleClusterRole, nativeSA), dry...)
 		}},
+		{"bind the load balancer ClusterRole to a native CCM", func(ctx context.Context) error {
+			return coord.Create(ctx, crb(release.LoadBalancerClusterRole, nativeSA), dry...)
+		}},
 		{"bind system:auth-delegator to a native CCM", func(ctx context.Context) error {
 			return coord.Create(ctx, crb(release.AuthDelegatorClusterRole, nativeSA), dry...)
 		}},

@@ -225,6 +225,13 @@ func TestCoordinatorWorksWithItsChartRBAC(t *testing.T) {
 	if !equality.Semantic.DeepEqual(role.Rules, release.LifecycleRules()) {
 		t.Fatalf("chart's %s rules %+v, want release.LifecycleRules %+v", role.Name, role.Rules, release.LifecycleRules())
 	}
+	var lbRole rbacv1.ClusterRole
+	if err := c.Get(ctx, client.ObjectKey{Name: release.LoadBalancerClusterRole}, &lbRole); err != nil {
+		t.Fatalf("chart's %s: %v", release.LoadBalancerClusterRole, err)
+	}
+	if !equality.Semantic.DeepEqual(lbRole.Rules, release.LoadBalancerRules()) {
+		t.Fatalf("chart's %s rules %+v, want release.LoadBalancerRules %+v", lbRole.Name, lbRole.Rules, release.LoadBalancerRules())
+	}
 	for _, r := range role.Rules {
 		if slices.Contains(r.Resources, "nodes") && !slices.Equal(r.Verbs, []string{"get", "list", "watch", "patch", "delete"}) {
 			t.Fatalf("native CCM may %v nodes", r.Verbs)

@@ -93,6 +93,16 @@ const (
 	// UpToDateReason: the deployed release already matches the desired state.
 	UpToDateReason = "UpToDate"
 
+	// LoadBalancersUnsupportedReason: spec.loadBalancers is on, but the
+	// profile's CCM cannot serve LoadBalancers (the message gives the profile's
+	// reason).
+	LoadBalancersUnsupportedReason = "LoadBalancersUnsupported"
+
+	// LoadBalancerClassConflictReason: another NativeCCM serves the same class,
+	// or is the default for Services without a class too; the younger one does
+	// not serve them until the conflict is resolved.
+	LoadBalancerClassConflictReason = "LoadBalancerClassConflict"
+
 	// LeaseNameSharedReason: another CCM uses this release's leader-election lease.
 	LeaseNameSharedReason = "LeaseNameShared"
 

@@ -74,7 +74,32 @@ type NativeCCMSpec struct {
 	// Suspend stops reconciliation; the release is left as it is.
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
+
+	// LoadBalancers turns on the CCM's service controller for Services of type
+	// LoadBalancer of its class (and, when it is the default, those without a
+	// class), with only its own platform's nodes as targets.
+	// +optional
+	LoadBalancers *LoadBalancers `json:"loadBalancers,omitempty"`
 }
+
+// LoadBalancers of one NativeCCM.
+// +kubebuilder:validation:XValidation:rule="!has(self.class) || self.class.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*)/([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$')",message="class must be a prefixed name such as hybridccm.io/aws (what spec.loadBalancerClass of a Service accepts)"
+type LoadBalancers struct {
+	// Enabled runs the service controller.
+	Enabled bool `json:"enabled"`
+	// Class is the spec.loadBalancerClass of the Services this CCM serves.
+	// Defaults to hybridccm.io/<platform>.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Class string `json:"class,omitempty"`
+	// Default also serves Services of type LoadBalancer without a class. At most
+	// one NativeCCM can be the default; a second one gets a Conflict.
+	// +optional
+	Default bool `json:"default,omitempty"`
+}
+
+// LoadBalancerClassPrefix starts the default class of a NativeCCM's Services.
+const LoadBalancerClassPrefix = "hybridccm.io/"
 
 // Overrides of the profile for one NativeCCM.
 type Overrides struct {
@@ -174,6 +199,21 @@ type GateStatus struct {
 	// +kubebuilder:validation:items:MinLength=4
 	// +kubebuilder:validation:items:MaxLength=64
 	ProviderIDPrefixes []string `json:"providerIDPrefixes,omitempty"`
+	// LoadBalancers is what the fence lets the CCM change on Services: absent
+	// while spec.loadBalancers is off or in conflict with another NativeCCM.
+	// +optional
+	LoadBalancers *GateLoadBalancers `json:"loadBalancers,omitempty"`
+}
+
+// GateLoadBalancers are the Services a native CCM may serve. The fence also
+// requires spec.loadBalancers to ask for them: status can only withhold.
+type GateLoadBalancers struct {
+	// Class of the Services it serves.
+	// +kubebuilder:validation:MaxLength=253
+	Class string `json:"class"`
+	// Default: it also serves Services without a class.
+	// +optional
+	Default bool `json:"default,omitempty"`
 }
 
 // NativeCCMStatus is what the coordinator observed.
@@ -269,6 +309,21 @@ func (in *NativeCCM) InstallPolicy() InstallPolicy {
 		return InstallAuto
 	}
 	return in.Spec.Install
+}
+
+// LoadBalancerClass is the class of the Services this NativeCCM serves when
+// spec.loadBalancers is enabled: spec.loadBalancers.class or
+// hybridccm.io/<platform>.
+func (in *NativeCCM) LoadBalancerClass() string {
+	if in.Spec.LoadBalancers != nil && in.Spec.LoadBalancers.Class != "" {
+		return in.Spec.LoadBalancers.Class
+	}
+	return LoadBalancerClassPrefix + in.Spec.Platform
+}
+
+// LoadBalancersEnabled reports spec.loadBalancers.enabled.
+func (in *NativeCCM) LoadBalancersEnabled() bool {
+	return in.Spec.LoadBalancers != nil && in.Spec.LoadBalancers.Enabled
 }
 
 // ReleasePrefix is what ReleaseName puts before the NativeCCM's name.

@@ -71,3 +71,30 @@ func FenceParam(ctx context.Context, c client.Client, name, platform string, pre
 	}
 	return remove, nil
 }
+
+// FenceLoadBalancers sets spec.loadBalancers of NativeCCM name (what an admin
+// asks for) and status.gate.loadBalancers (what the coordinator grants; nil:
+// nothing granted).
+func FenceLoadBalancers(ctx context.Context, c client.Client, name string, lb v1.LoadBalancers, granted *v1.GateLoadBalancers) error {
+	spec, err := json.Marshal(map[string]any{"spec": map[string]any{"loadBalancers": lb}})
+	if err != nil {
+		return err
+	}
+	obj := &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, spec)); err != nil {
+		return fmt.Errorf("NativeCCM %s spec.loadBalancers: %w", name, err)
+	}
+	// Every field spelled out: a merge patch keeps what it does not mention.
+	var g any
+	if granted != nil {
+		g = map[string]any{"class": granted.Class, "default": granted.Default}
+	}
+	status, err := json.Marshal(map[string]any{"status": map[string]any{"gate": map[string]any{"loadBalancers": g}}})
+	if err != nil {
+		return err
+	}
+	if err := c.Status().Patch(ctx, obj, client.RawPatch(types.MergePatchType, status)); err != nil {
+		return fmt.Errorf("NativeCCM %s status.gate.loadBalancers: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,103 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
+)
+
+// loadBalancers decides which Services a NativeCCM with spec.loadBalancers on
+// serves, among all NativeCCMs: a class is served by one NativeCCM only, and
+// Services without a class by at most one default. The older NativeCCM
+// (creation time, then name) keeps what both ask for; the younger one gets a
+// conflict naming the other and does not serve it (without its class it
+// serves nothing: no service controller at all). Nil: no load balancers.
+func (r *NativeCCMReconciler) loadBalancers(ctx context.Context, obj *v1.NativeCCM) (*release.LoadBalancerSettings, []Conflict, error) {
+	if !obj.LoadBalancersEnabled() {
+		return nil, nil, nil
+	}
+	var list v1.NativeCCMList
+	if err := r.List(ctx, &list); err != nil {
+		return nil, nil, fmt.Errorf("list NativeCCMs: %w", err)
+	}
+	lb := &release.LoadBalancerSettings{Class: obj.LoadBalancerClass(), Default: obj.Spec.LoadBalancers.Default}
+	var conflicts []Conflict
+	for i := range list.Items {
+		other := &list.Items[i]
+		if other.Name == obj.Name || !other.LoadBalancersEnabled() || !other.DeletionTimestamp.IsZero() || !older(other, obj) {
+			continue
+		}
+		if other.LoadBalancerClass() == lb.Class {
+			conflicts = append(conflicts, Conflict{v1.LoadBalancerClassConflictReason,
+				fmt.Sprintf("NativeCCM %s already serves load balancer class %s: this one serves no load balancers until one of them changes spec.loadBalancers", other.Name, lb.Class)})
+			return nil, conflicts, nil
+		}
+		if lb.Default && other.Spec.LoadBalancers.Default {
+			lb.Default = false
+			conflicts = append(conflicts, Conflict{v1.LoadBalancerClassConflictReason,
+				fmt.Sprintf("NativeCCM %s is already the default for Services of type LoadBalancer without a class: this one serves only class %s", other.Name, obj.LoadBalancerClass())})
+		}
+	}
+	return lb, conflicts, nil
+}
+
+// older orders NativeCCMs for load balancer conflicts: creation time, then name.
+func older(a, b *v1.NativeCCM) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	return a.Name < b.Name
+}
+
+// loadBalancerHandler re-reconciles the other NativeCCMs with load balancers
+// when one that has (or had) them changes or goes, so that a conflict is
+// resolved as soon as its cause is.
+type loadBalancerHandler struct{ r *NativeCCMReconciler }
+
+var _ handler.EventHandler = loadBalancerHandler{}
+
+func (h loadBalancerHandler) Create(ctx context.Context, e event.CreateEvent, q queue) {
+	h.enqueueOthers(ctx, q, e.Object)
+}
+
+func (h loadBalancerHandler) Update(ctx context.Context, e event.UpdateEvent, q queue) {
+	o, ok1 := e.ObjectOld.(*v1.NativeCCM)
+	n, ok2 := e.ObjectNew.(*v1.NativeCCM)
+	if !ok1 || !ok2 || (o.Generation == n.Generation && o.DeletionTimestamp.Equal(n.DeletionTimestamp)) {
+		return
+	}
+	h.enqueueOthers(ctx, q, e.ObjectNew)
+	if o.LoadBalancersEnabled() && !n.LoadBalancersEnabled() {
+		h.enqueueOthers(ctx, q, e.ObjectOld)
+	}
+}
+
+func (h loadBalancerHandler) Delete(ctx context.Context, e event.DeleteEvent, q queue) {
+	h.enqueueOthers(ctx, q, e.Object)
+}
+
+func (h loadBalancerHandler) Generic(context.Context, event.GenericEvent, queue) {}
+
+func (h loadBalancerHandler) enqueueOthers(ctx context.Context, q queue, o client.Object) {
+	changed, ok := o.(*v1.NativeCCM)
+	if !ok || !changed.LoadBalancersEnabled() {
+		return
+	}
+	var list v1.NativeCCMList
+	if err := h.r.List(ctx, &list); err != nil {
+		return
+	}
+	for i := range list.Items {
+		if n := &list.Items[i]; n.Name != changed.Name && n.LoadBalancersEnabled() {
+			q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: n.Name}})
+		}
+	}
+}
