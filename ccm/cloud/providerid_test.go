@@ -37,6 +37,12 @@ func TestProviderID(t *testing.T) {
 		{name: "nocloud v6 fallback", md: Metadata{Platform: "nocloud"}, ip: "2001:db8::1", want: "talos://nocloud/2001:db8::1"},
 		{name: "no platform retries", md: Metadata{}, retry: true},
 		{name: "scaleway", md: Metadata{Platform: "scaleway", Zone: "fr-par-1", InstanceID: "u-1"}, want: "scaleway://instance/fr-par-1/u-1"},
+		{name: "cloudscale from the server UUID, lower-cased", md: Metadata{Platform: "cloudscale", InstanceID: "5F0C7E1A-9B2D-4C3E-8F4A-1B2C3D4E5F60"},
+			want: "cloudscale://5f0c7e1a-9b2d-4c3e-8f4a-1b2c3d4e5f60"},
+		{name: "cloudscale instance ID not a UUID retries", md: Metadata{Platform: "cloudscale", InstanceID: "i-123"}, retry: true},
+		{name: "cloudscale without instance ID retries", md: Metadata{Platform: "cloudscale"}, retry: true},
+		{name: "cloudscale providerID from a rule", md: Metadata{Platform: "cloudscale", ProviderID: "cloudscale://5f0c7e1a-9b2d-4c3e-8f4a-1b2c3d4e5f60"},
+			want: "cloudscale://5f0c7e1a-9b2d-4c3e-8f4a-1b2c3d4e5f60"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -51,6 +57,15 @@ func TestProviderID(t *testing.T) {
 				t.Fatalf("got %q, %v; want %q", got, err, c.want)
 			}
 		})
+	}
+}
+
+// A cloudscale node whose instance ID is not a UUID is retried with a
+// message saying what the cloudscale CCM needs.
+func TestCloudscaleProviderIDMessage(t *testing.T) {
+	_, err := ProviderID(&Metadata{Platform: "cloudscale", InstanceID: "i-123"}, "10.0.0.1")
+	if err == nil || !strings.Contains(err.Error(), "server's UUID") || !strings.Contains(err.Error(), `"i-123"`) {
+		t.Fatalf("error %v should say that the instance ID must be the server UUID and name it", err)
 	}
 }
 
