@@ -407,6 +407,11 @@ func (p *Provider) read(ctx context.Context, node *corev1.Node, targets []netip.
 		InstanceType: tmd.InstanceType, InstanceID: tmd.InstanceID, ProviderID: tmd.ProviderID,
 		Spot: tmd.Spot, InternalDNS: tmd.InternalDNS, ExternalDNS: tmd.ExternalDNS, Tags: tmd.Tags,
 	}
+	if md.Hostname == "" {
+		// as the upstream Talos CCM: rules see the node name (which the Talos
+		// API has just confirmed, k8s/Nodename) when the platform gives none
+		md.Hostname = node.Name
+	}
 	if sys != nil {
 		md.Manufacturer, md.ProductName, md.Version = sys.Manufacturer, sys.ProductName, sys.Version
 		md.SerialNumber, md.UUID, md.SKUNumber = sys.SerialNumber, sys.UUID, sys.SKUNumber
@@ -427,7 +432,7 @@ func (p *Provider) read(ctx context.Context, node *corev1.Node, targets []netip.
 		InstanceType: md.InstanceType,
 		Region:       md.Region,
 		Zone:         md.Zone,
-		Addresses:    nodeAddresses(targets, addrs, &md, res.Features.PublicIPDiscovery, preferIPv6),
+		Addresses:    nodeAddresses(node.Name, targets, addrs, &md, res.Features.PublicIPDiscovery, preferIPv6),
 		Labels:       NodeLabels(&md, res.Labels, p.rules.Global.ClusterName),
 		Annotations:  res.Annotations,
 		Taints:       res.Taints,

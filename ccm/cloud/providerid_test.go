@@ -83,6 +83,7 @@ func TestNodeAddresses(t *testing.T) {
 	}
 	cases := []struct {
 		name     string               // case
+		node     string               // node name
 		internal []netip.Addr         // provided node IPs
 		talos    []talos.Address      // AddressStatus
 		md       Metadata             // metadata
@@ -90,15 +91,30 @@ func TestNodeAddresses(t *testing.T) {
 		v6       bool                 // preferIPv6
 		want     []corev1.NodeAddress // expected order and content
 	}{
-		{name: "cloud external link only", internal: ips("10.0.0.1"),
+		{name: "cloud external link only", node: "n1", internal: ips("10.0.0.1"),
 			talos: []talos.Address{ta("eth0", "10.0.0.1/24"), ta("eth0", "2001:db8::1/64"), ta("external", "203.0.113.1/32")},
 			md:    Metadata{Platform: "aws", Hostname: "n1"},
 			want:  []corev1.NodeAddress{a(corev1.NodeInternalIP, "10.0.0.1"), a(corev1.NodeExternalIP, "203.0.113.1"), a(corev1.NodeHostName, "n1")}},
-		{name: "metal discovers public v6, skips private and link-local", internal: ips("192.168.1.5"),
+		// Hostname is the node name; a fully qualified host name is InternalDNS
+		{name: "metal discovers public v6, skips private and link-local", node: "m", internal: ips("192.168.1.5"),
 			talos: []talos.Address{ta("eth0", "192.168.1.5/24"), ta("eth0", "fe80::1/64"), ta("eth0", "2001:db8::5/64"), ta("eth1", "10.9.9.9/8")},
 			md:    Metadata{Platform: "metal", Hostname: "m.example.com"},
 			want: []corev1.NodeAddress{a(corev1.NodeInternalIP, "192.168.1.5"), a(corev1.NodeExternalIP, "2001:db8::5"),
-				a(corev1.NodeHostName, "m.example.com"), a(corev1.NodeInternalDNS, "m.example.com")}},
+				a(corev1.NodeHostName, "m"), a(corev1.NodeInternalDNS, "m.example.com")}},
+		{name: "aws: FQDN host name equal to InternalDNS is listed once", node: "aws-1", internal: ips("10.0.1.10"),
+			talos: []talos.Address{ta("eth0", "10.0.1.10/24")},
+			md:    Metadata{Platform: "aws", Hostname: "ip-10-0-1-10.ec2.internal", InternalDNS: "ip-10-0-1-10.ec2.internal"},
+			want: []corev1.NodeAddress{a(corev1.NodeInternalIP, "10.0.1.10"), a(corev1.NodeHostName, "aws-1"),
+				a(corev1.NodeInternalDNS, "ip-10-0-1-10.ec2.internal")}},
+		{name: "a short host name other than the node name is not an address", node: "web-1", internal: ips("10.0.0.1"),
+			talos: []talos.Address{ta("eth0", "10.0.0.1/24")},
+			md:    Metadata{Platform: "hcloud", Hostname: "web"},
+			want:  []corev1.NodeAddress{a(corev1.NodeInternalIP, "10.0.0.1"), a(corev1.NodeHostName, "web-1")}},
+		{name: "discovery skips overlay, CNI host, dummy and loopback links", node: "m", internal: ips("192.168.1.5"),
+			talos: []talos.Address{ta("eth0", "192.168.1.5/24"), ta("kubespan", "2001:db8:ff::5/128"), ta("siderolink", "2001:db8:fe::5/64"),
+				ta("cilium_host", "2001:db8:5:1::1/128"), ta("dummy0", "198.51.100.80/32"), ta("lo", "198.51.100.81/32"), ta("eth1", "198.51.100.5/24")},
+			md:   Metadata{Platform: "metal", Hostname: "m"},
+			want: []corev1.NodeAddress{a(corev1.NodeInternalIP, "192.168.1.5"), a(corev1.NodeExternalIP, "198.51.100.5"), a(corev1.NodeHostName, "m")}},
 		{name: "feature enables discovery on a cloud", internal: ips("10.0.0.1"), discover: true,
 			talos: []talos.Address{ta("eth0", "10.0.0.1/24"), ta("eth0", "198.51.100.4/32")},
 			md:    Metadata{Platform: "gcp"},
@@ -109,7 +125,7 @@ func TestNodeAddresses(t *testing.T) {
 			want:  []corev1.NodeAddress{a(corev1.NodeInternalIP, "fd00::1"), a(corev1.NodeInternalIP, "10.0.0.1"), a(corev1.NodeInternalDNS, "i.example"), a(corev1.NodeExternalDNS, "e.example")}},
 		// the kubelet writes provided-node-ip: an entry the Talos API does not
 		// report is not established, whichever family or position it has
-		{name: "provided IPs not on the node are left out", internal: ips("10.99.0.1", "10.0.0.1", "fd00::99"),
+		{name: "provided IPs not on the node are left out", node: "n1", internal: ips("10.99.0.1", "10.0.0.1", "fd00::99"),
 			talos: []talos.Address{ta("eth0", "10.0.0.1/24"), ta("eth0", "fd00::1/64")},
 			md:    Metadata{Platform: "aws", Hostname: "n1"},
 			want:  []corev1.NodeAddress{a(corev1.NodeInternalIP, "10.0.0.1"), a(corev1.NodeHostName, "n1")}},
@@ -120,7 +136,7 @@ func TestNodeAddresses(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got := nodeAddresses(c.internal, c.talos, &c.md, c.discover, c.v6)
+			got := nodeAddresses(c.node, c.internal, c.talos, &c.md, c.discover, c.v6)
 			if !reflect.DeepEqual(got, c.want) {
 				t.Fatalf("got  %v\nwant %v", got, c.want)
 			}
