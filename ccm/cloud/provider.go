@@ -112,8 +112,13 @@ type Facts struct {
 	Taints      []corev1.Taint
 	// Rules are the names of the transformation rules that matched.
 	Rules []string
-	// Result is the raw rule output (for enforce mode).
+	// Result is what enforce mode keeps reconciled on an initialized node: the
+	// rule output and the labels derived from the metadata after overrides
+	// (see enforced).
 	Result *transform.Result
+	// PlatformHeld, when set, says why enforce mode keeps the node's current
+	// platform label instead of the one the rules now give (see enforced).
+	PlatformHeld string
 	// ReadAt is when the Talos API was read.
 	ReadAt time.Time
 }
@@ -437,9 +442,9 @@ func (p *Provider) read(ctx context.Context, node *corev1.Node, targets []netip.
 		Annotations:  res.Annotations,
 		Taints:       res.Taints,
 		Rules:        res.Matched,
-		Result:       res,
 		ReadAt:       readTime,
 	}
+	f.Result, f.PlatformHeld = enforced(node, res, f, p.rules.Global.ClusterName)
 	klog.V(4).InfoS("Established node facts", "node", klog.KObj(node), "platform", f.Platform, "providerID", f.ProviderID, "rules", f.Rules, "talosAddress", target)
 	return f, nil
 }
