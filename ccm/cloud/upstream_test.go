@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -168,6 +169,59 @@ func TestUpstreamConfigExamples(t *testing.T) {
 			}
 			if !reflect.DeepEqual(f.Addresses, c.addrs) {
 				t.Errorf("addresses\n got %v\nwant %v", f.Addresses, c.addrs)
+			}
+		})
+	}
+}
+
+// talos-ccm also reports the metadata's internalDNS and externalDNS, which
+// upstream ignores; one rule without a selector clears them, and the
+// addresses are exactly upstream's (the FQDN host name stays InternalDNS, as
+// upstream has it).
+func TestUpstreamAddressesWithoutMetadataDNS(t *testing.T) {
+	ep, err := talosnode.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ep.Stop)
+	if _, err := ep.AddNode("aws-7", []string{"10.0.1.7"}, talosnode.Spec{
+		Metadata: &runtime.PlatformMetadataSpec{Platform: "aws", Hostname: "ip-10-0-1-7.ec2.internal", Zone: "us-east-1a", InstanceID: "i-7",
+			ProviderID: "aws:///us-east-1a/i-7", InternalDNS: "ip-10-0-1-7.ec2.internal", ExternalDNS: "ec2-198-51-100-7.compute-1.amazonaws.com"},
+		Addresses: []talosnode.Address{{Link: "eth0", Prefix: "10.0.1.7/24"}, {Link: "external", Prefix: "198.51.100.7/32"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	client, err := ep.NewClient(t.TempDir(), talos.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "aws-7",
+		Annotations: map[string]string{cloudproviderapi.AnnotationAlphaProvidedIPAddr: "10.0.1.7"}}}
+	upstream := []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.1.7"}, {Type: corev1.NodeExternalIP, Address: "198.51.100.7"},
+		{Type: corev1.NodeHostName, Address: "aws-7"}, {Type: corev1.NodeInternalDNS, Address: "ip-10-0-1-7.ec2.internal"}}
+
+	for _, tc := range []struct {
+		name  string               // case
+		rules string               // configuration
+		want  []corev1.NodeAddress // addresses
+	}{
+		{name: "default: the metadata's DNS names too", rules: "",
+			want: append(slices.Clone(upstream), corev1.NodeAddress{Type: corev1.NodeExternalDNS, Address: "ec2-198-51-100-7.compute-1.amazonaws.com"})},
+		{name: "cleared by a rule: upstream's addresses", rules: "transformations:\n  - platformMetadata: {internalDNS: '', externalDNS: ''}\n",
+			want: upstream},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rules, err := transform.Parse([]byte(tc.rules), "rules.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := cloud.New(client, rules, cloud.Options{}).Facts(context.Background(), node)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(f.Addresses, tc.want) {
+				t.Errorf("addresses\n got %v\nwant %v", f.Addresses, tc.want)
 			}
 		})
 	}
