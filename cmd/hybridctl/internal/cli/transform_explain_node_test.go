@@ -148,3 +148,17 @@ func TestExplainLiveNodeAsTalosCCM(t *testing.T) {
 		t.Fatalf("global.clusterName: %v\n%s", err, out)
 	}
 }
+
+// A metadata file without hostname: talos-ccm would use the node name, which a
+// file does not give; explain says so.
+func TestExplainFileWithoutHostnameWarns(t *testing.T) {
+	md := writeFile(t, "node.yaml", "platform: metal\n")
+	rules := writeFile(t, "rules.yaml", "transformations: []\n")
+	_, stderr, err := run(t, "transform", "explain", "-c", rules, "-m", md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stderr, "no hostname: talos-ccm matches and renders the node name in its place") {
+		t.Errorf("stderr %q lacks the warning", stderr)
+	}
+}
