@@ -83,7 +83,9 @@ func TestCloudscaleNodesAreRoutedEndToEnd(t *testing.T) {
 		t.Fatalf("openstack server: platform %q providerID %q", osn.Labels[gatetest.PlatformLabel], osn.Spec.ProviderID)
 	}
 
-	// The cloudscale NativeCCM's fence and view, from the built-in profile.
+	// The cloudscale NativeCCM's fence and view, from the built-in profile: the
+	// fence as the coordinator chart ships it, the NativeCCM as the
+	// coordinator leaves it (spec.platform, status.gate's prefixes).
 	set, err := profile.Builtin()
 	if err != nil {
 		t.Fatal(err)
@@ -92,20 +94,27 @@ func TestCloudscaleNodesAreRoutedEndToEnd(t *testing.T) {
 	if !ok {
 		t.Fatal("no built-in cloudscale profile")
 	}
-	const ns, sa = "kube-system", "native-ccm-cloudscale-e2e"
-	fence := gate.Fence{NativeCCM: "cloudscale-e2e", Platform: p.Platforms[0], Username: gatetest.Username(ns, sa), ProviderIDPrefixes: p.ProviderIDPrefixes}
-	admin, err := controllerClient()
+	c, err := gatetest.Client(env.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := gate.EnsurePolicy(ctx, admin, fence); err != nil {
+	fence := gate.Fence{Name: "cloudscale-e2e.hybridccm.io", Namespace: "kube-system"}
+	if _, err := gate.EnsureFence(ctx, c, fence); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = gate.DeletePolicy(context.Background(), admin, fence.NativeCCM) })
-	if err := gatetest.GrantNativeCCM(ctx, env.Client, ns, sa); err != nil {
+	t.Cleanup(func() { _ = gate.DeleteFence(context.Background(), c, fence) })
+	remove, err := gatetest.FenceParam(ctx, c, "cloudscale", p.Platforms[0], p.ProviderIDPrefixes...)
+	if remove != nil {
+		t.Cleanup(remove)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := gatetest.ServiceAccountUser(env, ns, sa)
+	const sa = "native-ccm-cloudscale"
+	if err := gatetest.GrantNativeCCM(ctx, env.Client, fence.Namespace, sa); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := gatetest.ServiceAccountUser(env, fence.Namespace, sa)
 	if err != nil {
 		t.Fatal(err)
 	}
