@@ -193,6 +193,15 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 		if err != nil {
 			return err
 		}
+		// As the upstream Talos CCM: without global.clusterName, the clustername
+		// label is the cluster the talosconfig context names (if any).
+		clusterFrom := "global.clusterName"
+		if rules.Global.ClusterName == "" {
+			rules.Global.ClusterName, clusterFrom = tc.ClusterName(), "talosconfig context"
+		}
+		if rules.Global.ClusterName == "" {
+			clusterFrom = "none"
+		}
 		lookup := tf.lookup
 		if lookup <= 0 {
 			lookup = 2 * tf.timeout // one attempt per address family
@@ -206,6 +215,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 			}
 		}
 		klog.InfoS("talos-ccm configured", "rules", len(rules.Transformations), "enforce", tf.enforce || rules.Global.Enforce,
+			"clusterName", rules.Global.ClusterName, "clusterNameFrom", clusterFrom,
 			"initPagesReleasedMiB", releasedInitPages>>20)
 		return run(cmd, args)
 	}

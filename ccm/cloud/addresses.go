@@ -77,6 +77,20 @@ func orderByFamily(ips []netip.Addr, preferIPv6 bool) []netip.Addr {
 	return out
 }
 
+// discoverable reports whether public addresses found on a link may be the
+// node's ExternalIPs. Never those of loopback, Talos' own overlays (KubeSpan,
+// SideroLink), Cilium's host interface (it holds an address of the node's pod
+// CIDR, global unicast when the cloud allocator carves it from the node's
+// prefix) or dummy interfaces (addresses bound locally for services); the
+// upstream Talos CCM leaves out the same links.
+func discoverable(link string) bool {
+	switch link {
+	case "lo", "kubespan", "siderolink", "cilium_host":
+		return false
+	}
+	return !strings.HasPrefix(link, "dummy")
+}
+
 func isPublic(a netip.Addr) bool {
 	return a.IsGlobalUnicast() && !a.IsPrivate() && !a.IsLoopback() && !a.IsLinkLocalUnicast()
 }
@@ -85,14 +99,21 @@ func isPublic(a netip.Addr) bool {
 // are addresses of the node per its Talos API (at most one per family, preferred
 // family first); ExternalIP = the external link's addresses, plus public
 // global-unicast addresses where the platform (or a rule's publicIPDiscovery)
-// says so; Hostname; InternalDNS/ExternalDNS.
+// says so; Hostname = the node name; InternalDNS = the metadata's host name
+// when it is a domain name, and the metadata's InternalDNS; ExternalDNS.
+//
+// Hostname is the node name, as the upstream Talos CCM and the kubelet itself
+// report it (it is also the kubernetes.io/hostname label), not the metadata's
+// host name: where that is a fully qualified name (aws, some metal), it is an
+// InternalDNS address instead, so nothing is lost and every name stays one the
+// node's serving certificate may carry (docs/talos-ccm.md).
 //
 // A provided node IP the Talos API does not report is left out: the kubelet
 // writes provided-node-ip itself, and only one of its addresses needs to reach
 // the node's Talos API, so an extra entry (a second family, or an unreachable
 // address listed first) would otherwise be "established" from the kubelet's
 // word alone. The cloud-node controller then reports ProvidedNodeIPNotFound.
-func nodeAddresses(internal []netip.Addr, talosAddrs []talos.Address, md *Metadata, discoverPublic bool, preferIPv6 bool) []corev1.NodeAddress {
+func nodeAddresses(nodeName string, internal []netip.Addr, talosAddrs []talos.Address, md *Metadata, discoverPublic bool, preferIPv6 bool) []corev1.NodeAddress {
 	var out []corev1.NodeAddress
 	seen := map[netip.Addr]bool{}
 	onNode := map[netip.Addr]bool{}
@@ -115,7 +136,7 @@ func nodeAddresses(internal []netip.Addr, talosAddrs []talos.Address, md *Metada
 		if seen[ip] || !ip.IsValid() {
 			continue
 		}
-		if a.Link == ExternalLink || (discover && isPublic(ip)) {
+		if a.Link == ExternalLink || (discover && isPublic(ip) && discoverable(a.Link)) {
 			seen[ip] = true
 			external = append(external, ip)
 		}
@@ -123,11 +144,11 @@ func nodeAddresses(internal []netip.Addr, talosAddrs []talos.Address, md *Metada
 	for _, ip := range orderByFamily(external, preferIPv6) {
 		out = append(out, corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: ip.String()})
 	}
-	if md.Hostname != "" {
-		out = append(out, corev1.NodeAddress{Type: corev1.NodeHostName, Address: md.Hostname})
-		if strings.Contains(md.Hostname, ".") && md.Hostname != md.InternalDNS {
-			out = append(out, corev1.NodeAddress{Type: corev1.NodeInternalDNS, Address: md.Hostname})
-		}
+	if nodeName != "" {
+		out = append(out, corev1.NodeAddress{Type: corev1.NodeHostName, Address: nodeName})
+	}
+	if strings.IndexByte(md.Hostname, '.') > 0 && md.Hostname != md.InternalDNS {
+		out = append(out, corev1.NodeAddress{Type: corev1.NodeInternalDNS, Address: md.Hostname})
 	}
 	if md.InternalDNS != "" {
 		out = append(out, corev1.NodeAddress{Type: corev1.NodeInternalDNS, Address: md.InternalDNS})

@@ -112,8 +112,13 @@ type Facts struct {
 	Taints      []corev1.Taint
 	// Rules are the names of the transformation rules that matched.
 	Rules []string
-	// Result is the raw rule output (for enforce mode).
+	// Result is what enforce mode keeps reconciled on an initialized node: the
+	// rule output and the labels derived from the metadata after overrides
+	// (see enforced).
 	Result *transform.Result
+	// PlatformHeld, when set, says why enforce mode keeps the node's current
+	// platform label instead of the one the rules now give (see enforced).
+	PlatformHeld string
 	// ReadAt is when the Talos API was read.
 	ReadAt time.Time
 }
@@ -407,6 +412,11 @@ func (p *Provider) read(ctx context.Context, node *corev1.Node, targets []netip.
 		InstanceType: tmd.InstanceType, InstanceID: tmd.InstanceID, ProviderID: tmd.ProviderID,
 		Spot: tmd.Spot, InternalDNS: tmd.InternalDNS, ExternalDNS: tmd.ExternalDNS, Tags: tmd.Tags,
 	}
+	if md.Hostname == "" {
+		// as the upstream Talos CCM: rules see the node name (which the Talos
+		// API has just confirmed, k8s/Nodename) when the platform gives none
+		md.Hostname = node.Name
+	}
 	if sys != nil {
 		md.Manufacturer, md.ProductName, md.Version = sys.Manufacturer, sys.ProductName, sys.Version
 		md.SerialNumber, md.UUID, md.SKUNumber = sys.SerialNumber, sys.UUID, sys.SKUNumber
@@ -427,14 +437,14 @@ func (p *Provider) read(ctx context.Context, node *corev1.Node, targets []netip.
 		InstanceType: md.InstanceType,
 		Region:       md.Region,
 		Zone:         md.Zone,
-		Addresses:    nodeAddresses(targets, addrs, &md, res.Features.PublicIPDiscovery, preferIPv6),
+		Addresses:    nodeAddresses(node.Name, targets, addrs, &md, res.Features.PublicIPDiscovery, preferIPv6),
 		Labels:       NodeLabels(&md, res.Labels, p.rules.Global.ClusterName),
 		Annotations:  res.Annotations,
 		Taints:       res.Taints,
 		Rules:        res.Matched,
-		Result:       res,
 		ReadAt:       readTime,
 	}
+	f.Result, f.PlatformHeld = enforced(node, res, f, p.rules.Global.ClusterName)
 	klog.V(4).InfoS("Established node facts", "node", klog.KObj(node), "platform", f.Platform, "providerID", f.ProviderID, "rules", f.Rules, "talosAddress", target)
 	return f, nil
 }

@@ -2,6 +2,7 @@ package cloud
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -25,6 +26,31 @@ var nativePlatforms = map[string]func(md *Metadata) string{
 	"akamai":        func(md *Metadata) string { return join("linode://", md.InstanceID) },
 	"equinixMetal":  func(md *Metadata) string { return join("equinixmetal://", md.InstanceID) },
 	"cloudstack":    nil,
+	// Talos has no cloudscale platform: a rule moves nodes here with
+	// platformMetadata.platform (docs/profiles.md).
+	"cloudscale": cloudscaleProviderID,
+}
+
+// nativeFormats describes, for the error of a platform whose instance ID
+// cannot give its providerID, what the native CCM needs.
+var nativeFormats = map[string]string{
+	"cloudscale": "cloudscale://<server UUID>: the instance ID must be the server's UUID",
+}
+
+// uuidPattern is a UUID in its canonical text form, any case.
+var uuidPattern = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+
+// cloudscaleProviderID is cloudscale://<server UUID>, the UUID lower-cased as
+// the cloudscale API spells it. The cloudscale CCM parses what follows the
+// scheme as a UUID and looks the server up by it, so an instance ID that is
+// not one gives no providerID (talos-ccm retries instead of writing an ID the
+// CCM would never recognise).
+func cloudscaleProviderID(md *Metadata) string {
+	id := strings.TrimSpace(md.InstanceID)
+	if !uuidPattern.MatchString(id) {
+		return ""
+	}
+	return "cloudscale://" + strings.ToLower(id)
 }
 
 // join concatenates parts, or returns "" when any variable part is empty.
@@ -57,6 +83,10 @@ func ProviderID(md *Metadata, nodeIP string) (string, error) {
 			if id := build(md); id != "" {
 				return id, nil
 			}
+		}
+		if format, ok := nativeFormats[md.Platform]; ok && md.InstanceID != "" {
+			return "", fmt.Errorf("%w: platform %q needs %s, got instance ID %q",
+				ErrMetadataIncomplete, md.Platform, format, clip(md.InstanceID))
 		}
 		return "", fmt.Errorf("%w: platform %q has a native providerID format but metadata has no providerID/instanceID yet",
 			ErrMetadataIncomplete, md.Platform)

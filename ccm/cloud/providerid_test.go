@@ -37,6 +37,12 @@ func TestProviderID(t *testing.T) {
 		{name: "nocloud v6 fallback", md: Metadata{Platform: "nocloud"}, ip: "2001:db8::1", want: "talos://nocloud/2001:db8::1"},
 		{name: "no platform retries", md: Metadata{}, retry: true},
 		{name: "scaleway", md: Metadata{Platform: "scaleway", Zone: "fr-par-1", InstanceID: "u-1"}, want: "scaleway://instance/fr-par-1/u-1"},
+		{name: "cloudscale from the server UUID, lower-cased", md: Metadata{Platform: "cloudscale", InstanceID: "5F0C7E1A-9B2D-4C3E-8F4A-1B2C3D4E5F60"},
+			want: "cloudscale://5f0c7e1a-9b2d-4c3e-8f4a-1b2c3d4e5f60"},
+		{name: "cloudscale instance ID not a UUID retries", md: Metadata{Platform: "cloudscale", InstanceID: "i-123"}, retry: true},
+		{name: "cloudscale without instance ID retries", md: Metadata{Platform: "cloudscale"}, retry: true},
+		{name: "cloudscale providerID from a rule", md: Metadata{Platform: "cloudscale", ProviderID: "cloudscale://5f0c7e1a-9b2d-4c3e-8f4a-1b2c3d4e5f60"},
+			want: "cloudscale://5f0c7e1a-9b2d-4c3e-8f4a-1b2c3d4e5f60"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -54,6 +60,15 @@ func TestProviderID(t *testing.T) {
 	}
 }
 
+// A cloudscale node whose instance ID is not a UUID is retried with a
+// message saying what the cloudscale CCM needs.
+func TestCloudscaleProviderIDMessage(t *testing.T) {
+	_, err := ProviderID(&Metadata{Platform: "cloudscale", InstanceID: "i-123"}, "10.0.0.1")
+	if err == nil || !strings.Contains(err.Error(), "server's UUID") || !strings.Contains(err.Error(), `"i-123"`) {
+		t.Fatalf("error %v should say that the instance ID must be the server UUID and name it", err)
+	}
+}
+
 func TestNodeAddresses(t *testing.T) {
 	ips := func(s ...string) []netip.Addr {
 		var out []netip.Addr
@@ -68,6 +83,7 @@ func TestNodeAddresses(t *testing.T) {
 	}
 	cases := []struct {
 		name     string               // case
+		node     string               // node name
 		internal []netip.Addr         // provided node IPs
 		talos    []talos.Address      // AddressStatus
 		md       Metadata             // metadata
@@ -75,15 +91,30 @@ func TestNodeAddresses(t *testing.T) {
 		v6       bool                 // preferIPv6
 		want     []corev1.NodeAddress // expected order and content
 	}{
-		{name: "cloud external link only", internal: ips("10.0.0.1"),
+		{name: "cloud external link only", node: "n1", internal: ips("10.0.0.1"),
 			talos: []talos.Address{ta("eth0", "10.0.0.1/24"), ta("eth0", "2001:db8::1/64"), ta("external", "203.0.113.1/32")},
 			md:    Metadata{Platform: "aws", Hostname: "n1"},
 			want:  []corev1.NodeAddress{a(corev1.NodeInternalIP, "10.0.0.1"), a(corev1.NodeExternalIP, "203.0.113.1"), a(corev1.NodeHostName, "n1")}},
-		{name: "metal discovers public v6, skips private and link-local", internal: ips("192.168.1.5"),
+		// Hostname is the node name; a fully qualified host name is InternalDNS
+		{name: "metal discovers public v6, skips private and link-local", node: "m", internal: ips("192.168.1.5"),
 			talos: []talos.Address{ta("eth0", "192.168.1.5/24"), ta("eth0", "fe80::1/64"), ta("eth0", "2001:db8::5/64"), ta("eth1", "10.9.9.9/8")},
 			md:    Metadata{Platform: "metal", Hostname: "m.example.com"},
 			want: []corev1.NodeAddress{a(corev1.NodeInternalIP, "192.168.1.5"), a(corev1.NodeExternalIP, "2001:db8::5"),
-				a(corev1.NodeHostName, "m.example.com"), a(corev1.NodeInternalDNS, "m.example.com")}},
+				a(corev1.NodeHostName, "m"), a(corev1.NodeInternalDNS, "m.example.com")}},
+		{name: "aws: FQDN host name equal to InternalDNS is listed once", node: "aws-1", internal: ips("10.0.1.10"),
+			talos: []talos.Address{ta("eth0", "10.0.1.10/24")},
+			md:    Metadata{Platform: "aws", Hostname: "ip-10-0-1-10.ec2.internal", InternalDNS: "ip-10-0-1-10.ec2.internal"},
+			want: []corev1.NodeAddress{a(corev1.NodeInternalIP, "10.0.1.10"), a(corev1.NodeHostName, "aws-1"),
+				a(corev1.NodeInternalDNS, "ip-10-0-1-10.ec2.internal")}},
+		{name: "a short host name other than the node name is not an address", node: "web-1", internal: ips("10.0.0.1"),
+			talos: []talos.Address{ta("eth0", "10.0.0.1/24")},
+			md:    Metadata{Platform: "hcloud", Hostname: "web"},
+			want:  []corev1.NodeAddress{a(corev1.NodeInternalIP, "10.0.0.1"), a(corev1.NodeHostName, "web-1")}},
+		{name: "discovery skips overlay, CNI host, dummy and loopback links", node: "m", internal: ips("192.168.1.5"),
+			talos: []talos.Address{ta("eth0", "192.168.1.5/24"), ta("kubespan", "2001:db8:ff::5/128"), ta("siderolink", "2001:db8:fe::5/64"),
+				ta("cilium_host", "2001:db8:5:1::1/128"), ta("dummy0", "198.51.100.80/32"), ta("lo", "198.51.100.81/32"), ta("eth1", "198.51.100.5/24")},
+			md:   Metadata{Platform: "metal", Hostname: "m"},
+			want: []corev1.NodeAddress{a(corev1.NodeInternalIP, "192.168.1.5"), a(corev1.NodeExternalIP, "198.51.100.5"), a(corev1.NodeHostName, "m")}},
 		{name: "feature enables discovery on a cloud", internal: ips("10.0.0.1"), discover: true,
 			talos: []talos.Address{ta("eth0", "10.0.0.1/24"), ta("eth0", "198.51.100.4/32")},
 			md:    Metadata{Platform: "gcp"},
@@ -94,7 +125,7 @@ func TestNodeAddresses(t *testing.T) {
 			want:  []corev1.NodeAddress{a(corev1.NodeInternalIP, "fd00::1"), a(corev1.NodeInternalIP, "10.0.0.1"), a(corev1.NodeInternalDNS, "i.example"), a(corev1.NodeExternalDNS, "e.example")}},
 		// the kubelet writes provided-node-ip: an entry the Talos API does not
 		// report is not established, whichever family or position it has
-		{name: "provided IPs not on the node are left out", internal: ips("10.99.0.1", "10.0.0.1", "fd00::99"),
+		{name: "provided IPs not on the node are left out", node: "n1", internal: ips("10.99.0.1", "10.0.0.1", "fd00::99"),
 			talos: []talos.Address{ta("eth0", "10.0.0.1/24"), ta("eth0", "fd00::1/64")},
 			md:    Metadata{Platform: "aws", Hostname: "n1"},
 			want:  []corev1.NodeAddress{a(corev1.NodeInternalIP, "10.0.0.1"), a(corev1.NodeHostName, "n1")}},
@@ -105,7 +136,7 @@ func TestNodeAddresses(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got := nodeAddresses(c.internal, c.talos, &c.md, c.discover, c.v6)
+			got := nodeAddresses(c.node, c.internal, c.talos, &c.md, c.discover, c.v6)
 			if !reflect.DeepEqual(got, c.want) {
 				t.Fatalf("got  %v\nwant %v", got, c.want)
 			}

@@ -59,6 +59,7 @@ const (
 	ReasonRulesReconciled     = "TransformationsReconciled"
 	ReasonIdentityMismatch    = "NodeIdentityMismatch"
 	ReasonProvidedIPInvalid   = "ProvidedNodeIPInvalid"
+	ReasonPlatformLabelKept   = "PlatformLabelKept"
 )
 
 // FactSource establishes node facts (ccm/cloud.Provider).
@@ -353,6 +354,9 @@ func (c *Controller) refresh(ctx context.Context, node *corev1.Node) error {
 		return nil
 	}
 	c.markRead(node.Name, f.ReadAt)
+	if c.opts.Enforce && f.PlatformHeld != "" {
+		c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonPlatformLabelKept, "Platform label kept: %s", f.PlatformHeld)
+	}
 	if c.opts.Enforce && f.Result != nil {
 		change := transform.Plan(node, f.Result)
 		if !change.Empty() {

@@ -215,6 +215,17 @@ func (c *Client) current(ctx context.Context) *talosclient.Client {
 	return c.c
 }
 
+// ClusterName is the cluster the talosconfig context in use names (its
+// `cluster` field; Options.Context, else the config's current context), or ""
+// when it names none. The upstream Talos CCM labels nodes with it when its
+// configuration sets no cluster name; talos-ccm does the same. A talosconfig
+// Talos issues for a Talos ServiceAccount names no cluster.
+func (c *Client) ClusterName() string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.c.GetClusterName()
+}
+
 // Close closes the connection.
 func (c *Client) Close() error {
 	c.mu.Lock()

@@ -171,3 +171,47 @@ func TestEndpointsOverride(t *testing.T) {
 		t.Fatalf("endpoint saw %d requests, want 1", ep.Requests())
 	}
 }
+
+// ClusterName is the `cluster` of the talosconfig context in use (the one
+// --talos-context names, else the current one), as the upstream Talos CCM
+// reads it; "" when that context names none.
+func TestClusterName(t *testing.T) {
+	ep, err := talosnode.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Stop()
+	cfg, err := ep.ClientConfig("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	current := cfg.Context
+	cfg.Contexts[current].Cluster = "prod-eu"
+	other := *cfg.Contexts[current]
+	other.Cluster = "staging"
+	cfg.Contexts["other"] = &other
+	bare := *cfg.Contexts[current]
+	bare.Cluster = ""
+	cfg.Contexts["bare"] = &bare
+	path := filepath.Join(t.TempDir(), "talosconfig")
+	if err := cfg.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		context string // --talos-context
+		want    string // ClusterName
+	}{
+		{context: "", want: "prod-eu"},
+		{context: "other", want: "staging"},
+		{context: "bare", want: ""},
+	} {
+		c, err := talos.New(context.Background(), talos.Options{ConfigPath: path, Context: tc.context, ReloadInterval: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.ClusterName(); got != tc.want {
+			t.Errorf("context %q: ClusterName %q, want %q", tc.context, got, tc.want)
+		}
+		_ = c.Close()
+	}
+}

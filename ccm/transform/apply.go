@@ -166,10 +166,19 @@ func (r *rule) apply(md *Metadata, res *Result, taints map[string]int, source st
 		}
 		values[i] = strings.TrimSpace(s)
 	}
+	platform := md.Platform
 	for i, o := range r.overrides {
 		if err := o.ref.override(md, values[i]); err != nil {
 			return fail(o.path, err)
 		}
+	}
+	// The providerID Talos reports is in the format of its own platform. A rule
+	// that moves the node to another platform without giving a providerID
+	// drops it, so that talos-ccm builds the new platform's format from the
+	// instance ID (or waits for one) instead of writing, once and for good, an
+	// ID the new platform's CCM does not recognise.
+	if md.Platform != platform && !r.setsProviderID {
+		md.ProviderID = ""
 	}
 	res.Features.PublicIPDiscovery = res.Features.PublicIPDiscovery || r.features.PublicIPDiscovery
 	return nil

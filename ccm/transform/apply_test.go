@@ -198,6 +198,68 @@ transformations:
 	}
 }
 
+// The providerID Talos reports is in its own platform's format: a rule that
+// moves the node to another platform drops it unless some rule sets one.
+func TestPlatformOverrideDropsForeignProviderID(t *testing.T) {
+	openstack := Metadata{Platform: "openstack", InstanceID: "5f0c7e1a", ProviderID: "openstack:///5f0c7e1a", Zone: "rma1"}
+	for _, tc := range []struct {
+		name  string   // what the rules do
+		rules string   // transformations
+		md    Metadata // the node's metadata
+		// platform and providerID after the rules
+		platform, providerID string
+	}{
+		{
+			name:     "platform changed, no providerID given: dropped",
+			rules:    "  - platformMetadata: {platform: cloudscale}\n",
+			md:       openstack,
+			platform: "cloudscale", providerID: "",
+		},
+		{
+			name:     "platform changed with a providerID in the same rule",
+			rules:    "  - platformMetadata: {platform: cloudscale, providerID: 'cloudscale://{{ .InstanceID }}'}\n",
+			md:       openstack,
+			platform: "cloudscale", providerID: "cloudscale://5f0c7e1a",
+		},
+		{
+			name:     "the same rule keeps the old providerID on purpose",
+			rules:    "  - platformMetadata: {platform: cloudscale, providerID: '{{ .ProviderID }}'}\n",
+			md:       openstack,
+			platform: "cloudscale", providerID: "openstack:///5f0c7e1a",
+		},
+		{
+			name: "a later rule sets the providerID",
+			rules: "  - platformMetadata: {platform: cloudscale}\n" +
+				"  - nodeSelector: [{matchExpressions: [{key: platform, operator: In, values: [cloudscale]}]}]\n" +
+				"    platformMetadata: {providerID: 'cloudscale://{{ .InstanceID }}'}\n",
+			md:       openstack,
+			platform: "cloudscale", providerID: "cloudscale://5f0c7e1a",
+		},
+		{
+			name:     "platform overridden with its own value: kept",
+			rules:    "  - platformMetadata: {platform: openstack}\n",
+			md:       openstack,
+			platform: "openstack", providerID: "openstack:///5f0c7e1a",
+		},
+		{
+			name:     "other fields overridden: kept",
+			rules:    "  - platformMetadata: {zone: lpg1, instanceID: other}\n",
+			md:       openstack,
+			platform: "openstack", providerID: "openstack:///5f0c7e1a",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := mustParse(t, "transformations:\n"+tc.rules).Apply(tc.md)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Metadata.Platform != tc.platform || res.Metadata.ProviderID != tc.providerID {
+				t.Errorf("platform %q providerID %q, want %q %q", res.Metadata.Platform, res.Metadata.ProviderID, tc.platform, tc.providerID)
+			}
+		})
+	}
+}
+
 func TestZeroAndCodeBuiltConfig(t *testing.T) {
 	var zero Config
 	res, err := zero.Apply(sample)

@@ -48,7 +48,7 @@ func TestParseErrors(t *testing.T) {
 		{name: "invalid literal label value", doc: "transformations:\n  - labels:\n      example.com/a: 'has space'\n", want: []string{"transformations[0]:", `labels["example.com/a"]:`, `invalid label value "has space"`}},
 		{name: "label value too long", doc: "transformations:\n  - labels:\n      a: '" + strings.Repeat("x", 64) + "'\n", want: []string{`labels["a"]:`, "must be no more than 63"}},
 		{name: "label talos-ccm derives", doc: "transformations:\n  - labels:\n      topology.kubernetes.io/zone: z\n", want: []string{`labels["topology.kubernetes.io/zone"]:`, "override platformMetadata.zone instead"}},
-		{name: "routing label", doc: "transformations:\n  - labels:\n      node.cloudprovider.kubernetes.io/platform: aws\n", want: []string{"routing label"}},
+		{name: "routing label", doc: "transformations:\n  - labels:\n      node.cloudprovider.kubernetes.io/platform: aws\n", want: []string{"routing label", "override platformMetadata.platform instead"}},
 		{name: "invalid annotation key", doc: "transformations:\n  - annotations:\n      'a/b/c': x\n", want: []string{`annotations["a/b/c"]:`, "invalid annotation key"}},
 		{name: "ownership annotation", doc: "transformations:\n  - annotations:\n      " + OwnedKeysAnnotation + ": x\n", want: []string{"rules may not set this annotation", "enforce mode"}},
 		{name: "taint without key", doc: "transformations:\n  - taints:\n      - {value: x, effect: NoSchedule}\n", want: []string{"taints[0].key:", "key is required"}},

@@ -30,8 +30,10 @@ type rule struct {
 	annotations []output
 	taints      []taintOutput
 	overrides   []override
-	features    Features
-	src         *Transformation // for names and lines in messages
+	// setsProviderID: the rule overrides providerID (see rule.apply).
+	setsProviderID bool
+	features       Features
+	src            *Transformation // for names and lines in messages
 }
 
 // output is a label or annotation a rule sets.
@@ -71,8 +73,8 @@ var reservedLabels = map[string]string{
 	corev1.LabelFailureDomainBetaZone:              "it is derived from the metadata: override platformMetadata.zone instead",
 	corev1.LabelInstanceTypeStable:                 "it is derived from the metadata: override platformMetadata.instanceType instead",
 	corev1.LabelInstanceType:                       "it is derived from the metadata: override platformMetadata.instanceType instead",
-	"node.cloudprovider.kubernetes.io/platform":    "it is talos-ccm's routing label, derived from the platform",
-	"node.cloudprovider.kubernetes.io/clustername": "it is set from global.clusterName",
+	"node.cloudprovider.kubernetes.io/platform":    "it is talos-ccm's routing label, derived from the platform: override platformMetadata.platform instead",
+	"node.cloudprovider.kubernetes.io/clustername": "it is set from global.clusterName (else the cluster of the talosconfig context)",
 	"node.cloudprovider.kubernetes.io/lifecycle":   "it is derived from the metadata: override platformMetadata.spot instead",
 	corev1.LabelHostname:                           "the kubelet sets it",
 	corev1.LabelOSStable:                           "the kubelet sets it",
@@ -261,6 +263,7 @@ func compile(c *Config) (*program, []error) {
 			}
 			p.system = p.system || v.system
 			r.overrides = append(r.overrides, override{ref: ref, path: path, v: v})
+			r.setsProviderID = r.setsProviderID || ref.f == fieldsByKey["providerid"]
 		}
 		p.rules = append(p.rules, r)
 	}

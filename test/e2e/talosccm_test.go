@@ -120,7 +120,7 @@ func platformCases() []platformCase {
 			providerID: "aws:///us-east-1a/i-0aws",
 			labels:     merge(topo("us-east-1", "us-east-1a", "t3.medium"), map[string]string{pl: "aws", cn: "hybrid", lc: "spot"}),
 			addrs: []corev1.NodeAddress{addr(corev1.NodeInternalIP, "10.0.1.10"), addr(corev1.NodeExternalIP, "198.51.100.10"),
-				addr(corev1.NodeHostName, "ip-10-0-1-10.ec2.internal"), addr(corev1.NodeInternalDNS, "ip-10-0-1-10.ec2.internal"),
+				addr(corev1.NodeHostName, "aws-1"), addr(corev1.NodeInternalDNS, "ip-10-0-1-10.ec2.internal"),
 				addr(corev1.NodeExternalDNS, "ec2-198-51-100-10.compute-1.amazonaws.com")},
 		},
 		{

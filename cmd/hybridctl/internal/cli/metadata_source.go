@@ -54,6 +54,9 @@ func (s FileMetadataSource) Metadata(context.Context) (transform.Metadata, []str
 	if err != nil {
 		return md, warnings, fmt.Errorf("%s: %w", s.Path, err)
 	}
+	if md.Hostname == "" {
+		warnings = append(warnings, s.Path+": no hostname: talos-ccm matches and renders the node name in its place; write it as hostname to see that")
+	}
 	return md, warnings, nil
 }
 

@@ -16,6 +16,9 @@ type TalosMetadataSource struct {
 	Node string
 	// Options select the talosconfig.
 	Options talos.Options
+	// ClusterName is set by Metadata: the cluster the talosconfig context
+	// names, which talos-ccm uses when the rules set no global.clusterName.
+	ClusterName string
 }
 
 // String implements MetadataSource.
@@ -28,6 +31,7 @@ func (s *TalosMetadataSource) Metadata(ctx context.Context) (transform.Metadata,
 		return transform.Metadata{}, nil, fmt.Errorf("--node %s: %w", s.Node, err)
 	}
 	defer func() { _ = c.Close() }()
+	s.ClusterName = c.ClusterName()
 	pm, err := c.PlatformMetadata(ctx, s.Node)
 	if err != nil {
 		return transform.Metadata{}, nil, fmt.Errorf("--node %s: %w", s.Node, err)
@@ -38,6 +42,15 @@ func (s *TalosMetadataSource) Metadata(ctx context.Context) (transform.Metadata,
 		Spot: pm.Spot, InternalDNS: pm.InternalDNS, ExternalDNS: pm.ExternalDNS, Tags: pm.Tags,
 	}
 	var warnings []string
+	if md.Hostname == "" {
+		// talos-ccm's rules see the node name then (k8s/Nodename)
+		name, err := c.Nodename(ctx, s.Node)
+		if err != nil {
+			return transform.Metadata{}, nil, fmt.Errorf("--node %s: %w", s.Node, err)
+		}
+		md.Hostname = name
+		warnings = append(warnings, fmt.Sprintf("the metadata has no hostname: using the node name %q (k8s/Nodename), as talos-ccm does", name))
+	}
 	si, err := c.SystemInformation(ctx, s.Node)
 	switch {
 	case errors.Is(err, talos.ErrNotFound):

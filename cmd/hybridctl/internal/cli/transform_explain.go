@@ -115,6 +115,10 @@ func (o *explainOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
+	if ts, ok := src.(*TalosMetadataSource); ok && cfg.Global.ClusterName == "" {
+		// as talos-ccm with this talosconfig
+		cfg.Global.ClusterName = ts.ClusterName
+	}
 	ex, applyErr := cfg.Explain(md)
 	nodeIP := o.nodeIP
 	if o.node != "" {

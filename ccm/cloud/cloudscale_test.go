@@ -1,0 +1,105 @@
+package cloud_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	cloudproviderapi "k8s.io/cloud-provider/api"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/cloud"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/transform"
+	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
+)
+
+// docsBlock returns the fenced code block that follows the line starting with
+// marker in a file of docs/.
+func docsBlock(t *testing.T, file, marker string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(b), "\n"+marker)
+	if !ok {
+		t.Fatalf("docs/%s has no %q", file, marker)
+	}
+	_, after, _ = strings.Cut(after, "```yaml\n")
+	block, _, ok := strings.Cut(after, "```")
+	if !ok {
+		t.Fatalf("docs/%s: no yaml block after %q", file, marker)
+	}
+	return block
+}
+
+// The cloudscale rule of docs/profiles.md is accepted and routes cloudscale
+// servers (a Talos openstack or nocloud image) to the cloudscale profile:
+// platform cloudscale, providerID cloudscale://<server UUID>. Other nodes keep
+// their platform; an instance ID that is not a UUID gives no providerID.
+func TestCloudscaleRuleOfTheDocs(t *testing.T) {
+	const uuid = "5f0c7e1a-9b2d-4c3e-8f4a-1b2c3d4e5f60"
+	rules, err := transform.Parse([]byte(docsBlock(t, "profiles.md", "<!-- cloudscale-rule")), "docs/profiles.md")
+	if err != nil {
+		t.Fatalf("the documented cloudscale rule is refused: %v", err)
+	}
+	ep, err := talosnode.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ep.Stop)
+	client, err := ep.NewClient(t.TempDir(), talos.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	p := cloud.New(client, rules, cloud.Options{})
+
+	for _, tc := range []struct {
+		name       string                       // node name
+		ip         string                       // its address
+		metadata   runtime.PlatformMetadataSpec // what Talos reports
+		platform   string                       // routing label; "" when the node is retried
+		providerID string                       // providerID
+	}{
+		{name: "cs-web-1", ip: "10.110.0.1", platform: "cloudscale", providerID: "cloudscale://" + uuid,
+			metadata: runtime.PlatformMetadataSpec{Platform: "openstack", Hostname: "cs-web-1", Region: "rma", Zone: "rma1",
+				InstanceType: "flex-4-2", InstanceID: uuid, ProviderID: "openstack:///" + uuid}},
+		{name: "cs-db-1", ip: "10.110.0.2", platform: "cloudscale", providerID: "cloudscale://" + uuid[:35] + "1",
+			metadata: runtime.PlatformMetadataSpec{Platform: "nocloud", Hostname: "cs-db-1", InstanceID: strings.ToUpper(uuid[:35] + "1")}},
+		{name: "cs-odd-1", ip: "10.110.0.3",
+			metadata: runtime.PlatformMetadataSpec{Platform: "nocloud", Hostname: "cs-odd-1", InstanceID: "iid-cs-odd-1"}},
+		{name: "os-1", ip: "10.110.0.4", platform: "openstack", providerID: "openstack:///" + uuid[:35] + "4",
+			metadata: runtime.PlatformMetadataSpec{Platform: "openstack", Hostname: "os-1", InstanceID: uuid[:35] + "4", ProviderID: "openstack:///" + uuid[:35] + "4"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			md := tc.metadata
+			if _, err := ep.AddNode(tc.name, []string{tc.ip}, talosnode.Spec{Metadata: &md,
+				Addresses: []talosnode.Address{{Link: "eth0", Prefix: tc.ip + "/24"}}}); err != nil {
+				t.Fatal(err)
+			}
+			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: tc.name,
+				Annotations: map[string]string{cloudproviderapi.AnnotationAlphaProvidedIPAddr: tc.ip}}}
+			f, err := p.Facts(context.Background(), node)
+			if tc.platform == "" {
+				if !errors.Is(err, cloud.ErrMetadataIncomplete) || !strings.Contains(err.Error(), "server's UUID") {
+					t.Fatalf("want a retry saying the instance ID must be the server UUID, got %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f.Labels[cloud.LabelPlatform] != tc.platform || f.ProviderID != tc.providerID {
+				t.Errorf("platform %q providerID %q, want %q %q", f.Labels[cloud.LabelPlatform], f.ProviderID, tc.platform, tc.providerID)
+			}
+		})
+	}
+}
