@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/iplist"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
 )
 
@@ -165,7 +166,7 @@ func (c *Controller) Run(ctx context.Context) {
 		return
 	}
 	if err := c.start(clusterCIDRs, serviceCIDRs); err != nil {
-		utilruntime.HandleErrorWithContext(ctx, err, "Node IPAM cannot start", "clusterCIDRs", joinPrefixes(clusterCIDRs))
+		utilruntime.HandleErrorWithContext(ctx, err, "Node IPAM cannot start", "clusterCIDRs", iplist.Join(clusterCIDRs))
 		return
 	}
 	var wg sync.WaitGroup
@@ -211,7 +212,7 @@ func (c *Controller) start(clusterCIDRs, serviceCIDRs []netip.Prefix) error {
 
 	rebuildSeconds.Set(took.Seconds())
 	klog.InfoS("Rebuilt pod CIDR ledger from nodes", "controller", ControllerName, "nodes", len(nodes), "allocated", len(held),
-		"pending", len(pending), "clusterCIDRs", joinPrefixes(clusterCIDRs), "serviceCIDRs", joinPrefixes(serviceCIDRs), "duration", took)
+		"pending", len(pending), "clusterCIDRs", iplist.Join(clusterCIDRs), "serviceCIDRs", iplist.Join(serviceCIDRs), "duration", took)
 	c.reportOverlaps(overlaps)
 	for _, name := range pending {
 		c.queue.Add(name)
@@ -236,7 +237,7 @@ func (c *Controller) clusterNetwork(ctx context.Context) (cluster, service []net
 				service = c.cfg.ServiceCIDRs
 			}
 			klog.InfoS("Read cluster network from Talos", "controller", ControllerName,
-				"clusterCIDRs", joinPrefixes(cluster), "serviceCIDRs", joinPrefixes(service))
+				"clusterCIDRs", iplist.Join(cluster), "serviceCIDRs", iplist.Join(service))
 			return cluster, service, true
 		}
 		klog.ErrorS(err, "Cannot read the pod CIDRs from the Talos control plane yet; no node gets a pod CIDR until then (or set --cluster-cidr)",
@@ -327,7 +328,7 @@ func (c *Controller) nodeDeleted(obj any) {
 		return
 	}
 	if held := c.alloc.held(n.UID); len(held) > 0 && c.alloc.release(n.UID) {
-		klog.V(2).InfoS("Released pod CIDRs of deleted node", "node", klog.KObj(n), "podCIDRs", joinPrefixes(held))
+		klog.V(2).InfoS("Released pod CIDRs of deleted node", "node", klog.KObj(n), "podCIDRs", iplist.Join(held))
 		c.wakeParked()
 	}
 }
@@ -481,7 +482,7 @@ func (c *Controller) cloudWant(ctx context.Context, node *corev1.Node, fallback 
 	if len(errs) > 0 {
 		err := errors.Join(errs...)
 		c.recorder.Eventf(node, corev1.EventTypeWarning, EventReasonTalosAPIUnavailable,
-			"Cannot read the node's addresses from its Talos API at %s: %v", joinAddrs(ips), err)
+			"Cannot read the node's addresses from its Talos API at %s: %v", iplist.Join(ips), err)
 		return want{}, false, fmt.Errorf("%s: %w", op, err)
 	}
 	prefix, bits, found, err := GlobalPrefix(addrs, ips, fallback.bits)
@@ -512,14 +513,6 @@ func (c *Controller) cloudWant(ctx context.Context, node *corev1.Node, fallback 
 		return want{}, false, fmt.Errorf("%s: %w", op, err)
 	}
 	return want{pool: p, avoid: addrsIn(prefix, avoid)}, true, nil
-}
-
-func joinAddrs(as []netip.Addr) string {
-	ss := make([]string, len(as))
-	for i, a := range as {
-		ss[i] = a.String()
-	}
-	return strings.Join(ss, ",")
 }
 
 // assign writes the CIDRs to the node. The API server is the arbiter:
@@ -562,7 +555,7 @@ func (c *Controller) assign(ctx context.Context, node *corev1.Node, h holder, ci
 	}
 	if have := podCIDRs(fresh); len(have) > 0 {
 		assignments.WithLabelValues("adopted").Inc()
-		klog.InfoS("Node already has pod CIDRs; adopting them", "node", klog.KObj(node), "podCIDRs", joinPrefixes(have), "proposed", strings.Join(strs, ","))
+		klog.InfoS("Node already has pod CIDRs; adopting them", "node", klog.KObj(node), "podCIDRs", iplist.Join(have), "proposed", strings.Join(strs, ","))
 		c.observe(fresh, have)
 		c.unpark(node.Name)
 		c.wakeParked()

@@ -4,11 +4,11 @@ import (
 	"cmp"
 	"net/netip"
 	"slices"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	cloudproviderapi "k8s.io/cloud-provider/api"
 
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/iplist"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
 )
 
@@ -18,13 +18,8 @@ import (
 func nodeIPs(n *corev1.Node) []netip.Addr {
 	var out []netip.Addr
 	if v, ok := n.Annotations[cloudproviderapi.AnnotationAlphaProvidedIPAddr]; ok {
-		for _, s := range strings.Split(v, ",") {
-			if a, err := netip.ParseAddr(strings.TrimSpace(s)); err == nil {
-				out = append(out, a.Unmap())
-			}
-		}
-		if len(out) > 0 {
-			return out
+		if ips, err := iplist.Addrs(v); err == nil && len(ips) > 0 {
+			return ips
 		}
 	}
 	for _, a := range n.Status.Addresses {
