@@ -26,20 +26,18 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	cloudproviderapi "k8s.io/cloud-provider/api"
 	cloudnodeutil "k8s.io/cloud-provider/node/helpers"
 	nodeutil "k8s.io/component-helpers/node/util"
 	"k8s.io/klog/v2"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/cloud"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/controlloop"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/transform"
 )
 
@@ -87,8 +85,7 @@ type Options struct {
 type Controller struct {
 	client   kubernetes.Interface
 	lister   corelisters.NodeLister
-	synced   cache.InformerSynced
-	queue    workqueue.TypedRateLimitingInterface[string]
+	loop     *controlloop.Loop
 	facts    FactSource
 	recorder record.EventRecorder
 	opts     Options
@@ -98,24 +95,30 @@ type Controller struct {
 
 // New creates the controller and registers its informer handlers.
 func New(client kubernetes.Interface, nodes coreinformers.NodeInformer, facts FactSource, recorder record.EventRecorder, opts Options) (*Controller, error) {
-	if opts.Workers <= 0 {
-		return nil, fmt.Errorf("cloud-node: workers must be positive, got %d", opts.Workers)
-	}
+	const op = "cloudnode.New"
 	if opts.StatusUpdateFrequency <= 0 {
 		opts.StatusUpdateFrequency = 5 * time.Minute
 	}
 	c := &Controller{
-		client: client,
-		lister: nodes.Lister(),
-		synced: nodes.Informer().HasSynced,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](500*time.Millisecond, 2*time.Minute),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: ControllerName}),
+		client:   client,
+		lister:   nodes.Lister(),
 		facts:    facts,
 		recorder: recorder,
 		opts:     opts,
 	}
-	_, err := nodes.Informer().AddEventHandlerWithResyncPeriod(cache.ResourceEventHandlerFuncs{
+	var err error
+	c.loop, err = controlloop.New(controlloop.Config{
+		Name: ControllerName, Kind: "node", Workers: opts.Workers,
+		BaseDelay: 500 * time.Millisecond, MaxDelay: 2 * time.Minute,
+		Sync:   c.sync,
+		Synced: []cache.InformerSynced{nodes.Informer().HasSynced},
+		// every failure to initialize is a Warning event on the node already
+		FailureVerbosity: 2,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	_, err = nodes.Informer().AddEventHandlerWithResyncPeriod(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueue,
 		UpdateFunc: func(_, n any) { c.enqueue(n) },
 		DeleteFunc: func(obj any) {
@@ -130,46 +133,23 @@ func New(client kubernetes.Interface, nodes coreinformers.NodeInformer, facts Fa
 		},
 	}, opts.StatusUpdateFrequency)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: watch nodes: %w", op, err)
 	}
 	return c, nil
 }
 
 func (c *Controller) enqueue(obj any) {
 	if n, ok := obj.(*corev1.Node); ok {
-		c.queue.Add(n.Name)
+		c.loop.Add(n.Name)
 	}
 }
 
-// Run processes nodes until ctx is done.
+// Run processes nodes until ctx is done and returns once its workers have
+// finished.
 func (c *Controller) Run(ctx context.Context) {
-	defer utilruntime.HandleCrash()
-	defer c.queue.ShutDown()
 	klog.InfoS("Starting controller", "controller", ControllerName, "workers", c.opts.Workers, "enforce", c.opts.Enforce)
-	if !cache.WaitForNamedCacheSync(ControllerName, ctx.Done(), c.synced) {
-		return
-	}
-	for i := 0; i < c.opts.Workers; i++ {
-		go wait.UntilWithContext(ctx, c.worker, time.Second)
-	}
-	<-ctx.Done()
-}
-
-func (c *Controller) worker(ctx context.Context) {
-	for {
-		name, quit := c.queue.Get()
-		if quit {
-			return
-		}
-		err := c.sync(ctx, name)
-		if err != nil {
-			klog.V(2).InfoS("Node sync failed, will retry", "node", name, "err", err)
-			c.queue.AddRateLimited(name)
-		} else {
-			c.queue.Forget(name)
-		}
-		c.queue.Done(name)
-	}
+	defer klog.InfoS("Stopped controller", "controller", ControllerName)
+	c.loop.Run(ctx)
 }
 
 func isUninitialized(n *corev1.Node) bool {

@@ -12,8 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	certificatesinformers "k8s.io/client-go/informers/certificates/v1"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -24,9 +22,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/retry"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/controlloop"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/events"
 )
 
@@ -82,10 +80,10 @@ var ErrProvidedNodeIPInvalid = errors.New("the node's provided IPs are refused")
 
 // errParked: another worker is reading the node's addresses; the request is
 // queued again when it is done (lookups.end).
-var errParked = errors.New("the node's addresses are being read by another worker")
+var errParked = fmt.Errorf("the node's addresses are being read by another worker: %w", controlloop.ErrSetAside)
 
 // errRetry asks the worker to look at a request again after a back-off.
-var errRetry = errors.New("decision postponed")
+var errRetry = fmt.Errorf("decision postponed: %w", controlloop.ErrRetry)
 
 // Controller approves or denies kubelet serving certificate requests.
 type Controller struct {
@@ -93,11 +91,10 @@ type Controller struct {
 	csrLister   certificateslisters.CertificateSigningRequestLister
 	csrIndexer  cache.Indexer
 	nodeLister  corelisters.NodeLister
-	synced      []cache.InformerSynced
 	addrs       AddressSource
 	recorder    record.EventRecorder
 	broadcaster record.EventBroadcaster // set when the controller owns its recorder
-	queue       workqueue.TypedRateLimitingInterface[string]
+	loop        *controlloop.Loop
 	opts        Options
 	lookups     lookups
 }
@@ -169,13 +166,19 @@ func NewController(
 		csrLister:  csrInformer.Lister(),
 		csrIndexer: csrInformer.Informer().GetIndexer(),
 		nodeLister: nodeInformer.Lister(),
-		synced:     []cache.InformerSynced{csrInformer.Informer().HasSynced, nodeInformer.Informer().HasSynced},
 		addrs:      addrs,
 		recorder:   recorder,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, 5*time.Minute),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: ControllerName}),
-		opts: o,
+		opts:       o,
+	}
+	var err error
+	c.loop, err = controlloop.New(controlloop.Config{
+		Name: ControllerName, Kind: "csr", Workers: o.Workers,
+		BaseDelay: time.Second, MaxDelay: 5 * time.Minute,
+		Sync:   c.sync,
+		Synced: []cache.InformerSynced{csrInformer.Informer().HasSynced, nodeInformer.Informer().HasSynced},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	if c.recorder == nil {
 		c.broadcaster = record.NewBroadcaster()
@@ -203,10 +206,9 @@ func NewController(
 	return c, nil
 }
 
-// Run decides requests with opts.Workers workers until ctx is done.
+// Run decides requests with opts.Workers workers until ctx is done and
+// returns once they have finished.
 func (c *Controller) Run(ctx context.Context) {
-	defer utilruntime.HandleCrashWithContext(ctx)
-
 	if c.broadcaster != nil {
 		c.broadcaster.StartStructuredLogging(3)
 		c.broadcaster.StartRecordingToSink(events.NewAsyncSink(ctx, &typedcorev1.EventSinkImpl{Interface: c.client.CoreV1().Events("")}, events.Workers, events.Queue))
@@ -215,45 +217,7 @@ func (c *Controller) Run(ctx context.Context) {
 
 	klog.InfoS("Starting controller", "controller", ControllerName, "workers", c.opts.Workers)
 	defer klog.InfoS("Stopped controller", "controller", ControllerName)
-
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
-		c.queue.ShutDown()
-		return
-	}
-	var wg sync.WaitGroup
-	for range c.opts.Workers {
-		wg.Go(func() { wait.UntilWithContext(ctx, c.worker, time.Second) })
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
-}
-
-func (c *Controller) worker(ctx context.Context) {
-	for c.processNext(ctx) {
-	}
-}
-
-func (c *Controller) processNext(ctx context.Context) bool {
-	name, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(name)
-
-	switch err := c.sync(ctx, name); {
-	case err == nil:
-		c.queue.Forget(name)
-	case errors.Is(err, errRetry):
-		c.queue.AddRateLimited(name)
-	case errors.Is(err, errParked):
-		// queued again by the worker reading the node's addresses
-		klog.V(4).InfoS("Kubelet serving CSR waits for its node's address lookup", "csr", klog.KRef("", name))
-	default:
-		utilruntime.HandleErrorWithContext(ctx, err, "Deciding CSR failed, will retry", "csr", klog.KRef("", name))
-		c.queue.AddRateLimited(name)
-	}
-	return true
+	c.loop.Run(ctx)
 }
 
 // sync decides the CSR called name and records the decision.
@@ -271,6 +235,10 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	}
 
 	d, node, err := c.decide(ctx, csr)
+	if errors.Is(err, errParked) {
+		// queued again by the worker reading the node's addresses
+		klog.V(4).InfoS("Kubelet serving CSR waits for its node's address lookup", "csr", klog.KObj(csr))
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %s: %w", op, name, err)
 	}
@@ -319,9 +287,9 @@ func (c *Controller) decide(ctx context.Context, csr *certificatesv1.Certificate
 		established, err = c.addrs.EstablishedAddresses(ctx, node)
 		for _, parked := range c.lookups.end(node.Name) {
 			if err != nil {
-				c.queue.AddRateLimited(parked)
+				c.loop.AddRateLimited(parked)
 			} else {
-				c.queue.Add(parked)
+				c.loop.Add(parked)
 			}
 		}
 		switch {
@@ -406,7 +374,7 @@ func (c *Controller) record(ctx context.Context, csr *certificatesv1.Certificate
 
 func (c *Controller) enqueueCSR(obj any) {
 	if csr, ok := obj.(*certificatesv1.CertificateSigningRequest); ok && Pending(csr) {
-		c.queue.Add(csr.Name)
+		c.loop.Add(csr.Name)
 	}
 }
 

@@ -25,9 +25,9 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/controlloop"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/iplist"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
 )
@@ -68,17 +68,16 @@ const LabelControlPlane = "node-role.kubernetes.io/control-plane"
 
 // errWait: the node waits for space; retried after a back-off or when a CIDR
 // is released.
-var errWait = errors.New("waiting for a free CIDR")
+var errWait = fmt.Errorf("waiting for a free CIDR: %w", controlloop.ErrRetry)
 
 // Controller allocates spec.podCIDRs to nodes.
 type Controller struct {
 	client      kubernetes.Interface
 	lister      corelisters.NodeLister
-	synced      cache.InformerSynced
 	talos       TalosNetwork
 	recorder    record.EventRecorder
 	broadcaster record.EventBroadcaster // set when the controller owns its recorder
-	queue       workqueue.TypedRateLimitingInterface[string]
+	loop        *controlloop.Loop
 	cfg         Config
 
 	// startMu orders informer events against the start-up rebuild: handlers
@@ -117,15 +116,22 @@ func NewController(client kubernetes.Interface, nodeInformer coreinformers.NodeI
 	c := &Controller{
 		client:   client,
 		lister:   nodeInformer.Lister(),
-		synced:   nodeInformer.Informer().HasSynced,
 		talos:    tn,
 		recorder: recorder,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, 5*time.Minute),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: ControllerName}),
-		cfg:    cfg,
-		ready:  make(chan struct{}),
-		parked: map[string]bool{},
+		cfg:      cfg,
+		ready:    make(chan struct{}),
+		parked:   map[string]bool{},
+	}
+	var err error
+	c.loop, err = controlloop.New(controlloop.Config{
+		Name: ControllerName, Kind: "node", Workers: cfg.Workers,
+		BaseDelay: time.Second, MaxDelay: 5 * time.Minute,
+		Sync:   c.syncAndPark,
+		Synced: []cache.InformerSynced{nodeInformer.Informer().HasSynced},
+		Start:  c.begin,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	if c.recorder == nil {
 		c.broadcaster = record.NewBroadcaster()
@@ -145,11 +151,8 @@ func NewController(client kubernetes.Interface, nodeInformer coreinformers.NodeI
 // and starts allocating.
 func (c *Controller) Ready() <-chan struct{} { return c.ready }
 
-// Run allocates until ctx is done.
+// Run allocates until ctx is done and returns once its workers have finished.
 func (c *Controller) Run(ctx context.Context) {
-	defer utilruntime.HandleCrashWithContext(ctx)
-	defer c.queue.ShutDown()
-
 	if c.broadcaster != nil {
 		c.broadcaster.StartStructuredLogging(3)
 		c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.client.CoreV1().Events("")})
@@ -157,25 +160,21 @@ func (c *Controller) Run(ctx context.Context) {
 	}
 	klog.InfoS("Starting controller", "controller", ControllerName, "allocator", c.cfg.AllocatorType, "workers", c.cfg.Workers)
 	defer klog.InfoS("Stopped controller", "controller", ControllerName)
+	c.loop.Run(ctx)
+}
 
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced) {
-		return
-	}
+// begin runs once the node cache has synced: it learns the cluster CIDRs and
+// rebuilds the ledger; false when ctx ended first or IPAM cannot start.
+func (c *Controller) begin(ctx context.Context) bool {
 	clusterCIDRs, serviceCIDRs, ok := c.clusterNetwork(ctx)
 	if !ok {
-		return
+		return false
 	}
 	if err := c.start(clusterCIDRs, serviceCIDRs); err != nil {
 		utilruntime.HandleErrorWithContext(ctx, err, "Node IPAM cannot start", "clusterCIDRs", iplist.Join(clusterCIDRs))
-		return
+		return false
 	}
-	var wg sync.WaitGroup
-	for range c.cfg.Workers {
-		wg.Go(func() { wait.UntilWithContext(ctx, c.worker, time.Second) })
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	return true
 }
 
 // start builds the pools, rebuilds the ledger from every node's spec.podCIDRs
@@ -215,7 +214,7 @@ func (c *Controller) start(clusterCIDRs, serviceCIDRs []netip.Prefix) error {
 		"pending", len(pending), "clusterCIDRs", iplist.Join(clusterCIDRs), "serviceCIDRs", iplist.Join(serviceCIDRs), "duration", took)
 	c.reportOverlaps(overlaps)
 	for _, name := range pending {
-		c.queue.Add(name)
+		c.loop.Add(name)
 	}
 	close(c.ready)
 	return nil
@@ -294,7 +293,7 @@ func (c *Controller) nodeChanged(oldObj, obj any) {
 	}
 	if len(n.Spec.PodCIDRs) == 0 && n.Spec.PodCIDR == "" {
 		if !c.isParked(n.Name) {
-			c.queue.Add(n.Name)
+			c.loop.Add(n.Name)
 		}
 		return
 	}
@@ -370,35 +369,25 @@ func (c *Controller) wakeParked() {
 	defer c.parkMu.Unlock()
 	for name, forSpace := range c.parked {
 		if forSpace {
-			c.queue.Add(name)
+			c.loop.Add(name)
 		}
 	}
 }
 
-func (c *Controller) worker(ctx context.Context) {
-	for c.processNext(ctx) {
-	}
-}
-
-func (c *Controller) processNext(ctx context.Context) bool {
-	name, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(name)
-	switch err := c.sync(ctx, name); {
+// syncAndPark is sync, and parks a node that is to be retried: a parked node
+// is not queued again by its own updates (its back-off decides), and one
+// waiting for space is woken when a CIDR is released.
+func (c *Controller) syncAndPark(ctx context.Context, name string) error {
+	err := c.sync(ctx, name)
+	switch {
 	case err == nil:
 		c.unpark(name) // nothing else re-queues a parked node
-		c.queue.Forget(name)
 	case errors.Is(err, errWait):
 		c.park(name, true)
-		c.queue.AddRateLimited(name)
 	default:
 		c.park(name, false)
-		utilruntime.HandleErrorWithContext(ctx, err, "Allocating pod CIDRs failed, will retry", "node", klog.KRef("", name))
-		c.queue.AddRateLimited(name)
 	}
-	return true
+	return err
 }
 
 // sync gives the node called name its pod CIDRs if it has none.
