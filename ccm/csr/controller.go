@@ -26,32 +26,39 @@ import (
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/controlloop"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/events"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/facts"
 )
 
-// AddressSource tells which addresses talos-ccm itself established for a node (read
-// from the node's Talos API). The kubelet-written provided-node-ip annotation and the
-// node's own status.addresses are NOT proof: a kubelet writes both itself.
+// NodeFacts tells what talos-ccm itself established for a node from the node's
+// Talos API (ccm/facts.Source): the controller takes the facts' Addresses as the
+// only proof for IP SANs and for DNS names other than the node name. The
+// kubelet-written provided-node-ip annotation and the node's own
+// status.addresses are NOT proof: a kubelet writes both itself.
 //
-// The answer is only proof if it is bound to the node: implementations must make sure
-// the Talos machine they read is the one registered as node.Name (e.g. its Talos
-// nodename), because the address they dial usually comes from the kubelet-written
-// annotation, and a kubelet that points it at another machine would otherwise get
-// that machine's addresses "established" for itself.
+// The answer is only proof because it is bound to the node: the source
+// believes only a Talos machine that names itself as node.Name (its Talos
+// nodename), since the address it dials usually comes from the kubelet-written
+// annotation, and a kubelet that points it at another machine would otherwise
+// get that machine's addresses "established" for itself.
 //
-// Implementations must not modify node (it is the shared informer copy) and should
-// return an error, not an empty list, when they cannot tell: an error makes the
-// controller retry, an empty list makes it deny every IP SAN. An error wrapping
-// ErrNotThisNode (the machine that answered is provably another node) makes it
-// deny the request (NodeIdentityMismatch); one wrapping ErrProvidedNodeIPInvalid
-// (the kubelet-written addresses to reach the node by are refused, nothing was
-// dialled) makes it deny the request (ProvidedNodeIPInvalid).
+// Implementations must not modify node (it is the shared informer copy) and
+// return an error, not empty facts, when they cannot tell: an error makes the
+// controller retry, no addresses make it deny every IP SAN. An error wrapping
+// facts.ErrIdentity (the machine that answered is provably another node) makes
+// it deny the request (NodeIdentityMismatch): waiting does not change who
+// answers there, and a genuine kubelet submits a new request later. One
+// wrapping facts.ErrProvidedNodeIP (the kubelet-written addresses to reach the
+// node by are unparsable or more than one per family, nothing was dialled)
+// makes it deny the request (ProvidedNodeIPInvalid): waiting does not change
+// the annotation, and a kubelet started with a correct --node-ip submits a new
+// one.
 //
 // The controller never asks for the same node from two workers at once: while
-// one worker waits for a node's addresses, that node's other requests are set
+// one worker waits for a node's facts, that node's other requests are set
 // aside and queued again when the answer is in, so a node whose Talos API hangs
 // holds at most one worker.
-type AddressSource interface {
-	EstablishedAddresses(ctx context.Context, node *corev1.Node) ([]corev1.NodeAddress, error)
+type NodeFacts interface {
+	Established(ctx context.Context, node *corev1.Node) (*facts.Facts, error)
 }
 
 // Event reasons on the CSR and on its Node.
@@ -63,20 +70,6 @@ const (
 // pendingByNode indexes pending kubelet-serving CSRs by the node that requested them,
 // so that a node becoming initialized (or getting new addresses) re-queues its CSRs.
 const pendingByNode = "node-csr-approval/pending-by-node"
-
-// ErrNotThisNode is what an AddressSource's error wraps when the machine it read
-// for the node is provably another one (its Talos nodename differs). Nothing is
-// established for the node; the request is denied, not retried: the address the
-// kubelet names leads to a different machine, which waiting does not change (a
-// genuine kubelet submits a new request later).
-var ErrNotThisNode = errors.New("the machine answering for the node is another node")
-
-// ErrProvidedNodeIPInvalid is what an AddressSource's error wraps when it refuses
-// the addresses the kubelet wrote to reach the node by (alpha.kubernetes.io/
-// provided-node-ip: unparsable, or more than one per family, which a kubelet never
-// writes) without dialling any. The request is denied: waiting does not change
-// the annotation, and a kubelet started with a correct --node-ip submits a new one.
-var ErrProvidedNodeIPInvalid = errors.New("the node's provided IPs are refused")
 
 // errParked: another worker is reading the node's addresses; the request is
 // queued again when it is done (lookups.end).
@@ -91,7 +84,7 @@ type Controller struct {
 	csrLister   certificateslisters.CertificateSigningRequestLister
 	csrIndexer  cache.Indexer
 	nodeLister  corelisters.NodeLister
-	addrs       AddressSource
+	facts       NodeFacts
 	recorder    record.EventRecorder
 	broadcaster record.EventBroadcaster // set when the controller owns its recorder
 	loop        *controlloop.Loop
@@ -142,7 +135,7 @@ func NewController(
 	client kubernetes.Interface,
 	csrInformer certificatesinformers.CertificateSigningRequestInformer,
 	nodeInformer coreinformers.NodeInformer,
-	addrs AddressSource,
+	nodeFacts NodeFacts,
 	recorder record.EventRecorder,
 	opts *Options,
 ) (*Controller, error) {
@@ -153,8 +146,8 @@ func NewController(
 	if err := opts.Validate(); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	if client == nil || csrInformer == nil || nodeInformer == nil || addrs == nil {
-		return nil, fmt.Errorf("%s: client, informers and address source are required", op)
+	if client == nil || csrInformer == nil || nodeInformer == nil || nodeFacts == nil {
+		return nil, fmt.Errorf("%s: client, informers and node facts are required", op)
 	}
 	registerMetrics()
 
@@ -166,7 +159,7 @@ func NewController(
 		csrLister:  csrInformer.Lister(),
 		csrIndexer: csrInformer.Informer().GetIndexer(),
 		nodeLister: nodeInformer.Lister(),
-		addrs:      addrs,
+		facts:      nodeFacts,
 		recorder:   recorder,
 		opts:       o,
 	}
@@ -255,8 +248,8 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 }
 
 // decide gathers what Validate needs and calls it, in stages: the node is read only
-// for requests that pass the checks on the request alone, and the AddressSource (a
-// Talos API call when not cached) only for initialized nodes. node is returned for
+// for requests that pass the checks on the request alone, and the node's facts (a
+// Talos API lookup when not remembered) only for initialized nodes. node is returned for
 // events; it is nil when the requester's node does not exist.
 func (c *Controller) decide(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) (Decision, *corev1.Node, error) {
 	var node *corev1.Node
@@ -283,8 +276,10 @@ func (c *Controller) decide(ctx context.Context, csr *certificatesv1.Certificate
 		if !c.lookups.begin(node.Name, csr.Name) {
 			return Decision{}, node, errParked
 		}
-		var err error
-		established, err = c.addrs.EstablishedAddresses(ctx, node)
+		f, err := c.facts.Established(ctx, node)
+		if err == nil && f != nil {
+			established = f.Addresses
+		}
 		for _, parked := range c.lookups.end(node.Name) {
 			if err != nil {
 				c.loop.AddRateLimited(parked)
@@ -293,10 +288,10 @@ func (c *Controller) decide(ctx context.Context, csr *certificatesv1.Certificate
 			}
 		}
 		switch {
-		case errors.Is(err, ErrNotThisNode):
+		case errors.Is(err, facts.ErrIdentity):
 			return Decision{Action: Deny, Reason: ReasonNodeIdentityMismatch,
 				Message: fmt.Sprintf("the Talos API reached for node %q is another machine: %s", node.Name, clipLong(err.Error()))}, node, nil
-		case errors.Is(err, ErrProvidedNodeIPInvalid):
+		case errors.Is(err, facts.ErrProvidedNodeIP):
 			return Decision{Action: Deny, Reason: ReasonProvidedNodeIPInvalid,
 				Message: fmt.Sprintf("the addresses node %q gives to reach it are refused, nothing was dialled: %s", node.Name, clipLong(err.Error()))}, node, nil
 		case err != nil:
