@@ -169,7 +169,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 				slimNodeCache(cc)
 				startup.releaseAfterSync(ctx, cc.SharedInformers.Core().V1().Nodes().Informer())
 				client := cc.ClientBuilder.ClientOrDie(ic.ClientName)
-				c, err := ipam.NewController(client, cc.SharedInformers.Core().V1().Nodes(), talosClient, recorders.recorder(ctx, client, ipam.ControllerName), cfg)
+				c, err := ipam.NewController(client, cc.SharedInformers.Core().V1().Nodes(), nodeFacts, talosClient, recorders.recorder(ctx, client, ipam.ControllerName), cfg)
 				if err != nil {
 					return nil, false, err
 				}

@@ -28,19 +28,26 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/controlloop"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/facts"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/iplist"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
 )
 
-// TalosNetwork is what the controller reads from the Talos API: a node's
-// addresses (cloud allocator) and the control plane's pod and service CIDRs
-// (when --cluster-cidr is not set). *talos.Client implements it.
-type TalosNetwork interface {
-	Addresses(ctx context.Context, node string) ([]talos.Address, error)
+// NodeFacts is where the cloud allocator learns a node's addresses
+// (ccm/facts.Source): the identity-checked, remembered facts cloud-node and
+// node-csr-approval use, never a Talos API read of its own.
+type NodeFacts interface {
+	Established(ctx context.Context, node *corev1.Node) (*facts.Facts, error)
+}
+
+// ClusterNetworkReader reads the control plane's pod and service CIDRs from
+// the Talos API of a control-plane node (when --cluster-cidr is not set).
+// *talos.Client implements it.
+type ClusterNetworkReader interface {
 	ClusterNetwork(ctx context.Context, node string) (*talos.ClusterNetwork, error)
 }
 
-var _ TalosNetwork = (*talos.Client)(nil)
+var _ ClusterNetworkReader = (*talos.Client)(nil)
 
 // Event reasons on nodes.
 const (
@@ -55,11 +62,12 @@ const (
 	// prefix has no room for a pod CIDR; the range allocator is used instead.
 	EventReasonNodePrefixTooSmall = "NodePrefixTooSmall"
 	// EventReasonTalosAPIUnavailable: cloud allocator, the node's Talos API did
-	// not answer; retried.
-	EventReasonTalosAPIUnavailable = "TalosAPIUnavailable"
+	// not answer; retried. The node's facts may fail for another reason too,
+	// recorded as facts.Reason says (e.g. NodeIdentityMismatch); retried.
+	EventReasonTalosAPIUnavailable = facts.ReasonTalosAPIUnavailable
 	// EventReasonNoNodeIP: cloud allocator, the node has neither the
 	// provided-node-ip annotation nor an InternalIP; retried.
-	EventReasonNoNodeIP = "NoNodeIP"
+	EventReasonNoNodeIP = facts.ReasonNoNodeIP
 )
 
 // LabelControlPlane marks the nodes whose Talos API holds the control plane's
@@ -74,7 +82,8 @@ var errWait = fmt.Errorf("waiting for a free CIDR: %w", controlloop.ErrRetry)
 type Controller struct {
 	client      kubernetes.Interface
 	lister      corelisters.NodeLister
-	talos       TalosNetwork
+	facts       NodeFacts
+	network     ClusterNetworkReader
 	recorder    record.EventRecorder
 	broadcaster record.EventBroadcaster // set when the controller owns its recorder
 	loop        *controlloop.Loop
@@ -92,10 +101,10 @@ type Controller struct {
 }
 
 // NewController wires the controller to the node informer. Start the informer
-// factory, then `go c.Run(ctx)`. tn may be nil when cfg has cluster CIDRs and
-// the range allocator is used. A nil recorder makes the controller record
-// events through a broadcaster of its own.
-func NewController(client kubernetes.Interface, nodeInformer coreinformers.NodeInformer, tn TalosNetwork, recorder record.EventRecorder, cfg Config) (*Controller, error) {
+// factory, then `go c.Run(ctx)`. nodeFacts may be nil unless the cloud
+// allocator is used, network unless cfg has no cluster CIDRs. A nil recorder
+// makes the controller record events through a broadcaster of its own.
+func NewController(client kubernetes.Interface, nodeInformer coreinformers.NodeInformer, nodeFacts NodeFacts, network ClusterNetworkReader, recorder record.EventRecorder, cfg Config) (*Controller, error) {
 	const op = "ccm/ipam.NewController"
 	if cfg.AllocatorType == "" {
 		cfg.AllocatorType = RangeAllocator
@@ -109,14 +118,18 @@ func NewController(client kubernetes.Interface, nodeInformer coreinformers.NodeI
 	if client == nil || nodeInformer == nil {
 		return nil, fmt.Errorf("%s: client and node informer are required", op)
 	}
-	if tn == nil && (len(cfg.ClusterCIDRs) == 0 || cfg.AllocatorType == CloudAllocator) {
-		return nil, fmt.Errorf("%s: a Talos client is required for %s without --cluster-cidr", op, cfg.AllocatorType)
+	if nodeFacts == nil && cfg.AllocatorType == CloudAllocator {
+		return nil, fmt.Errorf("%s: the node facts source is required for %s", op, cfg.AllocatorType)
+	}
+	if network == nil && len(cfg.ClusterCIDRs) == 0 {
+		return nil, fmt.Errorf("%s: a Talos client is required without --cluster-cidr", op)
 	}
 	registerMetrics()
 	c := &Controller{
 		client:   client,
 		lister:   nodeInformer.Lister(),
-		talos:    tn,
+		facts:    nodeFacts,
+		network:  network,
 		recorder: recorder,
 		cfg:      cfg,
 		ready:    make(chan struct{}),
@@ -260,8 +273,13 @@ func (c *Controller) readClusterNetwork(ctx context.Context, sel labels.Selector
 	}
 	var errs []error
 	for _, n := range nodes {
-		for _, ip := range nodeIPs(n) {
-			cn, err := c.talos.ClusterNetwork(ctx, ip.String())
+		ips, err := facts.NodeIPs(n, false)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("node %s: %w", n.Name, err))
+			continue
+		}
+		for _, ip := range ips {
+			cn, err := c.network.ClusterNetwork(ctx, ip.String())
 			if err != nil {
 				errs = append(errs, err)
 				continue
@@ -448,33 +466,27 @@ func (c *Controller) wants(ctx context.Context, node *corev1.Node) ([]want, erro
 	return out, nil
 }
 
-// cloudWant reads the node's addresses from its Talos API and returns a want
-// on its global IPv6 prefix; ok is false when the range pool is to be used.
+// cloudWant returns a want on the node's global IPv6 prefix, from the
+// node's established facts; ok is false when the range pool is to be used.
 func (c *Controller) cloudWant(ctx context.Context, node *corev1.Node, fallback *pool) (w want, ok bool, err error) {
 	const op = "ccm/ipam.Controller.cloudWant"
-	ips := nodeIPs(node)
-	if len(ips) == 0 {
-		c.recorder.Event(node, corev1.EventTypeWarning, EventReasonNoNodeIP,
-			"No alpha.kubernetes.io/provided-node-ip annotation and no InternalIP: cannot reach the node's Talos API to find its IPv6 prefix")
-		return want{}, false, fmt.Errorf("%s: node %s has no IP", op, node.Name)
-	}
-	var addrs []talos.Address
-	var errs []error
-	for _, ip := range ips {
-		a, err := c.talos.Addresses(ctx, ip.String())
-		if err == nil {
-			addrs, errs = a, nil
-			break
+	f, err := c.facts.Established(ctx, node)
+	if err != nil {
+		switch reason := facts.Reason(err); {
+		case ctx.Err() != nil:
+			// shutting down
+		case reason == EventReasonNoNodeIP:
+			c.recorder.Event(node, corev1.EventTypeWarning, EventReasonNoNodeIP,
+				"No alpha.kubernetes.io/provided-node-ip annotation and no InternalIP: cannot reach the node's Talos API to find its IPv6 prefix")
+		default:
+			if reason == "" {
+				reason = EventReasonTalosAPIUnavailable
+			}
+			c.recorder.Eventf(node, corev1.EventTypeWarning, reason, "Cannot learn the node's addresses from its Talos API: %v", err)
 		}
-		errs = append(errs, err)
-	}
-	if len(errs) > 0 {
-		err := errors.Join(errs...)
-		c.recorder.Eventf(node, corev1.EventTypeWarning, EventReasonTalosAPIUnavailable,
-			"Cannot read the node's addresses from its Talos API at %s: %v", iplist.Join(ips), err)
 		return want{}, false, fmt.Errorf("%s: %w", op, err)
 	}
-	prefix, bits, found, err := GlobalPrefix(addrs, ips, fallback.bits)
+	prefix, bits, found, err := GlobalPrefix(f.TalosAddresses, internalIPs(f.Addresses), fallback.bits)
 	switch {
 	case err != nil:
 		c.recorder.Eventf(node, corev1.EventTypeWarning, EventReasonNodePrefixTooSmall,
@@ -484,8 +496,8 @@ func (c *Controller) cloudWant(ctx context.Context, node *corev1.Node, fallback 
 		klog.V(2).InfoS("No global IPv6 prefix on the node; using the cluster CIDR", "node", klog.KObj(node), "clusterCIDR", fallback.cidr)
 		return want{}, false, nil
 	}
-	avoid := make([]netip.Addr, 0, len(addrs))
-	for _, a := range addrs {
+	avoid := make([]netip.Addr, 0, len(f.TalosAddresses))
+	for _, a := range f.TalosAddresses {
 		avoid = append(avoid, a.Prefix.Addr())
 	}
 	// other nodes on the same prefix (a shared LAN): keep their addresses out

@@ -12,17 +12,11 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
 )
 
-// nodeIPs are the addresses under which the node's Talos API is reached: the
-// kubelet's provided-node-ip annotation (comma-separated, dual-stack), else its
-// InternalIP addresses.
-func nodeIPs(n *corev1.Node) []netip.Addr {
+// internalIPs are the InternalIP addresses among addrs (talos-ccm's
+// established addresses of a node).
+func internalIPs(addrs []corev1.NodeAddress) []netip.Addr {
 	var out []netip.Addr
-	if v, ok := n.Annotations[cloudproviderapi.AnnotationAlphaProvidedIPAddr]; ok {
-		if ips, err := iplist.Addrs(v); err == nil && len(ips) > 0 {
-			return ips
-		}
-	}
-	for _, a := range n.Status.Addresses {
+	for _, a := range addrs {
 		if a.Type != corev1.NodeInternalIP {
 			continue
 		}
@@ -34,9 +28,11 @@ func nodeIPs(n *corev1.Node) []netip.Addr {
 }
 
 // hostAddrs are every address a node is known to use in Kubernetes (provided
-// IPs, InternalIP, ExternalIP): pod CIDRs carved from a shared prefix avoid them.
+// IPs, InternalIP, ExternalIP): pod CIDRs carved from a shared prefix avoid
+// them. They only keep addresses out of pod CIDRs, so an unparsable
+// provided-node-ip annotation is passed over, not refused.
 func hostAddrs(n *corev1.Node) []netip.Addr {
-	out := nodeIPs(n)
+	out, _ := iplist.Addrs(n.Annotations[cloudproviderapi.AnnotationAlphaProvidedIPAddr])
 	for _, a := range n.Status.Addresses {
 		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
 			continue
