@@ -139,7 +139,7 @@ func NewController(
 	recorder record.EventRecorder,
 	opts *Options,
 ) (*Controller, error) {
-	const op = "ccm/csr.NewController"
+	const op = "csr.NewController"
 	if opts == nil {
 		opts = NewOptions()
 	}
@@ -215,7 +215,7 @@ func (c *Controller) Run(ctx context.Context) {
 
 // sync decides the CSR called name and records the decision.
 func (c *Controller) sync(ctx context.Context, name string) error {
-	const op = "ccm/csr.Controller.sync"
+	const op = "csr/Controller.sync"
 	csr, err := c.csrLister.Get(name)
 	if apierrors.IsNotFound(err) {
 		return nil
@@ -307,7 +307,7 @@ func (c *Controller) decide(ctx context.Context, csr *certificatesv1.Certificate
 // subresource. On a conflict it re-reads the request and gives up if someone else
 // decided it meanwhile, or if it was replaced by another request of the same name.
 func (c *Controller) record(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, node *corev1.Node, d Decision) error {
-	const op = "ccm/csr.Controller.record"
+	const op = "csr/Controller.record"
 	cond := certificatesv1.CertificateSigningRequestCondition{
 		Type:           certificatesv1.CertificateApproved,
 		Status:         corev1.ConditionTrue,

@@ -105,7 +105,7 @@ type Controller struct {
 // allocator is used, network unless cfg has no cluster CIDRs. A nil recorder
 // makes the controller record events through a broadcaster of its own.
 func NewController(client kubernetes.Interface, nodeInformer coreinformers.NodeInformer, nodeFacts NodeFacts, network ClusterNetworkReader, recorder record.EventRecorder, cfg Config) (*Controller, error) {
-	const op = "ccm/ipam.NewController"
+	const op = "ipam.NewController"
 	if cfg.AllocatorType == "" {
 		cfg.AllocatorType = RangeAllocator
 	}
@@ -193,7 +193,7 @@ func (c *Controller) begin(ctx context.Context) bool {
 // start builds the pools, rebuilds the ledger from every node's spec.podCIDRs
 // and queues the nodes that have none.
 func (c *Controller) start(clusterCIDRs, serviceCIDRs []netip.Prefix) error {
-	const op = "ccm/ipam.Controller.start"
+	const op = "ipam/Controller.start"
 	cloud := c.cfg.AllocatorType == CloudAllocator
 	a, err := newAllocator(clusterCIDRs, func(p netip.Prefix) int { return c.cfg.MaskSize(p, clusterCIDRs) }, serviceCIDRs, cloud)
 	if err != nil {
@@ -263,7 +263,7 @@ func (c *Controller) clusterNetwork(ctx context.Context) (cluster, service []net
 }
 
 func (c *Controller) readClusterNetwork(ctx context.Context, sel labels.Selector) (cluster, service []netip.Prefix, err error) {
-	const op = "ccm/ipam.Controller.readClusterNetwork"
+	const op = "ipam/Controller.readClusterNetwork"
 	nodes, err := c.lister.List(sel)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", op, err)
@@ -410,7 +410,7 @@ func (c *Controller) syncAndPark(ctx context.Context, name string) error {
 
 // sync gives the node called name its pod CIDRs if it has none.
 func (c *Controller) sync(ctx context.Context, name string) error {
-	const op = "ccm/ipam.Controller.sync"
+	const op = "ipam/Controller.sync"
 	node, err := c.lister.Get(name)
 	if apierrors.IsNotFound(err) {
 		c.unpark(name)
@@ -469,7 +469,7 @@ func (c *Controller) wants(ctx context.Context, node *corev1.Node) ([]want, erro
 // cloudWant returns a want on the node's global IPv6 prefix, from the
 // node's established facts; ok is false when the range pool is to be used.
 func (c *Controller) cloudWant(ctx context.Context, node *corev1.Node, fallback *pool) (w want, ok bool, err error) {
-	const op = "ccm/ipam.Controller.cloudWant"
+	const op = "ipam/Controller.cloudWant"
 	f, err := c.facts.Established(ctx, node)
 	if err != nil {
 		switch reason := facts.Reason(err); {
@@ -521,7 +521,7 @@ func (c *Controller) cloudWant(ctx context.Context, node *corev1.Node, fallback 
 // node (UID). When the write fails the node is read again and its real state
 // adopted.
 func (c *Controller) assign(ctx context.Context, node *corev1.Node, h holder, cidrs []netip.Prefix) error {
-	const op = "ccm/ipam.Controller.assign"
+	const op = "ipam/Controller.assign"
 	strs := make([]string, len(cidrs))
 	for i, p := range cidrs {
 		strs[i] = p.String()
