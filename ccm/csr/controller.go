@@ -278,7 +278,7 @@ func (c *Controller) decide(ctx context.Context, csr *certificatesv1.Certificate
 		}
 		f, err := c.facts.Established(ctx, node)
 		if err == nil && f != nil {
-			established = f.Addresses
+			established = slices.Clone(f.Addresses) // the facts are shared
 		}
 		for _, parked := range c.lookups.end(node.Name) {
 			if err != nil {
