@@ -33,6 +33,7 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/cloudnode"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/csr"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/events"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/facts"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/ipam"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/transform"
@@ -91,7 +92,14 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 	csrOpts := csr.NewOptions()
 	csrOpts.AddFlags(fss.FlagSet("node-csr-approval"))
 
-	var provider *cloud.Provider
+	// Set in RunE, once the configuration is checked: the one facts source
+	// every controller learns about nodes from, and the provider answering
+	// k8s.io/cloud-provider from it.
+	var (
+		nodeFacts *facts.Source
+		provider  *cloud.Provider
+		rules     = &transform.Config{}
+	)
 	recorders := &sharedRecorder{}
 	startup := &startupPages{}
 	initCloud := func(c *cloudcontrollerconfig.CompletedConfig) cloudprovider.Interface {
@@ -106,11 +114,11 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 					client := cc.ClientBuilder.ClientOrDie(ic.ClientName)
 					slimNodeCache(cc)
 					startup.releaseAfterSync(ctx, cc.SharedInformers.Core().V1().Nodes().Informer())
-					c, err := cloudnode.New(client, cc.SharedInformers.Core().V1().Nodes(), provider,
+					c, err := cloudnode.New(client, cc.SharedInformers.Core().V1().Nodes(), nodeFacts,
 						recorders.recorder(ctx, client, cloudnode.ControllerName), cloudnode.Options{
 							Workers:               int(cc.ComponentConfig.NodeController.ConcurrentNodeSyncs),
 							StatusUpdateFrequency: cc.ComponentConfig.NodeStatusUpdateFrequency.Duration,
-							Enforce:               tf.enforce || provider.Rules().Global.Enforce,
+							Enforce:               tf.enforce || rules.Global.Enforce,
 							InitializedEvents:     tf.initEvents,
 						})
 					if err != nil {
@@ -130,7 +138,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 				slimNodeCache(cc)
 				startup.releaseAfterSync(ctx, cc.SharedInformers.Core().V1().Nodes().Informer())
 				c, err := csr.NewController(client, cc.SharedInformers.Certificates().V1().CertificateSigningRequests(),
-					cc.SharedInformers.Core().V1().Nodes(), provider, recorders.recorder(ctx, client, csr.ControllerName), csrOpts)
+					cc.SharedInformers.Core().V1().Nodes(), nodeFacts, recorders.recorder(ctx, client, csr.ControllerName), csrOpts)
 				if err != nil {
 					return nil, false, err
 				}
@@ -161,7 +169,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 				slimNodeCache(cc)
 				startup.releaseAfterSync(ctx, cc.SharedInformers.Core().V1().Nodes().Informer())
 				client := cc.ClientBuilder.ClientOrDie(ic.ClientName)
-				c, err := ipam.NewController(client, cc.SharedInformers.Core().V1().Nodes(), talosClient, recorders.recorder(ctx, client, ipam.ControllerName), cfg)
+				c, err := ipam.NewController(client, cc.SharedInformers.Core().V1().Nodes(), nodeFacts, talosClient, recorders.recorder(ctx, client, ipam.ControllerName), cfg)
 				if err != nil {
 					return nil, false, err
 				}
@@ -181,7 +189,6 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		// Everything the user configured is checked before any controller starts:
 		// a bad rules file or talosconfig is a clear error and a non-zero exit.
-		rules := &transform.Config{}
 		if path := s.KubeCloudShared.CloudProvider.CloudConfigFile; path != "" {
 			if rules, err = transform.Load(path); err != nil {
 				return fmt.Errorf("--cloud-config: %w", err)
@@ -206,7 +213,8 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 		if lookup <= 0 {
 			lookup = 2 * tf.timeout // one attempt per address family
 		}
-		provider = cloud.New(tc, rules, cloud.Options{LookupTimeout: lookup})
+		nodeFacts = facts.NewSource(tc, cloud.NewInterpreter(rules), facts.Options{LookupTimeout: lookup})
+		provider = cloud.New(nodeFacts)
 		// node-ipam-controller: its Talos client, and its flags checked up front
 		talosClient = tc
 		if s.KubeCloudShared.AllocateNodeCIDRs {

@@ -3,11 +3,11 @@ package cloud
 import (
 	"fmt"
 	"net/netip"
-	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/iplist"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
 )
 
@@ -18,40 +18,6 @@ const ExternalLink = "external"
 // global unicast, non-private addresses found there are ExternalIPs.
 var publicDiscoveryPlatforms = map[string]bool{"metal": true, "nocloud": true, "openstack": true, "oracle": true}
 
-// nodeIPs parses the kubelet's provided-node-ip annotation (one IP or a
-// dual-stack pair, comma separated).
-func nodeIPs(annotation string) ([]netip.Addr, error) {
-	var out []netip.Addr
-	for _, s := range strings.Split(annotation, ",") {
-		s = strings.TrimSpace(s)
-		if s == "" {
-			continue
-		}
-		a, err := netip.ParseAddr(s)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, a.Unmap())
-	}
-	return out, nil
-}
-
-// onePerFamily refuses more than one address of a family.
-func onePerFamily(ips []netip.Addr) error {
-	var v4, v6 int
-	for _, ip := range ips {
-		if ip.Is4() {
-			v4++
-		} else {
-			v6++
-		}
-	}
-	if v4 > 1 || v6 > 1 {
-		return fmt.Errorf("%d IPv4 and %d IPv6 addresses, at most one of each family is allowed", v4, v6)
-	}
-	return nil
-}
-
 // clip shortens a kubelet-written value quoted in an error (and so in events).
 func clip(s string) string {
 	const max = 100
@@ -59,22 +25,6 @@ func clip(s string) string {
 		return s
 	}
 	return s[:max] + fmt.Sprintf("…(%d bytes)", len(s))
-}
-
-// orderByFamily puts the preferred family first, keeping the order otherwise.
-func orderByFamily(ips []netip.Addr, preferIPv6 bool) []netip.Addr {
-	out := slices.Clone(ips)
-	slices.SortStableFunc(out, func(a, b netip.Addr) int {
-		av, bv := a.Is6() == preferIPv6, b.Is6() == preferIPv6
-		switch {
-		case av && !bv:
-			return -1
-		case bv && !av:
-			return 1
-		}
-		return 0
-	})
-	return out
 }
 
 // discoverable reports whether public addresses found on a link may be the
@@ -121,7 +71,7 @@ func nodeAddresses(nodeName string, internal []netip.Addr, talosAddrs []talos.Ad
 		onNode[a.Prefix.Addr().Unmap().WithZone("")] = true
 	}
 	var v4, v6 bool
-	for _, ip := range orderByFamily(internal, preferIPv6) {
+	for _, ip := range iplist.SortByFamily(internal, preferIPv6) {
 		if (ip.Is4() && v4) || (ip.Is6() && v6) || !onNode[ip.Unmap().WithZone("")] {
 			continue
 		}
@@ -141,7 +91,7 @@ func nodeAddresses(nodeName string, internal []netip.Addr, talosAddrs []talos.Ad
 			external = append(external, ip)
 		}
 	}
-	for _, ip := range orderByFamily(external, preferIPv6) {
+	for _, ip := range iplist.SortByFamily(external, preferIPv6) {
 		out = append(out, corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: ip.String()})
 	}
 	if nodeName != "" {

@@ -15,6 +15,7 @@ import (
 	cloudproviderapi "k8s.io/cloud-provider/api"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/cloud"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/facts"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/transform"
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
@@ -60,7 +61,7 @@ func TestCloudscaleRuleOfTheDocs(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = client.Close() })
-	p := cloud.New(client, rules, cloud.Options{})
+	p := facts.NewSource(client, cloud.NewInterpreter(rules), facts.Options{})
 
 	for _, tc := range []struct {
 		name       string                       // node name
@@ -89,7 +90,7 @@ func TestCloudscaleRuleOfTheDocs(t *testing.T) {
 				Annotations: map[string]string{cloudproviderapi.AnnotationAlphaProvidedIPAddr: tc.ip}}}
 			f, err := p.Facts(context.Background(), node)
 			if tc.platform == "" {
-				if !errors.Is(err, cloud.ErrMetadataIncomplete) || !strings.Contains(err.Error(), "server's UUID") {
+				if !errors.Is(err, facts.ErrMetadataIncomplete) || !strings.Contains(err.Error(), "server's UUID") {
 					t.Fatalf("want a retry saying the instance ID must be the server UUID, got %v", err)
 				}
 				return

@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/facts"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/transform"
 )
 
@@ -34,7 +35,7 @@ var derivedLabels = []string{
 // openstack nodes to cloudscale, say), the node keeps its platform label —
 // relabelling it would hand it to a native CCM that cannot recognise its
 // providerID. held says so, for an event; recreate the Node to move it.
-func enforced(node *corev1.Node, res *transform.Result, f *Facts, clusterName string) (r *transform.Result, held string) {
+func enforced(node *corev1.Node, res *transform.Result, f *facts.Facts, clusterName string) (r *transform.Result, held string) {
 	r = res.Clone()
 	r.Labels = make(map[string]string, len(f.Labels))
 	for k, v := range f.Labels {

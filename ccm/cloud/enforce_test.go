@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/facts"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/transform"
 )
 
@@ -93,7 +94,7 @@ func TestEnforcedDerivedLabels(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			f := &Facts{Platform: md.Platform, ProviderID: id, Labels: NodeLabels(&md, res.Labels, "")}
+			f := &facts.Facts{Platform: md.Platform, ProviderID: id, Labels: NodeLabels(&md, res.Labels, "")}
 			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: c.labels, Annotations: map[string]string{}},
 				Spec: corev1.NodeSpec{ProviderID: c.pid}}
 			if c.record != "" {

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/facts"
 )
 
 // nativePlatforms are Talos platforms whose cloud has its own CCM. A node of such
@@ -73,7 +75,7 @@ func HasNativeCCM(platform string) bool {
 // (transformed) metadata is md and whose Talos API answered on nodeIP (used only
 // by the talos://<platform>/<ip> fallback of platforms without a native CCM).
 // An empty result with a nil error never happens: either a value or an error
-// wrapping ErrMetadataIncomplete (the node is left uninitialized and retried).
+// wrapping facts.ErrMetadataIncomplete (the node is left uninitialized and retried).
 func ProviderID(md *Metadata, nodeIP string) (string, error) {
 	if id := strings.TrimSpace(md.ProviderID); id != "" {
 		return normalizeProviderID(id), nil
@@ -86,13 +88,13 @@ func ProviderID(md *Metadata, nodeIP string) (string, error) {
 		}
 		if format, ok := nativeFormats[md.Platform]; ok && md.InstanceID != "" {
 			return "", fmt.Errorf("%w: platform %q needs %s, got instance ID %q",
-				ErrMetadataIncomplete, md.Platform, format, clip(md.InstanceID))
+				facts.ErrMetadataIncomplete, md.Platform, format, clip(md.InstanceID))
 		}
 		return "", fmt.Errorf("%w: platform %q has a native providerID format but metadata has no providerID/instanceID yet",
-			ErrMetadataIncomplete, md.Platform)
+			facts.ErrMetadataIncomplete, md.Platform)
 	}
 	if md.Platform == "" {
-		return "", fmt.Errorf("%w: metadata has no platform", ErrMetadataIncomplete)
+		return "", fmt.Errorf("%w: metadata has no platform", facts.ErrMetadataIncomplete)
 	}
 	return fmt.Sprintf("talos://%s/%s", md.Platform, nodeIP), nil
 }

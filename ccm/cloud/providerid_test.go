@@ -3,16 +3,14 @@ package cloud
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/netip"
 	"reflect"
-	"slices"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/utils/ptr"
 
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/facts"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
 )
 
@@ -48,7 +46,7 @@ func TestProviderID(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			got, err := ProviderID(&c.md, c.ip)
 			if c.retry {
-				if !errors.Is(err, ErrMetadataIncomplete) || got != "" {
+				if !errors.Is(err, facts.ErrMetadataIncomplete) || got != "" {
 					t.Fatalf("want retry, got %q, %v", got, err)
 				}
 				return
@@ -144,68 +142,10 @@ func TestNodeAddresses(t *testing.T) {
 	}
 }
 
-func TestTalosTargets(t *testing.T) {
-	many := make([]string, 50)
-	for i := range many {
-		many[i] = fmt.Sprintf("10.0.%d.%d", i/250, i%250+1)
-	}
-	tests := []struct {
-		name string
-		// annotation is provided-node-ip; nil means none
-		annotation *string
-		// internal are status InternalIPs
-		internal   []string
-		preferIPv6 bool
-		// want is the dial order; wantErr the sentinel when refused
-		want    []string
-		wantErr error
-	}{
-		{name: "no address", wantErr: ErrNoNodeIP},
-		{name: "garbage annotation", annotation: ptr.To("not-an-ip"), wantErr: ErrProvidedNodeIP},
-		{name: "dual-stack preferIPv6", annotation: ptr.To("10.0.0.1,fd00::1"), preferIPv6: true, want: []string{"fd00::1", "10.0.0.1"}},
-		{name: "dual-stack", annotation: ptr.To("fd00::1, 10.0.0.1"), want: []string{"10.0.0.1", "fd00::1"}},
-		{name: "two IPv4", annotation: ptr.To("10.0.0.1,10.0.0.2"), wantErr: ErrProvidedNodeIP},
-		{name: "two IPv6", annotation: ptr.To("fd00::1,fd00::2,10.0.0.1"), wantErr: ErrProvidedNodeIP},
-		{name: "many", annotation: ptr.To(strings.Join(many, ",")), wantErr: ErrProvidedNodeIP},
-		{name: "empty annotation, InternalIP", annotation: ptr.To(""), internal: []string{"10.0.0.1"}, want: []string{"10.0.0.1"}},
-		{name: "InternalIPs dual-stack", internal: []string{"fd00::1", "10.0.0.1"}, want: []string{"10.0.0.1", "fd00::1"}},
-		{name: "many InternalIPs", internal: many, wantErr: ErrProvidedNodeIP},
-		{name: "garbage InternalIP", internal: []string{"10.0.0.1", "nope"}, wantErr: ErrProvidedNodeIP},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			n := &corev1.Node{}
-			if tt.annotation != nil {
-				n.Annotations = map[string]string{"alpha.kubernetes.io/provided-node-ip": *tt.annotation}
-			}
-			for _, ip := range tt.internal {
-				n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip})
-			}
-			got, err := talosTargets(n, tt.preferIPv6)
-			if tt.wantErr != nil {
-				if !errors.Is(err, tt.wantErr) {
-					t.Fatalf("want %v, got %v %v", tt.wantErr, got, err)
-				}
-				if len(err.Error()) > 400 {
-					t.Fatalf("error (it goes into events) is %d bytes long", len(err.Error()))
-				}
-				return
-			}
-			var gotS []string
-			for _, ip := range got {
-				gotS = append(gotS, ip.String())
-			}
-			if err != nil || !slices.Equal(gotS, tt.want) {
-				t.Fatalf("got %v %v, want %v", gotS, err, tt.want)
-			}
-		})
-	}
-}
-
 // talos-ccm has no cloud API: it must never be the reason a node is deleted or
 // tainted as shut down, whatever the node (unknown, foreign, uninitialized).
 func TestLifecycleAnswersNeverHarmNodes(t *testing.T) {
-	p := New(nil, nil, Options{})
+	p := New(nil)
 	for _, n := range []*corev1.Node{
 		{},
 		{Spec: corev1.NodeSpec{ProviderID: "aws:///us-east-1a/i-gone"}},

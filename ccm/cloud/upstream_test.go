@@ -15,6 +15,7 @@ import (
 	cloudproviderapi "k8s.io/cloud-provider/api"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/cloud"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/facts"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/transform"
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
@@ -148,7 +149,7 @@ func TestUpstreamConfigExamples(t *testing.T) {
 			if err != nil {
 				t.Fatalf("the upstream example is refused: %v", err)
 			}
-			p := cloud.New(client, rules, cloud.Options{})
+			p := facts.NewSource(client, cloud.NewInterpreter(rules), facts.Options{})
 			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: c.node,
 				Annotations: map[string]string{cloudproviderapi.AnnotationAlphaProvidedIPAddr: c.ip}}}
 			f, err := p.Facts(context.Background(), node)
@@ -216,7 +217,7 @@ func TestUpstreamAddressesWithoutMetadataDNS(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			f, err := cloud.New(client, rules, cloud.Options{}).Facts(context.Background(), node)
+			f, err := facts.NewSource(client, cloud.NewInterpreter(rules), facts.Options{}).Facts(context.Background(), node)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,7 +1,7 @@
 // Package cloudnode is talos-ccm's cloud-node controller: it initializes nodes
 // registered with the external-cloud-provider taint from the facts the talos
-// provider establishes (ccm/cloud) and keeps addresses (and, in enforce mode,
-// rule output) reconciled.
+// facts source establishes (ccm/facts) and keeps addresses (and, in enforce
+// mode, rule output) reconciled.
 //
 // Unlike k8s.io/cloud-provider's node controller it writes a node in exactly two
 // requests: one Update (providerID, topology/instance-type labels, the routing
@@ -10,7 +10,7 @@
 // taint removal) and one status update (addresses). The library's controller
 // discards every kubernetes.io-namespaced AdditionalLabel, so the routing label
 // would cost an extra GET+PATCH per node there. It never reads the Talos API
-// itself (FactSource does) and never deletes nodes.
+// itself (the facts source does) and never deletes nodes.
 package cloudnode
 
 import (
@@ -26,45 +26,45 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	cloudproviderapi "k8s.io/cloud-provider/api"
 	cloudnodeutil "k8s.io/cloud-provider/node/helpers"
 	nodeutil "k8s.io/component-helpers/node/util"
 	"k8s.io/klog/v2"
 
-	"github.com/hybrid-ccm/hybrid-ccm/ccm/cloud"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/controlloop"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/facts"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/transform"
 )
 
 // ControllerName is the --controllers name.
 const ControllerName = "cloud-node"
 
-// Event reasons on Nodes.
+// Event reasons on Nodes; those of a facts lookup that failed are
+// facts.Reason's.
 const (
 	ReasonInitialized         = "Initialized"
-	ReasonTalosAPIUnavailable = "TalosAPIUnavailable"
-	ReasonMetadataIncomplete  = "MetadataIncomplete"
-	ReasonNoNodeIP            = "NoNodeIP"
-	ReasonTransformFailed     = "TransformationFailed"
+	ReasonTalosAPIUnavailable = facts.ReasonTalosAPIUnavailable
+	ReasonMetadataIncomplete  = facts.ReasonMetadataIncomplete
+	ReasonNoNodeIP            = facts.ReasonNoNodeIP
+	ReasonTransformFailed     = facts.ReasonTransformFailed
 	ReasonNodeIPMismatch      = "ProvidedNodeIPNotFound"
-	ReasonProviderIDMismatch  = "ProviderIDMismatch"
+	ReasonProviderIDMismatch  = facts.ReasonProviderIDMismatch
 	ReasonInitFailed          = "InitializationFailed"
 	ReasonRulesReconciled     = "TransformationsReconciled"
-	ReasonIdentityMismatch    = "NodeIdentityMismatch"
-	ReasonProvidedIPInvalid   = "ProvidedNodeIPInvalid"
+	ReasonIdentityMismatch    = facts.ReasonIdentityMismatch
+	ReasonProvidedIPInvalid   = facts.ReasonProvidedIPInvalid
 	ReasonPlatformLabelKept   = "PlatformLabelKept"
 )
 
-// FactSource establishes node facts (ccm/cloud.Provider).
+// FactSource establishes node facts (ccm/facts.Source): a fresh lookup for
+// every initialization and refresh, and Forget for deleted nodes.
 type FactSource interface {
-	Facts(ctx context.Context, node *corev1.Node) (*cloud.Facts, error)
+	Facts(ctx context.Context, node *corev1.Node) (*facts.Facts, error)
 	Forget(nodeName string)
 }
 
@@ -88,8 +88,7 @@ type Options struct {
 type Controller struct {
 	client   kubernetes.Interface
 	lister   corelisters.NodeLister
-	synced   cache.InformerSynced
-	queue    workqueue.TypedRateLimitingInterface[string]
+	loop     *controlloop.Loop
 	facts    FactSource
 	recorder record.EventRecorder
 	opts     Options
@@ -98,25 +97,31 @@ type Controller struct {
 }
 
 // New creates the controller and registers its informer handlers.
-func New(client kubernetes.Interface, nodes coreinformers.NodeInformer, facts FactSource, recorder record.EventRecorder, opts Options) (*Controller, error) {
-	if opts.Workers <= 0 {
-		return nil, fmt.Errorf("cloud-node: workers must be positive, got %d", opts.Workers)
-	}
+func New(client kubernetes.Interface, nodes coreinformers.NodeInformer, source FactSource, recorder record.EventRecorder, opts Options) (*Controller, error) {
+	const op = "cloudnode.New"
 	if opts.StatusUpdateFrequency <= 0 {
 		opts.StatusUpdateFrequency = 5 * time.Minute
 	}
 	c := &Controller{
-		client: client,
-		lister: nodes.Lister(),
-		synced: nodes.Informer().HasSynced,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](500*time.Millisecond, 2*time.Minute),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: ControllerName}),
-		facts:    facts,
+		client:   client,
+		lister:   nodes.Lister(),
+		facts:    source,
 		recorder: recorder,
 		opts:     opts,
 	}
-	_, err := nodes.Informer().AddEventHandlerWithResyncPeriod(cache.ResourceEventHandlerFuncs{
+	var err error
+	c.loop, err = controlloop.New(controlloop.Config{
+		Name: ControllerName, Kind: "node", Workers: opts.Workers,
+		BaseDelay: 500 * time.Millisecond, MaxDelay: 2 * time.Minute,
+		Sync:   c.sync,
+		Synced: []cache.InformerSynced{nodes.Informer().HasSynced},
+		// every failure to initialize is a Warning event on the node already
+		FailureVerbosity: 2,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	_, err = nodes.Informer().AddEventHandlerWithResyncPeriod(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueue,
 		UpdateFunc: func(_, n any) { c.enqueue(n) },
 		DeleteFunc: func(obj any) {
@@ -124,53 +129,30 @@ func New(client kubernetes.Interface, nodes coreinformers.NodeInformer, facts Fa
 				obj = t.Obj
 			}
 			if n, ok := obj.(*corev1.Node); ok {
-				facts.Forget(n.Name)
+				source.Forget(n.Name)
 				c.lastRead.Delete(n.Name)
 				c.mismatch.set(n.Name, false)
 			}
 		},
 	}, opts.StatusUpdateFrequency)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: watch nodes: %w", op, err)
 	}
 	return c, nil
 }
 
 func (c *Controller) enqueue(obj any) {
 	if n, ok := obj.(*corev1.Node); ok {
-		c.queue.Add(n.Name)
+		c.loop.Add(n.Name)
 	}
 }
 
-// Run processes nodes until ctx is done.
+// Run processes nodes until ctx is done and returns once its workers have
+// finished.
 func (c *Controller) Run(ctx context.Context) {
-	defer utilruntime.HandleCrash()
-	defer c.queue.ShutDown()
 	klog.InfoS("Starting controller", "controller", ControllerName, "workers", c.opts.Workers, "enforce", c.opts.Enforce)
-	if !cache.WaitForNamedCacheSync(ControllerName, ctx.Done(), c.synced) {
-		return
-	}
-	for i := 0; i < c.opts.Workers; i++ {
-		go wait.UntilWithContext(ctx, c.worker, time.Second)
-	}
-	<-ctx.Done()
-}
-
-func (c *Controller) worker(ctx context.Context) {
-	for {
-		name, quit := c.queue.Get()
-		if quit {
-			return
-		}
-		err := c.sync(ctx, name)
-		if err != nil {
-			klog.V(2).InfoS("Node sync failed, will retry", "node", name, "err", err)
-			c.queue.AddRateLimited(name)
-		} else {
-			c.queue.Forget(name)
-		}
-		c.queue.Done(name)
-	}
+	defer klog.InfoS("Stopped controller", "controller", ControllerName)
+	c.loop.Run(ctx)
 }
 
 func isUninitialized(n *corev1.Node) bool {
@@ -193,7 +175,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	}
 	if isUninitialized(node) {
 		err := c.initialize(ctx, node)
-		c.mismatch.set(name, errors.Is(err, cloud.ErrProviderIDMismatch))
+		c.mismatch.set(name, errors.Is(err, facts.ErrProviderIDMismatch))
 		return err
 	}
 	c.mismatch.set(name, false)
@@ -202,21 +184,8 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 
 // reasonFor maps a facts error to an event reason.
 func reasonFor(err error) string {
-	switch {
-	case errors.Is(err, cloud.ErrTalosAPI):
-		return ReasonTalosAPIUnavailable
-	case errors.Is(err, cloud.ErrMetadataIncomplete):
-		return ReasonMetadataIncomplete
-	case errors.Is(err, cloud.ErrNoNodeIP):
-		return ReasonNoNodeIP
-	case errors.Is(err, cloud.ErrRules):
-		return ReasonTransformFailed
-	case errors.Is(err, cloud.ErrIdentity):
-		return ReasonIdentityMismatch
-	case errors.Is(err, cloud.ErrProvidedNodeIP):
-		return ReasonProvidedIPInvalid
-	case errors.Is(err, cloud.ErrProviderIDMismatch):
-		return ReasonProviderIDMismatch
+	if r := facts.Reason(err); r != "" {
+		return r
 	}
 	return ReasonInitFailed
 }
@@ -224,7 +193,7 @@ func reasonFor(err error) string {
 func (c *Controller) initialize(ctx context.Context, node *corev1.Node) error {
 	const op = "cloudnode/Controller.initialize"
 	f, err := c.facts.Facts(ctx, node)
-	var mismatch *cloud.ProviderIDMismatchError
+	var mismatch *facts.ProviderIDMismatchError
 	if errors.As(err, &mismatch) {
 		// A kubelet may register with any providerID: it is no proof. The node
 		// keeps the uninitialized taint, gets no label, address or rule output
@@ -265,7 +234,7 @@ func (c *Controller) initialize(ctx context.Context, node *corev1.Node) error {
 		}
 		if updated.Spec.ProviderID != "" && updated.Spec.ProviderID != f.ProviderID {
 			// set meanwhile by someone else: decided on the next sync
-			return fmt.Errorf("%s: node %s: providerID %q set meanwhile: %w", op, node.Name, updated.Spec.ProviderID, cloud.ErrProviderIDMismatch)
+			return fmt.Errorf("%s: node %s: providerID %q set meanwhile: %w", op, node.Name, updated.Spec.ProviderID, facts.ErrProviderIDMismatch)
 		}
 	}
 	if err := c.writeAddresses(ctx, updated, addrs); err != nil {
@@ -306,7 +275,7 @@ func (c *Controller) writeAddresses(ctx context.Context, node *corev1.Node, addr
 }
 
 // applyFacts writes everything of f onto n and removes the uninitialized taint.
-func applyFacts(n *corev1.Node, f *cloud.Facts, enforce bool) {
+func applyFacts(n *corev1.Node, f *facts.Facts, enforce bool) {
 	if n.Spec.ProviderID == "" {
 		n.Spec.ProviderID = f.ProviderID
 	}

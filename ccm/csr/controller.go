@@ -12,8 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	certificatesinformers "k8s.io/client-go/informers/certificates/v1"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -24,36 +22,43 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/retry"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/controlloop"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/events"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/facts"
 )
 
-// AddressSource tells which addresses talos-ccm itself established for a node (read
-// from the node's Talos API). The kubelet-written provided-node-ip annotation and the
-// node's own status.addresses are NOT proof: a kubelet writes both itself.
+// NodeFacts tells what talos-ccm itself established for a node from the node's
+// Talos API (ccm/facts.Source): the controller takes the facts' Addresses as the
+// only proof for IP SANs and for DNS names other than the node name. The
+// kubelet-written provided-node-ip annotation and the node's own
+// status.addresses are NOT proof: a kubelet writes both itself.
 //
-// The answer is only proof if it is bound to the node: implementations must make sure
-// the Talos machine they read is the one registered as node.Name (e.g. its Talos
-// nodename), because the address they dial usually comes from the kubelet-written
-// annotation, and a kubelet that points it at another machine would otherwise get
-// that machine's addresses "established" for itself.
+// The answer is only proof because it is bound to the node: the source
+// believes only a Talos machine that names itself as node.Name (its Talos
+// nodename), since the address it dials usually comes from the kubelet-written
+// annotation, and a kubelet that points it at another machine would otherwise
+// get that machine's addresses "established" for itself.
 //
-// Implementations must not modify node (it is the shared informer copy) and should
-// return an error, not an empty list, when they cannot tell: an error makes the
-// controller retry, an empty list makes it deny every IP SAN. An error wrapping
-// ErrNotThisNode (the machine that answered is provably another node) makes it
-// deny the request (NodeIdentityMismatch); one wrapping ErrProvidedNodeIPInvalid
-// (the kubelet-written addresses to reach the node by are refused, nothing was
-// dialled) makes it deny the request (ProvidedNodeIPInvalid).
+// Implementations must not modify node (it is the shared informer copy) and
+// return an error, not empty facts, when they cannot tell: an error makes the
+// controller retry, no addresses make it deny every IP SAN. An error wrapping
+// facts.ErrIdentity (the machine that answered is provably another node) makes
+// it deny the request (NodeIdentityMismatch): waiting does not change who
+// answers there, and a genuine kubelet submits a new request later. One
+// wrapping facts.ErrProvidedNodeIP (the kubelet-written addresses to reach the
+// node by are unparsable or more than one per family, nothing was dialled)
+// makes it deny the request (ProvidedNodeIPInvalid): waiting does not change
+// the annotation, and a kubelet started with a correct --node-ip submits a new
+// one.
 //
 // The controller never asks for the same node from two workers at once: while
-// one worker waits for a node's addresses, that node's other requests are set
+// one worker waits for a node's facts, that node's other requests are set
 // aside and queued again when the answer is in, so a node whose Talos API hangs
 // holds at most one worker.
-type AddressSource interface {
-	EstablishedAddresses(ctx context.Context, node *corev1.Node) ([]corev1.NodeAddress, error)
+type NodeFacts interface {
+	Established(ctx context.Context, node *corev1.Node) (*facts.Facts, error)
 }
 
 // Event reasons on the CSR and on its Node.
@@ -66,26 +71,12 @@ const (
 // so that a node becoming initialized (or getting new addresses) re-queues its CSRs.
 const pendingByNode = "node-csr-approval/pending-by-node"
 
-// ErrNotThisNode is what an AddressSource's error wraps when the machine it read
-// for the node is provably another one (its Talos nodename differs). Nothing is
-// established for the node; the request is denied, not retried: the address the
-// kubelet names leads to a different machine, which waiting does not change (a
-// genuine kubelet submits a new request later).
-var ErrNotThisNode = errors.New("the machine answering for the node is another node")
-
-// ErrProvidedNodeIPInvalid is what an AddressSource's error wraps when it refuses
-// the addresses the kubelet wrote to reach the node by (alpha.kubernetes.io/
-// provided-node-ip: unparsable, or more than one per family, which a kubelet never
-// writes) without dialling any. The request is denied: waiting does not change
-// the annotation, and a kubelet started with a correct --node-ip submits a new one.
-var ErrProvidedNodeIPInvalid = errors.New("the node's provided IPs are refused")
-
 // errParked: another worker is reading the node's addresses; the request is
 // queued again when it is done (lookups.end).
-var errParked = errors.New("the node's addresses are being read by another worker")
+var errParked = fmt.Errorf("the node's addresses are being read by another worker: %w", controlloop.ErrSetAside)
 
 // errRetry asks the worker to look at a request again after a back-off.
-var errRetry = errors.New("decision postponed")
+var errRetry = fmt.Errorf("decision postponed: %w", controlloop.ErrRetry)
 
 // Controller approves or denies kubelet serving certificate requests.
 type Controller struct {
@@ -93,11 +84,10 @@ type Controller struct {
 	csrLister   certificateslisters.CertificateSigningRequestLister
 	csrIndexer  cache.Indexer
 	nodeLister  corelisters.NodeLister
-	synced      []cache.InformerSynced
-	addrs       AddressSource
+	facts       NodeFacts
 	recorder    record.EventRecorder
 	broadcaster record.EventBroadcaster // set when the controller owns its recorder
-	queue       workqueue.TypedRateLimitingInterface[string]
+	loop        *controlloop.Loop
 	opts        Options
 	lookups     lookups
 }
@@ -145,19 +135,19 @@ func NewController(
 	client kubernetes.Interface,
 	csrInformer certificatesinformers.CertificateSigningRequestInformer,
 	nodeInformer coreinformers.NodeInformer,
-	addrs AddressSource,
+	nodeFacts NodeFacts,
 	recorder record.EventRecorder,
 	opts *Options,
 ) (*Controller, error) {
-	const op = "ccm/csr.NewController"
+	const op = "csr.NewController"
 	if opts == nil {
 		opts = NewOptions()
 	}
 	if err := opts.Validate(); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	if client == nil || csrInformer == nil || nodeInformer == nil || addrs == nil {
-		return nil, fmt.Errorf("%s: client, informers and address source are required", op)
+	if client == nil || csrInformer == nil || nodeInformer == nil || nodeFacts == nil {
+		return nil, fmt.Errorf("%s: client, informers and node facts are required", op)
 	}
 	registerMetrics()
 
@@ -169,13 +159,19 @@ func NewController(
 		csrLister:  csrInformer.Lister(),
 		csrIndexer: csrInformer.Informer().GetIndexer(),
 		nodeLister: nodeInformer.Lister(),
-		synced:     []cache.InformerSynced{csrInformer.Informer().HasSynced, nodeInformer.Informer().HasSynced},
-		addrs:      addrs,
+		facts:      nodeFacts,
 		recorder:   recorder,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, 5*time.Minute),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: ControllerName}),
-		opts: o,
+		opts:       o,
+	}
+	var err error
+	c.loop, err = controlloop.New(controlloop.Config{
+		Name: ControllerName, Kind: "csr", Workers: o.Workers,
+		BaseDelay: time.Second, MaxDelay: 5 * time.Minute,
+		Sync:   c.sync,
+		Synced: []cache.InformerSynced{csrInformer.Informer().HasSynced, nodeInformer.Informer().HasSynced},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	if c.recorder == nil {
 		c.broadcaster = record.NewBroadcaster()
@@ -203,10 +199,9 @@ func NewController(
 	return c, nil
 }
 
-// Run decides requests with opts.Workers workers until ctx is done.
+// Run decides requests with opts.Workers workers until ctx is done and
+// returns once they have finished.
 func (c *Controller) Run(ctx context.Context) {
-	defer utilruntime.HandleCrashWithContext(ctx)
-
 	if c.broadcaster != nil {
 		c.broadcaster.StartStructuredLogging(3)
 		c.broadcaster.StartRecordingToSink(events.NewAsyncSink(ctx, &typedcorev1.EventSinkImpl{Interface: c.client.CoreV1().Events("")}, events.Workers, events.Queue))
@@ -215,50 +210,12 @@ func (c *Controller) Run(ctx context.Context) {
 
 	klog.InfoS("Starting controller", "controller", ControllerName, "workers", c.opts.Workers)
 	defer klog.InfoS("Stopped controller", "controller", ControllerName)
-
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
-		c.queue.ShutDown()
-		return
-	}
-	var wg sync.WaitGroup
-	for range c.opts.Workers {
-		wg.Go(func() { wait.UntilWithContext(ctx, c.worker, time.Second) })
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
-}
-
-func (c *Controller) worker(ctx context.Context) {
-	for c.processNext(ctx) {
-	}
-}
-
-func (c *Controller) processNext(ctx context.Context) bool {
-	name, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(name)
-
-	switch err := c.sync(ctx, name); {
-	case err == nil:
-		c.queue.Forget(name)
-	case errors.Is(err, errRetry):
-		c.queue.AddRateLimited(name)
-	case errors.Is(err, errParked):
-		// queued again by the worker reading the node's addresses
-		klog.V(4).InfoS("Kubelet serving CSR waits for its node's address lookup", "csr", klog.KRef("", name))
-	default:
-		utilruntime.HandleErrorWithContext(ctx, err, "Deciding CSR failed, will retry", "csr", klog.KRef("", name))
-		c.queue.AddRateLimited(name)
-	}
-	return true
+	c.loop.Run(ctx)
 }
 
 // sync decides the CSR called name and records the decision.
 func (c *Controller) sync(ctx context.Context, name string) error {
-	const op = "ccm/csr.Controller.sync"
+	const op = "csr/Controller.sync"
 	csr, err := c.csrLister.Get(name)
 	if apierrors.IsNotFound(err) {
 		return nil
@@ -271,6 +228,10 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	}
 
 	d, node, err := c.decide(ctx, csr)
+	if errors.Is(err, errParked) {
+		// queued again by the worker reading the node's addresses
+		klog.V(4).InfoS("Kubelet serving CSR waits for its node's address lookup", "csr", klog.KObj(csr))
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %s: %w", op, name, err)
 	}
@@ -287,8 +248,8 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 }
 
 // decide gathers what Validate needs and calls it, in stages: the node is read only
-// for requests that pass the checks on the request alone, and the AddressSource (a
-// Talos API call when not cached) only for initialized nodes. node is returned for
+// for requests that pass the checks on the request alone, and the node's facts (a
+// Talos API lookup when not remembered) only for initialized nodes. node is returned for
 // events; it is nil when the requester's node does not exist.
 func (c *Controller) decide(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) (Decision, *corev1.Node, error) {
 	var node *corev1.Node
@@ -315,20 +276,22 @@ func (c *Controller) decide(ctx context.Context, csr *certificatesv1.Certificate
 		if !c.lookups.begin(node.Name, csr.Name) {
 			return Decision{}, node, errParked
 		}
-		var err error
-		established, err = c.addrs.EstablishedAddresses(ctx, node)
+		f, err := c.facts.Established(ctx, node)
+		if err == nil && f != nil {
+			established = slices.Clone(f.Addresses) // the facts are shared
+		}
 		for _, parked := range c.lookups.end(node.Name) {
 			if err != nil {
-				c.queue.AddRateLimited(parked)
+				c.loop.AddRateLimited(parked)
 			} else {
-				c.queue.Add(parked)
+				c.loop.Add(parked)
 			}
 		}
 		switch {
-		case errors.Is(err, ErrNotThisNode):
+		case errors.Is(err, facts.ErrIdentity):
 			return Decision{Action: Deny, Reason: ReasonNodeIdentityMismatch,
 				Message: fmt.Sprintf("the Talos API reached for node %q is another machine: %s", node.Name, clipLong(err.Error()))}, node, nil
-		case errors.Is(err, ErrProvidedNodeIPInvalid):
+		case errors.Is(err, facts.ErrProvidedNodeIP):
 			return Decision{Action: Deny, Reason: ReasonProvidedNodeIPInvalid,
 				Message: fmt.Sprintf("the addresses node %q gives to reach it are refused, nothing was dialled: %s", node.Name, clipLong(err.Error()))}, node, nil
 		case err != nil:
@@ -344,7 +307,7 @@ func (c *Controller) decide(ctx context.Context, csr *certificatesv1.Certificate
 // subresource. On a conflict it re-reads the request and gives up if someone else
 // decided it meanwhile, or if it was replaced by another request of the same name.
 func (c *Controller) record(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, node *corev1.Node, d Decision) error {
-	const op = "ccm/csr.Controller.record"
+	const op = "csr/Controller.record"
 	cond := certificatesv1.CertificateSigningRequestCondition{
 		Type:           certificatesv1.CertificateApproved,
 		Status:         corev1.ConditionTrue,
@@ -406,7 +369,7 @@ func (c *Controller) record(ctx context.Context, csr *certificatesv1.Certificate
 
 func (c *Controller) enqueueCSR(obj any) {
 	if csr, ok := obj.(*certificatesv1.CertificateSigningRequest); ok && Pending(csr) {
-		c.queue.Add(csr.Name)
+		c.loop.Add(csr.Name)
 	}
 }
 

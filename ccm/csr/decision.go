@@ -103,13 +103,14 @@ const (
 	// Hostname/InternalDNS/ExternalDNS address talos-ccm established (nor under an
 	// allowed suffix).
 	ReasonDNSNameNotEstablished = "DNSNameNotEstablished"
-	// ReasonNodeIdentityMismatch: the AddressSource found that the machine answering
-	// for the node is another node (ErrNotThisNode; Deny, controller only).
+	// ReasonNodeIdentityMismatch: the node's facts source found that the machine
+	// answering for the node is another node (facts.ErrIdentity; Deny, controller only).
 	ReasonNodeIdentityMismatch = "NodeIdentityMismatch"
-	// ReasonAddressLookupFailed: the AddressSource failed (Retry; controller only).
+	// ReasonAddressLookupFailed: the node's facts source failed otherwise (Retry;
+	// controller only).
 	ReasonAddressLookupFailed = "AddressLookupFailed"
 	// ReasonProvidedNodeIPInvalid: the kubelet-written addresses the node is reached
-	// by are unparsable or more than one per family (ErrProvidedNodeIPInvalid; Deny,
+	// by are unparsable or more than one per family (facts.ErrProvidedNodeIP; Deny,
 	// controller only). Nothing was dialled.
 	ReasonProvidedNodeIPInvalid = "ProvidedNodeIPInvalid"
 

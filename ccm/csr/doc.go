@@ -7,7 +7,7 @@
 // It owns the decision (Validate, pure and fuzzed) and the recording of it
 // (approval subresource, events, metrics, logs). It must not talk to the Talos API
 // itself: the addresses talos-ccm established for a node come in through
-// AddressSource, implemented by the talos cloud provider. It never reads the
+// NodeFacts, implemented by the one facts source (ccm/facts). It never reads the
 // kubelet-written alpha.kubernetes.io/provided-node-ip annotation, nor the node's
 // status.addresses, as proof: a kubelet (or whoever holds its credentials) writes
 // both itself.
@@ -42,7 +42,7 @@
 //	c, err := csr.NewController(client,
 //		factory.Certificates().V1().CertificateSigningRequests(),
 //		factory.Core().V1().Nodes(),
-//		talosAddresses, nil, opts)
+//		nodeFacts, nil, opts)
 //	factory.Start(ctx.Done())
 //	go c.Run(ctx)
 package csr

@@ -9,6 +9,8 @@ import (
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/iplist"
 )
 
 // ControllerName is the name under which talos-ccm runs this controller (--controllers).
@@ -52,7 +54,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"node-csr-approval: largest spec.expirationSeconds a kubelet serving CSR may request.")
 	fs.BoolVar(&o.WaitForInitialization, "csr-wait-for-initialization", o.WaitForInitialization,
 		"node-csr-approval: keep CSRs of nodes that still have the uninitialized taint pending until talos-ccm has initialized them.")
-	fs.Var((*prefixList)(&o.AllowedIPRanges), "csr-allowed-ip-ranges",
+	fs.Var((*iplist.PrefixesValue)(&o.AllowedIPRanges), "csr-allowed-ip-ranges",
 		"node-csr-approval: comma-separated CIDRs whose addresses are accepted as IP SANs for any node, in addition to the addresses talos-ccm established (weakens the check; empty by default).")
 	fs.StringSliceVar(&o.AllowedDNSSuffixes, "csr-allowed-dns-suffixes", o.AllowedDNSSuffixes,
 		"node-csr-approval: comma-separated DNS suffixes; names below them are accepted as DNS SANs for any node (weakens the check; empty by default).")
@@ -105,33 +107,3 @@ func validateDNSSuffix(s string) error {
 	}
 	return nil
 }
-
-// prefixList is a pflag.Value for a comma-separated list of CIDRs.
-type prefixList []netip.Prefix
-
-func (l *prefixList) String() string {
-	ss := make([]string, 0, len(*l))
-	for _, p := range *l {
-		ss = append(ss, p.String())
-	}
-	return strings.Join(ss, ",")
-}
-
-func (l *prefixList) Set(v string) error {
-	var out []netip.Prefix
-	for _, s := range strings.Split(v, ",") {
-		s = strings.TrimSpace(s)
-		if s == "" {
-			continue
-		}
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return err
-		}
-		out = append(out, p)
-	}
-	*l = out
-	return nil
-}
-
-func (l *prefixList) Type() string { return "cidrs" }

@@ -63,7 +63,7 @@ type request struct {
 
 // Validate decides one request. node is the Node named by spec.username (nil if it
 // does not exist); established are the addresses talos-ccm itself established for
-// that node (AddressSource), the only source of proof for IP and DNS SANs besides
+// that node (NodeFacts), the only source of proof for IP and DNS SANs besides
 // the node name: the kubelet-written provided-node-ip annotation and the node's own
 // status.addresses are never consulted. A nil opts means NewOptions().
 //

@@ -25,21 +25,29 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/controlloop"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/facts"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/iplist"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
 )
 
-// TalosNetwork is what the controller reads from the Talos API: a node's
-// addresses (cloud allocator) and the control plane's pod and service CIDRs
-// (when --cluster-cidr is not set). *talos.Client implements it.
-type TalosNetwork interface {
-	Addresses(ctx context.Context, node string) ([]talos.Address, error)
+// NodeFacts is where the cloud allocator learns a node's addresses
+// (ccm/facts.Source): the identity-checked, remembered facts cloud-node and
+// node-csr-approval use, never a Talos API read of its own.
+type NodeFacts interface {
+	Established(ctx context.Context, node *corev1.Node) (*facts.Facts, error)
+}
+
+// ClusterNetworkReader reads the control plane's pod and service CIDRs from
+// the Talos API of a control-plane node (when --cluster-cidr is not set).
+// *talos.Client implements it.
+type ClusterNetworkReader interface {
 	ClusterNetwork(ctx context.Context, node string) (*talos.ClusterNetwork, error)
 }
 
-var _ TalosNetwork = (*talos.Client)(nil)
+var _ ClusterNetworkReader = (*talos.Client)(nil)
 
 // Event reasons on nodes.
 const (
@@ -54,11 +62,12 @@ const (
 	// prefix has no room for a pod CIDR; the range allocator is used instead.
 	EventReasonNodePrefixTooSmall = "NodePrefixTooSmall"
 	// EventReasonTalosAPIUnavailable: cloud allocator, the node's Talos API did
-	// not answer; retried.
-	EventReasonTalosAPIUnavailable = "TalosAPIUnavailable"
+	// not answer; retried. The node's facts may fail for another reason too,
+	// recorded as facts.Reason says (e.g. NodeIdentityMismatch); retried.
+	EventReasonTalosAPIUnavailable = facts.ReasonTalosAPIUnavailable
 	// EventReasonNoNodeIP: cloud allocator, the node has neither the
 	// provided-node-ip annotation nor an InternalIP; retried.
-	EventReasonNoNodeIP = "NoNodeIP"
+	EventReasonNoNodeIP = facts.ReasonNoNodeIP
 )
 
 // LabelControlPlane marks the nodes whose Talos API holds the control plane's
@@ -67,17 +76,17 @@ const LabelControlPlane = "node-role.kubernetes.io/control-plane"
 
 // errWait: the node waits for space; retried after a back-off or when a CIDR
 // is released.
-var errWait = errors.New("waiting for a free CIDR")
+var errWait = fmt.Errorf("waiting for a free CIDR: %w", controlloop.ErrRetry)
 
 // Controller allocates spec.podCIDRs to nodes.
 type Controller struct {
 	client      kubernetes.Interface
 	lister      corelisters.NodeLister
-	synced      cache.InformerSynced
-	talos       TalosNetwork
+	facts       NodeFacts
+	network     ClusterNetworkReader
 	recorder    record.EventRecorder
 	broadcaster record.EventBroadcaster // set when the controller owns its recorder
-	queue       workqueue.TypedRateLimitingInterface[string]
+	loop        *controlloop.Loop
 	cfg         Config
 
 	// startMu orders informer events against the start-up rebuild: handlers
@@ -92,11 +101,11 @@ type Controller struct {
 }
 
 // NewController wires the controller to the node informer. Start the informer
-// factory, then `go c.Run(ctx)`. tn may be nil when cfg has cluster CIDRs and
-// the range allocator is used. A nil recorder makes the controller record
-// events through a broadcaster of its own.
-func NewController(client kubernetes.Interface, nodeInformer coreinformers.NodeInformer, tn TalosNetwork, recorder record.EventRecorder, cfg Config) (*Controller, error) {
-	const op = "ccm/ipam.NewController"
+// factory, then `go c.Run(ctx)`. nodeFacts may be nil unless the cloud
+// allocator is used, network unless cfg has no cluster CIDRs. A nil recorder
+// makes the controller record events through a broadcaster of its own.
+func NewController(client kubernetes.Interface, nodeInformer coreinformers.NodeInformer, nodeFacts NodeFacts, network ClusterNetworkReader, recorder record.EventRecorder, cfg Config) (*Controller, error) {
+	const op = "ipam.NewController"
 	if cfg.AllocatorType == "" {
 		cfg.AllocatorType = RangeAllocator
 	}
@@ -109,22 +118,33 @@ func NewController(client kubernetes.Interface, nodeInformer coreinformers.NodeI
 	if client == nil || nodeInformer == nil {
 		return nil, fmt.Errorf("%s: client and node informer are required", op)
 	}
-	if tn == nil && (len(cfg.ClusterCIDRs) == 0 || cfg.AllocatorType == CloudAllocator) {
-		return nil, fmt.Errorf("%s: a Talos client is required for %s without --cluster-cidr", op, cfg.AllocatorType)
+	if nodeFacts == nil && cfg.AllocatorType == CloudAllocator {
+		return nil, fmt.Errorf("%s: the node facts source is required for %s", op, cfg.AllocatorType)
+	}
+	if network == nil && len(cfg.ClusterCIDRs) == 0 {
+		return nil, fmt.Errorf("%s: a Talos client is required without --cluster-cidr", op)
 	}
 	registerMetrics()
 	c := &Controller{
 		client:   client,
 		lister:   nodeInformer.Lister(),
-		synced:   nodeInformer.Informer().HasSynced,
-		talos:    tn,
+		facts:    nodeFacts,
+		network:  network,
 		recorder: recorder,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, 5*time.Minute),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: ControllerName}),
-		cfg:    cfg,
-		ready:  make(chan struct{}),
-		parked: map[string]bool{},
+		cfg:      cfg,
+		ready:    make(chan struct{}),
+		parked:   map[string]bool{},
+	}
+	var err error
+	c.loop, err = controlloop.New(controlloop.Config{
+		Name: ControllerName, Kind: "node", Workers: cfg.Workers,
+		BaseDelay: time.Second, MaxDelay: 5 * time.Minute,
+		Sync:   c.syncAndPark,
+		Synced: []cache.InformerSynced{nodeInformer.Informer().HasSynced},
+		Start:  c.begin,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	if c.recorder == nil {
 		c.broadcaster = record.NewBroadcaster()
@@ -144,11 +164,8 @@ func NewController(client kubernetes.Interface, nodeInformer coreinformers.NodeI
 // and starts allocating.
 func (c *Controller) Ready() <-chan struct{} { return c.ready }
 
-// Run allocates until ctx is done.
+// Run allocates until ctx is done and returns once its workers have finished.
 func (c *Controller) Run(ctx context.Context) {
-	defer utilruntime.HandleCrashWithContext(ctx)
-	defer c.queue.ShutDown()
-
 	if c.broadcaster != nil {
 		c.broadcaster.StartStructuredLogging(3)
 		c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.client.CoreV1().Events("")})
@@ -156,31 +173,27 @@ func (c *Controller) Run(ctx context.Context) {
 	}
 	klog.InfoS("Starting controller", "controller", ControllerName, "allocator", c.cfg.AllocatorType, "workers", c.cfg.Workers)
 	defer klog.InfoS("Stopped controller", "controller", ControllerName)
+	c.loop.Run(ctx)
+}
 
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced) {
-		return
-	}
+// begin runs once the node cache has synced: it learns the cluster CIDRs and
+// rebuilds the ledger; false when ctx ended first or IPAM cannot start.
+func (c *Controller) begin(ctx context.Context) bool {
 	clusterCIDRs, serviceCIDRs, ok := c.clusterNetwork(ctx)
 	if !ok {
-		return
+		return false
 	}
 	if err := c.start(clusterCIDRs, serviceCIDRs); err != nil {
-		utilruntime.HandleErrorWithContext(ctx, err, "Node IPAM cannot start", "clusterCIDRs", joinPrefixes(clusterCIDRs))
-		return
+		utilruntime.HandleErrorWithContext(ctx, err, "Node IPAM cannot start", "clusterCIDRs", iplist.Join(clusterCIDRs))
+		return false
 	}
-	var wg sync.WaitGroup
-	for range c.cfg.Workers {
-		wg.Go(func() { wait.UntilWithContext(ctx, c.worker, time.Second) })
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	return true
 }
 
 // start builds the pools, rebuilds the ledger from every node's spec.podCIDRs
 // and queues the nodes that have none.
 func (c *Controller) start(clusterCIDRs, serviceCIDRs []netip.Prefix) error {
-	const op = "ccm/ipam.Controller.start"
+	const op = "ipam/Controller.start"
 	cloud := c.cfg.AllocatorType == CloudAllocator
 	a, err := newAllocator(clusterCIDRs, func(p netip.Prefix) int { return c.cfg.MaskSize(p, clusterCIDRs) }, serviceCIDRs, cloud)
 	if err != nil {
@@ -211,10 +224,10 @@ func (c *Controller) start(clusterCIDRs, serviceCIDRs []netip.Prefix) error {
 
 	rebuildSeconds.Set(took.Seconds())
 	klog.InfoS("Rebuilt pod CIDR ledger from nodes", "controller", ControllerName, "nodes", len(nodes), "allocated", len(held),
-		"pending", len(pending), "clusterCIDRs", joinPrefixes(clusterCIDRs), "serviceCIDRs", joinPrefixes(serviceCIDRs), "duration", took)
+		"pending", len(pending), "clusterCIDRs", iplist.Join(clusterCIDRs), "serviceCIDRs", iplist.Join(serviceCIDRs), "duration", took)
 	c.reportOverlaps(overlaps)
 	for _, name := range pending {
-		c.queue.Add(name)
+		c.loop.Add(name)
 	}
 	close(c.ready)
 	return nil
@@ -236,7 +249,7 @@ func (c *Controller) clusterNetwork(ctx context.Context) (cluster, service []net
 				service = c.cfg.ServiceCIDRs
 			}
 			klog.InfoS("Read cluster network from Talos", "controller", ControllerName,
-				"clusterCIDRs", joinPrefixes(cluster), "serviceCIDRs", joinPrefixes(service))
+				"clusterCIDRs", iplist.Join(cluster), "serviceCIDRs", iplist.Join(service))
 			return cluster, service, true
 		}
 		klog.ErrorS(err, "Cannot read the pod CIDRs from the Talos control plane yet; no node gets a pod CIDR until then (or set --cluster-cidr)",
@@ -250,7 +263,7 @@ func (c *Controller) clusterNetwork(ctx context.Context) (cluster, service []net
 }
 
 func (c *Controller) readClusterNetwork(ctx context.Context, sel labels.Selector) (cluster, service []netip.Prefix, err error) {
-	const op = "ccm/ipam.Controller.readClusterNetwork"
+	const op = "ipam/Controller.readClusterNetwork"
 	nodes, err := c.lister.List(sel)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", op, err)
@@ -260,8 +273,13 @@ func (c *Controller) readClusterNetwork(ctx context.Context, sel labels.Selector
 	}
 	var errs []error
 	for _, n := range nodes {
-		for _, ip := range nodeIPs(n) {
-			cn, err := c.talos.ClusterNetwork(ctx, ip.String())
+		ips, err := facts.NodeIPs(n, false)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("node %s: %w", n.Name, err))
+			continue
+		}
+		for _, ip := range ips {
+			cn, err := c.network.ClusterNetwork(ctx, ip.String())
 			if err != nil {
 				errs = append(errs, err)
 				continue
@@ -293,7 +311,7 @@ func (c *Controller) nodeChanged(oldObj, obj any) {
 	}
 	if len(n.Spec.PodCIDRs) == 0 && n.Spec.PodCIDR == "" {
 		if !c.isParked(n.Name) {
-			c.queue.Add(n.Name)
+			c.loop.Add(n.Name)
 		}
 		return
 	}
@@ -327,7 +345,7 @@ func (c *Controller) nodeDeleted(obj any) {
 		return
 	}
 	if held := c.alloc.held(n.UID); len(held) > 0 && c.alloc.release(n.UID) {
-		klog.V(2).InfoS("Released pod CIDRs of deleted node", "node", klog.KObj(n), "podCIDRs", joinPrefixes(held))
+		klog.V(2).InfoS("Released pod CIDRs of deleted node", "node", klog.KObj(n), "podCIDRs", iplist.Join(held))
 		c.wakeParked()
 	}
 }
@@ -369,40 +387,30 @@ func (c *Controller) wakeParked() {
 	defer c.parkMu.Unlock()
 	for name, forSpace := range c.parked {
 		if forSpace {
-			c.queue.Add(name)
+			c.loop.Add(name)
 		}
 	}
 }
 
-func (c *Controller) worker(ctx context.Context) {
-	for c.processNext(ctx) {
-	}
-}
-
-func (c *Controller) processNext(ctx context.Context) bool {
-	name, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(name)
-	switch err := c.sync(ctx, name); {
+// syncAndPark is sync, and parks a node that is to be retried: a parked node
+// is not queued again by its own updates (its back-off decides), and one
+// waiting for space is woken when a CIDR is released.
+func (c *Controller) syncAndPark(ctx context.Context, name string) error {
+	err := c.sync(ctx, name)
+	switch {
 	case err == nil:
 		c.unpark(name) // nothing else re-queues a parked node
-		c.queue.Forget(name)
 	case errors.Is(err, errWait):
 		c.park(name, true)
-		c.queue.AddRateLimited(name)
 	default:
 		c.park(name, false)
-		utilruntime.HandleErrorWithContext(ctx, err, "Allocating pod CIDRs failed, will retry", "node", klog.KRef("", name))
-		c.queue.AddRateLimited(name)
 	}
-	return true
+	return err
 }
 
 // sync gives the node called name its pod CIDRs if it has none.
 func (c *Controller) sync(ctx context.Context, name string) error {
-	const op = "ccm/ipam.Controller.sync"
+	const op = "ipam/Controller.sync"
 	node, err := c.lister.Get(name)
 	if apierrors.IsNotFound(err) {
 		c.unpark(name)
@@ -458,33 +466,27 @@ func (c *Controller) wants(ctx context.Context, node *corev1.Node) ([]want, erro
 	return out, nil
 }
 
-// cloudWant reads the node's addresses from its Talos API and returns a want
-// on its global IPv6 prefix; ok is false when the range pool is to be used.
+// cloudWant returns a want on the node's global IPv6 prefix, from the
+// node's established facts; ok is false when the range pool is to be used.
 func (c *Controller) cloudWant(ctx context.Context, node *corev1.Node, fallback *pool) (w want, ok bool, err error) {
-	const op = "ccm/ipam.Controller.cloudWant"
-	ips := nodeIPs(node)
-	if len(ips) == 0 {
-		c.recorder.Event(node, corev1.EventTypeWarning, EventReasonNoNodeIP,
-			"No alpha.kubernetes.io/provided-node-ip annotation and no InternalIP: cannot reach the node's Talos API to find its IPv6 prefix")
-		return want{}, false, fmt.Errorf("%s: node %s has no IP", op, node.Name)
-	}
-	var addrs []talos.Address
-	var errs []error
-	for _, ip := range ips {
-		a, err := c.talos.Addresses(ctx, ip.String())
-		if err == nil {
-			addrs, errs = a, nil
-			break
+	const op = "ipam/Controller.cloudWant"
+	f, err := c.facts.Established(ctx, node)
+	if err != nil {
+		switch reason := facts.Reason(err); {
+		case ctx.Err() != nil:
+			// shutting down
+		case reason == EventReasonNoNodeIP:
+			c.recorder.Event(node, corev1.EventTypeWarning, EventReasonNoNodeIP,
+				"No alpha.kubernetes.io/provided-node-ip annotation and no InternalIP: cannot reach the node's Talos API to find its IPv6 prefix")
+		default:
+			if reason == "" {
+				reason = EventReasonTalosAPIUnavailable
+			}
+			c.recorder.Eventf(node, corev1.EventTypeWarning, reason, "Cannot learn the node's addresses from its Talos API: %v", err)
 		}
-		errs = append(errs, err)
-	}
-	if len(errs) > 0 {
-		err := errors.Join(errs...)
-		c.recorder.Eventf(node, corev1.EventTypeWarning, EventReasonTalosAPIUnavailable,
-			"Cannot read the node's addresses from its Talos API at %s: %v", joinAddrs(ips), err)
 		return want{}, false, fmt.Errorf("%s: %w", op, err)
 	}
-	prefix, bits, found, err := GlobalPrefix(addrs, ips, fallback.bits)
+	prefix, bits, found, err := GlobalPrefix(f.TalosAddresses, internalIPs(f.Addresses), fallback.bits)
 	switch {
 	case err != nil:
 		c.recorder.Eventf(node, corev1.EventTypeWarning, EventReasonNodePrefixTooSmall,
@@ -494,8 +496,8 @@ func (c *Controller) cloudWant(ctx context.Context, node *corev1.Node, fallback 
 		klog.V(2).InfoS("No global IPv6 prefix on the node; using the cluster CIDR", "node", klog.KObj(node), "clusterCIDR", fallback.cidr)
 		return want{}, false, nil
 	}
-	avoid := make([]netip.Addr, 0, len(addrs))
-	for _, a := range addrs {
+	avoid := make([]netip.Addr, 0, len(f.TalosAddresses))
+	for _, a := range f.TalosAddresses {
 		avoid = append(avoid, a.Prefix.Addr())
 	}
 	// other nodes on the same prefix (a shared LAN): keep their addresses out
@@ -514,20 +516,12 @@ func (c *Controller) cloudWant(ctx context.Context, node *corev1.Node, fallback 
 	return want{pool: p, avoid: addrsIn(prefix, avoid)}, true, nil
 }
 
-func joinAddrs(as []netip.Addr) string {
-	ss := make([]string, len(as))
-	for i, a := range as {
-		ss[i] = a.String()
-	}
-	return strings.Join(ss, ",")
-}
-
 // assign writes the CIDRs to the node. The API server is the arbiter:
 // spec.podCIDRs can only be set once, and the patch only applies to this very
 // node (UID). When the write fails the node is read again and its real state
 // adopted.
 func (c *Controller) assign(ctx context.Context, node *corev1.Node, h holder, cidrs []netip.Prefix) error {
-	const op = "ccm/ipam.Controller.assign"
+	const op = "ipam/Controller.assign"
 	strs := make([]string, len(cidrs))
 	for i, p := range cidrs {
 		strs[i] = p.String()
@@ -562,7 +556,7 @@ func (c *Controller) assign(ctx context.Context, node *corev1.Node, h holder, ci
 	}
 	if have := podCIDRs(fresh); len(have) > 0 {
 		assignments.WithLabelValues("adopted").Inc()
-		klog.InfoS("Node already has pod CIDRs; adopting them", "node", klog.KObj(node), "podCIDRs", joinPrefixes(have), "proposed", strings.Join(strs, ","))
+		klog.InfoS("Node already has pod CIDRs; adopting them", "node", klog.KObj(node), "podCIDRs", iplist.Join(have), "proposed", strings.Join(strs, ","))
 		c.observe(fresh, have)
 		c.unpark(node.Name)
 		c.wakeParked()

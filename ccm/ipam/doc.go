@@ -5,13 +5,16 @@
 //     (--cluster-cidr, or the pod CIDRs of the Talos control plane's
 //     k8s/ControllerManagerConfig), skipping the service range.
 //   - CloudAllocator carves a node's IPv6 pod CIDR from the node's own global
-//     (non-ULA) IPv6 prefix, read from its Talos addresses; IPv4, and IPv6 of
+//     (non-ULA) IPv6 prefix, from its established Talos addresses; IPv4, and IPv6 of
 //     nodes without a usable global prefix, come from the cluster CIDRs.
 //
 // It owns the choice of CIDRs (the ledger of taken CIDRs, the pools, the prefix
 // arithmetic) and their recording (the node PATCH, events, metrics, logs). It
-// must not talk to the Talos API itself: it calls TalosNetwork, implemented by
-// ccm/talos. The policy and its guarantees are docs/ipam.md.
+// must not talk to the Talos API itself: a node's addresses come from the facts
+// talos-ccm established for it (NodeFacts, the one ccm/facts.Source that
+// cloud-node and node-csr-approval use too), the control plane's CIDRs through
+// ClusterNetworkReader (ccm/talos). The policy and its guarantees are
+// docs/ipam.md.
 //
 // Correctness rests on three things: the ledger is rebuilt from every node's
 // spec.podCIDRs before the first allocation; every candidate is checked
@@ -29,7 +32,7 @@
 //	...
 //	if !kubeCloudShared.AllocateNodeCIDRs { return nil, false, nil }
 //	cfg, err := opts.Config(kubeCloudShared.CIDRAllocatorType, kubeCloudShared.ClusterCIDR)
-//	c, err := ipam.NewController(client, factory.Core().V1().Nodes(), talosClient, nil, cfg)
+//	c, err := ipam.NewController(client, factory.Core().V1().Nodes(), nodeFacts, talosClient, nil, cfg)
 //	factory.Start(ctx.Done())
 //	go c.Run(ctx)
 //

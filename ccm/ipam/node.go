@@ -4,30 +4,19 @@ import (
 	"cmp"
 	"net/netip"
 	"slices"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	cloudproviderapi "k8s.io/cloud-provider/api"
 
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/iplist"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
 )
 
-// nodeIPs are the addresses under which the node's Talos API is reached: the
-// kubelet's provided-node-ip annotation (comma-separated, dual-stack), else its
-// InternalIP addresses.
-func nodeIPs(n *corev1.Node) []netip.Addr {
+// internalIPs are the InternalIP addresses among addrs (talos-ccm's
+// established addresses of a node).
+func internalIPs(addrs []corev1.NodeAddress) []netip.Addr {
 	var out []netip.Addr
-	if v, ok := n.Annotations[cloudproviderapi.AnnotationAlphaProvidedIPAddr]; ok {
-		for _, s := range strings.Split(v, ",") {
-			if a, err := netip.ParseAddr(strings.TrimSpace(s)); err == nil {
-				out = append(out, a.Unmap())
-			}
-		}
-		if len(out) > 0 {
-			return out
-		}
-	}
-	for _, a := range n.Status.Addresses {
+	for _, a := range addrs {
 		if a.Type != corev1.NodeInternalIP {
 			continue
 		}
@@ -39,9 +28,11 @@ func nodeIPs(n *corev1.Node) []netip.Addr {
 }
 
 // hostAddrs are every address a node is known to use in Kubernetes (provided
-// IPs, InternalIP, ExternalIP): pod CIDRs carved from a shared prefix avoid them.
+// IPs, InternalIP, ExternalIP): pod CIDRs carved from a shared prefix avoid
+// them. They only keep addresses out of pod CIDRs, so an unparsable
+// provided-node-ip annotation is passed over, not refused.
 func hostAddrs(n *corev1.Node) []netip.Addr {
-	out := nodeIPs(n)
+	out, _ := iplist.Addrs(n.Annotations[cloudproviderapi.AnnotationAlphaProvidedIPAddr])
 	for _, a := range n.Status.Addresses {
 		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
 			continue

@@ -4,9 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"strings"
 
 	"github.com/spf13/pflag"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/iplist"
 )
 
 // ControllerName is the name under which talos-ccm runs this controller (--controllers).
@@ -96,33 +97,16 @@ func (o *Options) Config(allocatorType, clusterCIDR string) (Config, error) {
 	}
 	var errs []error
 	var err error
-	if c.ClusterCIDRs, err = ParseCIDRs(clusterCIDR); err != nil {
+	if c.ClusterCIDRs, err = iplist.Prefixes(clusterCIDR); err != nil {
 		errs = append(errs, fmt.Errorf("--cluster-cidr=%s: %w", clusterCIDR, err))
 	}
-	if c.ServiceCIDRs, err = ParseCIDRs(o.ServiceClusterIPRange); err != nil {
+	if c.ServiceCIDRs, err = iplist.Prefixes(o.ServiceClusterIPRange); err != nil {
 		errs = append(errs, fmt.Errorf("--service-cluster-ip-range=%s: %w", o.ServiceClusterIPRange, err))
 	}
 	if len(errs) > 0 {
 		return c, errors.Join(errs...)
 	}
 	return c, c.Validate()
-}
-
-// ParseCIDRs parses a comma-separated list of CIDRs (empty: none).
-func ParseCIDRs(s string) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for _, f := range strings.Split(s, ",") {
-		f = strings.TrimSpace(f)
-		if f == "" {
-			continue
-		}
-		p, err := netip.ParsePrefix(f)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, p)
-	}
-	return out, nil
 }
 
 // dualStack reports whether cidrs has one CIDR of each family.
@@ -190,7 +174,7 @@ func (c Config) ValidateCIDRs(cidrs []netip.Prefix, source string) error {
 	var errs []error
 	if c.NodeCIDRMaskSize != 0 && dualStack(cidrs) && (c.NodeCIDRMaskSizeIPv4 == 0 || c.NodeCIDRMaskSizeIPv6 == 0) {
 		errs = append(errs, fmt.Errorf("--node-cidr-mask-size=%d: ambiguous in a dual-stack cluster (%s): use --node-cidr-mask-size-ipv4/-ipv6",
-			c.NodeCIDRMaskSize, joinPrefixes(cidrs)))
+			c.NodeCIDRMaskSize, iplist.Join(cidrs)))
 	}
 	for _, p := range cidrs {
 		m := c.MaskSize(p, cidrs)
@@ -222,17 +206,9 @@ func checkFamilies(source string, cidrs []netip.Prefix) error {
 	}
 	switch {
 	case len(cidrs) > 2:
-		errs = append(errs, fmt.Errorf("%s=%s: at most two CIDRs (one per family)", source, joinPrefixes(cidrs)))
+		errs = append(errs, fmt.Errorf("%s=%s: at most two CIDRs (one per family)", source, iplist.Join(cidrs)))
 	case len(cidrs) == 2 && !dualStack(cidrs):
-		errs = append(errs, fmt.Errorf("%s=%s: two CIDRs must be of different families", source, joinPrefixes(cidrs)))
+		errs = append(errs, fmt.Errorf("%s=%s: two CIDRs must be of different families", source, iplist.Join(cidrs)))
 	}
 	return errors.Join(errs...)
-}
-
-func joinPrefixes(ps []netip.Prefix) string {
-	ss := make([]string, len(ps))
-	for i, p := range ps {
-		ss[i] = p.String()
-	}
-	return strings.Join(ss, ",")
 }

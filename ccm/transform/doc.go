@@ -5,7 +5,7 @@
 // planning of enforce mode (keeping rule output reconciled on a node).
 //
 // It is pure: no I/O besides reading the file in Load, no Kubernetes or Talos
-// clients. The cloud provider (ccm/cloud) reads the metadata and calls Apply;
+// clients. The facts source (ccm/facts) reads the metadata and ccm/cloud calls Apply;
 // the cloud-node controller (ccm/cloudnode) writes the result and, in enforce
 // mode, the change Plan computes. The reference is docs/transformations.md.
 //

@@ -1,7 +1,7 @@
 // Package csrtest builds kubelet-serving certificate signing requests the way a
 // kubelet does (crypto/x509, ECDSA P-256 or RSA keys), plus the variants an attacker
-// would try, for the tests and benchmarks of node-csr-approval. It also offers a
-// fixed AddressSource that stands for "what the Talos API reported" for each node.
+// would try, for the tests and benchmarks of node-csr-approval. It also offers
+// fixed NodeFacts that stand for "what the Talos API reported" for each node.
 //
 // It owns no policy: it never decides whether a request is acceptable.
 package csrtest
@@ -25,6 +25,8 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/facts"
 )
 
 // KubeletServingSigner is the signer name kubelets use for their serving certificate.
@@ -148,7 +150,7 @@ func Object(name string, request []byte) *certificatesv1.CertificateSigningReque
 	}
 }
 
-// Addresses is a fixed AddressSource: for each node name, the addresses the Talos
+// Addresses are fixed csr.NodeFacts: for each node name, the addresses the Talos
 // API reported. It is safe for concurrent use and may be changed while in use.
 type Addresses struct {
 	mu    sync.RWMutex
@@ -176,14 +178,14 @@ func (a *Addresses) Fail(node string, err error) {
 	a.errs[node] = err
 }
 
-// EstablishedAddresses implements csr.AddressSource.
-func (a *Addresses) EstablishedAddresses(_ context.Context, node *corev1.Node) ([]corev1.NodeAddress, error) {
+// Established implements csr.NodeFacts: facts with only the node's addresses.
+func (a *Addresses) Established(_ context.Context, node *corev1.Node) (*facts.Facts, error) {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	if err := a.errs[node.Name]; err != nil {
 		return nil, err
 	}
-	return append([]corev1.NodeAddress(nil), a.nodes[node.Name]...), nil
+	return &facts.Facts{Addresses: append([]corev1.NodeAddress(nil), a.nodes[node.Name]...)}, nil
 }
 
 // InternalIP, ExternalIP, Hostname, InternalDNS and ExternalDNS build NodeAddresses.

@@ -59,8 +59,8 @@ func BenchmarkDecide1000(b *testing.B) {
 		bare, queued, live := make([][]byte, n), make([][]byte, n), make([][]byte, n)
 		for i, name := range names {
 			kubelets[i] = impersonating(b, name)
-			ip, _ := addrs.EstablishedAddresses(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
-			r := csrtest.Request{NodeName: name, DNSNames: []string{name}, IPs: csrtest.Addrs(ip[0].Address)}
+			f, _ := addrs.Established(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+			r := csrtest.Request{NodeName: name, DNSNames: []string{name}, IPs: csrtest.Addrs(f.Addresses[0].Address)}
 			bare[i], queued[i], live[i] = r.MustPEM(), r.MustPEM(), r.MustPEM()
 		}
 
@@ -206,7 +206,7 @@ func parallel(b *testing.B, n, workers int, f func(i int) error) {
 
 // BenchmarkHostileNode measures whether a hostile node delays other nodes'
 // certificates: 200 initialized nodes submit a serving CSR each, decided by the
-// controller (default options) with talos-ccm's real AddressSource reading each
+// controller (default options) with talos-ccm's real facts source reading each
 // node's simulated Talos API once (real client, mTLS). Baseline first; then, in
 // the same run, 200 other nodes do the same while a node whose Talos API hangs
 // (requests held by the endpoint for the whole run) has 4 CSRs per worker
@@ -224,7 +224,7 @@ func BenchmarkHostileNode(b *testing.B) {
 	ctx := context.Background()
 	opts := csr.NewOptions()
 	s := startHostile(b)
-	startController(b, approver, opts, s.provider)
+	startController(b, approver, opts, s.facts)
 	hostileN := 4 * opts.Workers
 
 	for iter := range b.N {

@@ -245,11 +245,11 @@ func cleanupCSRs(t testing.TB) {
 }
 
 // startController runs node-csr-approval as the approver identity until the test ends.
-func startController(t testing.TB, client kubernetes.Interface, opts *csr.Options, addrs csr.AddressSource) {
+func startController(t testing.TB, client kubernetes.Interface, opts *csr.Options, nodeFacts csr.NodeFacts) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	factory := informers.NewSharedInformerFactory(client, 0)
-	c, err := csr.NewController(client, factory.Certificates().V1().CertificateSigningRequests(), factory.Core().V1().Nodes(), addrs, nil, opts)
+	c, err := csr.NewController(client, factory.Certificates().V1().CertificateSigningRequests(), factory.Core().V1().Nodes(), nodeFacts, nil, opts)
 	if err != nil {
 		t.Fatalf("NewController: %v", err)
 	}

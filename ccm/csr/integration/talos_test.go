@@ -16,13 +16,14 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/cloud"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/csr"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/csr/csrtest"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/facts"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
 )
 
 // TestTalosProviderIsTheProof runs node-csr-approval with talos-ccm's real
-// AddressSource: the ccm/cloud Provider reading simulated Talos nodes through the
-// real machinery client (mTLS, WithNode routing). No test double decides what
+// NodeFacts: the ccm/facts Source (interpreted by ccm/cloud) reading simulated
+// Talos nodes through the real machinery client (mTLS, WithNode routing). No test double decides what
 // is established; the Nodes carry no cached facts, so every decision reads the
 // Talos API.
 //
@@ -61,7 +62,7 @@ func TestTalosProviderIsTheProof(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = client.Close() })
-	provider := cloud.New(client, nil, cloud.Options{})
+	nodeFacts := facts.NewSource(client, cloud.NewInterpreter(nil), facts.Options{})
 
 	// The kubelets' provided-node-ip (and status.addresses) as they wrote them.
 	createNode(t, nodeSpec{name: "tal-ok-1", initialized: true, kubeletIPs: []string{"10.80.0.1"}, kubeletHostname: "tal-ok-1"})
@@ -73,7 +74,7 @@ func TestTalosProviderIsTheProof(t *testing.T) {
 	// another machine's address: tal-ok-1 answers there
 	impostor := createNode(t, nodeSpec{name: "tal-impostor-1", initialized: true, kubeletIPs: []string{"10.80.0.1"}})
 
-	startController(t, approver, nil, provider)
+	startController(t, approver, nil, nodeFacts)
 
 	ecdsa := func(c *certificatesv1.CertificateSigningRequest) {
 		c.Spec.Usages = []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth}
@@ -127,13 +128,13 @@ func TestTalosProviderIsTheProof(t *testing.T) {
 }
 
 // hostileSetup is a Talos endpoint with a node whose Talos API hangs (held) and
-// one whose kubelet lists many addresses, talos-ccm's provider reading it, and
-// the Nodes of both.
+// one whose kubelet lists many addresses, talos-ccm's facts source reading it,
+// and the Nodes of both.
 type hostileSetup struct {
-	ep       *talosnode.Endpoint
-	provider *cloud.Provider
-	hung     *talosnode.Node
-	manyIPs  *talosnode.Node
+	ep      *talosnode.Endpoint
+	facts   *facts.Source
+	hung    *talosnode.Node
+	manyIPs *talosnode.Node
 }
 
 // Names and addresses of the hostile nodes (tests and benchmark).
@@ -176,7 +177,7 @@ func startHostile(t testing.TB) *hostileSetup {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = client.Close() })
-	s.provider = cloud.New(client, nil, cloud.Options{LookupTimeout: time.Hour})
+	s.facts = facts.NewSource(client, cloud.NewInterpreter(nil), facts.Options{LookupTimeout: time.Hour})
 	createNode(t, nodeSpec{name: hungNode, initialized: true, kubeletIPs: []string{hungIP}})
 	createNode(t, nodeSpec{name: manyIPsNode, initialized: true, kubeletIPs: many})
 	return s
@@ -204,7 +205,7 @@ func TestHostileNodeDoesNotStallApproval(t *testing.T) {
 		honest = append(honest, name)
 	}
 	opts := csr.NewOptions()
-	startController(t, approver, opts, s.provider)
+	startController(t, approver, opts, s.facts)
 
 	// The hung node asks first, once per worker.
 	hungReq := csrtest.Request{NodeName: hungNode, DNSNames: []string{hungNode}, IPs: csrtest.Addrs(hungIP)}

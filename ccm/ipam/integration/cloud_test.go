@@ -9,10 +9,12 @@ import (
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
+	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cloudproviderapi "k8s.io/cloud-provider/api"
 
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/facts"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/ipam"
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
 )
@@ -24,6 +26,13 @@ type cloudNode struct {
 	prefixes []string // its Talos AddressStatus prefixes besides the IPv4 one
 	wantV6   string   // expected IPv6 pod CIDR; "fallback" = from the cluster CIDR
 	event    string   // expected Warning event reason ("" = none)
+}
+
+// metal is the platform metadata of a simulated bare-metal machine: the cloud
+// allocator learns a node's prefixes from the facts talos-ccm establishes, and
+// those need the node's platform.
+func metal(name string) *runtime.PlatformMetadataSpec {
+	return &runtime.PlatformMetadataSpec{Platform: "metal", Hostname: name}
 }
 
 func TestCloudAllocationFromNodePrefixes(t *testing.T) {
@@ -55,7 +64,7 @@ func TestCloudAllocationFromNodePrefixes(t *testing.T) {
 		for _, p := range c.prefixes {
 			addrs = append(addrs, talosnode.Address{Link: "eth0", Prefix: p})
 		}
-		if _, err := ep.AddNode(c.name, c.ips, talosnode.Spec{Addresses: addrs}); err != nil {
+		if _, err := ep.AddNode(c.name, c.ips, talosnode.Spec{Metadata: metal(c.name), Addresses: addrs}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -64,20 +73,20 @@ func TestCloudAllocationFromNodePrefixes(t *testing.T) {
 	for _, s := range []struct{ name, v4, v6 string }{
 		{"cl-shared-a", "10.140.1.1", "2001:db8:5a::a"}, {"cl-shared-b", "10.140.1.2", "2001:db8:5a:0:1::b"},
 	} {
-		if _, err := ep.AddNode(s.name, []string{s.v4, s.v6}, talosnode.Spec{Addresses: []talosnode.Address{
+		if _, err := ep.AddNode(s.name, []string{s.v4, s.v6}, talosnode.Spec{Metadata: metal(s.name), Addresses: []talosnode.Address{
 			{Link: "eth0", Prefix: s.v4 + "/24"}, {Link: "eth0", Prefix: s.v6 + "/64"},
 		}}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// a node whose Talos API is down, and one not yet initialized by cloud-node
-	down, err := ep.AddNode("cl-down", []string{"10.140.2.1"}, talosnode.Spec{Addresses: []talosnode.Address{
+	down, err := ep.AddNode("cl-down", []string{"10.140.2.1"}, talosnode.Spec{Metadata: metal("cl-down"), Addresses: []talosnode.Address{
 		{Link: "eth0", Prefix: "10.140.2.1/24"}, {Link: "eth0", Prefix: "2001:db8:dd::1/64"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	down.SetUnreachable(true, false)
-	if _, err := ep.AddNode("cl-uninit", []string{"10.140.2.2"}, talosnode.Spec{Addresses: []talosnode.Address{
+	if _, err := ep.AddNode("cl-uninit", []string{"10.140.2.2"}, talosnode.Spec{Metadata: metal("cl-uninit"), Addresses: []talosnode.Address{
 		{Link: "eth0", Prefix: "10.140.2.2/24"}, {Link: "eth0", Prefix: "2001:db8:ee::2/64"}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -212,5 +221,41 @@ func TestClusterNetworkFromTalos(t *testing.T) {
 	assertNoOverlap(t, got)
 	if slices.ContainsFunc(got["tw-0"], func(p netip.Prefix) bool { return p.String() == "10.150.0.0/24" }) {
 		t.Error("service range handed out")
+	}
+}
+
+// The cloud allocator believes only what talos-ccm established for the node
+// itself: a node whose provided-node-ip leads to another machine's Talos API
+// gets nothing from that machine's prefix (NodeIdentityMismatch), and one
+// whose kubelet lists more than one address per family is refused
+// (ProvidedNodeIPInvalid). Both wait without pod CIDRs; the honest node is
+// served.
+func TestCloudAllocatorBelievesOnlyTheNodesOwnTalosAPI(t *testing.T) {
+	cleanNodes(t)
+	ep, tc := talosEndpoint(t)
+	if _, err := ep.AddNode("own-1", []string{"10.141.0.1"}, talosnode.Spec{Metadata: metal("own-1"), Addresses: []talosnode.Address{
+		{Link: "eth0", Prefix: "10.141.0.1/24"}, {Link: "eth0", Prefix: "2001:db8:141::1/64"}}}); err != nil {
+		t.Fatal(err)
+	}
+	v4, v6 := netip.MustParsePrefix("10.245.0.0/16"), netip.MustParsePrefix("fd00:141::/56")
+	startController(t, ipam.Config{AllocatorType: ipam.CloudAllocator, ClusterCIDRs: []netip.Prefix{v4, v6}}, tc)
+	createNode(t, node("own-1", "10.141.0.1"))
+	createNode(t, node("impostor-1", "10.141.0.1"))
+	createNode(t, node("many-1", "10.141.0.2", "10.141.0.3"))
+
+	got := waitAllocated(t, 30*time.Second, "own-1")
+	if len(got["own-1"]) != 2 || got["own-1"][1].String() != "2001:db8:141:0:1::/80" {
+		t.Fatalf("own-1: %v, want an IPv6 /80 of its own prefix", got["own-1"])
+	}
+	for name, reason := range map[string]string{"impostor-1": facts.ReasonIdentityMismatch, "many-1": facts.ReasonProvidedIPInvalid} {
+		ev := waitEvent(t, name, reason, 30*time.Second)
+		if ev.Type != corev1.EventTypeWarning {
+			t.Errorf("%s: %s event is %s, want Warning", name, reason, ev.Type)
+		}
+	}
+	for _, n := range listNodes(t) {
+		if (n.Name == "impostor-1" || n.Name == "many-1") && (len(n.Spec.PodCIDRs) > 0 || n.Spec.PodCIDR != "") {
+			t.Errorf("%s got pod CIDRs %v from facts talos-ccm did not establish for it", n.Name, n.Spec.PodCIDRs)
+		}
 	}
 }

@@ -23,6 +23,8 @@ import (
 	cloudproviderapi "k8s.io/cloud-provider/api"
 	"k8s.io/component-base/metrics/legacyregistry"
 
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/cloud"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/facts"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/ipam"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
@@ -101,17 +103,17 @@ type running struct {
 // startController runs a controller with its own informer (like a fresh
 // talos-ccm process) until stop is called or the test ends. It returns once
 // the controller has rebuilt its ledger.
-func startController(t *testing.T, cfg ipam.Config, tn ipam.TalosNetwork) *running {
+func startController(t *testing.T, cfg ipam.Config, tc *talos.Client) *running {
 	t.Helper()
-	r := startControllerWith(t, cfg, tn, nil)
+	r := startControllerWith(t, cfg, tc, nil)
 	r.waitReady(t)
 	return r
 }
 
 // startControllerNoWait returns as soon as the controller runs.
-func startControllerNoWait(t *testing.T, cfg ipam.Config, tn ipam.TalosNetwork) *running {
+func startControllerNoWait(t *testing.T, cfg ipam.Config, tc *talos.Client) *running {
 	t.Helper()
-	return startControllerWith(t, cfg, tn, nil)
+	return startControllerWith(t, cfg, tc, nil)
 }
 
 func (r *running) waitReady(t *testing.T) {
@@ -124,8 +126,10 @@ func (r *running) waitReady(t *testing.T) {
 }
 
 // startControllerWith runs the controller on custom, an informer the test
-// built (to give the controller a stale view), if not nil.
-func startControllerWith(t *testing.T, cfg ipam.Config, tn ipam.TalosNetwork, custom coreinformers.NodeInformer) *running {
+// built (to give the controller a stale view), if not nil. With a Talos
+// client it learns about nodes as talos-ccm does: from a facts source (the
+// talos cloud provider's interpretation, no rules) reading through tc.
+func startControllerWith(t *testing.T, cfg ipam.Config, tc *talos.Client, custom coreinformers.NodeInformer) *running {
 	t.Helper()
 	cs := controllerClient(t)
 	factory := informers.NewSharedInformerFactory(cs, 0)
@@ -136,7 +140,14 @@ func startControllerWith(t *testing.T, cfg ipam.Config, tn ipam.TalosNetwork, cu
 	if cfg.Workers == 0 {
 		cfg.Workers = 8
 	}
-	c, err := ipam.NewController(cs, inf, tn, nil, cfg)
+	var (
+		nodeFacts ipam.NodeFacts
+		network   ipam.ClusterNetworkReader
+	)
+	if tc != nil {
+		nodeFacts, network = facts.NewSource(tc, cloud.NewInterpreter(nil), facts.Options{}), tc
+	}
+	c, err := ipam.NewController(cs, inf, nodeFacts, network, nil, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -146,7 +146,7 @@ func startController(b *testing.B) (stop func(), startup time.Duration) {
 		b.Fatal(err)
 	}
 	factory := informers.NewSharedInformerFactory(cs, 0)
-	c, err := ipam.NewController(cs, factory.Core().V1().Nodes(), nil, nil, ipam.Config{ClusterCIDRs: clusterCIDRs, Workers: workers})
+	c, err := ipam.NewController(cs, factory.Core().V1().Nodes(), nil, nil, nil, ipam.Config{ClusterCIDRs: clusterCIDRs, Workers: workers})
 	if err != nil {
 		b.Fatal(err)
 	}

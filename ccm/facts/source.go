@@ -1,0 +1,234 @@
+package facts
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	cloudproviderapi "k8s.io/cloud-provider/api"
+	"k8s.io/klog/v2"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/iplist"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
+)
+
+// TalosReader is what a Source reads from the Talos API (ccm/talos.Client),
+// each request addressed to one node IP.
+type TalosReader interface {
+	PlatformMetadata(ctx context.Context, node string) (*talos.PlatformMetadata, error)
+	Addresses(ctx context.Context, node string) ([]talos.Address, error)
+	SystemInformation(ctx context.Context, node string) (*talos.SystemInformation, error)
+	Nodename(ctx context.Context, node string) (string, error)
+}
+
+var _ TalosReader = (*talos.Client)(nil)
+
+// Interpreter decides what a reading means for Kubernetes (ccm/cloud, with
+// the transformation rules).
+type Interpreter interface {
+	// PreferIPv6 tells which family of the node IPs is dialled first.
+	PreferIPv6() bool
+	// NeedsSystemInformation tells whether hardware/SystemInformation is read.
+	NeedsSystemInformation() bool
+	// Interpret derives the facts from a reading of node's Talos API. Its
+	// errors wrap ErrRules or ErrMetadataIncomplete. It must not modify node
+	// (the shared informer copy) nor keep r.
+	Interpret(node *corev1.Node, r *Reading) (*Facts, error)
+}
+
+// Options tune a Source.
+type Options struct {
+	// LookupTimeout bounds one lookup of a node's facts as a whole (every
+	// address tried, every request). Zero means DefaultLookupTimeout.
+	LookupTimeout time.Duration
+}
+
+// DefaultLookupTimeout bounds a lookup when Options.LookupTimeout is zero.
+const DefaultLookupTimeout = 20 * time.Second
+
+// Source establishes node facts and remembers them. Use one per process: its
+// single-flight and its memory are what every controller shares.
+type Source struct {
+	talos  TalosReader
+	interp Interpreter
+	lookup time.Duration
+
+	mu       sync.Mutex
+	facts    map[string]*Facts  // by node name
+	inflight map[string]*flight // by node name: the one lookup of each node in progress
+}
+
+// flight is one lookup of a node's facts in progress. Every caller asking for
+// the same node meanwhile (cloud-node, node-csr-approval, node IPAM) waits for
+// it instead of dialling the node again: a node whose Talos API hangs costs
+// one lookup.
+type flight struct {
+	done chan struct{}
+	f    *Facts
+	err  error
+}
+
+// NewSource returns a Source reading through r and interpreting with in.
+func NewSource(r TalosReader, in Interpreter, opts Options) *Source {
+	if opts.LookupTimeout <= 0 {
+		opts.LookupTimeout = DefaultLookupTimeout
+	}
+	return &Source{talos: r, interp: in, lookup: opts.LookupTimeout, facts: map[string]*Facts{}, inflight: map[string]*flight{}}
+}
+
+// Facts establishes the node's facts afresh from its Talos API (joining the
+// node's lookup in flight, if any) and remembers them. The lookup runs under
+// its own deadline (Options.LookupTimeout) whatever the callers' contexts; a
+// caller whose context ends stops waiting, the lookup goes on for the others.
+// An uninitialized node whose providerID is set and differs from the
+// established one gets ErrProviderIDMismatch (a *ProviderIDMismatchError
+// naming both), and nothing is remembered for it. The returned Facts are
+// shared: callers must not modify them.
+func (s *Source) Facts(ctx context.Context, node *corev1.Node) (*Facts, error) {
+	const op = "facts/Source.Facts"
+	targets, err := NodeIPs(node, s.interp.PreferIPv6())
+	if err != nil {
+		return nil, fmt.Errorf("%s: node %s: %w", op, node.Name, err)
+	}
+	s.mu.Lock()
+	fl := s.inflight[node.Name]
+	if fl == nil {
+		fl = &flight{done: make(chan struct{})}
+		s.inflight[node.Name] = fl
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.lookup)
+		go func() {
+			defer cancel()
+			fl.f, fl.err = s.read(lctx, node, targets)
+			s.mu.Lock()
+			delete(s.inflight, node.Name)
+			switch {
+			case fl.err != nil:
+			case providerIDMismatch(node, fl.f) != nil:
+				// nothing is established for a node registered with another providerID
+				delete(s.facts, node.Name)
+			default:
+				s.facts[node.Name] = fl.f
+			}
+			s.mu.Unlock()
+			close(fl.done)
+		}()
+	} else {
+		klog.V(4).InfoS("Joining the node's lookup in flight", "node", klog.KObj(node))
+	}
+	s.mu.Unlock()
+	select {
+	case <-fl.done:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%s: node %s: %w", op, node.Name, ctx.Err())
+	}
+	if fl.err != nil {
+		return nil, fl.err
+	}
+	if err := providerIDMismatch(node, fl.f); err != nil {
+		return nil, fmt.Errorf("%s: node %s: %w", op, node.Name, err)
+	}
+	return fl.f, nil
+}
+
+// Established returns the facts remembered for the node, or establishes them
+// (Facts) when there are none. Its errors are those of Facts: ErrIdentity
+// (the machine that answered is provably another node) and ErrProvidedNodeIP
+// (nothing was dialled) are not cured by waiting.
+func (s *Source) Established(ctx context.Context, node *corev1.Node) (*Facts, error) {
+	s.mu.Lock()
+	f := s.facts[node.Name]
+	s.mu.Unlock()
+	if f != nil {
+		return f, nil
+	}
+	return s.Facts(ctx, node)
+}
+
+// Forget drops the facts remembered for a node (deleted, or no longer
+// proven to be the machine that answers on its address).
+func (s *Source) Forget(nodeName string) {
+	s.mu.Lock()
+	delete(s.facts, nodeName)
+	s.mu.Unlock()
+}
+
+// providerIDMismatch refuses an uninitialized node registered with a providerID
+// that differs from the established one: a kubelet can register with any
+// providerID, so it proves nothing. An initialized node's providerID was
+// accepted when it was initialized and is write-once; it is not compared again
+// (on metal it names the address that answered, which may change).
+func providerIDMismatch(node *corev1.Node, f *Facts) error {
+	if node.Spec.ProviderID == "" || node.Spec.ProviderID == f.ProviderID || !uninitialized(node) {
+		return nil
+	}
+	return &ProviderIDMismatchError{Registered: node.Spec.ProviderID, Established: f.ProviderID}
+}
+
+func uninitialized(node *corev1.Node) bool {
+	return slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == cloudproviderapi.TaintExternalCloudProvider })
+}
+
+// read reads the node's Talos API at targets (in order, until one answers as
+// the node) and interprets the reading. It neither remembers nor compares the
+// result.
+func (s *Source) read(ctx context.Context, node *corev1.Node, targets []netip.Addr) (*Facts, error) {
+	const op = "facts/Source.Facts"
+	// Metadata, addresses and identity are independent reads: run them
+	// concurrently so a node costs one Talos round trip of latency.
+	var (
+		r        = &Reading{NodeIPs: targets}
+		errs     []error
+		needSys  = s.interp.NeedsSystemInformation()
+		readTime = time.Now()
+	)
+	for _, ip := range targets {
+		var wg sync.WaitGroup
+		var md *talos.PlatformMetadata
+		var addrs []talos.Address
+		var sys *talos.SystemInformation
+		var mdErr, addrErr, sysErr, nameErr error
+		var nodename string
+		wg.Go(func() { md, mdErr = s.talos.PlatformMetadata(ctx, ip.String()) })
+		wg.Go(func() { addrs, addrErr = s.talos.Addresses(ctx, ip.String()) })
+		wg.Go(func() { nodename, nameErr = s.talos.Nodename(ctx, ip.String()) })
+		if needSys {
+			wg.Go(func() { sys, sysErr = s.talos.SystemInformation(ctx, ip.String()) })
+		}
+		wg.Wait()
+		// The kubelet writes provided-node-ip itself: whoever answers there must
+		// prove to be this node before anything it says is believed.
+		if nameErr == nil && nodename != node.Name {
+			// What was proven before no longer holds: no consumer may go on
+			// accepting the remembered facts.
+			s.Forget(node.Name)
+			return nil, fmt.Errorf("%s: node %s: %w: the Talos API at %s belongs to node %q", op, node.Name, ErrIdentity, ip, nodename)
+		}
+		if nameErr == nil && mdErr == nil && addrErr == nil && (sysErr == nil || errors.Is(sysErr, talos.ErrNotFound)) {
+			r.Answered, r.Metadata, r.Addresses, r.System = ip, md, addrs, sys
+			break
+		}
+		if errors.Is(mdErr, talos.ErrNotFound) {
+			return nil, fmt.Errorf("%s: node %s: %w: the node has no PlatformMetadata resource yet", op, node.Name, ErrMetadataIncomplete)
+		}
+		errs = append(errs, errors.Join(mdErr, addrErr, sysErr, nameErr))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if !r.Answered.IsValid() {
+		return nil, fmt.Errorf("%s: node %s: %w at %s: %w", op, node.Name, ErrTalosAPI, iplist.Join(targets), errors.Join(errs...))
+	}
+	f, err := s.interp.Interpret(node, r)
+	if err != nil {
+		return nil, fmt.Errorf("%s: node %s: %w", op, node.Name, err)
+	}
+	f.TalosAddresses = r.Addresses
+	f.ReadAt = readTime
+	klog.V(4).InfoS("Established node facts", "node", klog.KObj(node), "platform", f.Platform, "providerID", f.ProviderID, "rules", f.Rules, "talosAddress", r.Answered)
+	return f, nil
+}
