@@ -125,6 +125,13 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 	// the health tests drive the pods and leases of these releases themselves
 	must(deriveProfile("hcloud", "health-a", 10315, nil))
 	must(deriveProfile("hcloud", "health-b", 10316, nil))
+	// load balancers: three CCMs of one cloud, and a cloud that cannot
+	must(deriveProfile("hcloud", "lb-a", 10320, nil))
+	must(deriveProfile("hcloud", "lb-b", 10321, nil))
+	must(deriveProfile("hcloud", "lb-c", 10322, nil))
+	must(deriveProfile("hcloud", "lb-no", 10323, func(p *profile.Profile) {
+		p.LoadBalancers = &profile.LoadBalancers{Unsupported: "this test cloud has no load balancers"}
+	}))
 
 	k8s, err = client.New(e.Config, client.Options{Scheme: NewScheme()})
 	must(err)

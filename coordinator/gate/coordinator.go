@@ -75,6 +75,9 @@ func (g Coordinator) Mutators(ctx context.Context, obj *v1.NativeCCM, p *profile
 		ServiceAccount:     l.Namespace + "/" + l.ServiceAccountName(),
 		ProviderIDPrefixes: append([]string(nil), p.ProviderIDPrefixes...),
 	}
+	if lb := l.LoadBalancers; lb != nil {
+		want.LoadBalancers = &v1.GateLoadBalancers{Class: lb.Class, Default: lb.Default}
+	}
 	if !reflect.DeepEqual(obj.Status.Gate, want) {
 		if err := g.writeGateStatus(ctx, obj, want); err != nil {
 			return fail(err)
@@ -86,9 +89,16 @@ func (g Coordinator) Mutators(ctx context.Context, obj *v1.NativeCCM, p *profile
 	if err := s.validate(); err != nil {
 		return fail(fmt.Errorf("gate sidecar: %w", err))
 	}
+	services := "no Services"
+	if lb := want.LoadBalancers; lb != nil {
+		services = "only the status of Services of type LoadBalancer of class " + lb.Class
+		if lb.Default {
+			services += " or without a class"
+		}
+	}
 	conditions.MarkTrue(obj, v1.GatedCondition, GateEnforcedReason,
-		"admission policy %s lets %s change only nodes labelled %s=%s with providerID %v; ccm-gate shows it only those nodes",
-		want.Policy, l.Username(), v1.PlatformLabel, obj.Spec.Platform, want.ProviderIDPrefixes)
+		"admission policy %s lets %s change only nodes labelled %s=%s with providerID %v, and %s; ccm-gate shows it only those",
+		want.Policy, l.Username(), v1.PlatformLabel, obj.Spec.Platform, want.ProviderIDPrefixes, services)
 	return []release.Mutator{s}, nil
 }
 
@@ -100,7 +110,16 @@ func (g Coordinator) writeGateStatus(ctx context.Context, obj *v1.NativeCCM, wan
 	if obj.UID == "" {
 		return nil
 	}
-	body, err := json.Marshal(map[string]any{"status": map[string]any{"gate": want}})
+	// Every field spelled out, null when absent: a merge patch keeps what it
+	// does not mention, and a load balancer grant withdrawn must go.
+	var lb any
+	if want.LoadBalancers != nil {
+		lb = map[string]any{"class": want.LoadBalancers.Class, "default": want.LoadBalancers.Default}
+	}
+	body, err := json.Marshal(map[string]any{"status": map[string]any{"gate": map[string]any{
+		"policy": want.Policy, "serviceAccount": want.ServiceAccount,
+		"providerIDPrefixes": want.ProviderIDPrefixes, "loadBalancers": lb,
+	}}})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,140 @@
+package controller
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/fluxcd/pkg/apis/meta"
+	"github.com/fluxcd/pkg/runtime/conditions"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
+)
+
+// ccmContainer is the release's CCM container (the one with --cloud-provider).
+func ccmContainer(t *testing.T, release string) corev1.Container {
+	t.Helper()
+	d, err := getDeployment(t, release)
+	if err != nil {
+		t.Fatalf("release Deployment %s: %v", release, err)
+	}
+	for _, c := range d.Spec.Template.Spec.Containers {
+		if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--cloud-provider") }) {
+			return c
+		}
+	}
+	t.Fatalf("no CCM container in %s", release)
+	return corev1.Container{}
+}
+
+func gateStatus(t *testing.T, name string) *v1.GateStatus {
+	t.Helper()
+	var obj v1.NativeCCM
+	if err := k8s.Get(ctxT(t), client.ObjectKey{Name: name}, &obj); err != nil {
+		t.Fatal(err)
+	}
+	return obj.Status.Gate
+}
+
+// TestLoadBalancers: spec.loadBalancers turns on the profile's service
+// controller with its env and the static load balancer ClusterRole, and
+// status.gate says which Services the fence lets the CCM change. Of two
+// NativeCCMs asking for the same class or both for the default, the older
+// keeps it and the younger gets a Conflict naming it; when the older goes,
+// the younger takes over without a change of its own spec. A profile whose
+// CCM cannot serve load balancers stalls the NativeCCM with its reason.
+func TestLoadBalancers(t *testing.T) {
+	hcloudSecret(t)
+	for _, n := range []string{"lb-a", "lb-b", "lb-c", "lb-no"} {
+		createNode(t, n+"-1", n, "hcloud://"+fmt.Sprint(len(n)*1000+int(n[len(n)-1])))
+	}
+	createNativeCCM(t, &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "lb-a"},
+		Spec: v1.NativeCCMSpec{Platform: "lb-a", LoadBalancers: &v1.LoadBalancers{Enabled: true, Default: true}}})
+	waitCondition(t, "lb-a", meta.ReadyCondition, metav1.ConditionTrue, v1.InstallSucceededReason)
+
+	c := ccmContainer(t, "native-ccm-lb-a")
+	if !slices.Contains(c.Args, "--controllers=cloud-node-lifecycle,service") {
+		t.Errorf("args %v: want the service controller next to cloud-node-lifecycle", c.Args)
+	}
+	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "HCLOUD_LOAD_BALANCERS_ENABLED" && e.Value == "true" }) {
+		t.Errorf("env %v: want the profile's HCLOUD_LOAD_BALANCERS_ENABLED=true", c.Env)
+	}
+	var crb rbacv1.ClusterRoleBinding
+	if err := k8s.Get(ctxT(t), client.ObjectKey{Name: "native-ccm-lb-a" + release.LoadBalancerSuffix}, &crb); err != nil {
+		t.Fatalf("load balancer binding: %v", err)
+	}
+	if crb.RoleRef.Name != release.LoadBalancerClusterRole || len(crb.Subjects) != 1 || crb.Subjects[0].Name != "native-ccm-lb-a" {
+		t.Errorf("binding %+v", crb)
+	}
+	if g := gateStatus(t, "lb-a"); g == nil || !reflect.DeepEqual(g.LoadBalancers, &v1.GateLoadBalancers{Class: "hybridccm.io/lb-a", Default: true}) {
+		t.Fatalf("status.gate %+v, want class hybridccm.io/lb-a and the default", g)
+	}
+
+	// lb-b also asks to be the default: it serves its own class only.
+	createNativeCCM(t, &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "lb-b"},
+		Spec: v1.NativeCCMSpec{Platform: "lb-b", LoadBalancers: &v1.LoadBalancers{Enabled: true, Default: true}}})
+	obj := waitCondition(t, "lb-b", v1.ConflictCondition, metav1.ConditionTrue, v1.LoadBalancerClassConflictReason)
+	if msg := conditions.GetMessage(obj, v1.ConflictCondition); !strings.Contains(msg, "NativeCCM lb-a is already the default") {
+		t.Errorf("conflict message %q does not name lb-a", msg)
+	}
+	eventually(t, "lb-b serves its class, not the default", func() (bool, string) {
+		g := gateStatus(t, "lb-b")
+		return g != nil && reflect.DeepEqual(g.LoadBalancers, &v1.GateLoadBalancers{Class: "hybridccm.io/lb-b"}), fmt.Sprintf("%+v", g)
+	})
+
+	// lb-c asks for lb-a's class: it serves nothing, and runs no service controller.
+	createNativeCCM(t, &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "lb-c"},
+		Spec: v1.NativeCCMSpec{Platform: "lb-c", LoadBalancers: &v1.LoadBalancers{Enabled: true, Class: "hybridccm.io/lb-a"}}})
+	obj = waitCondition(t, "lb-c", v1.ConflictCondition, metav1.ConditionTrue, v1.LoadBalancerClassConflictReason)
+	if msg := conditions.GetMessage(obj, v1.ConflictCondition); !strings.Contains(msg, "NativeCCM lb-a already serves load balancer class hybridccm.io/lb-a") {
+		t.Errorf("conflict message %q", msg)
+	}
+	waitCondition(t, "lb-c", meta.ReadyCondition, metav1.ConditionTrue, v1.InstallSucceededReason)
+	if g := gateStatus(t, "lb-c"); g == nil || g.LoadBalancers != nil {
+		t.Fatalf("status.gate %+v, want no load balancers", g)
+	}
+	if c := ccmContainer(t, "native-ccm-lb-c"); !slices.Contains(c.Args, "--controllers=cloud-node-lifecycle") {
+		t.Errorf("args %v: want no service controller", c.Args)
+	}
+	if err := k8s.Get(ctxT(t), client.ObjectKey{Name: "native-ccm-lb-c" + release.LoadBalancerSuffix}, &rbacv1.ClusterRoleBinding{}); !apierrors.IsNotFound(err) {
+		t.Errorf("load balancer binding of a CCM that serves none: %v", err)
+	}
+
+	// lb-a goes: lb-b becomes the default, lb-c gets the class.
+	if err := k8s.Delete(ctxT(t), &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "lb-a"}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "lb-b default, lb-c serving hybridccm.io/lb-a", func() (bool, string) {
+		b, c := gateStatus(t, "lb-b"), gateStatus(t, "lb-c")
+		return b != nil && c != nil && reflect.DeepEqual(b.LoadBalancers, &v1.GateLoadBalancers{Class: "hybridccm.io/lb-b", Default: true}) &&
+				reflect.DeepEqual(c.LoadBalancers, &v1.GateLoadBalancers{Class: "hybridccm.io/lb-a"}),
+			fmt.Sprintf("lb-b %+v, lb-c %+v", b, c)
+	})
+	waitCondition(t, "lb-b", v1.ConflictCondition, metav1.ConditionFalse, v1.NoConflictReason)
+	eventually(t, "lb-c runs the service controller", func() (bool, string) {
+		c := ccmContainer(t, "native-ccm-lb-c")
+		return slices.Contains(c.Args, "--controllers=cloud-node-lifecycle,service"), fmt.Sprint(c.Args)
+	})
+
+	// A cloud whose CCM cannot: stalled, with the profile's reason.
+	createNativeCCM(t, &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "lb-no"},
+		Spec: v1.NativeCCMSpec{Platform: "lb-no", LoadBalancers: &v1.LoadBalancers{Enabled: true}}})
+	obj = waitCondition(t, "lb-no", meta.StalledCondition, metav1.ConditionTrue, v1.LoadBalancersUnsupportedReason)
+	if msg := conditions.GetMessage(obj, meta.StalledCondition); !strings.Contains(msg, "this test cloud has no load balancers") || !strings.Contains(msg, "spec.loadBalancers.enabled") {
+		t.Errorf("stalled message %q", msg)
+	}
+	if _, err := getDeployment(t, "native-ccm-lb-no"); !apierrors.IsNotFound(err) {
+		t.Errorf("installed anyway: %v", err)
+	}
+	for _, n := range []string{"lb-b", "lb-c", "lb-no"} {
+		_ = k8s.Delete(ctxT(t), &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: n}})
+	}
+}
