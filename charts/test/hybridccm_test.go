@@ -77,10 +77,12 @@ func TestUmbrellaNativeCCMs(t *testing.T) {
 				Image: &v1.Image{Tag: "v1.35.0"},
 				Env:   []corev1.EnvVar{{Name: "HCLOUD_DEBUG", Value: "false"}},
 			},
+			LoadBalancers: &v1.LoadBalancers{Enabled: true},
 		},
 		"aws": {
 			Platform: "aws", Install: v1.InstallAlways, UninstallGracePeriod: gp(15 * time.Minute),
-			Credentials: &v1.Credentials{SecretRef: meta.LocalObjectReference{Name: "aws-ccm-prod"}},
+			Credentials:   &v1.Credentials{SecretRef: meta.LocalObjectReference{Name: "aws-ccm-prod"}},
+			LoadBalancers: &v1.LoadBalancers{Enabled: true, Default: true},
 		},
 		"gcp":           {Platform: "gcp", Install: v1.InstallAuto, UninstallGracePeriod: gp(time.Hour)},
 		"digital-ocean": {Platform: "digital-ocean", Install: v1.InstallAuto, UninstallGracePeriod: gp(time.Hour), Suspend: true},
@@ -143,6 +145,9 @@ func TestUmbrellaSchema(t *testing.T) {
 		{"misspelt field", `clouds: {hcloud: {enabled: true, platfrom: hcloud}}`},
 		{"bad grace period", `cloudDefaults: {uninstallGracePeriod: soon}`},
 		{"unknown component", `components: {gate: true}`},
+		{"load balancer class without a prefix", `clouds: {hcloud: {enabled: true, loadBalancers: {enabled: true, class: hcloud}}}`},
+		{"load balancer class injected", "clouds: {hcloud: {enabled: true, loadBalancers: {enabled: true, class: \"a/b\\ndefault: true\"}}}"},
+		{"load balancers without enabled", `clouds: {hcloud: {enabled: true, loadBalancers: {default: true}}}`},
 		{"subchart schema still applies", `talos-ccm: {controllers: [route]}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
