@@ -105,6 +105,13 @@ func TestEnvironmentValuesRenderChart(t *testing.T) {
 			if !slices.ContainsFunc(e.namespaces, func(n *unstructured.Unstructured) bool { return n.GetName() == ns }) {
 				t.Errorf("namespace %s of the coordinator and the credentials is not created by %s (the chart is told not to)", ns, e.secretsPath)
 			}
+			var defaults []string
+			defer func() {
+				// a second default would only get a Conflict
+				if len(defaults) > 1 {
+					t.Errorf("NativeCCMs %v are all the default for Services without a class; at most one can be", defaults)
+				}
+			}()
 			for _, o := range objs {
 				if o.GetKind() != v1.NativeCCMKind {
 					continue
@@ -119,6 +126,14 @@ func TestEnvironmentValuesRenderChart(t *testing.T) {
 				if !ok {
 					t.Errorf("NativeCCM %s: no built-in profile %s", n.Name, n.ProfileName())
 					continue
+				}
+				if n.LoadBalancersEnabled() {
+					if ok, why := p.Supports(); !ok {
+						t.Errorf("NativeCCM %s enables load balancers: %s", n.Name, why)
+					}
+				}
+				if n.Spec.LoadBalancers != nil && n.Spec.LoadBalancers.Default {
+					defaults = append(defaults, n.Name)
 				}
 				secretName := p.Credentials.SecretName
 				if n.Spec.Credentials != nil {
