@@ -48,6 +48,7 @@ const (
 	CheckPendingCSR      = "KubeletServingCSRPending"
 	CheckPodCIDROverlap  = "PodCIDROverlap"
 	CheckUnfenced        = "UnfencedNodeLifecycleGrant"
+	CheckLBConflict      = "LoadBalancerClassConflict"
 )
 
 // PlatformLabel is the routing label talos-ccm sets.
@@ -270,6 +271,7 @@ func (r *Report) checkNativeCCMs(ctx context.Context, c client.Client) error {
 	if err := r.checkLifecycleGrants(ctx, c, list.Items); err != nil {
 		return err
 	}
+	r.checkLoadBalancerClasses(list.Items)
 	for i := range list.Items {
 		n := &list.Items[i]
 		if n.Spec.Suspend {
@@ -290,6 +292,41 @@ func (r *Report) checkNativeCCMs(ctx context.Context, c client.Client) error {
 		}
 	}
 	return nil
+}
+
+// checkLoadBalancerClasses finds NativeCCMs that ask to serve the same load
+// balancer class, or all to be the default for Services without a class: the
+// coordinator lets the oldest serve it and the others not.
+func (r *Report) checkLoadBalancerClasses(nccms []v1.NativeCCM) {
+	byClass := map[string][]string{}
+	var defaults []string
+	for i := range nccms {
+		n := &nccms[i]
+		if !n.LoadBalancersEnabled() || !n.DeletionTimestamp.IsZero() {
+			continue
+		}
+		byClass[n.LoadBalancerClass()] = append(byClass[n.LoadBalancerClass()], n.Name)
+		if n.Spec.LoadBalancers.Default {
+			defaults = append(defaults, n.Name)
+		}
+	}
+	classes := make([]string, 0, len(byClass))
+	for c := range byClass {
+		classes = append(classes, c)
+	}
+	sort.Strings(classes)
+	for _, c := range classes {
+		if names := byClass[c]; len(names) > 1 {
+			sort.Strings(names)
+			r.add(CheckLBConflict, "loadbalancerclass/"+c, "give each NativeCCM its own spec.loadBalancers.class (kubectl edit nativeccm "+names[1]+")",
+				"NativeCCMs %s all ask to serve load balancer class %s: only the oldest does", strings.Join(names, ", "), c)
+		}
+	}
+	if len(defaults) > 1 {
+		sort.Strings(defaults)
+		r.add(CheckLBConflict, "loadbalancerclass/(none)", "set spec.loadBalancers.default on one NativeCCM only",
+			"NativeCCMs %s are all the default for Services of type LoadBalancer without a class: only the oldest is", strings.Join(defaults, ", "))
+	}
 }
 
 // checkLifecycleGrants finds bindings of the native CCMs' node rights

@@ -138,6 +138,11 @@ func TestDoctor(t *testing.T) {
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: release.LifecycleClusterRole},
 			Subjects: []rbacv1.Subject{s}}
 	}
+	// two NativeCCMs that both want to be the default for classless Services
+	for _, n := range []string{"lb-one", "lb-two"} {
+		create(t, c, &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: n}, Spec: v1.NativeCCMSpec{Platform: n, Suspend: true,
+			LoadBalancers: &v1.LoadBalancers{Enabled: true, Default: true}}})
+	}
 	create(t, c,
 		lifecycle("native-ccm-hcloud", rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: "native-ccm-hcloud", Namespace: "hybrid-ccm-system"}),
 		lifecycle("native-ccm-gone", rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: "native-ccm-gone", Namespace: "hybrid-ccm-system"}),
@@ -173,6 +178,7 @@ func TestDoctor(t *testing.T) {
 	want := []string{
 		"ForeignCloudNodeController Deployment/kube-system/aws-cloud-controller-manager",
 		"KubeletServingCSRPending csr/stuck-1-serving",
+		"LoadBalancerClassConflict loadbalancerclass/(none)",
 		"NativeCCMNotReady nativeccm/aws",
 		"NativeCCMNotRunning nativeccm/gcp",
 		"NodeUninitialized node/stuck-1",
@@ -206,7 +212,7 @@ func TestDoctor(t *testing.T) {
 	if !errors.Is(err, cli.ErrFindings) {
 		t.Fatalf("want ErrFindings, got %v\n%s", err, out)
 	}
-	for _, s := range []string{"11 problem(s)", "NativeCCM gone does not exist, so the fence does not confine it", "aws-cloud-controller-manager", "How to fix:", "overlaps 10.244.1.0/24 of node overlap-a",
+	for _, s := range []string{"12 problem(s)", "NativeCCMs lb-one, lb-two are all the default", "NativeCCM gone does not exist, so the fence does not confine it", "aws-cloud-controller-manager", "How to fix:", "overlaps 10.244.1.0/24 of node overlap-a",
 		"its CCM is not running: CrashLooping", forbidden, "logs -l hybridccm.io/native-ccm=native-ccm-gcp --all-containers --previous"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("output lacks %q:\n%s", s, out)
