@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/cloud-provider/controllers/nodelifecycle"
@@ -212,9 +213,20 @@ func TestFenceOwnNodeChanges(t *testing.T) {
 		}
 	})
 	t.Run("remove the shutdown taint", func(t *testing.T) {
-		n, err := ccm.CoreV1().Nodes().Get(ctx, spec.Name, metav1.GetOptions{ResourceVersion: "0"})
+		// A read at resourceVersion 0 (from the watch cache, as the controller
+		// reads) may not show the taint just added yet: RemoveTaintOffNode
+		// would then see nothing to remove. Wait until it does.
+		var n *corev1.Node
+		err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+			var err error
+			n, err = ccm.CoreV1().Nodes().Get(ctx, spec.Name, metav1.GetOptions{ResourceVersion: "0"})
+			if err != nil {
+				return false, err
+			}
+			return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == gate.ShutdownTaintKey }), nil
+		})
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("the shutdown taint never showed at resourceVersion 0: %v", err)
 		}
 		if err := cloudnodeutil.RemoveTaintOffNode(ccm, spec.Name, n, nodelifecycle.ShutdownTaint); err != nil {
 			t.Fatal(err)
