@@ -11,8 +11,9 @@
 // profiles use. The cloud answers instance questions from the fake cloud API
 // at $TESTCCM_CLOUD_URL (GET ?provider=<name>&node=<node>&providerID=<id>
 // answering {"exists": bool, "shutdown": bool}; it runs on the test's
-// loopback); without it every instance exists and runs. It must never reach
-// beyond loopback and is never shipped.
+// loopback); without it every instance exists and runs. With it, it also
+// serves LoadBalancer Services through the fake's load-balancer API
+// (test/fakelb). It must never reach beyond loopback and is never shipped.
 package main
 
 import (
@@ -137,11 +138,14 @@ func (c *cloud) InstanceMetadata(context.Context, *corev1.Node) (*cloudprovider.
 }
 
 func (c *cloud) Initialize(cloudprovider.ControllerClientBuilder, <-chan struct{}) {}
-func (c *cloud) LoadBalancer() (cloudprovider.LoadBalancer, bool)                  { return nil, false }
-func (c *cloud) Instances() (cloudprovider.Instances, bool)                        { return nil, false }
-func (c *cloud) InstancesV2() (cloudprovider.InstancesV2, bool)                    { return c, true }
-func (c *cloud) Zones() (cloudprovider.Zones, bool)                                { return nil, false }
-func (c *cloud) Clusters() (cloudprovider.Clusters, bool)                          { return nil, false }
-func (c *cloud) Routes() (cloudprovider.Routes, bool)                              { return nil, false }
-func (c *cloud) ProviderName() string                                              { return c.name }
-func (c *cloud) HasClusterID() bool                                                { return true }
+func (c *cloud) LoadBalancer() (cloudprovider.LoadBalancer, bool) {
+	// without a fake cloud there is nowhere to build them
+	return loadBalancers{c}, c.url != ""
+}
+func (c *cloud) Instances() (cloudprovider.Instances, bool)     { return nil, false }
+func (c *cloud) InstancesV2() (cloudprovider.InstancesV2, bool) { return c, true }
+func (c *cloud) Zones() (cloudprovider.Zones, bool)             { return nil, false }
+func (c *cloud) Clusters() (cloudprovider.Clusters, bool)       { return nil, false }
+func (c *cloud) Routes() (cloudprovider.Routes, bool)           { return nil, false }
+func (c *cloud) ProviderName() string                           { return c.name }
+func (c *cloud) HasClusterID() bool                             { return true }
