@@ -36,5 +36,7 @@
 // unsupported volume or probe is an error in the container's status.
 //
 // It needs root (mount namespaces, chroot, setuid). A binary that starts pods
-// must import this package (the sandbox helper is its init).
+// must import this package (the sandbox helper is its init). `hybridctl demo`
+// runs the native CCM pods with it, so it must not import testing (the test
+// in cmd/hybridctl checks); New takes the few testing.TB methods it uses.
 package podrunner

@@ -9,7 +9,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -65,9 +64,19 @@ type Runner struct {
 	stopOnce    sync.Once
 }
 
+// TB is the part of testing.TB that New uses (*testing.T and *testing.B
+// have it). hybridctl demo links this package, which must therefore not
+// import testing.
+type TB interface {
+	Helper()
+	Log(args ...any)
+	Fatal(args ...any)
+	Cleanup(func())
+}
+
 // New is Start for tests: it fails tb on bad options, logs container output
 // with tb.Log unless opts.Log is set, and stops everything in tb.Cleanup.
-func New(tb testing.TB, opts Options) *Runner {
+func New(tb TB, opts Options) *Runner {
 	tb.Helper()
 	if opts.Log == nil {
 		opts.Log = tbWriter{tb}
@@ -163,7 +172,7 @@ func (r *Runner) go_(f func()) {
 }
 
 // tbWriter logs each line with tb.Log.
-type tbWriter struct{ tb testing.TB }
+type tbWriter struct{ tb TB }
 
 func (w tbWriter) Write(p []byte) (int, error) {
 	w.tb.Log(strings.TrimSuffix(string(p), "\n"))

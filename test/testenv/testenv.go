@@ -1,8 +1,11 @@
 // Package testenv starts the real control plane (kube-apiserver + etcd built by
-// hack/control-plane.sh) for integration tests through controller-runtime's envtest.
+// hack/control-plane.sh) for integration tests and for `hybridctl demo`
+// through controller-runtime's envtest.
 //
 // It owns only process start/stop and client construction; it never fakes API
 // behaviour. Binaries come from KUBEBUILDER_ASSETS, which `make test` exports.
+// hybridctl links it: it must not import testing (the test in cmd/hybridctl
+// checks); Run takes a *testing.M as the one method it calls.
 package testenv
 
 import (
@@ -11,7 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"testing"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -109,9 +111,12 @@ func (e *Env) AddUser(name string, groups ...string) (*rest.Config, error) {
 	return u.Config(), nil
 }
 
+// Tests is what Run needs of a *testing.M.
+type Tests interface{ Run() int }
+
 // Run is a TestMain helper: it starts one control plane for the package, runs the
-// tests and stops it. The started Env is passed to setup.
-func Run(m *testing.M, opts Options, setup func(*Env)) int {
+// tests (m is the *testing.M) and stops it. The started Env is passed to setup.
+func Run(m Tests, opts Options, setup func(*Env)) int {
 	env, err := Start(opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testenv:", err)
