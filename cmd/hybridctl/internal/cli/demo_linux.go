@@ -11,7 +11,8 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/hybrid-ccm/hybrid-ccm/test/demo"
+	"github.com/hybrid-ccm/hybrid-ccm/cmd/hybridctl/internal/demo"
+	"github.com/hybrid-ccm/hybrid-ccm/test/netns"
 )
 
 func newDemoCommand() *cobra.Command {
@@ -53,19 +54,25 @@ func newDemoCommand() *cobra.Command {
 			if parent == nil {
 				parent = context.Background()
 			}
+			if os.Geteuid() != 0 {
+				return demo.ErrNotRoot
+			}
+			if !netns.Isolated() {
+				// The demo runs in a network namespace of its own: the
+				// native CCM pods take their profiles' fixed ports, which
+				// must not meet another demo, a test or a real CCM on this
+				// machine, and nothing can listen beyond loopback. This
+				// process only waits for it, passing Ctrl-C and SIGTERM on.
+				code, err := netns.Reexec()
+				if err != nil {
+					return err
+				}
+				os.Exit(code)
+			}
 			// Ctrl-C (SIGINT) or SIGTERM cancels ctx; demo.Run then stops
 			// everything it started and returns nil.
 			ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			if !demo.Isolated() {
-				// the demo itself runs in a network namespace of its own
-				code, err := demo.RunIsolated(ctx)
-				if err != nil {
-					return err
-				}
-				stop()
-				os.Exit(code)
-			}
 			return demo.Run(ctx, demo.Options{
 				Out: cmd.OutOrStdout(), Interactive: interactive, BinDir: binDir,
 				ExitWhenDone: exitWhenDone, Timeout: timeout,

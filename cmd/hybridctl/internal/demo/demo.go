@@ -5,6 +5,10 @@
 //
 // It is the engine of `hybridctl demo` (and of the test that runs it). Only
 // loopback addresses are used; nothing is downloaded.
+//
+// It runs on the local simulation kit under test/ (testenv, talosnode,
+// fakeec2, podrunner, netns), which hybridctl therefore links: nothing here
+// or there may import testing (cmd/hybridctl's TestShippedBinaryLinksNoTesting).
 package demo
 
 import (
@@ -133,7 +137,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	if os.Geteuid() != 0 {
 		return ErrNotRoot
 	}
-	if Isolated() {
+	if netns.Isolated() {
 		if err := netns.LoopbackUp(); err != nil {
 			return err
 		}

@@ -39,8 +39,9 @@ func TestMain(m *testing.M) {
 func binaries(t *testing.T) string {
 	t.Helper()
 	build.Do(func() {
-		out, err := exec.Command("go", "build", "-o", binDir,
-			"../../cmd/hybridctl", "../../cmd/talos-ccm", "../../cmd/ccm-coordinator").CombinedOutput()
+		goBuild := exec.Command("go", "build", "-o", binDir, "./cmd/hybridctl", "./cmd/talos-ccm", "./cmd/ccm-coordinator")
+		goBuild.Dir = testenv.RepoRoot()
+		out, err := goBuild.CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("build: %v\n%s", err, out)
 			return
