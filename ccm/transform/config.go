@@ -110,6 +110,10 @@ const (
 
 var operators = []Operator{OpIn, OpNotIn, OpExists, OpDoesNotExist, OpGt, OpLt, OpRegexp}
 
+// Operators returns every operator Parse accepts. The talos-ccm chart's
+// values.schema.json lists them again (charts/test checks that both agree).
+func Operators() []Operator { return slices.Clone(operators) }
+
 // Taint is a taint a rule adds. Value is a template; Key and Effect are literal.
 type Taint struct {
 	Key    string `json:"key"`
