@@ -80,6 +80,21 @@ func TestShippedBinaryLinksNoTesting(t *testing.T) {
 	}
 }
 
+// TestReleaseBinaryLinksNoDemo: the images' hybridctl (built with
+// ship.ReleaseTags) links neither the demo nor the control-plane starter it
+// runs on: envtest makes a cache directory when the program starts and
+// panics where it cannot (a read-only image, a user without a home).
+func TestReleaseBinaryLinksNoDemo(t *testing.T) {
+	g := linkedPackages(t, []string{"GOFLAGS=-tags=" + ship.ReleaseTags, "CGO_ENABLED=0", "GOOS=linux"})
+	for _, pkg := range g.order {
+		for _, banned := range []string{"sigs.k8s.io/controller-runtime/pkg/envtest", "github.com/hybrid-ccm/hybrid-ccm/cmd/hybridctl/internal/demo", "github.com/hybrid-ccm/hybrid-ccm/test/"} {
+			if pkg == banned || strings.HasPrefix(pkg, banned+"/") || (strings.HasSuffix(banned, "/") && strings.HasPrefix(pkg, banned)) {
+				t.Errorf("the release hybridctl links %s: %s", pkg, strings.Join(g.chain(pkg), " → "))
+			}
+		}
+	}
+}
+
 // binaryPackage is the package the hybridctl binary is built from.
 const binaryPackage = "github.com/hybrid-ccm/hybrid-ccm/cmd/hybridctl"
 

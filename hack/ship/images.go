@@ -179,12 +179,17 @@ func Build(ctx context.Context, opts Options) (map[string]v1.Hash, error) {
 	return refs, nil
 }
 
+// ReleaseTags are the build tags of the images' binaries.
+const ReleaseTags = "nodemo"
+
 // goBuild compiles every image's command for one platform into dir, in one go
 // invocation (the packages they share are compiled once).
 func goBuild(ctx context.Context, o Options, osName, arch, dir string) error {
 	ldflags := []string{"-s", "-w", "-buildid=",
 		"-X", gateImageSymbol + "=" + ImageRef(o.Registry, "ccm-gate", o.Version)}
-	args := []string{"build", "-trimpath", "-buildvcs=false", "-ldflags=" + strings.Join(ldflags, " "), "-o", dir + string(filepath.Separator)}
+	// nodemo: hybridctl without the demo, which links a control-plane
+	// starter that needs a writable cache directory at start-up.
+	args := []string{"build", "-trimpath", "-buildvcs=false", "-tags=" + ReleaseTags, "-ldflags=" + strings.Join(ldflags, " "), "-o", dir + string(filepath.Separator)}
 	for _, name := range o.Images {
 		args = append(args, "./cmd/"+name)
 	}

@@ -1,3 +1,5 @@
+//go:build linux && !nodemo
+
 package cli
 
 import (
