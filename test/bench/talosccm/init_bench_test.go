@@ -1,6 +1,8 @@
 // Package talosccm benchmarks node initialization by the real talos-ccm binary
-// against a real kube-apiserver, with the raw PATCH throughput of the same API
-// server measured in the same run as the baseline.
+// against a real kube-apiserver. The figure is compared to its floor
+// (test/writefloor): the registrations and talos-ccm's writes, counted by the
+// API server, priced at the API server's parallel ceiling for the same writes
+// (as many workers as talos-ccm has), measured in the same run.
 package talosccm
 
 import (
@@ -19,13 +21,14 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	cloudproviderapi "k8s.io/cloud-provider/api"
 
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/app"
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
+	"github.com/hybrid-ccm/hybrid-ccm/test/writefloor"
 )
 
 var (
@@ -58,40 +61,59 @@ func TestMain(m *testing.M) {
 const (
 	nodes        = 1000
 	talosLatency = 20 * time.Millisecond
+	// registrants is how many kubelets register at the same time.
+	registrants = 32
 )
 
 func ipOf(i int) string { return fmt.Sprintf("10.%d.%d.%d", 100+i/65536, (i/256)%256, i%256) }
 
-// rawPatches creates n bare nodes, then times n label PATCHes (serially, and
-// with `workers` goroutines), then deletes them.
-func rawPatches(b *testing.B, n, workers int) (serial, parallel time.Duration) {
+// registration is a Node as a kubelet registers it when the cloud provider is
+// external: the uninitialized taint and the provided node IP.
+func registration(name, ip string) *corev1.Node {
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{cloudproviderapi.AnnotationAlphaProvidedIPAddr: ip}},
+		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{{Key: cloudproviderapi.TaintExternalCloudProvider, Value: "true", Effect: corev1.TaintEffectNoSchedule}}},
+	}
+}
+
+// Kinds of write in a node's initialization: the kubelet's registration, then
+// talos-ccm's update (providerID, labels, annotations, taints) and status update
+// (addresses).
+var (
+	registerWrite = writefloor.Kind{Verb: "POST", Resource: "nodes"}
+	updateWrite   = writefloor.Kind{Verb: "PUT", Resource: "nodes"}
+	statusWrite   = writefloor.Kind{Verb: "PUT", Resource: "nodes", Subresource: "status"}
+)
+
+// ceilings measures the API server's parallel write ceiling for each kind of
+// write the initialization of the nodes in done made, on new nodes of the same
+// shape: the same registrations (with the registrants' concurrency), then the
+// same update and the same status update as talos-ccm wrote (with its workers).
+func ceilings(b *testing.B, done []corev1.Node, registrants, workers int) []writefloor.Ceiling {
 	ctx := context.Background()
 	cs := env.Client.CoreV1().Nodes()
-	create := func(i int) {
-		_, err := cs.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "raw-" + strconv.Itoa(i), Labels: map[string]string{"bench": "raw"}}}, metav1.CreateOptions{})
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
-	parallelDo(n, 32, create)
-	patch := func(i int, v string) {
-		p := []byte(`{"metadata":{"labels":{"bench-patched":"` + v + `"}}}`)
-		if _, err := cs.Patch(ctx, "raw-"+strconv.Itoa(i), types.MergePatchType, p, metav1.PatchOptions{}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	start := time.Now()
-	for i := range n {
-		patch(i, "serial")
-	}
-	serial = time.Since(start)
-	start = time.Now()
-	parallelDo(n, workers, func(i int) { patch(i, "parallel") })
-	parallel = time.Since(start)
-	if err := cs.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "bench=raw"}); err != nil {
-		b.Fatal(err)
-	}
-	return serial, parallel
+	created := make([]*corev1.Node, len(done))
+	register := writefloor.Measure(b, registerWrite, len(done), registrants, func(i int) (err error) {
+		created[i], err = cs.Create(ctx, registration("ceiling-"+strconv.Itoa(i), done[i].Annotations[cloudproviderapi.AnnotationAlphaProvidedIPAddr]), metav1.CreateOptions{})
+		return err
+	})
+	update := writefloor.Measure(b, updateWrite, len(done), workers, func(i int) (err error) {
+		n := created[i].DeepCopy()
+		n.ManagedFields = nil // talos-ccm's node cache holds none
+		n.Spec.ProviderID, n.Spec.Taints = done[i].Spec.ProviderID, done[i].Spec.Taints
+		n.Labels, n.Annotations = done[i].Labels, done[i].Annotations
+		created[i], err = cs.Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	status := writefloor.Measure(b, statusWrite, len(done), workers, func(i int) error {
+		n := created[i].DeepCopy()
+		n.ManagedFields = nil
+		n.Status.Addresses = done[i].Status.Addresses
+		_, err := cs.UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	parallelDo(len(done), registrants, func(i int) { _ = cs.Delete(ctx, "ceiling-"+strconv.Itoa(i), metav1.DeleteOptions{}) })
+	return []writefloor.Ceiling{register, update, status}
 }
 
 func parallelDo(n, workers int, fn func(i int)) {
@@ -167,11 +189,14 @@ func floorMiB(b *testing.B) float64 {
 
 // BenchmarkInitialize1000Nodes registers 1000 nodes at once (as kubelets do)
 // whose Talos API answers after 20 ms, and measures the time until talos-ccm,
-// with the defaults the chart ships, has initialized all of them.
+// with the defaults the chart ships, has initialized all of them. The writes in
+// that window (the registrations, talos-ccm's update and status update per
+// node) are counted by the API server and priced at its ceiling for the same
+// writes: registrations with as many registrants, talos-ccm's writes with as
+// many workers as talos-ccm (--concurrent-node-syncs).
 func BenchmarkInitialize1000Nodes(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	serial, parallel := rawPatches(b, nodes, 32)
 	base := floorMiB(b)
 
 	ep, err := talosnode.Start()
@@ -231,20 +256,16 @@ func BenchmarkInitialize1000Nodes(b *testing.B) {
 	factory.WaitForCacheSync(ctx.Done())
 
 	register := func(i int) {
-		name := "bench-" + strconv.Itoa(i)
-		_, err := env.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{cloudproviderapi.AnnotationAlphaProvidedIPAddr: ipOf(i)}},
-			Spec:       corev1.NodeSpec{Taints: []corev1.Taint{{Key: cloudproviderapi.TaintExternalCloudProvider, Value: "true", Effect: corev1.TaintEffectNoSchedule}}},
-		}, metav1.CreateOptions{})
-		if err != nil {
+		if _, err := env.Client.CoreV1().Nodes().Create(ctx, registration("bench-"+strconv.Itoa(i), ipOf(i)), metav1.CreateOptions{}); err != nil {
 			b.Error(err)
 		}
 	}
-	// warm-up: one canary node proves talos-ccm is up and synced
+	// warm-up: one canary node proves talos-ccm is up and synced (its
+	// writes, the status update last, are done before the window opens)
 	register(nodes)
 	for deadline := time.Now().Add(2 * time.Minute); ; {
 		n, err := env.Client.CoreV1().Nodes().Get(ctx, "bench-"+strconv.Itoa(nodes), metav1.GetOptions{})
-		if err == nil && n.Spec.ProviderID != "" {
+		if err == nil && n.Spec.ProviderID != "" && len(n.Status.Addresses) > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -254,9 +275,10 @@ func BenchmarkInitialize1000Nodes(b *testing.B) {
 	}
 
 	idle := procMiB(cmd.Process.Pid, "VmRSS")
+	window := writefloor.Open(b, env.Client)
 	b.ResetTimer()
 	start := time.Now()
-	parallelDo(nodes, 32, register)
+	parallelDo(nodes, registrants, register)
 	select {
 	case <-allDone:
 	case <-time.After(10 * time.Minute):
@@ -264,21 +286,38 @@ func BenchmarkInitialize1000Nodes(b *testing.B) {
 	}
 	elapsed := time.Since(start)
 	b.StopTimer()
+	writes := window.Close(b)
 
 	rss := procMiB(cmd.Process.Pid, "VmHWM")
 	anon, file := procMiB(cmd.Process.Pid, "RssAnon"), procMiB(cmd.Process.Pid, "RssFile")
 	code, rodata := exeMiB(cmd.Process.Pid, "r-xp"), exeMiB(cmd.Process.Pid, "r--p")
-	b.ReportMetric(elapsed.Seconds(), "init-s")
-	b.ReportMetric(serial.Seconds(), "raw-patch-serial-s")
-	b.ReportMetric(parallel.Seconds(), "raw-patch-parallel32-s")
-	b.ReportMetric(elapsed.Seconds()/serial.Seconds(), "x-raw-serial")
-	b.ReportMetric(elapsed.Seconds()/parallel.Seconds(), "x-raw-parallel")
+
+	// The floor: the same writes at the API server's ceiling, measured once
+	// talos-ccm is gone (it would otherwise sync the ceiling's nodes) and its
+	// nodes are deleted (the API server holds as many nodes as it did).
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	list, err := env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	initialized := make([]corev1.Node, nodes)
+	for _, n := range list.Items {
+		if i, err := strconv.Atoi(strings.TrimPrefix(n.Name, "bench-")); err == nil && i < nodes {
+			initialized[i] = n
+		}
+	}
+	if err := env.Client.CoreV1().Nodes().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	floor := writefloor.Floor{Writes: writes, Ceilings: ceilings(b, initialized, registrants, app.DefaultConcurrentNodeSyncs), Objects: nodes}
+
 	b.ReportMetric(rss, "talos-ccm-rss-MiB")
 	b.ReportMetric(anon, "talos-ccm-anon-MiB")
 	b.ReportMetric(base, "framework-floor-rss-MiB")
-	b.Logf("1000 nodes (20 ms Talos latency): initialized in %s; raw PATCH x1000 serial %s (ratio %.2f), 32-parallel %s (ratio %.2f); talos-ccm peak RSS %.1f MiB (at the end: anonymous %.1f MiB, binary file pages %.1f MiB), %.1f MiB above the %.1f MiB peak RSS of a process that only links k8s.io/cloud-provider/app; Talos requests %d",
-		elapsed.Round(time.Millisecond), serial.Round(time.Millisecond), elapsed.Seconds()/serial.Seconds(),
-		parallel.Round(time.Millisecond), elapsed.Seconds()/parallel.Seconds(), rss, anon, file, rss-base, base, ep.Requests())
+	b.Logf("%d nodes registered at once (%d registrants, 20 ms Talos latency), talos-ccm with %d workers: %s",
+		nodes, registrants, app.DefaultConcurrentNodeSyncs, floor.Report(b, "init", elapsed))
+	b.Logf("talos-ccm peak RSS %.1f MiB (at the end: anonymous %.1f MiB, binary file pages %.1f MiB), %.1f MiB above the %.1f MiB peak RSS of a process that only links k8s.io/cloud-provider/app; Talos requests %d",
+		rss, anon, file, rss-base, base, ep.Requests())
 	b.Logf("talos-ccm RSS when started and idle: %.1f MiB; at the end the binary's pages are %.1f MiB code and %.1f MiB read-only data", idle, code, rodata)
-	_ = env.Client.CoreV1().Nodes().DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{})
 }

@@ -1,0 +1,279 @@
+// Package writefloor gives the benchmarks of talos-ccm's controllers the floor
+// their figures are compared to: the least time the API server needs for the
+// writes it served while a figure was measured.
+//
+// The writes are counted by the API server itself (apiserver_request_total, by
+// verb, resource and subresource), so a controller's extra or retried requests
+// show up whether or not the benchmark expected them. Each kind of write is
+// priced at the API server's parallel write ceiling for that kind: the same
+// writes, on objects of the same shape, issued by as many concurrent workers as
+// talos-ccm uses for them, against the same API server in the same run. The
+// floor is the sum over the kinds of count ÷ ceiling rate.
+//
+// It measures and reports; it never asserts times (tests do not time things).
+package writefloor
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+)
+
+// Kind is one kind of write as the API server counts it: the HTTP verb
+// (POST, PUT, PATCH, DELETE, APPLY), the resource and the subresource.
+type Kind struct {
+	Verb, Resource, Subresource string
+}
+
+func (k Kind) String() string {
+	if k.Subresource == "" {
+		return k.Verb + " " + k.Resource
+	}
+	return k.Verb + " " + k.Resource + "/" + k.Subresource
+}
+
+// Counts are writes served, by kind.
+type Counts map[Kind]float64
+
+// writeVerbs are the apiserver_request_total verbs that change state.
+var writeVerbs = map[string]bool{"POST": true, "PUT": true, "PATCH": true, "DELETE": true, "DELETECOLLECTION": true, "APPLY": true}
+
+// Served returns the writes the API server has answered since it started (any
+// response code: a conflict costs the server a request too).
+func Served(ctx context.Context, c kubernetes.Interface) (Counts, error) {
+	const op = "writefloor.Served"
+	raw, err := c.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%s: read the API server's metrics: %w", op, err)
+	}
+	return parse(string(raw))
+}
+
+// parse reads the apiserver_request_total samples of a Prometheus text
+// exposition.
+func parse(text string) (Counts, error) {
+	const op = "writefloor.parse"
+	out := Counts{}
+	for line := range strings.Lines(text) {
+		rest, ok := strings.CutPrefix(line, "apiserver_request_total{")
+		if !ok {
+			continue
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			return nil, fmt.Errorf("%s: malformed sample %q", op, line)
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s: sample %q: %w", op, line, err)
+		}
+		var k Kind
+		for pair := range strings.SplitSeq(labels, ",") {
+			name, quoted, _ := strings.Cut(pair, "=")
+			val := strings.Trim(quoted, `"`)
+			switch name {
+			case "verb":
+				k.Verb = val
+			case "resource":
+				k.Resource = val
+			case "subresource":
+				k.Subresource = val
+			}
+		}
+		if writeVerbs[k.Verb] {
+			out[k] += v
+		}
+	}
+	return out, nil
+}
+
+// Since returns the writes served between before and c.
+func (c Counts) Since(before Counts) Counts {
+	out := Counts{}
+	for k, v := range c {
+		if d := v - before[k]; d > 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+// Total is the number of writes in c.
+func (c Counts) Total() float64 {
+	var t float64
+	for _, v := range c {
+		t += v
+	}
+	return t
+}
+
+func (c Counts) String() string {
+	kinds := make([]Kind, 0, len(c))
+	for k := range c {
+		kinds = append(kinds, k)
+	}
+	slices.SortFunc(kinds, func(a, b Kind) int { return strings.Compare(a.String(), b.String()) })
+	parts := make([]string, len(kinds))
+	for i, k := range kinds {
+		parts[i] = fmt.Sprintf("%.0f %s", c[k], k)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Window counts the writes the API server serves between its start and Close.
+type Window struct {
+	client kubernetes.Interface
+	before Counts
+}
+
+// Open starts counting.
+func Open(b testing.TB, c kubernetes.Interface) *Window {
+	b.Helper()
+	before, err := Served(context.Background(), c)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &Window{client: c, before: before}
+}
+
+// Close returns the writes served since Open.
+func (w *Window) Close(b testing.TB) Counts {
+	b.Helper()
+	after, err := Served(context.Background(), w.client)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return after.Since(w.before)
+}
+
+// Ceiling is the API server's measured parallel rate for one kind of write.
+type Ceiling struct {
+	Kind Kind
+	// Workers is how many writes were in flight at once: as many as talos-ccm
+	// (or, for a benchmark's own writes, the benchmark) issues them with.
+	Workers int
+	// Writes were served in Elapsed.
+	Writes  int
+	Elapsed time.Duration
+}
+
+// Rate is writes per second.
+func (c Ceiling) Rate() float64 { return float64(c.Writes) / c.Elapsed.Seconds() }
+
+func (c Ceiling) String() string {
+	return fmt.Sprintf("%s %.0f/s (%d workers)", c.Kind, c.Rate(), c.Workers)
+}
+
+// Measure issues write(0) … write(n-1) from workers goroutines and returns the
+// rate at which the API server served them. It fails b on the first error.
+func Measure(b testing.TB, kind Kind, n, workers int, write func(i int) error) Ceiling {
+	b.Helper()
+	var (
+		next  atomic.Int64
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+	)
+	start := time.Now()
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				if err := write(i); err != nil {
+					once.Do(func() { first = err })
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if first != nil {
+		b.Fatalf("ceiling of %s: %v", kind, first)
+	}
+	return Ceiling{Kind: kind, Workers: workers, Writes: n, Elapsed: elapsed}
+}
+
+// Floor is the least time the API server needs for the writes of a window at
+// the measured ceilings.
+type Floor struct {
+	// Writes are the writes served during the figure.
+	Writes Counts
+	// Ceilings price the kinds of write; a kind without one is unpriced
+	// (reported, not counted in the floor).
+	Ceilings []Ceiling
+	// Objects is what the figure is about (nodes, CSRs): writes are given
+	// per object.
+	Objects int
+}
+
+func (f Floor) ceiling(k Kind) (Ceiling, bool) {
+	for _, c := range f.Ceilings {
+		if c.Kind == k {
+			return c, true
+		}
+	}
+	return Ceiling{}, false
+}
+
+// Duration is Σ writes of a kind ÷ that kind's ceiling rate.
+func (f Floor) Duration() time.Duration {
+	var s float64
+	for k, n := range f.Writes {
+		if c, ok := f.ceiling(k); ok {
+			s += n / c.Rate()
+		}
+	}
+	return time.Duration(s * float64(time.Second))
+}
+
+// Priced are the writes the floor accounts for; Unpriced the others (the API
+// server's own lease renewals, anything unexpected).
+func (f Floor) Priced() Counts   { return f.split(true) }
+func (f Floor) Unpriced() Counts { return f.split(false) }
+
+func (f Floor) split(priced bool) Counts {
+	out := Counts{}
+	for k, n := range f.Writes {
+		if _, ok := f.ceiling(k); ok == priced {
+			out[k] = n
+		}
+	}
+	return out
+}
+
+// Report records the figure, the floor, the writes per object and the ratio
+// as benchmark metrics named after name, and returns the same as a line to
+// print.
+func (f Floor) Report(b *testing.B, name string, figure time.Duration) string {
+	b.Helper()
+	floor := f.Duration()
+	perObject := f.Priced().Total() / float64(f.Objects)
+	ratio := figure.Seconds() / floor.Seconds()
+	b.ReportMetric(figure.Seconds(), name+"-s")
+	b.ReportMetric(floor.Seconds(), name+"-floor-s")
+	b.ReportMetric(perObject, name+"-writes/object")
+	b.ReportMetric(ratio, name+"-x-floor")
+	ceilings := make([]string, len(f.Ceilings))
+	for i, c := range f.Ceilings {
+		ceilings[i] = c.String()
+	}
+	line := fmt.Sprintf("%s: %s for %d objects; writes served meanwhile: %s (%.2f per object); ceilings: %s; floor %s; %.2fx the floor",
+		name, figure.Round(time.Millisecond), f.Objects, f.Priced(), perObject, strings.Join(ceilings, ", "),
+		floor.Round(time.Millisecond), ratio)
+	if u := f.Unpriced(); len(u) > 0 {
+		line += fmt.Sprintf(" (not priced: %s)", u)
+	}
+	return line
+}
