@@ -116,6 +116,9 @@ func (c Counts) Total() float64 {
 }
 
 func (c Counts) String() string {
+	if len(c) == 0 {
+		return "none"
+	}
 	kinds := make([]Kind, 0, len(c))
 	for k := range c {
 		kinds = append(kinds, k)
