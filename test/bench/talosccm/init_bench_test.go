@@ -310,13 +310,13 @@ func BenchmarkInitialize1000Nodes(b *testing.B) {
 	if err := env.Client.CoreV1().Nodes().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	floor := writefloor.Floor{Writes: writes, Ceilings: ceilings(b, initialized, registrants, app.DefaultConcurrentNodeSyncs), Objects: nodes}
+	apiFloor := writefloor.Floor{Writes: writes, Ceilings: ceilings(b, initialized, registrants, app.DefaultConcurrentNodeSyncs), Objects: nodes}
 
 	b.ReportMetric(rss, "talos-ccm-rss-MiB")
 	b.ReportMetric(anon, "talos-ccm-anon-MiB")
 	b.ReportMetric(base, "framework-floor-rss-MiB")
 	b.Logf("%d nodes registered at once (%d registrants, 20 ms Talos latency), talos-ccm with %d workers: %s",
-		nodes, registrants, app.DefaultConcurrentNodeSyncs, floor.Report(b, "init", elapsed))
+		nodes, registrants, app.DefaultConcurrentNodeSyncs, apiFloor.Report(b, "init", elapsed))
 	b.Logf("talos-ccm peak RSS %.1f MiB (at the end: anonymous %.1f MiB, binary file pages %.1f MiB), %.1f MiB above the %.1f MiB peak RSS of a process that only links k8s.io/cloud-provider/app; Talos requests %d",
 		rss, anon, file, rss-base, base, ep.Requests())
 	b.Logf("talos-ccm RSS when started and idle: %.1f MiB; at the end the binary's pages are %.1f MiB code and %.1f MiB read-only data", idle, code, rodata)
