@@ -71,3 +71,25 @@ func TestFloor(t *testing.T) {
 		t.Errorf("unpriced %v, want the 2 lease writes", got)
 	}
 }
+
+func TestBest(t *testing.T) {
+	put := Kind{Verb: "PUT", Resource: "nodes"}
+	post := Kind{Verb: "POST", Resource: "nodes"}
+	before := []Ceiling{
+		{Kind: post, Workers: 32, Writes: 1000, Elapsed: time.Second},
+		{Kind: put, Workers: 32, Writes: 1000, Elapsed: 4 * time.Second}, // slowed down by other work
+	}
+	after := []Ceiling{
+		{Kind: post, Workers: 32, Writes: 1000, Elapsed: 2 * time.Second},
+		{Kind: put, Workers: 32, Writes: 1000, Elapsed: time.Second},
+	}
+	got := Best(before, after)
+	if len(got) != 2 {
+		t.Fatalf("got %v, want one ceiling per kind", got)
+	}
+	for _, c := range got {
+		if c.Elapsed != time.Second || c.Rounds != 2 {
+			t.Errorf("%s: kept %v of %d rounds, want the 1s one of 2", c.Kind, c.Elapsed, c.Rounds)
+		}
+	}
+}

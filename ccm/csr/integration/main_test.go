@@ -244,8 +244,9 @@ func cleanupCSRs(t testing.TB) {
 	})
 }
 
-// startController runs node-csr-approval as the approver identity until the test ends.
-func startController(t testing.TB, client kubernetes.Interface, opts *csr.Options, nodeFacts csr.NodeFacts) {
+// startController runs node-csr-approval as the approver identity until stop is
+// called or the test ends.
+func startController(t testing.TB, client kubernetes.Interface, opts *csr.Options, nodeFacts csr.NodeFacts) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	factory := informers.NewSharedInformerFactory(client, 0)
@@ -256,11 +257,16 @@ func startController(t testing.TB, client kubernetes.Interface, opts *csr.Option
 	factory.Start(ctx.Done())
 	done := make(chan struct{})
 	go func() { c.Run(ctx); close(done) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		factory.Shutdown()
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			factory.Shutdown()
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 func decided(c *certificatesv1.CertificateSigningRequest) *certificatesv1.CertificateSigningRequestCondition {

@@ -87,14 +87,15 @@ var (
 
 // ceilings measures the API server's parallel write ceiling for each kind of
 // write the initialization of the nodes in done made, on new nodes of the same
-// shape: the same registrations (with the registrants' concurrency), then the
-// same update and the same status update as talos-ccm wrote (with its workers).
-func ceilings(b *testing.B, done []corev1.Node, registrants, workers int) []writefloor.Ceiling {
+// shape named prefix-i: the same registrations (with the registrants'
+// concurrency), then the same update and the same status update as talos-ccm
+// wrote (with its workers). The nodes are deleted again.
+func ceilings(b *testing.B, prefix string, done []corev1.Node, registrants, workers int) []writefloor.Ceiling {
 	ctx := context.Background()
 	cs := env.Client.CoreV1().Nodes()
 	created := make([]*corev1.Node, len(done))
 	register := writefloor.Measure(b, registerWrite, len(done), registrants, func(i int) (err error) {
-		created[i], err = cs.Create(ctx, registration("ceiling-"+strconv.Itoa(i), done[i].Annotations[cloudproviderapi.AnnotationAlphaProvidedIPAddr]), metav1.CreateOptions{})
+		created[i], err = cs.Create(ctx, registration(prefix+"-"+strconv.Itoa(i), done[i].Annotations[cloudproviderapi.AnnotationAlphaProvidedIPAddr]), metav1.CreateOptions{})
 		return err
 	})
 	update := writefloor.Measure(b, updateWrite, len(done), workers, func(i int) (err error) {
@@ -112,7 +113,7 @@ func ceilings(b *testing.B, done []corev1.Node, registrants, workers int) []writ
 		_, err := cs.UpdateStatus(ctx, n, metav1.UpdateOptions{})
 		return err
 	})
-	parallelDo(len(done), registrants, func(i int) { _ = cs.Delete(ctx, "ceiling-"+strconv.Itoa(i), metav1.DeleteOptions{}) })
+	parallelDo(len(done), registrants, func(i int) { _ = cs.Delete(ctx, prefix+"-"+strconv.Itoa(i), metav1.DeleteOptions{}) })
 	return []writefloor.Ceiling{register, update, status}
 }
 
@@ -294,7 +295,8 @@ func BenchmarkInitialize1000Nodes(b *testing.B) {
 
 	// The floor: the same writes at the API server's ceiling, measured once
 	// talos-ccm is gone (it would otherwise sync the ceiling's nodes) and its
-	// nodes are deleted (the API server holds as many nodes as it did).
+	// nodes are deleted (the API server holds as many nodes as it did); the
+	// faster of two rounds.
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
 	list, err := env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
@@ -310,13 +312,15 @@ func BenchmarkInitialize1000Nodes(b *testing.B) {
 	if err := env.Client.CoreV1().Nodes().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	apiFloor := writefloor.Floor{Writes: writes, Ceilings: ceilings(b, initialized, registrants, app.DefaultConcurrentNodeSyncs), Objects: nodes}
+	workers := app.DefaultConcurrentNodeSyncs
+	best := writefloor.Best(ceilings(b, "ceiling-a", initialized, registrants, workers), ceilings(b, "ceiling-b", initialized, registrants, workers))
+	apiFloor := writefloor.Floor{Writes: writes, Ceilings: best, Objects: nodes}
 
 	b.ReportMetric(rss, "talos-ccm-rss-MiB")
 	b.ReportMetric(anon, "talos-ccm-anon-MiB")
 	b.ReportMetric(base, "framework-floor-rss-MiB")
 	b.Logf("%d nodes registered at once (%d registrants, 20 ms Talos latency), talos-ccm with %d workers: %s",
-		nodes, registrants, app.DefaultConcurrentNodeSyncs, apiFloor.Report(b, "init", elapsed))
+		nodes, registrants, workers, apiFloor.Report(b, "init", elapsed))
 	b.Logf("talos-ccm peak RSS %.1f MiB (at the end: anonymous %.1f MiB, binary file pages %.1f MiB), %.1f MiB above the %.1f MiB peak RSS of a process that only links k8s.io/cloud-provider/app; Talos requests %d",
 		rss, anon, file, rss-base, base, ep.Requests())
 	b.Logf("talos-ccm RSS when started and idle: %.1f MiB; at the end the binary's pages are %.1f MiB code and %.1f MiB read-only data", idle, code, rodata)
