@@ -4,12 +4,14 @@
 //
 // The writes are counted by the API server itself (apiserver_request_total, by
 // verb, resource and subresource), so a controller's extra or retried requests
-// show up whether or not the benchmark expected them. Each kind of write is
-// priced at the API server's parallel write ceiling for that kind: the same
-// writes, on objects of the same shape, issued by as many concurrent workers as
-// talos-ccm uses for them, against the same API server in the same run (the
-// fastest of a few rounds, see Best). The floor is the sum over the kinds of
-// count ÷ ceiling rate.
+// show up whether or not the benchmark expected them. They are priced at the
+// API server's parallel write ceiling for them: the same writes, on objects of
+// the same shape, issued the way the figure issues them (Stage: as many
+// concurrent workers as talos-ccm uses for each kind, as many as the benchmark
+// for its own writes such as registrations, an object's writes in the same
+// order) but with nothing else to do, against the same API server in the same
+// run (the fastest of a few rounds, see Best). The floor is the number of
+// writes ÷ the ceiling's rate, summed over the ceilings.
 //
 // It measures and reports; it never asserts times (tests do not time things).
 package writefloor
@@ -158,12 +160,41 @@ func (w *Window) Close(b testing.TB) Counts {
 	return after.Since(w.before)
 }
 
-// Ceiling is the API server's measured parallel rate for one kind of write.
-type Ceiling struct {
-	Kind Kind
-	// Workers is how many writes were in flight at once: as many as talos-ccm
-	// (or, for a benchmark's own writes, the benchmark) issues them with.
+// Stage is one step of the writes a figure makes per object, issued like the
+// figure issues them: Workers goroutines each take an object that the previous
+// stage has written (the first stage: any object) and call Write, which makes
+// the writes of Kinds, in that order.
+type Stage struct {
+	Kinds   []Kind
 	Workers int
+	Write   func(i int) error
+	// Trailing marks a stage the figure's clock does not wait for (a
+	// controller's event writers): the ceiling's clock does not either, and
+	// only the writes it finished by then count.
+	Trailing bool
+}
+
+func (s Stage) String() string {
+	var kinds []string
+	for i := 0; i < len(s.Kinds); {
+		j := i + 1
+		for j < len(s.Kinds) && s.Kinds[j] == s.Kinds[i] {
+			j++
+		}
+		if j-i > 1 {
+			kinds = append(kinds, fmt.Sprintf("%d %s", j-i, s.Kinds[i]))
+		} else {
+			kinds = append(kinds, s.Kinds[i].String())
+		}
+		i = j
+	}
+	return fmt.Sprintf("%s (%d workers)", strings.Join(kinds, " + "), s.Workers)
+}
+
+// Ceiling is the API server's measured parallel rate for some kinds of
+// write, issued together as Stages describe.
+type Ceiling struct {
+	Stages []Stage
 	// Writes were served in Elapsed.
 	Writes  int
 	Elapsed time.Duration
@@ -171,71 +202,119 @@ type Ceiling struct {
 	Rounds int
 }
 
-// Rate is writes per second.
-func (c Ceiling) Rate() float64 { return float64(c.Writes) / c.Elapsed.Seconds() }
-
-func (c Ceiling) String() string {
-	if c.Rounds > 1 {
-		return fmt.Sprintf("%s %.0f/s (%d workers, best of %d)", c.Kind, c.Rate(), c.Workers, c.Rounds)
-	}
-	return fmt.Sprintf("%s %.0f/s (%d workers)", c.Kind, c.Rate(), c.Workers)
-}
-
-// Best keeps, for each kind, the fastest of the rounds' measurements: a
-// ceiling is the most the API server did, and on shared machines a round
-// that other work slowed down says little about it. Rounds taken before and
-// after a figure bracket it.
-func Best(rounds ...[]Ceiling) []Ceiling {
-	var out []Ceiling
-	for _, round := range rounds {
-		for _, c := range round {
-			i := slices.IndexFunc(out, func(o Ceiling) bool { return o.Kind == c.Kind })
-			if i < 0 {
-				c.Rounds = 1
-				out = append(out, c)
-				continue
-			}
-			n := out[i].Rounds + 1
-			if c.Rate() > out[i].Rate() {
-				out[i] = c
-			}
-			out[i].Rounds = n
-		}
+// Kinds are the kinds of write the ceiling prices.
+func (c Ceiling) Kinds() []Kind {
+	var out []Kind
+	for _, s := range c.Stages {
+		out = append(out, s.Kinds...)
 	}
 	return out
 }
 
-// Measure issues write(0) … write(n-1) from workers goroutines and returns the
-// rate at which the API server served them. It fails b on the first error.
+// Rate is writes per second.
+func (c Ceiling) Rate() float64 { return float64(c.Writes) / c.Elapsed.Seconds() }
+
+func (c Ceiling) key() string {
+	stages := make([]string, len(c.Stages))
+	for i, s := range c.Stages {
+		stages[i] = s.String()
+	}
+	return strings.Join(stages, " → ")
+}
+
+func (c Ceiling) String() string {
+	if c.Rounds > 1 {
+		return fmt.Sprintf("%s: %.0f writes/s (best of %d)", c.key(), c.Rate(), c.Rounds)
+	}
+	return fmt.Sprintf("%s: %.0f writes/s", c.key(), c.Rate())
+}
+
+// Best keeps, of the measurements of each ceiling, the fastest: a
+// ceiling is the most the API server did, and on shared machines a round
+// that other work slowed down says little about it. Rounds taken before and
+// after a figure bracket it.
+func Best(rounds ...Ceiling) []Ceiling {
+	var out []Ceiling
+	for _, c := range rounds {
+		i := slices.IndexFunc(out, func(o Ceiling) bool { return o.key() == c.key() })
+		if i < 0 {
+			c.Rounds = 1
+			out = append(out, c)
+			continue
+		}
+		n := out[i].Rounds + 1
+		if c.Rate() > out[i].Rate() {
+			out[i] = c
+		}
+		out[i].Rounds = n
+	}
+	return out
+}
+
+// Measure issues write(0) … write(n-1), one write of kind each, from workers
+// goroutines and returns the rate at which the API server served them. It
+// fails b on the first error.
 func Measure(b testing.TB, kind Kind, n, workers int, write func(i int) error) Ceiling {
 	b.Helper()
+	return MeasureStages(b, n, Stage{Kinds: []Kind{kind}, Workers: workers, Write: write})
+}
+
+// MeasureStages passes objects 0 … n-1 through the stages and returns the rate
+// at which the API server served their writes, from the first write until
+// every object has been through every stage that is not trailing. It fails b
+// on the first error.
+func MeasureStages(b testing.TB, n int, stages ...Stage) Ceiling {
+	b.Helper()
 	var (
-		next  atomic.Int64
-		wg    sync.WaitGroup
-		once  sync.Once
-		first error
+		wg      sync.WaitGroup
+		once    sync.Once
+		first   error
+		written atomic.Int64
+		clock   sync.WaitGroup // the stages the clock waits for
 	)
+	fail := func(err error) { once.Do(func() { first = err }) }
+	in := make(chan int, n)
+	for i := range n {
+		in <- i
+	}
+	close(in)
 	start := time.Now()
-	for range workers {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
+	for _, s := range stages {
+		src, out := in, make(chan int, n)
+		var stage sync.WaitGroup
+		if !s.Trailing {
+			clock.Add(1)
+		}
+		for range s.Workers {
+			stage.Add(1)
+			wg.Go(func() {
+				defer stage.Done()
+				for i := range src {
+					if err := s.Write(i); err != nil {
+						fail(fmt.Errorf("%s: %w", s, err))
+						continue // the later stages do not see this object
+					}
+					written.Add(int64(len(s.Kinds)))
+					out <- i
 				}
-				if err := write(i); err != nil {
-					once.Do(func() { first = err })
-					return
-				}
+			})
+		}
+		go func() {
+			stage.Wait()
+			close(out)
+			if !s.Trailing {
+				clock.Done()
 			}
-		})
+		}()
+		in = out
 	}
+	clock.Wait()
+	elapsed, writes := time.Since(start), written.Load()
 	wg.Wait()
-	elapsed := time.Since(start)
 	if first != nil {
-		b.Fatalf("ceiling of %s: %v", kind, first)
+		b.Fatalf("ceiling: %v", first)
 	}
-	return Ceiling{Kind: kind, Workers: workers, Writes: n, Elapsed: elapsed}
+	return Ceiling{Stages: stages, Writes: int(writes), Elapsed: elapsed}
 }
 
 // Floor is the least time the API server needs for the writes of a window at
@@ -244,29 +323,35 @@ type Floor struct {
 	// Writes are the writes served during the figure.
 	Writes Counts
 	// Ceilings price the kinds of write; a kind without one is unpriced
-	// (reported, not counted in the floor).
+	// (reported, not counted in the floor). A kind is priced by the first
+	// ceiling that has it.
 	Ceilings []Ceiling
 	// Objects is what the figure is about (nodes, CSRs): writes are given
 	// per object.
 	Objects int
 }
 
-func (f Floor) ceiling(k Kind) (Ceiling, bool) {
-	for _, c := range f.Ceilings {
-		if c.Kind == k {
-			return c, true
+func (f Floor) ceiling(k Kind) (int, bool) {
+	for i, c := range f.Ceilings {
+		if slices.Contains(c.Kinds(), k) {
+			return i, true
 		}
 	}
-	return Ceiling{}, false
+	return 0, false
 }
 
-// Duration is Σ writes of a kind ÷ that kind's ceiling rate.
+// Duration is Σ over the ceilings of the window's writes of their kinds ÷
+// their rate.
 func (f Floor) Duration() time.Duration {
-	var s float64
+	writes := make([]float64, len(f.Ceilings))
 	for k, n := range f.Writes {
-		if c, ok := f.ceiling(k); ok {
-			s += n / c.Rate()
+		if i, ok := f.ceiling(k); ok {
+			writes[i] += n
 		}
+	}
+	var s float64
+	for i, c := range f.Ceilings {
+		s += writes[i] / c.Rate()
 	}
 	return time.Duration(s * float64(time.Second))
 }

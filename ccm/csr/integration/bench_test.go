@@ -27,12 +27,12 @@ import (
 //
 // Each figure is compared to its floor (test/writefloor): the writes the API
 // server served meanwhile (the approvals, the events recorded so far, in "live"
-// the submissions), each kind priced at the API server's ceiling for the same
-// writes, measured in the same run before and after the figures (the faster of
-// the two rounds): 1000 CSR creations by as many submitters, 1000
-// UpdateApproval calls by as many workers as the controller has (objects
-// already in hand, no policy), and 2000 events like the controller's by as many
-// writers as its event sink has.
+// the submissions), priced at the API server's ceiling for the same writes
+// issued the same way with nothing else to do (csrCeilings: UpdateApproval by
+// as many workers as the controller has, on objects already in hand, each
+// followed by the same two events from as many writers as its event sink has;
+// in "live" after the submissions by as many submitters), measured in the same
+// run before and after the figures (the faster of the two rounds).
 //
 //	KUBEBUILDER_ASSETS=$(hack/control-plane.sh) go test -run '^$' -bench Decide1000 -benchtime 1x ./ccm/csr/integration
 func BenchmarkDecide1000(b *testing.B) {
@@ -74,7 +74,7 @@ func BenchmarkDecide1000(b *testing.B) {
 		}
 
 		// the ceilings before the figures (and after them, below)
-		before := csrCeilings(b, nodes, bare, kubelets, "-ceiling-a", submitters, opts.Workers)
+		queuedBefore, liveBefore := csrCeilings(b, nodes, bare, kubelets, "-ceiling-a", submitters, opts.Workers)
 
 		// Queued: 1000 pending CSRs exist when the controller starts (cold start:
 		// informer lists, cache sync, workers, approvals).
@@ -128,8 +128,9 @@ func BenchmarkDecide1000(b *testing.B) {
 		perDecision := (settled[approveWrite] + settled[eventWrite]) / float64(2*n)
 		b.ReportMetric(perDecision, "writes/decision")
 		stop() // it would decide the ceiling's requests
-		ceilings := writefloor.Best(before, csrCeilings(b, nodes, bare, kubelets, "-ceiling-b", submitters, opts.Workers))
-		queuedFloor.Ceilings, liveFloor.Ceilings = ceilings, ceilings
+		queuedAfter, liveAfter := csrCeilings(b, nodes, bare, kubelets, "-ceiling-b", submitters, opts.Workers)
+		queuedFloor.Ceilings = writefloor.Best(queuedBefore, queuedAfter)
+		liveFloor.Ceilings = writefloor.Best(liveBefore, liveAfter)
 		fmt.Printf("node-csr-approval (%d workers, events on), %d queued CSRs, controller start to all decided: %s\n",
 			opts.Workers, n, queuedFloor.Report(b, "queued", queuedDur))
 		fmt.Printf("node-csr-approval (%d workers, events on), %d CSRs submitted at once by %d submitters while it runs (submission %s) to all decided: %s\n",
@@ -147,58 +148,61 @@ var (
 	eventWrite   = writefloor.Kind{Verb: "POST", Resource: "events"}
 )
 
-// csrCeilings measures the API server's parallel ceiling for each kind of write
-// of an approval: the submissions of requests (with as many submitters as the
-// benchmark has), the same Approved condition through the approval subresource
-// (with as many workers as the controller) and the same two events per
-// request (with as many writers as the controller's event sink). The requests
-// are named after the nodes with suffix; no controller may be running.
-func csrCeilings(b *testing.B, nodes []*corev1.Node, requests [][]byte, kubelets []kubernetes.Interface, suffix string, submitters, workers int) []writefloor.Ceiling {
+// csrCeilings measures the API server's ceilings for the writes of approvals
+// issued as the two figures issue them, on requests named after the nodes with
+// suffix (no controller may be running): "queued", 1000 pending requests
+// approved by as many workers as the controller has, each approval followed by
+// its two events, written by as many writers as the controller's event sink
+// has; "live", the same after the submissions by as many submitters. As in the
+// figures, the clock stops at the last approval, and the events written by then
+// count.
+func csrCeilings(b *testing.B, nodes []*corev1.Node, requests [][]byte, kubelets []kubernetes.Interface, suffix string, submitters, workers int) (queued, live writefloor.Ceiling) {
 	b.Helper()
 	ctx := context.Background()
 	n := len(nodes)
-	names := make([]string, n)
-	for i, node := range nodes {
-		names[i] = node.Name
-	}
-	pending := make([]*certificatesv1.CertificateSigningRequest, n)
-	submit := writefloor.Measure(b, submitWrite, n, submitters, func(i int) (err error) {
-		pending[i], err = kubelets[i].CertificatesV1().CertificateSigningRequests().Create(ctx, benchCSR(b, names[i]+suffix, requests[i]), metav1.CreateOptions{})
-		return err
-	})
-	approve := writefloor.Measure(b, approveWrite, n, workers, func(i int) error {
-		c := pending[i].DeepCopy()
-		c.Status.Conditions = append(c.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
-			Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: csr.ReasonNodeIdentityVerified,
-			Message: fmt.Sprintf("requested by node %q for DNS %s", names[i], names[i]), LastUpdateTime: metav1.Now(),
-		})
-		_, err := approver.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, c.Name, c, metav1.UpdateOptions{})
-		return err
-	})
-	// events as client-go's recorder writes them (cluster-scoped objects: in
-	// "default"), under a reason of their own so that they are not counted
-	// as the controller's
-	event := func(obj corev1.ObjectReference, message string) *corev1.Event {
-		now := metav1.Now()
-		return &corev1.Event{
-			ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", obj.Name, now.UnixNano()), Namespace: metav1.NamespaceDefault},
-			InvolvedObject: obj, Reason: "BenchCeiling", Message: message, Type: corev1.EventTypeNormal,
-			Source: corev1.EventSource{Component: csr.ControllerName}, FirstTimestamp: now, LastTimestamp: now, Count: 1,
+	measure := func(name string, submitted bool) writefloor.Ceiling {
+		pending := make([]*certificatesv1.CertificateSigningRequest, n)
+		submit := writefloor.Stage{Kinds: []writefloor.Kind{submitWrite}, Workers: submitters, Write: func(i int) (err error) {
+			pending[i], err = kubelets[i].CertificatesV1().CertificateSigningRequests().Create(ctx, benchCSR(b, nodes[i].Name+suffix+name, requests[i]), metav1.CreateOptions{})
+			return err
+		}}
+		approve := writefloor.Stage{Kinds: []writefloor.Kind{approveWrite}, Workers: workers, Write: func(i int) error {
+			c := pending[i].DeepCopy()
+			c.Status.Conditions = append(c.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+				Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: csr.ReasonNodeIdentityVerified,
+				Message: fmt.Sprintf("requested by node %q for DNS %s", nodes[i].Name, nodes[i].Name), LastUpdateTime: metav1.Now(),
+			})
+			_, err := approver.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, c.Name, c, metav1.UpdateOptions{})
+			return err
+		}}
+		// events as client-go's recorder writes them (cluster-scoped objects:
+		// in "default"), under a reason of their own so that they are not
+		// counted as the controller's
+		eventsAPI := approver.CoreV1().Events(metav1.NamespaceDefault)
+		emit := func(obj corev1.ObjectReference, message string) error {
+			now := metav1.Now()
+			_, err := eventsAPI.Create(ctx, &corev1.Event{
+				ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", obj.Name, now.UnixNano()), Namespace: metav1.NamespaceDefault},
+				InvolvedObject: obj, Reason: "BenchCeiling", Message: message, Type: corev1.EventTypeNormal,
+				Source: corev1.EventSource{Component: csr.ControllerName}, FirstTimestamp: now, LastTimestamp: now, Count: 1,
+			}, metav1.CreateOptions{})
+			return err
 		}
-	}
-	evs := events.Workers
-	eventsAPI := approver.CoreV1().Events(metav1.NamespaceDefault)
-	emit := writefloor.Measure(b, eventWrite, 2*n, evs, func(j int) error {
-		i, c := j/2, pending[j/2]
-		msg := fmt.Sprintf("Approved kubelet serving certificate request of %s (%s): requested by node %q for DNS %s", c.Spec.Username, csr.ReasonNodeIdentityVerified, names[i], names[i])
-		ref := corev1.ObjectReference{Kind: "CertificateSigningRequest", APIVersion: "certificates.k8s.io/v1", Name: c.Name, UID: c.UID}
-		if j%2 == 1 {
-			ref = corev1.ObjectReference{Kind: "Node", Name: names[i], UID: nodes[i].UID}
+		record := writefloor.Stage{Kinds: []writefloor.Kind{eventWrite, eventWrite}, Workers: events.Workers, Trailing: true, Write: func(i int) error {
+			c := pending[i]
+			msg := fmt.Sprintf("Approved kubelet serving certificate request of %s (%s): requested by node %q for DNS %s", c.Spec.Username, csr.ReasonNodeIdentityVerified, nodes[i].Name, nodes[i].Name)
+			if err := emit(corev1.ObjectReference{Kind: "CertificateSigningRequest", APIVersion: "certificates.k8s.io/v1", Name: c.Name, UID: c.UID}, msg); err != nil {
+				return err
+			}
+			return emit(corev1.ObjectReference{Kind: "Node", Name: nodes[i].Name, UID: nodes[i].UID}, msg)
+		}}
+		if submitted {
+			return writefloor.MeasureStages(b, n, submit, approve, record)
 		}
-		_, err := eventsAPI.Create(ctx, event(ref, msg), metav1.CreateOptions{})
-		return err
-	})
-	return []writefloor.Ceiling{submit, approve, emit}
+		parallel(b, n, submitters, submit.Write)
+		return writefloor.MeasureStages(b, n, approve, record)
+	}
+	return measure("-queued", false), measure("-live", true)
 }
 
 // settledEventCount counts the CSRApproved events about this iteration's objects once

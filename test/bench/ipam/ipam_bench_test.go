@@ -120,7 +120,7 @@ func cidrPatch(uid types.UID, cidrs []string) []byte {
 // write on n new nodes named prefix-i (deleted again): the patch the
 // controller writes, with CIDRs of the sizes it assigns, by as many workers as
 // the controller has.
-func ceiling(b *testing.B, prefix string, n int) []writefloor.Ceiling {
+func ceiling(b *testing.B, prefix string, n int) writefloor.Ceiling {
 	b.Helper()
 	ctx := context.Background()
 	createNodes(b, prefix, n, false)
@@ -129,7 +129,7 @@ func ceiling(b *testing.B, prefix string, n int) []writefloor.Ceiling {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return []writefloor.Ceiling{writefloor.Measure(b, cidrWrite, len(list.Items), workers, func(i int) error {
+	return writefloor.Measure(b, cidrWrite, len(list.Items), workers, func(i int) error {
 		cidrs := []string{
 			netip.MustParsePrefix(fmt.Sprintf("10.%d.%d.0/24", i/256, i%256)).String(),
 			netip.MustParsePrefix(fmt.Sprintf("fd00:0:0:%x::/64", i)).String(),
@@ -137,7 +137,7 @@ func ceiling(b *testing.B, prefix string, n int) []writefloor.Ceiling {
 		_, err := env.Client.CoreV1().Nodes().Patch(ctx, list.Items[i].Name, types.JSONPatchType,
 			cidrPatch(list.Items[i].UID, cidrs), metav1.PatchOptions{FieldManager: ipam.ControllerName})
 		return err
-	})}
+	})
 }
 
 // counter reads a counter or gauge from the legacy registry.

@@ -2,7 +2,7 @@
 // against a real kube-apiserver. The figure is compared to its floor
 // (test/writefloor): the registrations and talos-ccm's writes, counted by the
 // API server, priced at the API server's parallel ceiling for the same writes
-// (as many workers as talos-ccm has), measured in the same run.
+// (by as many workers as talos-ccm has), measured in the same run.
 package talosccm
 
 import (
@@ -85,36 +85,37 @@ var (
 	statusWrite   = writefloor.Kind{Verb: "PUT", Resource: "nodes", Subresource: "status"}
 )
 
-// ceilings measures the API server's parallel write ceiling for each kind of
-// write the initialization of the nodes in done made, on new nodes of the same
-// shape named prefix-i: the same registrations (with the registrants'
-// concurrency), then the same update and the same status update as talos-ccm
-// wrote (with its workers). The nodes are deleted again.
-func ceilings(b *testing.B, prefix string, done []corev1.Node, registrants, workers int) []writefloor.Ceiling {
+// ceiling measures the API server's ceiling for the writes of the nodes in
+// done, issued as in the figure but with nothing else to do, on new nodes of
+// the same shape named prefix-i (deleted again): the same registrations by as
+// many registrants, and once a node is registered, the same update and status
+// update as talos-ccm wrote, one after the other, by as many workers as
+// talos-ccm has.
+func ceiling(b *testing.B, prefix string, done []corev1.Node, registrants, workers int) writefloor.Ceiling {
 	ctx := context.Background()
 	cs := env.Client.CoreV1().Nodes()
 	created := make([]*corev1.Node, len(done))
-	register := writefloor.Measure(b, registerWrite, len(done), registrants, func(i int) (err error) {
+	register := writefloor.Stage{Kinds: []writefloor.Kind{registerWrite}, Workers: registrants, Write: func(i int) (err error) {
 		created[i], err = cs.Create(ctx, registration(prefix+"-"+strconv.Itoa(i), done[i].Annotations[cloudproviderapi.AnnotationAlphaProvidedIPAddr]), metav1.CreateOptions{})
 		return err
-	})
-	update := writefloor.Measure(b, updateWrite, len(done), workers, func(i int) (err error) {
+	}}
+	initialize := writefloor.Stage{Kinds: []writefloor.Kind{updateWrite, statusWrite}, Workers: workers, Write: func(i int) error {
 		n := created[i].DeepCopy()
 		n.ManagedFields = nil // talos-ccm's node cache holds none
 		n.Spec.ProviderID, n.Spec.Taints = done[i].Spec.ProviderID, done[i].Spec.Taints
 		n.Labels, n.Annotations = done[i].Labels, done[i].Annotations
-		created[i], err = cs.Update(ctx, n, metav1.UpdateOptions{})
-		return err
-	})
-	status := writefloor.Measure(b, statusWrite, len(done), workers, func(i int) error {
-		n := created[i].DeepCopy()
+		n, err := cs.Update(ctx, n, metav1.UpdateOptions{})
+		if err != nil {
+			return err
+		}
 		n.ManagedFields = nil
 		n.Status.Addresses = done[i].Status.Addresses
-		_, err := cs.UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		_, err = cs.UpdateStatus(ctx, n, metav1.UpdateOptions{})
 		return err
-	})
+	}}
+	c := writefloor.MeasureStages(b, len(done), register, initialize)
 	parallelDo(len(done), registrants, func(i int) { _ = cs.Delete(ctx, prefix+"-"+strconv.Itoa(i), metav1.DeleteOptions{}) })
-	return []writefloor.Ceiling{register, update, status}
+	return c
 }
 
 func parallelDo(n, workers int, fn func(i int)) {
@@ -193,8 +194,9 @@ func floorMiB(b *testing.B) float64 {
 // with the defaults the chart ships, has initialized all of them. The writes in
 // that window (the registrations, talos-ccm's update and status update per
 // node) are counted by the API server and priced at its ceiling for the same
-// writes: registrations with as many registrants, talos-ccm's writes with as
-// many workers as talos-ccm (--concurrent-node-syncs).
+// writes issued the same way with nothing else to do (see ceiling): the
+// registrations by as many registrants, talos-ccm's writes by as many workers
+// as talos-ccm has (--concurrent-node-syncs).
 func BenchmarkInitialize1000Nodes(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -313,7 +315,7 @@ func BenchmarkInitialize1000Nodes(b *testing.B) {
 		b.Fatal(err)
 	}
 	workers := app.DefaultConcurrentNodeSyncs
-	best := writefloor.Best(ceilings(b, "ceiling-a", initialized, registrants, workers), ceilings(b, "ceiling-b", initialized, registrants, workers))
+	best := writefloor.Best(ceiling(b, "ceiling-a", initialized, registrants, workers), ceiling(b, "ceiling-b", initialized, registrants, workers))
 	apiFloor := writefloor.Floor{Writes: writes, Ceilings: best, Objects: nodes}
 
 	b.ReportMetric(rss, "talos-ccm-rss-MiB")
