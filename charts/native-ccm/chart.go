@@ -1,7 +1,8 @@
 // Package nativeccm embeds the generic lifecycle-only chart (this directory) so
 // that ccm-coordinator installs it without a chart repository.
 //
-// The chart files are data; coordinator/release loads them with the Helm SDK.
+// The chart files are data; coordinator/release/helm loads them with the Helm SDK
+// (and coordinator/release hashes them into the release digest).
 // This package must contain nothing but the embedding.
 package nativeccm
 

@@ -27,7 +27,7 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/controller"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
-	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release/helm"
 )
 
 // defaultGateImage is the --gate-image default. Image builds (hack/ship) set
@@ -118,7 +118,7 @@ func main() {
 		APIReader:     mgr.GetAPIReader(),
 		EventRecorder: eventRecorder,
 		Metrics:       runtimectrl.NewMetrics(mgr, recorder, v1.Finalizer),
-		Engine: release.NewEngine(restConfig, release.Options{
+		Engine: helm.NewEngine(restConfig, helm.Options{
 			Wait: *helmWait, Timeout: *helmTimeout, Log: log.WithName("helm"),
 		}),
 		Profiles: profiles,

@@ -4,5 +4,7 @@
 // upgrade, roll back or uninstall it. It records what it did as Flux-style
 // conditions and events, and reports conflicts it finds in the cluster.
 //
-// It never imports Helm: it talks to coordinator/release through ReleaseEngine.
+// It never imports Helm: it describes releases with coordinator/release and runs
+// them through ReleaseEngine (coordinator/release/helm, wired in by
+// cmd/ccm-coordinator).
 package controller

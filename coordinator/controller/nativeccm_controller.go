@@ -34,7 +34,7 @@ import (
 // ControllerName names the controller in events, logs and field ownership.
 const ControllerName = "ccm-coordinator"
 
-// ReleaseEngine runs one Helm action per call (coordinator/release.Engine).
+// ReleaseEngine runs one Helm action per call (coordinator/release/helm.Engine).
 type ReleaseEngine interface {
 	Get(ctx context.Context, namespace, name string) (*release.Info, error)
 	Install(ctx context.Context, req release.Request) (*release.Info, error)

@@ -32,6 +32,7 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release/helm"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release/releasetest"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
@@ -167,7 +168,7 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 		Client:        mgr.GetClient(),
 		APIReader:     mgr.GetAPIReader(),
 		EventRecorder: rec,
-		Engine:        release.NewEngine(e.Config, release.Options{Wait: false, Timeout: time.Minute, Log: ctrl.Log.WithName("helm")}),
+		Engine:        helm.NewEngine(e.Config, helm.Options{Wait: false, Timeout: time.Minute, Log: ctrl.Log.WithName("helm")}),
 		Profiles:      profiles,
 		// The gate, wired as cmd/ccm-coordinator wires it: every release is
 		// checked against the fence, gets its parameters and the ccm-gate sidecar.

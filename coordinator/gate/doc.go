@@ -13,7 +13,7 @@
 //     CCM at it through a generated loopback kubeconfig (Sidecar), and the hook
 //     the NativeCCM reconciler calls for every release (Coordinator.Mutators).
 //
-// It must not run Helm or decide whether a release exists (coordinator/release
+// It must not run Helm or decide whether a release exists (coordinator/release/helm
 // and coordinator/controller do), and it does not proxy HTTP itself
 // (coordinator/gate/proxy does).
 package gate

@@ -23,6 +23,7 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release/helm"
 )
 
 const gateImage = "ghcr.io/hybrid-ccm/ccm-gate:test"
@@ -44,7 +45,7 @@ func renderGated(t *testing.T, name string) (release.Request, gate.Sidecar, []*u
 	}
 	s := gate.SidecarFor(req.Lifecycle, gateImage)
 	req.Mutators = []release.Mutator{s}
-	out, err := release.NewEngine(nil, release.Options{}).Render(context.Background(), req)
+	out, err := helm.NewEngine(nil, helm.Options{}).Render(context.Background(), req)
 	var chartErr *release.ChartError
 	if errors.As(err, &chartErr) {
 		t.Skipf("profile %s: chart not available offline: %v", name, err)

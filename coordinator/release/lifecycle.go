@@ -109,8 +109,9 @@ func (l Lifecycle) Username() string {
 	return "system:serviceaccount:" + l.Namespace + ":" + l.ServiceAccountName()
 }
 
-// enforcedArgs are replaced wherever they appear (args or command).
-func (l Lifecycle) enforcedArgs() []string {
+// EnforcedArgs are the flags every native CCM runs with; the post-renderer
+// replaces any other spelling of them wherever they appear (args or command).
+func (l Lifecycle) EnforcedArgs() []string {
 	controllers := LifecycleController
 	if l.LoadBalancers != nil {
 		controllers += "," + l.LoadBalancers.Controller
@@ -304,7 +305,7 @@ func (l Lifecycle) enforceWorkload(w *unstructured.Unstructured) error {
 	if p != 0 {
 		oldPort = p
 	}
-	c.Args = append(c.Args, l.enforcedArgs()...)
+	c.Args = append(c.Args, l.EnforcedArgs()...)
 	for _, a := range l.Args {
 		c.Args = setFlag(c.Args, a)
 	}

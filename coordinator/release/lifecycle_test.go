@@ -1,10 +1,12 @@
-package release
+package release_test
 
 import (
 	"strings"
 	"testing"
 
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release/releasetest"
 )
 
 // upstreamLike is what an upstream CCM chart typically renders: default
@@ -50,7 +52,7 @@ spec:
 `
 
 func TestLifecycleEnforcesOnUpstreamManifests(t *testing.T) {
-	l := Lifecycle{
+	l := release.Lifecycle{
 		Release: "native-ccm-azure", Namespace: "kube-system", Platform: "azure",
 		LeaseName: "native-ccm-azure", SecurePort: 10271, Image: "mcr/azure-ccm:v2",
 		Args: []string{"--v=4", "--configure-cloud-routes=false"},
@@ -58,32 +60,32 @@ func TestLifecycleEnforcesOnUpstreamManifests(t *testing.T) {
 		// the upstream chart runs on the host network, as the profile declares
 		HostNetwork: true,
 	}
-	m, err := parseManifests([]byte(upstreamLike))
+	m, err := release.ParseManifests([]byte(upstreamLike))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := l.Mutate(m); err != nil {
 		t.Fatal(err)
 	}
-	out, err := m.encode()
+	out, err := m.Encode()
 	if err != nil {
 		t.Fatal(err)
 	}
-	rendered := out.String()
-	assertLifecycleOnly(t, rendered, l)
-	assertLifecycleRules(t, rendered)
+	rendered := string(out)
+	releasetest.AssertLifecycleOnly(t, rendered, l)
+	releasetest.AssertLifecycleRules(t, rendered)
 
-	d := decode(t, rendered)
-	c := d.deployments[0].Spec.Template.Spec.Containers[0]
+	d := releasetest.Decode(t, rendered)
+	c := d.Deployments[0].Spec.Template.Spec.Containers[0]
 	tests := []struct {
 		// what is checked.
 		name string
 		// ok is the check's outcome.
 		ok bool
 	}{
-		{"node-manager DaemonSet dropped", len(d.daemonSets) == 0},
+		{"node-manager DaemonSet dropped", len(d.DaemonSets) == 0},
 		{"cluster-admin binding dropped", !strings.Contains(rendered, "cluster-admin")},
-		{"foreign ServiceAccount dropped", len(d.sas) == 1 && d.sas[0].Name == "native-ccm-azure"},
+		{"foreign ServiceAccount dropped", len(d.ServiceAccounts) == 1 && d.ServiceAccounts[0].Name == "native-ccm-azure"},
 		{"command keeps binary and non-enforced flags", strings.Join(c.Command, " ") == "/bin/ccm --cloud-provider=x"},
 		{"two-token --controllers value removed", !strings.Contains(strings.Join(c.Command, " "), "*")},
 		{"profile arg replaces same flag", strings.Count(strings.Join(c.Args, " "), "--v=") == 1 && strings.Contains(strings.Join(c.Args, " "), "--v=4")},
@@ -91,7 +93,7 @@ func TestLifecycleEnforcesOnUpstreamManifests(t *testing.T) {
 		{"image enforced", c.Image == "mcr/azure-ccm:v2"},
 		{"container and host port moved", c.Ports[0].ContainerPort == 10271 && c.Ports[0].HostPort == 10271},
 		{"probe port moved", c.LivenessProbe.HTTPGet.Port.IntValue() == 10271},
-		{"workload labelled as ours", d.deployments[0].Labels[ManagedByLabel] == ManagedByValue},
+		{"workload labelled as ours", d.Deployments[0].Labels[release.ManagedByLabel] == release.ManagedByValue},
 	}
 	for _, tt := range tests {
 		if !tt.ok {
@@ -101,8 +103,8 @@ func TestLifecycleEnforcesOnUpstreamManifests(t *testing.T) {
 }
 
 func TestLifecycleRejectsAmbiguousWorkloads(t *testing.T) {
-	l := Lifecycle{Release: "r", Namespace: "n", Platform: "p", LeaseName: "r", SecurePort: 10300}
-	m, err := parseManifests([]byte(upstreamLike))
+	l := release.Lifecycle{Release: "r", Namespace: "n", Platform: "p", LeaseName: "r", SecurePort: 10300}
+	m, err := release.ParseManifests([]byte(upstreamLike))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +120,7 @@ func TestFromProfileRejectsEnforcedOverrideArgs(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, _ := set.Get("hcloud")
-	_, err = FromProfile(p, Instance{ReleaseName: "r", Namespace: "n", Platform: "hcloud", Args: []string{"--controllers=*"}})
+	_, err = release.FromProfile(p, release.Instance{ReleaseName: "r", Namespace: "n", Platform: "hcloud", Args: []string{"--controllers=*"}})
 	if err == nil || !strings.Contains(err.Error(), "spec.overrides.args[0]") {
 		t.Fatalf("err = %v", err)
 	}

@@ -3,15 +3,19 @@ package release
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
+	"sync"
 	"text/template"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	nativeccm "github.com/hybrid-ccm/hybrid-ccm/charts/native-ccm"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 )
 
@@ -243,8 +247,8 @@ func renderValues(v any, ctx ValuesContext) (any, error) {
 // up to date. It is a valid label value (stored on the release).
 func (r Request) Digest() string {
 	type mut struct{ Name, Fingerprint string }
-	muts := []mut{{r.Lifecycle.Name(), r.Lifecycle.Fingerprint()}}
-	for _, m := range r.Mutators {
+	var muts []mut
+	for _, m := range r.mutators() {
 		muts = append(muts, mut{m.Name(), m.Fingerprint()})
 	}
 	chartRef := struct {
@@ -262,3 +266,22 @@ func (r Request) Digest() string {
 	}{chartRef, r.Values, muts})
 	return fmt.Sprintf("%x", sha256.Sum256(b))[:40]
 }
+
+// builtinChartDigest identifies the embedded chart's content (charts/native-ccm).
+var builtinChartDigest = sync.OnceValue(func() string {
+	h := sha256.New()
+	// An unreadable embedded chart fails to load in the engine, which says why.
+	_ = fs.WalkDir(nativeccm.Files, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := fs.ReadFile(nativeccm.Files, p)
+		if err != nil {
+			return err
+		}
+		h.Write([]byte(p))
+		h.Write(data)
+		return nil
+	})
+	return hex.EncodeToString(h.Sum(nil))[:16]
+})

@@ -1,5 +1,5 @@
-// Package releasetest holds fixtures shared by the tests of the Helm engine
-// and of the coordinator.
+// Package releasetest holds fixtures and assertions shared by the tests of the
+// release description, the Helm engine and the coordinator. Only tests import it.
 package releasetest
 
 // UpstreamRBACTemplate is the RBAC a typical upstream CCM chart ships, as a

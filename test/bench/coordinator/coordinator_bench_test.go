@@ -27,6 +27,7 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/controller"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release/helm"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
 
@@ -40,7 +41,7 @@ const (
 var (
 	env    *testenv.Env
 	k8s    client.Client
-	engine *release.Engine
+	engine *helm.Engine
 	set    *profile.Set
 )
 
@@ -107,7 +108,7 @@ func start(ctx context.Context) (<-chan struct{}, error) {
 	if err != nil {
 		return nil, err
 	}
-	engine = release.NewEngine(env.Config, release.Options{Wait: false})
+	engine = helm.NewEngine(env.Config, helm.Options{Wait: false})
 	r := &controller.NativeCCMReconciler{
 		Client:               mgr.GetClient(),
 		APIReader:            mgr.GetAPIReader(),
@@ -163,7 +164,7 @@ func plainInstall(ctx context.Context, b *testing.B, p *profile.Profile, name st
 		b.Fatal(err)
 	}
 	start := time.Now()
-	if err := release.PlainInstall(ctx, env.Config, req); err != nil {
+	if err := helm.PlainInstall(ctx, env.Config, req); err != nil {
 		b.Fatal(err)
 	}
 	d := time.Since(start)

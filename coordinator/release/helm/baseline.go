@@ -1,11 +1,14 @@
-package release
+package helm
 
 import (
 	"context"
 	"fmt"
+	"maps"
 
 	"helm.sh/helm/v3/pkg/action"
 	"k8s.io/client-go/rest"
+
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 )
 
 // PlainInstall does what `helm install` does with a request's chart and values:
@@ -14,15 +17,15 @@ import (
 //
 // For the builtin chart, the chart renders the ServiceAccount and RBAC itself
 // (its standalone mode), so both sides create the same set of objects.
-func PlainInstall(ctx context.Context, cfg *rest.Config, req Request) error {
-	const op = "release/PlainInstall"
+func PlainInstall(ctx context.Context, cfg *rest.Config, req release.Request) error {
+	const op = "helm.PlainInstall"
 	ch, err := (&chartSource{}).load(ctx, req.Chart)
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	values := req.Values
 	if req.Chart.Source == "builtin" {
-		values = deepCopyValues(req.Values)
+		values = maps.Clone(req.Values) // the request keeps its own
 		values["serviceAccount"] = map[string]any{"create": true, "name": req.Name}
 		values["rbac"] = map[string]any{"create": true}
 	}

@@ -1,4 +1,4 @@
-package release
+package helm
 
 import (
 	"bytes"
@@ -26,14 +26,12 @@ import (
 var (
 	builtinOnce   sync.Once
 	builtinFiles  []*loader.BufferedFile
-	builtinSum    string
 	builtinErr    error
 	maxChartBytes int64 = 20 << 20
 )
 
 func loadBuiltinFiles() {
 	builtinOnce.Do(func() {
-		h := sha256.New()
 		builtinErr = fs.WalkDir(nativeccm.Files, ".", func(p string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() {
 				return err
@@ -43,18 +41,9 @@ func loadBuiltinFiles() {
 				return err
 			}
 			builtinFiles = append(builtinFiles, &loader.BufferedFile{Name: p, Data: data})
-			h.Write([]byte(p))
-			h.Write(data)
 			return nil
 		})
-		builtinSum = hex.EncodeToString(h.Sum(nil))[:16]
 	})
-}
-
-// builtinChartDigest identifies the embedded chart's content.
-func builtinChartDigest() string {
-	loadBuiltinFiles()
-	return builtinSum
 }
 
 // BuiltinChart loads the embedded generic chart charts/native-ccm.
@@ -127,7 +116,7 @@ func (s *chartSource) get(ctx context.Context, u string) ([]byte, error) {
 }
 
 func (s *chartSource) fromRepository(ctx context.Context, c profile.Chart) ([]byte, error) {
-	const op = "release/chartSource.fromRepository"
+	const op = "helm/chartSource.fromRepository"
 	base := strings.TrimSuffix(c.Repository, "/") + "/"
 	raw, err := s.get(ctx, base+"index.yaml")
 	if err != nil {
@@ -181,7 +170,7 @@ func (s *chartSource) fromRepository(ctx context.Context, c profile.Chart) ([]by
 }
 
 func (s *chartSource) fromOCI(c profile.Chart) ([]byte, error) {
-	const op = "release/chartSource.fromOCI"
+	const op = "helm/chartSource.fromOCI"
 	ref := strings.TrimPrefix(strings.TrimSuffix(c.Repository, "/"), "oci://")
 	if c.Name != "" {
 		ref += "/" + c.Name

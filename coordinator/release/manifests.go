@@ -60,26 +60,33 @@ type Mutator interface {
 	Mutate(m *Manifests) error
 }
 
-// postRenderer runs mutators as a Helm post-renderer (postrender.PostRenderer).
-type postRenderer struct {
-	mutators []Mutator
-}
-
-func (p postRenderer) Run(rendered *bytes.Buffer) (*bytes.Buffer, error) {
-	const op = "release/postRenderer.Run"
-	m, err := parseManifests(rendered.Bytes())
+// PostRender runs every mutator of the request over manifests as Helm
+// rendered them, the lifecycle enforcement first, and returns the result.
+// The Helm engine calls it as its post-renderer; it is the same for every
+// chart source.
+func (r Request) PostRender(rendered []byte) ([]byte, error) {
+	const op = "release/Request.PostRender"
+	m, err := ParseManifests(rendered)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	for _, mu := range p.mutators {
+	for _, mu := range r.mutators() {
 		if err := mu.Mutate(m); err != nil {
 			return nil, fmt.Errorf("%s: %s: %w", op, mu.Name(), err)
 		}
 	}
-	return m.encode()
+	return m.Encode()
 }
 
-func parseManifests(data []byte) (*Manifests, error) {
+// mutators are the mutators every rendered manifest of the request goes
+// through, in order: the lifecycle enforcement, then Mutators.
+func (r Request) mutators() []Mutator {
+	return append([]Mutator{r.Lifecycle}, r.Mutators...)
+}
+
+// ParseManifests reads rendered manifests (YAML documents or JSON, lists
+// flattened) into objects.
+func ParseManifests(data []byte) (*Manifests, error) {
 	m := &Manifests{}
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
 	for {
@@ -111,8 +118,9 @@ func parseManifests(data []byte) (*Manifests, error) {
 	return m, nil
 }
 
-func (m *Manifests) encode() (*bytes.Buffer, error) {
-	out := &bytes.Buffer{}
+// Encode writes the objects as YAML documents, in order.
+func (m *Manifests) Encode() ([]byte, error) {
+	var out bytes.Buffer
 	for _, o := range m.Objects {
 		b, err := yaml.Marshal(o.Object)
 		if err != nil {
@@ -121,5 +129,5 @@ func (m *Manifests) encode() (*bytes.Buffer, error) {
 		out.WriteString("---\n")
 		out.Write(b)
 	}
-	return out, nil
+	return out.Bytes(), nil
 }

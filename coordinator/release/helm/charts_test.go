@@ -1,4 +1,4 @@
-package release
+package helm
 
 import (
 	"path/filepath"
@@ -13,6 +13,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release/releasetest"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
 
@@ -48,7 +50,7 @@ func TestCoordinatorChart(t *testing.T) {
 	if !strings.Contains(out, "--profile-overrides=/etc/hybrid-ccm/profiles") {
 		t.Error("overrides not passed to the coordinator")
 	}
-	m, err := parseManifests([]byte(out))
+	m, err := release.ParseManifests([]byte(out))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,12 +101,12 @@ func TestNativeCCMChartStandalone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := decode(t, out)
-	if len(d.sas) != 1 || len(d.clusterRole) != 1 || len(d.roles) != 1 || len(d.roles[0].Rules) != 1 {
-		t.Errorf("objects = %v, lease role %+v", d.kinds, d.roles)
+	d := releasetest.Decode(t, out)
+	if len(d.ServiceAccounts) != 1 || len(d.ClusterRoles) != 1 || len(d.Roles) != 1 || len(d.Roles[0].Rules) != 1 {
+		t.Errorf("objects = %v, lease role %+v", d.Kinds, d.Roles)
 	}
-	assertDelegatedAuthn(t, d, "x", "hybrid-ccm-system")
-	assertLifecycleOnly(t, out, Lifecycle{Release: "x", Namespace: "hybrid-ccm-system", LeaseName: "x", SecurePort: 10270})
+	releasetest.AssertDelegatedAuthn(t, d, "x", "hybrid-ccm-system")
+	releasetest.AssertLifecycleOnly(t, out, release.Lifecycle{Release: "x", Namespace: "hybrid-ccm-system", LeaseName: "x", SecurePort: 10270})
 	if _, err := renderChartDir(t, "native-ccm", map[string]any{"args": []any{"--controllers=*"}}); err == nil {
 		t.Error("schema accepted --controllers in args")
 	}

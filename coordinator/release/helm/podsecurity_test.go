@@ -1,4 +1,4 @@
-package release
+package helm
 
 import (
 	"context"
@@ -8,18 +8,20 @@ import (
 	"unicode/utf8"
 
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release/releasetest"
 )
 
 // hcloudRequest is the request of the built-in hcloud profile with values
 // merged over what the profile renders (as spec.overrides.values does).
-func hcloudRequest(t testing.TB, values map[string]any) Request {
+func hcloudRequest(t testing.TB, values map[string]any) release.Request {
 	t.Helper()
 	set, err := profile.Builtin()
 	if err != nil {
 		t.Fatal(err)
 	}
 	p, _ := set.Get("hcloud")
-	req, err := FromProfile(p, Instance{ReleaseName: "native-ccm-hcloud", Namespace: "kube-system", Platform: "hcloud", Values: values})
+	req, err := release.FromProfile(p, release.Instance{ReleaseName: "native-ccm-hcloud", Namespace: "kube-system", Platform: "hcloud", Values: values})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +97,7 @@ func TestUnsafePodIsRefused(t *testing.T) {
 			}
 			// What another chart could render: added to the pod, then the
 			// post-renderer's lifecycle mutator again.
-			m, err := parseManifests([]byte(rendered))
+			m, err := release.ParseManifests([]byte(rendered))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -117,15 +119,15 @@ func TestUnsafePodIsRefused(t *testing.T) {
 	}
 }
 
-func renderWith(req Request) (string, error) {
+func renderWith(req release.Request) (string, error) {
 	return NewEngine(nil, Options{}).Render(context.Background(), req)
 }
 
 func checkRefused(t *testing.T, err error, field string) {
 	t.Helper()
-	var refused *RefusedError
+	var refused *release.RefusedError
 	if !errors.As(err, &refused) {
-		t.Fatalf("err = %v, want a RefusedError for %s", err, field)
+		t.Fatalf("err = %v, want a release.RefusedError for %s", err, field)
 	}
 	if refused.Field != field || !strings.Contains(err.Error(), field) {
 		t.Errorf("refused field %q (%v), want %q", refused.Field, err, field)
@@ -173,11 +175,11 @@ func FuzzNativeCCMChartValues(f *testing.F) {
 		if err != nil {
 			return // refused: fine, as long as it did not panic
 		}
-		d := decode(t, out)
-		if len(d.deployments) != 1 {
-			t.Fatalf("deployments: %v", d.kinds)
+		d := releasetest.Decode(t, out)
+		if len(d.Deployments) != 1 {
+			t.Fatalf("deployments: %v", d.Kinds)
 		}
-		spec := d.deployments[0].Spec.Template.Spec
+		spec := d.Deployments[0].Spec.Template.Spec
 		if spec.HostPID || spec.HostIPC || spec.HostNetwork || len(spec.InitContainers) != 0 || len(spec.Containers) != 1 || len(spec.Volumes) > 1 {
 			t.Fatalf("value %q changed the pod's shape: %+v", s, spec)
 		}

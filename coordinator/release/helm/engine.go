@@ -1,11 +1,14 @@
-// Package release owns Helm: it installs, upgrades, rolls back and uninstalls
+// Package helm owns Helm: it installs, upgrades, rolls back and uninstalls
 // native CCM releases with the helm.sh/helm/v3 action SDK (history in Secrets),
 // loads charts (embedded generic chart, HTTP chart repositories, OCI registries)
-// and enforces lifecycle-only operation through a post-renderer of mutators.
+// and runs every rendered manifest through the request's mutators
+// (coordinator/release) as a post-renderer.
 //
 // It runs one action per call and neither decides which action to run nor
-// records status: that is the controller's job. No other package imports Helm.
-package release
+// records status: that is the controller's job. No other package imports Helm
+// (cmd/ccm-coordinator wires it in); what a release is lives in the Helm-free
+// coordinator/release.
+package helm
 
 import (
 	"context"
@@ -24,10 +27,9 @@ import (
 	helmrelease "helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/storage/driver"
 	"k8s.io/client-go/rest"
-)
 
-// DigestLabel is the release label holding Request.Digest.
-const DigestLabel = "hybridccm.io/digest"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
+)
 
 // Options tune the engine.
 type Options struct {
@@ -43,31 +45,6 @@ type Options struct {
 	RegistryPlainHTTP bool
 	// Log receives Helm's debug output at V(4).
 	Log logr.Logger
-}
-
-// Info describes the latest revision of a release.
-type Info struct {
-	Name      string
-	Namespace string
-	// Revision is the latest revision number.
-	Revision int
-	// Status is Helm's status of that revision (deployed, failed, pending-install, ...).
-	Status string
-	// Chart is name@version.
-	Chart string
-	// Digest is the request digest the revision was made from.
-	Digest string
-	// LastDeployed is the newest revision that was deployed successfully
-	// (deployed or superseded), 0 when none was.
-	LastDeployed int
-}
-
-// Deployed is true when the latest revision is deployed.
-func (i *Info) Deployed() bool { return i != nil && i.Status == string(helmrelease.StatusDeployed) }
-
-// Pending is true when the latest revision is stuck in a pending state.
-func (i *Info) Pending() bool {
-	return i != nil && helmrelease.Status(i.Status).IsPending()
 }
 
 // Engine runs Helm actions against one cluster.
@@ -127,8 +104,8 @@ func (e *Engine) config(namespace string) (*action.Configuration, error) {
 }
 
 // Get returns the latest revision of a release, or nil when there is none.
-func (e *Engine) Get(_ context.Context, namespace, name string) (*Info, error) {
-	const op = "release/Engine.Get"
+func (e *Engine) Get(_ context.Context, namespace, name string) (*release.Info, error) {
+	const op = "helm/Engine.Get"
 	cfg, err := e.config(namespace)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
@@ -141,7 +118,7 @@ func (e *Engine) Get(_ context.Context, namespace, name string) (*Info, error) {
 		return nil, fmt.Errorf("%s: %s/%s: %w", op, namespace, name, err)
 	}
 	var latest *helmrelease.Release
-	info := &Info{}
+	info := &release.Info{}
 	for _, r := range hist {
 		if latest == nil || r.Version > latest.Version {
 			latest = r
@@ -154,7 +131,7 @@ func (e *Engine) Get(_ context.Context, namespace, name string) (*Info, error) {
 	return info, nil
 }
 
-func fill(info *Info, r *helmrelease.Release) {
+func fill(info *release.Info, r *helmrelease.Release) {
 	info.Name, info.Namespace, info.Revision = r.Name, r.Namespace, r.Version
 	if r.Info != nil {
 		info.Status = r.Info.Status.String()
@@ -162,30 +139,20 @@ func fill(info *Info, r *helmrelease.Release) {
 	if r.Chart != nil && r.Chart.Metadata != nil {
 		info.Chart = r.Chart.Metadata.Name + "@" + r.Chart.Metadata.Version
 	}
-	info.Digest = r.Labels[DigestLabel]
+	info.Digest = r.Labels[release.DigestLabel]
 }
 
-func (e *Engine) mutators(req Request) []Mutator {
-	return append([]Mutator{req.Lifecycle}, req.Mutators...)
-}
-
-func (e *Engine) loadChart(ctx context.Context, req Request) (*chart.Chart, error) {
+func (e *Engine) loadChart(ctx context.Context, req release.Request) (*chart.Chart, error) {
 	ch, err := e.charts.load(ctx, req.Chart)
 	if err != nil {
-		return nil, &ChartError{Err: err}
+		return nil, &release.ChartError{Err: err}
 	}
 	return ch, nil
 }
 
-// ChartError is a failure to fetch or load a chart.
-type ChartError struct{ Err error }
-
-func (e *ChartError) Error() string { return "load chart: " + e.Err.Error() }
-func (e *ChartError) Unwrap() error { return e.Err }
-
 // Install installs revision 1 of the release.
-func (e *Engine) Install(ctx context.Context, req Request) (*Info, error) {
-	const op = "release/Engine.Install"
+func (e *Engine) Install(ctx context.Context, req release.Request) (*release.Info, error) {
+	const op = "helm/Engine.Install"
 	cfg, err := e.config(req.Namespace)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
@@ -197,17 +164,17 @@ func (e *Engine) Install(ctx context.Context, req Request) (*Info, error) {
 	in := action.NewInstall(cfg)
 	in.ReleaseName, in.Namespace = req.Name, req.Namespace
 	in.Wait, in.Timeout = e.opts.Wait, e.opts.Timeout
-	in.PostRenderer = postRenderer{mutators: e.mutators(req)}
-	in.Labels = map[string]string{DigestLabel: req.Digest()}
+	in.PostRenderer = postRenderer{req: req}
+	in.Labels = map[string]string{release.DigestLabel: req.Digest()}
 	in.Description = "installed by ccm-coordinator"
 	rel, err := in.RunWithContext(ctx, ch, req.Values)
 	if err != nil {
 		if strings.Contains(err.Error(), nameInUse) {
-			err = fmt.Errorf("%w: %v", ErrNameInUse, err)
+			err = fmt.Errorf("%w: %v", release.ErrNameInUse, err)
 		}
 		return e.infoAfter(ctx, req, fmt.Errorf("%s: %s/%s: %w", op, req.Namespace, req.Name, err))
 	}
-	info := &Info{LastDeployed: rel.Version}
+	info := &release.Info{LastDeployed: rel.Version}
 	fill(info, rel)
 	return info, nil
 }
@@ -215,13 +182,9 @@ func (e *Engine) Install(ctx context.Context, req Request) (*Info, error) {
 // nameInUse is what Helm's install says when the release already exists.
 const nameInUse = "cannot re-use a name that is still in use"
 
-// ErrNameInUse: Install found the release already there (someone — usually an
-// earlier reconcile whose status the caller has not seen yet — installed it).
-var ErrNameInUse = errors.New("release already exists")
-
 // Upgrade makes a new revision of an existing release.
-func (e *Engine) Upgrade(ctx context.Context, req Request) (*Info, error) {
-	const op = "release/Engine.Upgrade"
+func (e *Engine) Upgrade(ctx context.Context, req release.Request) (*release.Info, error) {
+	const op = "helm/Engine.Upgrade"
 	cfg, err := e.config(req.Namespace)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
@@ -234,8 +197,8 @@ func (e *Engine) Upgrade(ctx context.Context, req Request) (*Info, error) {
 	up.Namespace = req.Namespace
 	up.Wait, up.Timeout = e.opts.Wait, e.opts.Timeout
 	up.MaxHistory = e.opts.MaxHistory
-	up.PostRenderer = postRenderer{mutators: e.mutators(req)}
-	up.Labels = map[string]string{DigestLabel: req.Digest()}
+	up.PostRenderer = postRenderer{req: req}
+	up.Labels = map[string]string{release.DigestLabel: req.Digest()}
 	up.Description = "upgraded by ccm-coordinator"
 	// Values are the complete desired state, never merged with earlier ones.
 	up.ResetValues = true
@@ -243,13 +206,13 @@ func (e *Engine) Upgrade(ctx context.Context, req Request) (*Info, error) {
 	if err != nil {
 		return e.infoAfter(ctx, req, fmt.Errorf("%s: %s/%s: %w", op, req.Namespace, req.Name, err))
 	}
-	info := &Info{LastDeployed: rel.Version}
+	info := &release.Info{LastDeployed: rel.Version}
 	fill(info, rel)
 	return info, nil
 }
 
 // infoAfter returns the release state after a failed action with the error.
-func (e *Engine) infoAfter(ctx context.Context, req Request, err error) (*Info, error) {
+func (e *Engine) infoAfter(ctx context.Context, req release.Request, err error) (*release.Info, error) {
 	info, gerr := e.Get(ctx, req.Namespace, req.Name)
 	if gerr != nil {
 		return nil, errors.Join(err, gerr)
@@ -258,8 +221,8 @@ func (e *Engine) infoAfter(ctx context.Context, req Request, err error) (*Info, 
 }
 
 // Rollback returns the release to its newest successfully deployed revision.
-func (e *Engine) Rollback(ctx context.Context, namespace, name string) (*Info, error) {
-	const op = "release/Engine.Rollback"
+func (e *Engine) Rollback(ctx context.Context, namespace, name string) (*release.Info, error) {
+	const op = "helm/Engine.Rollback"
 	cfg, err := e.config(namespace)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
@@ -276,14 +239,14 @@ func (e *Engine) Rollback(ctx context.Context, namespace, name string) (*Info, e
 	rb.Wait, rb.Timeout = e.opts.Wait, e.opts.Timeout
 	rb.MaxHistory = e.opts.MaxHistory
 	if err := rb.Run(name); err != nil {
-		return e.infoAfter(ctx, Request{Namespace: namespace, Name: name}, fmt.Errorf("%s: %s/%s to revision %d: %w", op, namespace, name, info.LastDeployed, err))
+		return e.infoAfter(ctx, release.Request{Namespace: namespace, Name: name}, fmt.Errorf("%s: %s/%s to revision %d: %w", op, namespace, name, info.LastDeployed, err))
 	}
 	return e.Get(ctx, namespace, name)
 }
 
 // Uninstall removes the release and its history. A missing release is not an error.
 func (e *Engine) Uninstall(_ context.Context, namespace, name string) error {
-	const op = "release/Engine.Uninstall"
+	const op = "helm/Engine.Uninstall"
 	cfg, err := e.config(namespace)
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
@@ -301,7 +264,7 @@ func (e *Engine) Uninstall(_ context.Context, namespace, name string) error {
 // Unlock marks a release stuck in a pending state (an operation interrupted by
 // a restart) as failed, so that the next action can proceed.
 func (e *Engine) Unlock(_ context.Context, namespace, name string) error {
-	const op = "release/Engine.Unlock"
+	const op = "helm/Engine.Unlock"
 	cfg, err := e.config(namespace)
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
@@ -322,8 +285,8 @@ func (e *Engine) Unlock(_ context.Context, namespace, name string) error {
 
 // Render returns the manifests a request would install, after every mutator,
 // without talking to a cluster.
-func (e *Engine) Render(ctx context.Context, req Request) (string, error) {
-	const op = "release/Engine.Render"
+func (e *Engine) Render(ctx context.Context, req release.Request) (string, error) {
+	const op = "helm/Engine.Render"
 	ch, err := e.loadChart(ctx, req)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", op, err)
@@ -333,7 +296,7 @@ func (e *Engine) Render(ctx context.Context, req Request) (string, error) {
 	in.ReleaseName, in.Namespace = req.Name, req.Namespace
 	in.DryRun, in.ClientOnly, in.Replace = true, true, true
 	in.KubeVersion = &chartutil.KubeVersion{Version: "v1.34.4", Major: "1", Minor: "34"}
-	in.PostRenderer = postRenderer{mutators: e.mutators(req)}
+	in.PostRenderer = postRenderer{req: req}
 	rel, err := in.RunWithContext(ctx, ch, req.Values)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", op, err)

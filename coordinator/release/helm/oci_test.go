@@ -1,4 +1,4 @@
-package release
+package helm
 
 import (
 	"context"
@@ -25,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release/releasetest"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
@@ -105,7 +106,7 @@ func pushChart(t *testing.T, rc *registry.Client, host, name, version, build str
 
 // ociRequest is the hcloud profile installing chart <repository>/fake-ccm at
 // version from an OCI registry.
-func ociRequest(t *testing.T, repository, version, namespace string) Request {
+func ociRequest(t *testing.T, repository, version, namespace string) release.Request {
 	t.Helper()
 	set, err := profile.Builtin()
 	if err != nil {
@@ -117,7 +118,7 @@ func ociRequest(t *testing.T, repository, version, namespace string) Request {
 		Source: profile.ChartOCI, Repository: repository, Name: "fake-ccm", Version: version,
 		Values: map[string]any{"secretName": "{{ .SecretName }}", "image": "{{ .Image.Repository }}:{{ .Image.Tag }}"},
 	}
-	req, err := FromProfile(&q, Instance{ReleaseName: "native-ccm-oci", Namespace: namespace, Platform: "hcloud"})
+	req, err := release.FromProfile(&q, release.Instance{ReleaseName: "native-ccm-oci", Namespace: namespace, Platform: "hcloud"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,9 +168,9 @@ func TestOCIChartInstalledFromRegistry(t *testing.T) {
 	t.Run("wrong version names the reference", func(t *testing.T) {
 		req := ociRequest(t, repository, "9.9.9", ns)
 		info, err := e.Install(ctx, req)
-		var ce *ChartError
+		var ce *release.ChartError
 		if !errors.As(err, &ce) {
-			t.Fatalf("err = %v, want a ChartError", err)
+			t.Fatalf("err = %v, want a release.ChartError", err)
 		}
 		t.Log(err)
 		ref := host + "/charts/fake-ccm:9.9.9"
@@ -204,8 +205,8 @@ func TestOCIChartInstalledFromRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	assertLifecycleOnly(t, rel.Manifest, req.Lifecycle)
-	assertLifecycleRules(t, rel.Manifest)
+	releasetest.AssertLifecycleOnly(t, rel.Manifest, req.Lifecycle)
+	releasetest.AssertLifecycleRules(t, rel.Manifest)
 
 	// And what the API server holds.
 	d, err := env.Client.AppsV1().Deployments(ns).Get(ctx, "native-ccm-oci-upstream", metav1.GetOptions{})
@@ -289,7 +290,7 @@ func TestOCIChartPlainHTTP(t *testing.T) {
 
 	_, err = NewEngine(nil, Options{}).Render(context.Background(), req)
 	t.Log(err)
-	var ce *ChartError
+	var ce *release.ChartError
 	if !errors.As(err, &ce) || !strings.Contains(err.Error(), host+"/charts/fake-ccm:1.0.0") {
 		t.Errorf("default (TLS) engine against a plain HTTP registry: err = %v", err)
 	}
@@ -297,5 +298,5 @@ func TestOCIChartPlainHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	assertLifecycleOnly(t, out, req.Lifecycle)
+	releasetest.AssertLifecycleOnly(t, out, req.Lifecycle)
 }
