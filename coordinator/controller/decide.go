@@ -1,0 +1,85 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/fluxcd/pkg/apis/meta"
+	"github.com/fluxcd/pkg/runtime/conditions"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
+)
+
+// wanted applies the install policy. requeue > 0 asks for a look again when a
+// grace period ends.
+func (r *NativeCCMReconciler) wanted(obj *v1.NativeCCM) (want bool, reason string, requeue time.Duration) {
+	switch obj.InstallPolicy() {
+	case v1.InstallNever:
+		return false, v1.InstallDisabledReason, 0
+	case v1.InstallAlways:
+		return true, "", 0
+	}
+	if obj.Status.Nodes > 0 {
+		return true, "", 0
+	}
+	if obj.Status.Release == nil {
+		return false, v1.NoNodesReason, 0
+	}
+	grace := r.UninstallGracePeriod
+	if obj.Spec.UninstallGracePeriod != nil {
+		grace = obj.Spec.UninstallGracePeriod.Duration
+	}
+	left := obj.Status.NoNodesSince.Add(grace).Sub(r.now())
+	if left > 0 {
+		return true, v1.UninstallPendingReason, left
+	}
+	return false, v1.NoNodesReason, 0
+}
+
+// checkCredentials waits until the credentials Secret has every required key.
+func (r *NativeCCMReconciler) checkCredentials(ctx context.Context, obj *v1.NativeCCM, p *profile.Profile) error {
+	if !p.NeedsSecret() {
+		return nil
+	}
+	name := r.secretName(obj, p)
+	var s corev1.Secret
+	err := r.Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: name}, &s)
+	var missing []string
+	switch {
+	case apierrors.IsNotFound(err):
+		missing = []string{"Secret " + r.Namespace + "/" + name}
+	case err != nil:
+		return err
+	default:
+		for _, k := range p.SecretKeys() {
+			if _, ok := s.Data[k]; !ok {
+				missing = append(missing, "key "+k)
+			}
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	werr := fmt.Errorf("waiting for credentials: missing %s", strings.Join(missing, ", "))
+	if !conditions.HasAnyReason(obj, meta.ReadyCondition, v1.CredentialsNotFoundReason) {
+		r.event(obj, corev1.EventTypeWarning, v1.CredentialsNotFoundReason, werr.Error())
+	}
+	conditions.MarkFalse(obj, meta.ReadyCondition, v1.CredentialsNotFoundReason, "%s", werr)
+	return &waitError{reason: v1.CredentialsNotFoundReason, after: r.RetryInterval, err: werr}
+}
+
+func (r *NativeCCMReconciler) secretName(obj *v1.NativeCCM, p *profile.Profile) string {
+	if c := obj.Spec.Credentials; c != nil && c.SecretRef.Name != "" {
+		return c.SecretRef.Name
+	}
+	if p == nil {
+		return ""
+	}
+	return p.Credentials.SecretName
+}

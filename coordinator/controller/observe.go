@@ -1,0 +1,110 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/fluxcd/pkg/apis/meta"
+	"github.com/fluxcd/pkg/runtime/conditions"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
+)
+
+// resolve finds the profile and builds the release request.
+func (r *NativeCCMReconciler) resolve(ctx context.Context, obj *v1.NativeCCM) (*profile.Profile, release.Request, error) {
+	stall := func(reason string, err error) (*profile.Profile, release.Request, error) {
+		conditions.MarkFalse(obj, v1.ProfileResolvedCondition, reason, "%s", err)
+		conditions.MarkFalse(obj, meta.ReadyCondition, reason, "%s", err)
+		r.event(obj, corev1.EventTypeWarning, reason, err.Error())
+		return nil, release.Request{}, &stallError{reason: reason, err: err}
+	}
+	p, ok := r.Profiles.Get(obj.ProfileName())
+	if !ok {
+		return stall(v1.ProfileNotFoundReason, fmt.Errorf("profile %q not found", obj.ProfileName()))
+	}
+	if !p.Routes(obj.Spec.Platform) {
+		return stall(v1.PlatformNotRoutedReason, fmt.Errorf("profile %q routes platforms %v, not %q", p.Name, p.Platforms, obj.Spec.Platform))
+	}
+	in := release.Instance{
+		ReleaseName: obj.ReleaseName(),
+		Namespace:   r.Namespace,
+		Platform:    obj.Spec.Platform,
+	}
+	if c := obj.Spec.Credentials; c != nil {
+		in.SecretName = c.SecretRef.Name
+	}
+	if o := obj.Spec.Overrides; o != nil {
+		if o.Image != nil {
+			in.ImageRepository, in.ImageTag = o.Image.Repository, o.Image.Tag
+		}
+		in.Args, in.Env = o.Args, o.Env
+		if o.Values != nil && len(o.Values.Raw) > 0 {
+			var vals map[string]any
+			if err := yaml.Unmarshal(o.Values.Raw, &vals); err != nil {
+				return stall(v1.InvalidOverridesReason, fmt.Errorf("spec.overrides.values: %w", err))
+			}
+			in.Values = vals
+		}
+	}
+	lb, _, err := r.loadBalancers(ctx, obj)
+	if err != nil {
+		return nil, release.Request{}, err
+	}
+	in.LoadBalancers = lb
+	req, err := release.FromProfile(p, in)
+	switch {
+	case errors.Is(err, release.ErrLoadBalancersUnsupported):
+		return stall(v1.LoadBalancersUnsupportedReason, err)
+	case err != nil:
+		return stall(v1.InvalidOverridesReason, err)
+	}
+	conditions.MarkTrue(obj, v1.ProfileResolvedCondition, v1.ProfileResolvedReason, "profile %s, chart source %s", p.Name, p.Chart.Source)
+	if r.Mutators != nil {
+		muts, err := r.Mutators(ctx, obj, p, req.Lifecycle)
+		switch {
+		case errors.Is(err, gate.ErrConfig):
+			// only a change of the NativeCCM or its profile can fix it
+			return stall(v1.InvalidProfileReason, err)
+		case err != nil:
+			// the API server (the fence could not be written): retried with
+			// backoff; nothing is installed or upgraded until it is written
+			conditions.MarkFalse(obj, meta.ReadyCondition, gate.GateFailedReason, "%s", err)
+			r.event(obj, corev1.EventTypeWarning, gate.GateFailedReason, err.Error())
+			return nil, release.Request{}, err
+		}
+		req.Mutators = muts
+	}
+	return p, req, nil
+}
+
+// observeNodes counts the platform's nodes and tracks when the last one went.
+func (r *NativeCCMReconciler) observeNodes(ctx context.Context, obj *v1.NativeCCM) ([]corev1.Node, error) {
+	var list corev1.NodeList
+	if err := r.List(ctx, &list, client.MatchingLabels{v1.PlatformLabel: obj.Spec.Platform}); err != nil {
+		return nil, fmt.Errorf("list nodes of platform %s: %w", obj.Spec.Platform, err)
+	}
+	obj.Status.Nodes = int32(len(list.Items))
+	var empty int32
+	for _, n := range list.Items {
+		if n.Spec.ProviderID == "" {
+			empty++
+		}
+	}
+	obj.Status.NodesWithoutProviderID = empty
+	switch {
+	case len(list.Items) > 0:
+		obj.Status.NoNodesSince = nil
+	case obj.Status.NoNodesSince == nil:
+		now := metav1.NewTime(r.now())
+		obj.Status.NoNodesSince = &now
+	}
+	return list.Items, nil
+}

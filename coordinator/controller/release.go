@@ -1,0 +1,239 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fluxcd/pkg/apis/meta"
+	"github.com/fluxcd/pkg/runtime/conditions"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
+)
+
+// ensureAbsent uninstalls the release if there is one.
+func (r *NativeCCMReconciler) ensureAbsent(ctx context.Context, obj *v1.NativeCCM, reason string) error {
+	name := obj.ReleaseName()
+	info, err := r.Engine.Get(ctx, r.Namespace, name)
+	if err != nil {
+		return err
+	}
+	msg := fmt.Sprintf("no node has %s=%s", v1.PlatformLabel, obj.Spec.Platform)
+	if reason == v1.InstallDisabledReason {
+		msg = "install policy is Never"
+	}
+	if info != nil {
+		if err := r.Engine.Uninstall(ctx, r.Namespace, name); err != nil {
+			conditions.MarkFalse(obj, meta.ReadyCondition, v1.UninstallFailedReason, "%s", err)
+			r.event(obj, corev1.EventTypeWarning, v1.UninstallFailedReason, err.Error())
+			return err
+		}
+		r.event(obj, corev1.EventTypeNormal, v1.UninstallSucceededReason, fmt.Sprintf("release %s/%s uninstalled: %s", r.Namespace, name, msg))
+	}
+	if err := r.deleteLease(ctx, name); err != nil {
+		return err
+	}
+	obj.Status.Release = nil
+	obj.Status.Failures = 0
+	obj.Status.Leader = nil
+	conditions.Delete(obj, v1.HealthyCondition)
+	conditions.MarkFalse(obj, v1.InstalledCondition, reason, "%s", msg)
+	conditions.MarkTrue(obj, meta.ReadyCondition, reason, "not installed: %s", msg)
+	return nil
+}
+
+// ensureLease creates the release's leader-election Lease, with no holder,
+// unless it exists: native CCMs may only get and update their own Lease
+// (a CCM that could create leases could squat any lease of the namespace).
+// client-go's leader election takes an existing Lease with a Get and an Update.
+// A Lease someone else holds is reported by the health check.
+func (r *NativeCCMReconciler) ensureLease(ctx context.Context, l release.Lifecycle) error {
+	lease := l.Lease()
+	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(lease), &coordinationv1.Lease{})
+	if !apierrors.IsNotFound(err) {
+		return err
+	}
+	if err := r.Create(ctx, lease, client.FieldOwner(ControllerName)); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create lease %s/%s: %w", lease.Namespace, lease.Name, err)
+	}
+	return nil
+}
+
+// deleteLease removes the Lease ensureLease created for a release (only if
+// it carries the coordinator's label: a Lease of that name it did not create
+// is not its to delete).
+func (r *NativeCCMReconciler) deleteLease(ctx context.Context, releaseName string) error {
+	var lease coordinationv1.Lease
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: releaseName}, &lease)
+	if apierrors.IsNotFound(err) || (err == nil && lease.Labels[release.ManagedByLabel] != release.ManagedByValue) {
+		return nil
+	}
+	if err == nil {
+		err = r.Delete(ctx, &lease, client.Preconditions{UID: &lease.UID})
+	}
+	if client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("delete lease %s/%s: %w", r.Namespace, releaseName, err)
+	}
+	return nil
+}
+
+// ensureRelease installs, upgrades (rolling back a failed upgrade) or confirms
+// the release.
+func (r *NativeCCMReconciler) ensureRelease(ctx context.Context, obj *v1.NativeCCM, req release.Request) error {
+	return r.ensureReleaseWith(ctx, obj, req, false)
+}
+
+// ensureReleaseWith is ensureRelease; readHistory forces the history read.
+func (r *NativeCCMReconciler) ensureReleaseWith(ctx context.Context, obj *v1.NativeCCM, req release.Request, readHistory bool) error {
+	log := ctrl.LoggerFrom(ctx)
+	digest := req.Digest()
+	// With no release recorded and no failure since, go straight to Install:
+	// Helm's install refuses a name in use, and the failure sends the next
+	// attempt through Get. This saves a release-history read on the path that
+	// matters most (the first node of a platform appears).
+	var info *release.Info
+	var err error
+	if readHistory || obj.Status.Release != nil || obj.Status.Failures > 0 {
+		if info, err = r.Engine.Get(ctx, req.Namespace, req.Name); err != nil {
+			return err
+		}
+	}
+	if info.Pending() {
+		log.Info("release stuck in a pending state; marking it failed", "status", info.Status)
+		if err := r.Engine.Unlock(ctx, req.Namespace, req.Name); err != nil {
+			return err
+		}
+		if info, err = r.Engine.Get(ctx, req.Namespace, req.Name); err != nil {
+			return err
+		}
+	}
+
+	switch {
+	case info != nil && info.Deployed() && info.Digest == digest:
+		r.recordRelease(obj, info)
+		obj.Status.Failures = 0
+		// Keep the reason of the action that made this revision while nothing changes.
+		if !conditions.IsTrue(obj, v1.InstalledCondition) {
+			conditions.MarkTrue(obj, v1.InstalledCondition, v1.UpToDateReason, "release %s revision %d is up to date", info.Name, info.Revision)
+		}
+		reason, msg := readyReason(obj), readyMessage(obj, info)
+		if reason != v1.UpToDateReason || !conditions.IsTrue(obj, meta.ReadyCondition) ||
+			!conditions.HasAnyReason(obj, meta.ReadyCondition, v1.InstallSucceededReason, v1.UpgradeSucceededReason, v1.UpToDateReason) {
+			// Ready comes back (e.g. the CCM is healthy again): with the
+			// reason of the action that made this revision, as Installed says.
+			if c := conditions.Get(obj, v1.InstalledCondition); reason == v1.UpToDateReason && c != nil &&
+				c.Status == metav1.ConditionTrue && (c.Reason == v1.InstallSucceededReason || c.Reason == v1.UpgradeSucceededReason) {
+				reason, msg = c.Reason, c.Message
+			}
+			conditions.MarkTrue(obj, meta.ReadyCondition, reason, "%s", msg)
+		}
+		return nil
+
+	case info == nil || info.LastDeployed == 0:
+		if info != nil {
+			// A failed first install: start over.
+			log.Info("removing failed install before retrying", "revision", info.Revision)
+			if err := r.Engine.Uninstall(ctx, req.Namespace, req.Name); err != nil {
+				return err
+			}
+		}
+		info, err = r.Engine.Install(ctx, req)
+		if errors.Is(err, release.ErrNameInUse) && !readHistory {
+			// An earlier reconcile installed it and the status read here predates
+			// that (the history read is skipped for speed): not a failure, look
+			// again with the history.
+			log.V(1).Info("release already installed; reading its history")
+			return r.ensureReleaseWith(ctx, obj, req, true)
+		}
+		if err != nil {
+			return r.actionFailed(obj, info, v1.InstallFailedReason, err)
+		}
+		r.actionSucceeded(obj, info, v1.InstallSucceededReason, fmt.Sprintf("installed release %s revision %d (%s)", info.Name, info.Revision, info.Chart))
+		return nil
+
+	default:
+		info, err = r.Engine.Upgrade(ctx, req)
+		if err != nil {
+			uerr := r.actionFailed(obj, info, v1.UpgradeFailedReason, err)
+			var chartErr *release.ChartError
+			if errors.As(err, &chartErr) || errors.As(err, new(*release.RefusedError)) {
+				return uerr // nothing was changed in the cluster
+			}
+			rb, rerr := r.Engine.Rollback(ctx, req.Namespace, req.Name)
+			if rerr != nil {
+				r.event(obj, corev1.EventTypeWarning, v1.RollbackFailedReason, rerr.Error())
+				return errors.Join(uerr, rerr)
+			}
+			r.recordRelease(obj, rb)
+			r.event(obj, corev1.EventTypeNormal, v1.RollbackSucceededReason, fmt.Sprintf("rolled back release %s to revision %d (now revision %d)", rb.Name, rb.LastDeployed, rb.Revision))
+			return uerr
+		}
+		r.actionSucceeded(obj, info, v1.UpgradeSucceededReason, fmt.Sprintf("upgraded release %s to revision %d (%s)", info.Name, info.Revision, info.Chart))
+		return nil
+	}
+}
+
+func (r *NativeCCMReconciler) actionSucceeded(obj *v1.NativeCCM, info *release.Info, reason, msg string) {
+	r.recordRelease(obj, info)
+	obj.Status.Failures = 0
+	conditions.MarkTrue(obj, v1.InstalledCondition, reason, "%s", msg)
+	conditions.MarkTrue(obj, meta.ReadyCondition, reason, "%s", msg)
+	r.event(obj, corev1.EventTypeNormal, reason, msg)
+}
+
+func (r *NativeCCMReconciler) actionFailed(obj *v1.NativeCCM, info *release.Info, reason string, err error) error {
+	if info != nil {
+		r.recordRelease(obj, info)
+	}
+	obj.Status.Failures++
+	refused := errors.As(err, new(*release.RefusedError))
+	switch {
+	case errors.As(err, new(*release.ChartError)):
+		reason = v1.ChartLoadFailedReason
+	case refused:
+		reason = v1.UnsafePodSpecReason
+	}
+	conditions.MarkFalse(obj, meta.ReadyCondition, reason, "%s", err)
+	if reason != v1.UpgradeFailedReason {
+		conditions.MarkFalse(obj, v1.InstalledCondition, reason, "%s", err)
+	}
+	r.event(obj, corev1.EventTypeWarning, reason, err.Error())
+	if refused {
+		// nothing was sent to the cluster; only a change of the profile, the
+		// overrides or the chart can help
+		return &stallError{reason: reason, err: err}
+	}
+	return err
+}
+
+func (r *NativeCCMReconciler) recordRelease(obj *v1.NativeCCM, info *release.Info) {
+	if info == nil {
+		return
+	}
+	obj.Status.Release = &v1.ReleaseStatus{
+		Name: info.Name, Namespace: info.Namespace, Revision: info.Revision,
+		Chart: info.Chart, Status: info.Status, Digest: info.Digest,
+	}
+}
+
+func readyReason(obj *v1.NativeCCM) string {
+	if obj.Status.Nodes == 0 && obj.InstallPolicy() == v1.InstallAuto {
+		return v1.UninstallPendingReason
+	}
+	return v1.UpToDateReason
+}
+
+func readyMessage(obj *v1.NativeCCM, info *release.Info) string {
+	if obj.Status.Nodes == 0 && obj.InstallPolicy() == v1.InstallAuto && obj.Status.NoNodesSince != nil {
+		return fmt.Sprintf("release %s revision %d deployed; no nodes since %s, uninstalling after the grace period", info.Name, info.Revision, obj.Status.NoNodesSince.UTC().Format(time.RFC3339))
+	}
+	return fmt.Sprintf("release %s revision %d deployed for %d node(s)", info.Name, info.Revision, obj.Status.Nodes)
+}
