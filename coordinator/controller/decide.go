@@ -16,20 +16,30 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 )
 
-// wanted applies the install policy. requeue > 0 asks for a look again when a
-// grace period ends.
-func (r *NativeCCMReconciler) wanted(obj *v1.NativeCCM) (want bool, reason string, requeue time.Duration) {
+// decision is what the install policy says about the release.
+type decision struct {
+	// want: the release should exist.
+	want bool
+	// reason says why it should not (Ready and Installed carry it), or
+	// UninstallPendingReason while Auto keeps it through the grace period.
+	reason string
+	// requeue > 0 asks for a look again then (when the grace period ends).
+	requeue time.Duration
+}
+
+// decide applies the install policy to what observeNodes found.
+func (r *NativeCCMReconciler) decide(obj *v1.NativeCCM) decision {
 	switch obj.InstallPolicy() {
 	case v1.InstallNever:
-		return false, v1.InstallDisabledReason, 0
+		return decision{reason: v1.InstallDisabledReason}
 	case v1.InstallAlways:
-		return true, "", 0
+		return decision{want: true}
 	}
 	if obj.Status.Nodes > 0 {
-		return true, "", 0
+		return decision{want: true}
 	}
 	if obj.Status.Release == nil {
-		return false, v1.NoNodesReason, 0
+		return decision{reason: v1.NoNodesReason}
 	}
 	grace := r.UninstallGracePeriod
 	if obj.Spec.UninstallGracePeriod != nil {
@@ -37,12 +47,13 @@ func (r *NativeCCMReconciler) wanted(obj *v1.NativeCCM) (want bool, reason strin
 	}
 	left := obj.Status.NoNodesSince.Add(grace).Sub(r.now())
 	if left > 0 {
-		return true, v1.UninstallPendingReason, left
+		return decision{want: true, reason: v1.UninstallPendingReason, requeue: left}
 	}
-	return false, v1.NoNodesReason, 0
+	return decision{reason: v1.NoNodesReason}
 }
 
-// checkCredentials waits until the credentials Secret has every required key.
+// checkCredentials waits until the credentials Secret has every key the
+// profile needs (a wanted release is not installed without them).
 func (r *NativeCCMReconciler) checkCredentials(ctx context.Context, obj *v1.NativeCCM, p *profile.Profile) error {
 	if !p.NeedsSecret() {
 		return nil

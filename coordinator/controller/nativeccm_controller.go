@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/fluxcd/pkg/apis/meta"
@@ -43,8 +42,9 @@ type Profiles interface {
 }
 
 // MutatorsFunc returns extra post-render mutators for a release (the gate's
-// sidecar, kubeconfig and policy). It may set conditions on the NativeCCM (e.g.
-// Gated). Nil means none.
+// sidecar, kubeconfig and policy). The gate step calls it only for a release
+// that is wanted, before it is installed or upgraded. It may set conditions
+// on the NativeCCM (e.g. Gated). Nil means none.
 type MutatorsFunc func(ctx context.Context, obj *v1.NativeCCM, p *profile.Profile, l release.Lifecycle) ([]release.Mutator, error)
 
 // NativeCCMReconciler reconciles NativeCCM objects.
@@ -166,15 +166,13 @@ func (r *NativeCCMReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	return r.reconcile(ctx, obj)
 }
 
+// reconcileDelete uninstalls the release (taking the CCM's RBAC with it) and
+// its Lease, and only then lets the NativeCCM go.
 func (r *NativeCCMReconciler) reconcileDelete(ctx context.Context, obj *v1.NativeCCM) (ctrl.Result, error) {
-	name := obj.ReleaseName()
-	if err := r.Engine.Uninstall(ctx, r.Namespace, name); err != nil {
-		conditions.MarkFalse(obj, meta.ReadyCondition, v1.UninstallFailedReason, "%s", err)
-		r.event(obj, corev1.EventTypeWarning, v1.UninstallFailedReason, err.Error())
+	if err := r.uninstall(ctx, obj, "NativeCCM deleted"); err != nil {
 		return ctrl.Result{}, err
 	}
-	r.event(obj, corev1.EventTypeNormal, v1.UninstallSucceededReason, fmt.Sprintf("release %s/%s uninstalled: NativeCCM deleted", r.Namespace, name))
-	if err := r.deleteLease(ctx, name); err != nil {
+	if err := r.deleteLease(ctx, obj.ReleaseName()); err != nil {
 		return ctrl.Result{}, err
 	}
 	// The fence needs no clean-up: its parameter for this CCM is the
@@ -185,57 +183,65 @@ func (r *NativeCCMReconciler) reconcileDelete(ctx context.Context, obj *v1.Nativ
 	return ctrl.Result{}, r.Update(ctx, obj)
 }
 
+// reconcile runs the steps for a NativeCCM that is not being deleted or
+// suspended; Reconcile's deferred summarize records the outcome.
+//
+//  1. observe: the desired release (profile and overrides), the platform's
+//     nodes, conflicts around the CCM (reported, never blocking);
+//  2. decide: is the release wanted (install policy), and are its
+//     credentials there?
+//  3. gate: for a wanted release, the fence checked, status.gate written and
+//     the view's mutators, before anything is installed or upgraded;
+//  4. release: the action chosen from the release's state (install,
+//     upgrade with rollback and retry, uninstall, or nothing);
+//  5. health: is the installed CCM working? (Ready says so.)
 func (r *NativeCCMReconciler) reconcile(ctx context.Context, obj *v1.NativeCCM) (ctrl.Result, error) {
 	if obj.Generation != obj.Status.ObservedGeneration {
 		conditions.MarkReconciling(obj, meta.ProgressingReason, "reconciling generation %d", obj.Generation)
 	}
 
-	// 1. Profile + overrides → the desired release.
-	p, req, err := r.resolve(ctx, obj)
+	// 1. Observe.
+	p, req, err := r.resolveProfile(ctx, obj)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-
-	// 2. Nodes of the platform.
 	nodes, err := r.observeNodes(ctx, obj)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-
-	// 3. Conflicts in the cluster (reported, never blocking).
 	if err := r.detectConflicts(ctx, obj, nodes); err != nil {
 		return ctrl.Result{}, err
 	}
 
-	// 4. Should the release exist?
-	want, reason, requeue := r.wanted(obj)
-	if !want {
-		return ctrl.Result{RequeueAfter: r.Interval}, r.ensureAbsent(ctx, obj, reason)
+	// 2. Decide.
+	d := r.decide(obj)
+	if !d.want {
+		// 4. Release: uninstall, or nothing.
+		return ctrl.Result{RequeueAfter: r.Interval}, r.reconcileAbsent(ctx, obj, d.reason)
 	}
-
-	// 5. Credentials.
 	if err := r.checkCredentials(ctx, obj, p); err != nil {
 		return ctrl.Result{}, err
 	}
 
-	// 6. Its Lease, created ahead (the CCM may not create leases), then
-	// install, upgrade or leave alone.
-	if err := r.ensureLease(ctx, req.Lifecycle); err != nil {
-		return ctrl.Result{}, err
-	}
-	if err := r.ensureRelease(ctx, obj, req); err != nil {
+	// 3. Gate.
+	if req.Mutators, err = r.reconcileGate(ctx, obj, p, req.Lifecycle); err != nil {
 		return ctrl.Result{}, err
 	}
 
-	// 7. Is the installed CCM working? (Ready says so.)
+	// 4. Release: install, upgrade, or nothing.
+	if err := r.reconcileRelease(ctx, obj, req); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	// 5. Health.
 	again, err := r.checkHealth(ctx, obj, req.Lifecycle)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	after := r.Interval
-	for _, d := range []time.Duration{requeue, again} {
-		if d > 0 && d < after {
-			after = d
+	for _, t := range []time.Duration{d.requeue, again} {
+		if t > 0 && t < after {
+			after = t
 		}
 	}
 	return ctrl.Result{RequeueAfter: after}, nil

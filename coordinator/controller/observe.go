@@ -13,18 +13,16 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
-	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 )
 
-// resolve finds the profile and builds the release request.
-func (r *NativeCCMReconciler) resolve(ctx context.Context, obj *v1.NativeCCM) (*profile.Profile, release.Request, error) {
+// resolveProfile finds the profile and builds the release request from it
+// and spec.overrides: what the release would be if it is wanted. Errors that
+// only a change of the spec or the profiles can fix stall.
+func (r *NativeCCMReconciler) resolveProfile(ctx context.Context, obj *v1.NativeCCM) (*profile.Profile, release.Request, error) {
 	stall := func(reason string, err error) (*profile.Profile, release.Request, error) {
-		conditions.MarkFalse(obj, v1.ProfileResolvedCondition, reason, "%s", err)
-		conditions.MarkFalse(obj, meta.ReadyCondition, reason, "%s", err)
-		r.event(obj, corev1.EventTypeWarning, reason, err.Error())
-		return nil, release.Request{}, &stallError{reason: reason, err: err}
+		return nil, release.Request{}, r.stallProfile(obj, reason, err)
 	}
 	p, ok := r.Profiles.Get(obj.ProfileName())
 	if !ok {
@@ -67,22 +65,18 @@ func (r *NativeCCMReconciler) resolve(ctx context.Context, obj *v1.NativeCCM) (*
 		return stall(v1.InvalidOverridesReason, err)
 	}
 	conditions.MarkTrue(obj, v1.ProfileResolvedCondition, v1.ProfileResolvedReason, "profile %s, chart source %s", p.Name, p.Chart.Source)
-	if r.Mutators != nil {
-		muts, err := r.Mutators(ctx, obj, p, req.Lifecycle)
-		switch {
-		case errors.Is(err, gate.ErrConfig):
-			// only a change of the NativeCCM or its profile can fix it
-			return stall(v1.InvalidProfileReason, err)
-		case err != nil:
-			// the API server (the fence could not be written): retried with
-			// backoff; nothing is installed or upgraded until it is written
-			conditions.MarkFalse(obj, meta.ReadyCondition, gate.GateFailedReason, "%s", err)
-			r.event(obj, corev1.EventTypeWarning, gate.GateFailedReason, err.Error())
-			return nil, release.Request{}, err
-		}
-		req.Mutators = muts
-	}
 	return p, req, nil
+}
+
+// stallProfile records a configuration error of the profile, the overrides
+// or what the gate needs of them (ProfileResolved and Ready False with the
+// reason, a Warning event) and returns it as a stall: no retry until the
+// spec or the profiles change.
+func (r *NativeCCMReconciler) stallProfile(obj *v1.NativeCCM, reason string, err error) error {
+	conditions.MarkFalse(obj, v1.ProfileResolvedCondition, reason, "%s", err)
+	conditions.MarkFalse(obj, meta.ReadyCondition, reason, "%s", err)
+	r.event(obj, corev1.EventTypeWarning, reason, err.Error())
+	return &stallError{reason: reason, err: err}
 }
 
 // observeNodes counts the platform's nodes and tracks when the last one went.

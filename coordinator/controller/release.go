@@ -19,8 +19,181 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 )
 
-// ensureAbsent uninstalls the release if there is one.
-func (r *NativeCCMReconciler) ensureAbsent(ctx context.Context, obj *v1.NativeCCM, reason string) error {
+// releaseAction is what the release step does, chosen by nextAction from
+// whether the release is wanted and the state of its latest revision.
+type releaseAction int
+
+const (
+	// actionNone: deployed from the desired state (same digest), or neither
+	// wanted nor there.
+	actionNone releaseAction = iota
+	// actionInstall: wanted, and there is no release.
+	actionInstall
+	// actionReinstall: wanted, and no revision was ever deployed (a failed
+	// first install): remove it, then install.
+	actionReinstall
+	// actionUpgrade: wanted and out of date (or failed) with a revision that
+	// was deployed once; a failed upgrade is rolled back to it at once and
+	// retried with backoff.
+	actionUpgrade
+	// actionUninstall: there, and not wanted.
+	actionUninstall
+)
+
+// nextAction chooses the release action. info is the latest revision (nil:
+// no release), digest the desired state's (Request.Digest).
+func nextAction(want bool, info *release.Info, digest string) releaseAction {
+	switch {
+	case !want && info == nil:
+		return actionNone
+	case !want:
+		return actionUninstall
+	case info.Deployed() && info.Digest == digest:
+		return actionNone
+	case info == nil:
+		return actionInstall
+	case info.LastDeployed == 0:
+		return actionReinstall
+	default:
+		return actionUpgrade
+	}
+}
+
+// errStatusBehind: Install found the release there although the status
+// said there was none (an earlier reconcile installed it, and the status read
+// here predates that). Not a failure: the action is chosen again from the
+// release's history.
+var errStatusBehind = errors.New("release installed since the status was read")
+
+// reconcileRelease makes a wanted release what req describes: its Lease
+// first (created ahead: the CCM may not create leases), then the action
+// nextAction chooses from the release's state.
+func (r *NativeCCMReconciler) reconcileRelease(ctx context.Context, obj *v1.NativeCCM, req release.Request) error {
+	if err := r.ensureLease(ctx, req.Lifecycle); err != nil {
+		return err
+	}
+	// With no release recorded and no failure since, there is none: go
+	// straight to Install, which refuses a name in use. This saves a
+	// release-history read on the path that matters most (the first node of
+	// a platform appears).
+	assumeAbsent := obj.Status.Release == nil && obj.Status.Failures == 0
+	info, err := r.observeRelease(ctx, req, !assumeAbsent)
+	if err != nil {
+		return err
+	}
+	err = r.runReleaseAction(ctx, obj, req, info, assumeAbsent)
+	if !errors.Is(err, errStatusBehind) {
+		return err
+	}
+	ctrl.LoggerFrom(ctx).V(1).Info("release already installed; reading its history")
+	if info, err = r.observeRelease(ctx, req, true); err != nil {
+		return err
+	}
+	return r.runReleaseAction(ctx, obj, req, info, false)
+}
+
+// observeRelease reads the release's latest revision (nil: none) unless
+// readHistory is false. A release left pending by an interrupted action (a
+// restart) is marked failed first, so that the next action can run.
+func (r *NativeCCMReconciler) observeRelease(ctx context.Context, req release.Request, readHistory bool) (*release.Info, error) {
+	if !readHistory {
+		return nil, nil
+	}
+	info, err := r.Engine.Get(ctx, req.Namespace, req.Name)
+	if err != nil || !info.Pending() {
+		return info, err
+	}
+	ctrl.LoggerFrom(ctx).Info("release stuck in a pending state; marking it failed", "status", info.Status)
+	if err := r.Engine.Unlock(ctx, req.Namespace, req.Name); err != nil {
+		return nil, err
+	}
+	return r.Engine.Get(ctx, req.Namespace, req.Name)
+}
+
+// runReleaseAction runs the action nextAction chooses for a wanted release.
+// assumeAbsent says info is nil because the history was not read.
+func (r *NativeCCMReconciler) runReleaseAction(ctx context.Context, obj *v1.NativeCCM, req release.Request, info *release.Info, assumeAbsent bool) error {
+	switch nextAction(true, info, req.Digest()) {
+	case actionNone:
+		r.upToDate(obj, info)
+		return nil
+	case actionInstall:
+		return r.install(ctx, obj, req, assumeAbsent)
+	case actionReinstall:
+		ctrl.LoggerFrom(ctx).Info("removing failed install before retrying", "revision", info.Revision)
+		if err := r.Engine.Uninstall(ctx, req.Namespace, req.Name); err != nil {
+			return err
+		}
+		return r.install(ctx, obj, req, false)
+	default:
+		return r.upgrade(ctx, obj, req)
+	}
+}
+
+// upToDate records a release deployed from the desired state.
+func (r *NativeCCMReconciler) upToDate(obj *v1.NativeCCM, info *release.Info) {
+	r.recordRelease(obj, info)
+	obj.Status.Failures = 0
+	// Keep the reason of the action that made this revision while nothing changes.
+	if !conditions.IsTrue(obj, v1.InstalledCondition) {
+		conditions.MarkTrue(obj, v1.InstalledCondition, v1.UpToDateReason, "release %s revision %d is up to date", info.Name, info.Revision)
+	}
+	reason, msg := readyReason(obj), readyMessage(obj, info)
+	if reason != v1.UpToDateReason || !conditions.IsTrue(obj, meta.ReadyCondition) ||
+		!conditions.HasAnyReason(obj, meta.ReadyCondition, v1.InstallSucceededReason, v1.UpgradeSucceededReason, v1.UpToDateReason) {
+		// Ready comes back (e.g. the CCM is healthy again): with the
+		// reason of the action that made this revision, as Installed says.
+		if c := conditions.Get(obj, v1.InstalledCondition); reason == v1.UpToDateReason && c != nil &&
+			c.Status == metav1.ConditionTrue && (c.Reason == v1.InstallSucceededReason || c.Reason == v1.UpgradeSucceededReason) {
+			reason, msg = c.Reason, c.Message
+		}
+		conditions.MarkTrue(obj, meta.ReadyCondition, reason, "%s", msg)
+	}
+}
+
+// install installs the release. assumeAbsent: the history was not read, so
+// a name in use means the status is behind (errStatusBehind), not a failure.
+func (r *NativeCCMReconciler) install(ctx context.Context, obj *v1.NativeCCM, req release.Request, assumeAbsent bool) error {
+	info, err := r.Engine.Install(ctx, req)
+	switch {
+	case errors.Is(err, release.ErrNameInUse) && assumeAbsent:
+		return errStatusBehind
+	case err != nil:
+		return r.actionFailed(obj, info, v1.InstallFailedReason, err)
+	}
+	r.actionSucceeded(obj, info, v1.InstallSucceededReason, fmt.Sprintf("installed release %s revision %d (%s)", info.Name, info.Revision, info.Chart))
+	return nil
+}
+
+// upgrade upgrades the release; a failed upgrade that changed the cluster is
+// rolled back to the last deployed revision at once (and retried with
+// backoff as the error is returned).
+func (r *NativeCCMReconciler) upgrade(ctx context.Context, obj *v1.NativeCCM, req release.Request) error {
+	info, err := r.Engine.Upgrade(ctx, req)
+	if err == nil {
+		r.actionSucceeded(obj, info, v1.UpgradeSucceededReason, fmt.Sprintf("upgraded release %s to revision %d (%s)", info.Name, info.Revision, info.Chart))
+		return nil
+	}
+	uerr := r.actionFailed(obj, info, v1.UpgradeFailedReason, err)
+	var chartErr *release.ChartError
+	if errors.As(err, &chartErr) || errors.As(err, new(*release.RefusedError)) {
+		return uerr // nothing was changed in the cluster
+	}
+	rb, rerr := r.Engine.Rollback(ctx, req.Namespace, req.Name)
+	if rerr != nil {
+		r.event(obj, corev1.EventTypeWarning, v1.RollbackFailedReason, rerr.Error())
+		return errors.Join(uerr, rerr)
+	}
+	r.recordRelease(obj, rb)
+	r.event(obj, corev1.EventTypeNormal, v1.RollbackSucceededReason, fmt.Sprintf("rolled back release %s to revision %d (now revision %d)", rb.Name, rb.LastDeployed, rb.Revision))
+	return uerr
+}
+
+// reconcileAbsent makes a release that is not wanted absent: uninstalled if
+// it is there (nextAction), its Lease removed, and the status saying why
+// (reason: InstallDisabled or NoNodes). The gate is not looked at for a
+// release that is not wanted, so Gated goes, as Healthy does.
+func (r *NativeCCMReconciler) reconcileAbsent(ctx context.Context, obj *v1.NativeCCM, reason string) error {
 	name := obj.ReleaseName()
 	info, err := r.Engine.Get(ctx, r.Namespace, name)
 	if err != nil {
@@ -30,13 +203,10 @@ func (r *NativeCCMReconciler) ensureAbsent(ctx context.Context, obj *v1.NativeCC
 	if reason == v1.InstallDisabledReason {
 		msg = "install policy is Never"
 	}
-	if info != nil {
-		if err := r.Engine.Uninstall(ctx, r.Namespace, name); err != nil {
-			conditions.MarkFalse(obj, meta.ReadyCondition, v1.UninstallFailedReason, "%s", err)
-			r.event(obj, corev1.EventTypeWarning, v1.UninstallFailedReason, err.Error())
+	if nextAction(false, info, "") == actionUninstall {
+		if err := r.uninstall(ctx, obj, msg); err != nil {
 			return err
 		}
-		r.event(obj, corev1.EventTypeNormal, v1.UninstallSucceededReason, fmt.Sprintf("release %s/%s uninstalled: %s", r.Namespace, name, msg))
 	}
 	if err := r.deleteLease(ctx, name); err != nil {
 		return err
@@ -45,8 +215,21 @@ func (r *NativeCCMReconciler) ensureAbsent(ctx context.Context, obj *v1.NativeCC
 	obj.Status.Failures = 0
 	obj.Status.Leader = nil
 	conditions.Delete(obj, v1.HealthyCondition)
+	conditions.Delete(obj, v1.GatedCondition)
 	conditions.MarkFalse(obj, v1.InstalledCondition, reason, "%s", msg)
 	conditions.MarkTrue(obj, meta.ReadyCondition, reason, "not installed: %s", msg)
+	return nil
+}
+
+// uninstall removes the release; why ends the event's message.
+func (r *NativeCCMReconciler) uninstall(ctx context.Context, obj *v1.NativeCCM, why string) error {
+	name := obj.ReleaseName()
+	if err := r.Engine.Uninstall(ctx, r.Namespace, name); err != nil {
+		conditions.MarkFalse(obj, meta.ReadyCondition, v1.UninstallFailedReason, "%s", err)
+		r.event(obj, corev1.EventTypeWarning, v1.UninstallFailedReason, err.Error())
+		return err
+	}
+	r.event(obj, corev1.EventTypeNormal, v1.UninstallSucceededReason, fmt.Sprintf("release %s/%s uninstalled: %s", r.Namespace, name, why))
 	return nil
 }
 
@@ -83,102 +266,6 @@ func (r *NativeCCMReconciler) deleteLease(ctx context.Context, releaseName strin
 		return fmt.Errorf("delete lease %s/%s: %w", r.Namespace, releaseName, err)
 	}
 	return nil
-}
-
-// ensureRelease installs, upgrades (rolling back a failed upgrade) or confirms
-// the release.
-func (r *NativeCCMReconciler) ensureRelease(ctx context.Context, obj *v1.NativeCCM, req release.Request) error {
-	return r.ensureReleaseWith(ctx, obj, req, false)
-}
-
-// ensureReleaseWith is ensureRelease; readHistory forces the history read.
-func (r *NativeCCMReconciler) ensureReleaseWith(ctx context.Context, obj *v1.NativeCCM, req release.Request, readHistory bool) error {
-	log := ctrl.LoggerFrom(ctx)
-	digest := req.Digest()
-	// With no release recorded and no failure since, go straight to Install:
-	// Helm's install refuses a name in use, and the failure sends the next
-	// attempt through Get. This saves a release-history read on the path that
-	// matters most (the first node of a platform appears).
-	var info *release.Info
-	var err error
-	if readHistory || obj.Status.Release != nil || obj.Status.Failures > 0 {
-		if info, err = r.Engine.Get(ctx, req.Namespace, req.Name); err != nil {
-			return err
-		}
-	}
-	if info.Pending() {
-		log.Info("release stuck in a pending state; marking it failed", "status", info.Status)
-		if err := r.Engine.Unlock(ctx, req.Namespace, req.Name); err != nil {
-			return err
-		}
-		if info, err = r.Engine.Get(ctx, req.Namespace, req.Name); err != nil {
-			return err
-		}
-	}
-
-	switch {
-	case info != nil && info.Deployed() && info.Digest == digest:
-		r.recordRelease(obj, info)
-		obj.Status.Failures = 0
-		// Keep the reason of the action that made this revision while nothing changes.
-		if !conditions.IsTrue(obj, v1.InstalledCondition) {
-			conditions.MarkTrue(obj, v1.InstalledCondition, v1.UpToDateReason, "release %s revision %d is up to date", info.Name, info.Revision)
-		}
-		reason, msg := readyReason(obj), readyMessage(obj, info)
-		if reason != v1.UpToDateReason || !conditions.IsTrue(obj, meta.ReadyCondition) ||
-			!conditions.HasAnyReason(obj, meta.ReadyCondition, v1.InstallSucceededReason, v1.UpgradeSucceededReason, v1.UpToDateReason) {
-			// Ready comes back (e.g. the CCM is healthy again): with the
-			// reason of the action that made this revision, as Installed says.
-			if c := conditions.Get(obj, v1.InstalledCondition); reason == v1.UpToDateReason && c != nil &&
-				c.Status == metav1.ConditionTrue && (c.Reason == v1.InstallSucceededReason || c.Reason == v1.UpgradeSucceededReason) {
-				reason, msg = c.Reason, c.Message
-			}
-			conditions.MarkTrue(obj, meta.ReadyCondition, reason, "%s", msg)
-		}
-		return nil
-
-	case info == nil || info.LastDeployed == 0:
-		if info != nil {
-			// A failed first install: start over.
-			log.Info("removing failed install before retrying", "revision", info.Revision)
-			if err := r.Engine.Uninstall(ctx, req.Namespace, req.Name); err != nil {
-				return err
-			}
-		}
-		info, err = r.Engine.Install(ctx, req)
-		if errors.Is(err, release.ErrNameInUse) && !readHistory {
-			// An earlier reconcile installed it and the status read here predates
-			// that (the history read is skipped for speed): not a failure, look
-			// again with the history.
-			log.V(1).Info("release already installed; reading its history")
-			return r.ensureReleaseWith(ctx, obj, req, true)
-		}
-		if err != nil {
-			return r.actionFailed(obj, info, v1.InstallFailedReason, err)
-		}
-		r.actionSucceeded(obj, info, v1.InstallSucceededReason, fmt.Sprintf("installed release %s revision %d (%s)", info.Name, info.Revision, info.Chart))
-		return nil
-
-	default:
-		info, err = r.Engine.Upgrade(ctx, req)
-		if err != nil {
-			uerr := r.actionFailed(obj, info, v1.UpgradeFailedReason, err)
-			var chartErr *release.ChartError
-			if errors.As(err, &chartErr) || errors.As(err, new(*release.RefusedError)) {
-				return uerr // nothing was changed in the cluster
-			}
-			rb, rerr := r.Engine.Rollback(ctx, req.Namespace, req.Name)
-			if rerr != nil {
-				r.event(obj, corev1.EventTypeWarning, v1.RollbackFailedReason, rerr.Error())
-				return errors.Join(uerr, rerr)
-			}
-			r.recordRelease(obj, rb)
-			r.event(obj, corev1.EventTypeNormal, v1.RollbackSucceededReason, fmt.Sprintf("rolled back release %s to revision %d (now revision %d)", rb.Name, rb.LastDeployed, rb.Revision))
-			return uerr
-		}
-		r.actionSucceeded(obj, info, v1.UpgradeSucceededReason, fmt.Sprintf("upgraded release %s to revision %d (%s)", info.Name, info.Revision, info.Chart))
-		return nil
-	}
 }
 
 func (r *NativeCCMReconciler) actionSucceeded(obj *v1.NativeCCM, info *release.Info, reason, msg string) {

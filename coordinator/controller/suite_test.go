@@ -120,6 +120,10 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 	must(deriveProfile("hcloud", "lease-a", 10312, nil))
 	must(deriveProfile("hcloud", "fence-a", 10313, nil))
 	must(deriveProfile("hcloud", "fence-b", 10317, nil))
+	// a release installed before its NativeCCM says so
+	must(deriveProfile("hcloud", "adopt-a", 10318, nil))
+	// the gate only for a release that is wanted
+	must(deriveProfile("hcloud", "gate-wanted-a", 10319, nil))
 	// an upstream chart that points its CCM at an API server itself
 	must(deriveProfile("hcloud", "upstream-b", 10314, upstream(map[string]any{
 		"allow-untagged-cloud": "true", "kubeconfig": "/etc/kubernetes/ccm.conf", "master": "https://10.0.0.1:6443"})))
