@@ -1,8 +1,11 @@
-// Package controller owns the NativeCCM reconciler: it resolves a NativeCCM's
-// profile, counts the nodes of its platform, checks credentials, decides whether
-// the native CCM release should exist, and asks the release engine to install,
-// upgrade, roll back or uninstall it. It records what it did as Flux-style
-// conditions and events, and reports conflicts it finds in the cluster.
+// Package controller owns the NativeCCM reconciler. For each NativeCCM it runs
+// the same steps, one function each, in order: observe (the profile and
+// overrides, the platform's nodes, conflicts in the cluster), decide (the
+// install policy, the credentials), gate (for a wanted release: the fence,
+// status.gate and the view, through the Mutators hook), the release action
+// chosen from the release's state (install, upgrade with rollback, uninstall
+// or nothing, run by the release engine), health (is the CCM working), and a
+// summary that records the outcome as Flux-style conditions, events and status.
 //
 // It never imports Helm: it describes releases with coordinator/release and runs
 // them through ReleaseEngine (coordinator/release/helm, wired in by
