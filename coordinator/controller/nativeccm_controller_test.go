@@ -91,6 +91,11 @@ func waitCondition(t *testing.T, name, ctype string, status metav1.ConditionStat
 		if ctype == meta.ReadyCondition && status == metav1.ConditionTrue && obj.Status.ObservedGeneration != obj.Generation {
 			return false, state + " (status not fully written)"
 		}
+		// The same after a requested reconcile, which keeps the generation.
+		if v, ok := meta.ReconcileAnnotationValue(obj.GetAnnotations()); ok && status == metav1.ConditionTrue &&
+			(ctype == meta.ReadyCondition || ctype == v1.InstalledCondition) && obj.Status.LastHandledReconcileAt != v {
+			return false, state + " (requested reconcile not fully written)"
+		}
 		if status == metav1.ConditionTrue && (ctype == meta.ReadyCondition || ctype == v1.InstalledCondition) &&
 			c.Reason != v1.NoNodesReason && c.Reason != v1.InstallDisabledReason && obj.Status.Release == nil {
 			return false, state + " (release not yet recorded)"
