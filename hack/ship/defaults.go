@@ -1,10 +1,10 @@
 // Package ship turns this repository into what a cluster runs: OCI images of
-// the four commands (built without a Docker daemon, reproducibly), the Helm
-// charts pushed to an OCI registry with defaults that name exactly those
-// images, and the static manifests under docs/deploy.
+// the four commands, built without a Docker daemon, reproducibly, and the
+// defaults every release shares (registry, version, images, charts).
+// Publishing (images and Helm charts pushed to an OCI registry, the static
+// manifests under docs/deploy) is hack/ship/publish.
 //
-// It owns building and publishing only. It never changes a chart in the
-// working tree: release copies are edited as structured data in memory.
+// It links no Helm: hybridctl's demo builds the ccm-gate image with it.
 package ship
 
 import (
@@ -19,12 +19,12 @@ import (
 	"strings"
 	"time"
 
-	"helm.sh/helm/v3/pkg/chartutil"
+	"sigs.k8s.io/yaml"
 )
 
 // DefaultRegistry is where images and charts go unless told otherwise. The
 // charts' values.yaml and ccm-coordinator's --gate-image default name images
-// under it (TestRepositoryDefaultsAgree).
+// under it (publish.TestRepositoryDefaultsAgree).
 const DefaultRegistry = "ghcr.io/hybrid-ccm"
 
 // Source is the org.opencontainers.image.source of every image.
@@ -43,13 +43,13 @@ var DefaultPlatforms = []string{"linux/amd64", "linux/arm64"}
 // tests that run the images' binaries build (Options.Platforms).
 func HostPlatform() string { return "linux/" + runtime.GOARCH }
 
-// versionChart is the chart whose appVersion is the version of everything a
-// release ships; the other charts must agree (TestRepositoryDefaultsAgree).
-const versionChart = "talos-ccm"
+// VersionChart is the chart whose appVersion is the version of everything a
+// release ships; the other charts must agree (publish.TestRepositoryDefaultsAgree).
+const VersionChart = "talos-ccm"
 
-// gateImageSymbol is the string variable of cmd/ccm-coordinator holding the
+// GateImageSymbol is the string variable of cmd/ccm-coordinator holding the
 // --gate-image default; image builds set it to the ccm-gate image they build.
-const gateImageSymbol = "main.defaultGateImage"
+const GateImageSymbol = "main.defaultGateImage"
 
 // FindRoot returns the repository root: the nearest directory at or above the
 // working directory that holds go.mod.
@@ -73,10 +73,16 @@ func FindRoot() (string, error) {
 // DefaultVersion is the appVersion of charts/talos-ccm: the version a build or
 // release uses unless told otherwise.
 func DefaultVersion(root string) (string, error) {
-	p := filepath.Join(root, "charts", versionChart, "Chart.yaml")
-	md, err := chartutil.LoadChartfile(p)
+	p := filepath.Join(root, "charts", VersionChart, "Chart.yaml")
+	data, err := os.ReadFile(p)
 	if err != nil {
 		return "", fmt.Errorf("read version: %w", err)
+	}
+	var md struct {
+		AppVersion string `json:"appVersion"`
+	}
+	if err := yaml.Unmarshal(data, &md); err != nil {
+		return "", fmt.Errorf("read version: %s: %w", p, err)
 	}
 	if md.AppVersion == "" {
 		return "", fmt.Errorf("%s: appVersion is empty", p)

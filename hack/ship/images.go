@@ -57,8 +57,8 @@ type Options struct {
 	Log io.Writer
 }
 
-// withDefaults fills the empty fields of o.
-func (o Options) withDefaults() (Options, error) {
+// WithDefaults fills the empty fields of o.
+func (o Options) WithDefaults() (Options, error) {
 	var err error
 	if o.Root == "" {
 		if o.Root, err = FindRoot(); err != nil {
@@ -108,7 +108,7 @@ func (o Options) withDefaults() (Options, error) {
 // Every timestamp is the commit time of HEAD, so two builds of one commit with
 // one Go toolchain give the same digests.
 func Build(ctx context.Context, opts Options) (map[string]v1.Hash, error) {
-	o, err := opts.withDefaults()
+	o, err := opts.WithDefaults()
 	if err != nil {
 		return nil, fmt.Errorf("build images: %w", err)
 	}
@@ -186,7 +186,7 @@ const ReleaseTags = "nodemo"
 // invocation (the packages they share are compiled once).
 func goBuild(ctx context.Context, o Options, osName, arch, dir string) error {
 	ldflags := []string{"-s", "-w", "-buildid=",
-		"-X", gateImageSymbol + "=" + ImageRef(o.Registry, "ccm-gate", o.Version)}
+		"-X", GateImageSymbol + "=" + ImageRef(o.Registry, "ccm-gate", o.Version)}
 	// nodemo: hybridctl without the demo, which links a control-plane
 	// starter that needs a writable cache directory at start-up.
 	args := []string{"build", "-trimpath", "-buildvcs=false", "-tags=" + ReleaseTags, "-ldflags=" + strings.Join(ldflags, " "), "-o", dir + string(filepath.Separator)}

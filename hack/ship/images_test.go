@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -20,18 +19,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/hybrid-ccm/hybrid-ccm/hack/ship/shiptest"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
-
-// testPlatforms are the host's platform and arm64 (amd64 on an arm64 host):
-// both architectures of a release.
-func testPlatforms() []string {
-	other := "linux/arm64"
-	if runtime.GOARCH == "arm64" {
-		other = "linux/amd64"
-	}
-	return []string{HostPlatform(), other}
-}
 
 // TestBuildReproducible builds every image for both architectures twice (the
 // second build from a warm Go build cache) and requires identical digests;
@@ -48,11 +38,11 @@ func TestBuildReproducible(t *testing.T) {
 	for i := range digests {
 		start := time.Now()
 		var err error
-		digests[i], err = Build(ctx, Options{Root: root, Platforms: testPlatforms(), Out: dirs[i], Log: testLog{t}})
+		digests[i], err = Build(ctx, Options{Root: root, Platforms: shiptest.Platforms(), Out: dirs[i], Log: shiptest.Log{T: t}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("build %d of %s: %s", i+1, strings.Join(testPlatforms(), ", "), time.Since(start).Round(time.Millisecond))
+		t.Logf("build %d of %s: %s", i+1, strings.Join(shiptest.Platforms(), ", "), time.Since(start).Round(time.Millisecond))
 	}
 	if !maps.Equal(digests[0], digests[1]) {
 		t.Fatalf("two builds of one commit differ:\n%v\n%v", digests[0], digests[1])
@@ -68,23 +58,15 @@ func TestBuildReproducible(t *testing.T) {
 	if got := slices.Sorted(maps.Keys(digests[0])); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
 		t.Fatalf("built %v, want %v", got, want)
 	}
-	checkLayout(t, dirs[0], digests[0], testPlatforms())
+	checkLayout(t, dirs[0], digests[0], shiptest.Platforms())
 
 	// The host's binaries are static and run.
 	idx := layoutIndex(t, dirs[0], ImageRef(DefaultRegistry, "hybridctl", version))
-	bin := extractBinary(t, platformImage(t, idx, HostPlatform()), "hybridctl")
+	bin := shiptest.ExtractBinary(t, shiptest.PlatformImage(t, idx, HostPlatform()), "hybridctl")
 	out, err := exec.Command(bin, "--help").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "transform") {
 		t.Errorf("hybridctl --help from the image: %v\n%s", err, out)
 	}
-}
-
-// testLog writes a build's progress to the test log.
-type testLog struct{ t *testing.T }
-
-func (l testLog) Write(p []byte) (int, error) {
-	l.t.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
 }
 
 // checkLayout checks the contract of Build's output: index.json lists exactly
@@ -137,7 +119,7 @@ func checkLayout(t *testing.T, dir string, refs map[string]v1.Hash, platforms []
 			t.Errorf("%s: index annotations %v", ref, ixm.Annotations)
 		}
 		for _, p := range platforms {
-			img := platformImage(t, idx, p)
+			img := shiptest.PlatformImage(t, idx, p)
 			cf, err := img.ConfigFile()
 			if err != nil {
 				t.Fatal(err)
@@ -240,61 +222,4 @@ func layoutIndex(t *testing.T, dir, ref string) v1.ImageIndex {
 	}
 	t.Fatalf("%s: no image %s", dir, ref)
 	return nil
-}
-
-// platformImage returns the image of one os/arch in an image index.
-func platformImage(t *testing.T, idx v1.ImageIndex, platform string) v1.Image {
-	t.Helper()
-	im, err := idx.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range im.Manifests {
-		if m.Platform != nil && m.Platform.OS+"/"+m.Platform.Architecture == platform {
-			img, err := idx.Image(m.Digest)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return img
-		}
-	}
-	t.Fatalf("no image for %s", platform)
-	return nil
-}
-
-// extractBinary writes /<name> of img into a temporary file and returns its
-// path.
-func extractBinary(t *testing.T, img v1.Image, name string) string {
-	t.Helper()
-	layers, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc, err := layers[0].Uncompressed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
-	tr := tar.NewReader(rc)
-	for {
-		hdr, err := tr.Next()
-		if err != nil {
-			t.Fatalf("no %s in the image: %v", name, err)
-		}
-		if hdr.Name != name {
-			continue
-		}
-		p := filepath.Join(t.TempDir(), name)
-		f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY, 0o755)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.Copy(f, tr); err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Close(); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
 }

@@ -1,6 +1,6 @@
 // Command ship builds the images (images), pushes images and charts (release)
 // and renders docs/deploy (manifests); `make images|release|manifests` run it.
-// The work is in hack/ship.
+// The work is in hack/ship (images) and hack/ship/publish (release, manifests).
 package main
 
 import (
@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/hybrid-ccm/hybrid-ccm/hack/ship"
+	"github.com/hybrid-ccm/hybrid-ccm/hack/ship/publish"
 )
 
 const usage = `usage: ship images|release|manifests [flags]
@@ -59,12 +60,12 @@ func main() {
 		if opts.Out == "" {
 			opts.Out = "bin/images"
 		}
-		_, err = ship.Release(ctx, ship.ReleaseOptions{Options: opts})
+		_, err = publish.Release(ctx, publish.ReleaseOptions{Options: opts})
 	case "manifests":
 		if opts.Out == "" {
 			opts.Out = "docs/deploy"
 		}
-		err = ship.WriteManifests(opts.Root, opts.Out, os.Stdout)
+		err = publish.WriteManifests(opts.Root, opts.Out, os.Stdout)
 	default:
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)

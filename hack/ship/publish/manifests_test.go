@@ -1,4 +1,4 @@
-package ship
+package publish
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/restmapper"
 
 	"github.com/hybrid-ccm/hybrid-ccm/charts/test/chartstest"
+	"github.com/hybrid-ccm/hybrid-ccm/hack/ship"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
 
@@ -108,7 +109,7 @@ func TestStaticManifestsApply(t *testing.T) {
 		}
 	}
 	// The workloads are there with the images a default build makes.
-	version, err := DefaultVersion(root)
+	version, err := ship.DefaultVersion(root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +119,7 @@ func TestStaticManifestsApply(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if img := d.Spec.Template.Spec.Containers[0].Image; img != ImageRef(DefaultRegistry, name, version) {
+		if img := d.Spec.Template.Spec.Containers[0].Image; img != ship.ImageRef(ship.DefaultRegistry, name, version) {
 			t.Errorf("deployment %s runs %s", name, img)
 		}
 	}

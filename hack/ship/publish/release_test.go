@@ -1,4 +1,4 @@
-package ship
+package publish
 
 import (
 	"bytes"
@@ -17,6 +17,8 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/registry"
 
+	"github.com/hybrid-ccm/hybrid-ccm/hack/ship"
+	"github.com/hybrid-ccm/hybrid-ccm/hack/ship/shiptest"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
 
@@ -38,13 +40,13 @@ func TestRelease(t *testing.T) {
 	ctx := context.Background()
 
 	rel, err := Release(ctx, ReleaseOptions{
-		Options:    Options{Root: testenv.RepoRoot(), Registry: reg, Version: version, Platforms: testPlatforms(), Out: t.TempDir(), Log: testLog{t}},
+		Options:    ship.Options{Root: testenv.RepoRoot(), Registry: reg, Version: version, Platforms: shiptest.Platforms(), Out: t.TempDir(), Log: shiptest.Log{T: t}},
 		HTTPClient: srv.Client(),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rel.Images) != len(Images) || len(rel.Charts) != len(Charts) {
+	if len(rel.Images) != len(ship.Images) || len(rel.Charts) != len(ship.Charts) {
 		t.Fatalf("released %v and %v", rel.Images, rel.Charts)
 	}
 
@@ -53,8 +55,8 @@ func TestRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	named := map[string]bool{}
-	for _, chartName := range Charts {
-		ref := ChartRef(reg, chartName, version)
+	for _, chartName := range ship.Charts {
+		ref := ship.ChartRef(reg, chartName, version)
 		pulled, err := rc.Pull(ref)
 		if err != nil {
 			t.Fatalf("pull %s: %v", ref, err)
@@ -87,20 +89,20 @@ func TestRelease(t *testing.T) {
 	// Between them the charts name every image but hybridctl (a command-line
 	// tool, pushed for users).
 	for _, image := range []string{"talos-ccm", "ccm-coordinator", "ccm-gate"} {
-		if !named[ImageRef(reg, image, version)] {
-			t.Errorf("no chart names %s (named: %v)", ImageRef(reg, image, version), named)
+		if !named[ship.ImageRef(reg, image, version)] {
+			t.Errorf("no chart names %s (named: %v)", ship.ImageRef(reg, image, version), named)
 		}
 	}
 
 	// The pushed ccm-coordinator defaults to the pushed ccm-gate.
-	ref, _ := name.ParseReference(ImageRef(reg, "ccm-coordinator", version))
+	ref, _ := name.ParseReference(ship.ImageRef(reg, "ccm-coordinator", version))
 	idx, err := remote.Index(ref, remote.WithTransport(srv.Client().Transport))
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := extractBinary(t, platformImage(t, idx, HostPlatform()), "ccm-coordinator")
+	bin := shiptest.ExtractBinary(t, shiptest.PlatformImage(t, idx, ship.HostPlatform()), "ccm-coordinator")
 	out, _ := exec.Command(bin, "--help").CombinedOutput()
-	if want := `"` + ImageRef(reg, "ccm-gate", version) + `"`; !strings.Contains(string(out), want) {
+	if want := `"` + ship.ImageRef(reg, "ccm-gate", version) + `"`; !strings.Contains(string(out), want) {
 		t.Errorf("ccm-coordinator --help does not default --gate-image to %s:\n%s", want, out)
 	}
 }
@@ -131,7 +133,7 @@ func checkPushedImage(t *testing.T, srv *httptest.Server, img string, rel *Relea
 	for _, m := range im.Manifests {
 		platforms = append(platforms, m.Platform.OS+"/"+m.Platform.Architecture)
 	}
-	for _, p := range testPlatforms() {
+	for _, p := range shiptest.Platforms() {
 		if !slices.Contains(platforms, p) {
 			t.Errorf("%s has no image for %s (%v)", img, p, platforms)
 		}

@@ -1,4 +1,4 @@
-package ship
+package publish
 
 import (
 	"context"
@@ -16,13 +16,15 @@ import (
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/helmpath"
 	"helm.sh/helm/v3/pkg/registry"
+
+	"github.com/hybrid-ccm/hybrid-ccm/hack/ship"
 )
 
 // ReleaseOptions choose what Release builds and where it pushes.
 type ReleaseOptions struct {
-	// Options of the image build; Out is where the layout is written before
+	// ship.Options of the image build; Out is where the layout is written before
 	// it is pushed.
-	Options
+	ship.Options
 	// HTTPClient talks to the registry. Nil: Go's default client (system
 	// roots). Credentials: Docker's config for images, Helm's registry
 	// config for charts (`docker login`, `helm registry login`).
@@ -36,20 +38,20 @@ type Released struct {
 	Charts map[string]string
 }
 
-// Release builds the images (Build), pushes them, then pushes every chart of
-// Charts as ReleaseCharts makes it, with Helm's registry client (what `helm
-// push` does) to oci://<registry>/charts. Images go first: a chart in the
+// Release builds the images (ship.Build), pushes them, then pushes every chart of
+// ship.Charts as ReleaseCharts makes it, with Helm's registry client (what `helm
+// push` does) to oci://<registry>/charts. ship.Images go first: a chart in the
 // registry never names an image that is not there.
 func Release(ctx context.Context, opts ReleaseOptions) (*Released, error) {
-	o, err := opts.withDefaults()
+	o, err := opts.WithDefaults()
 	if err != nil {
 		return nil, fmt.Errorf("release: %w", err)
 	}
-	if len(opts.Images) != 0 && len(opts.Images) != len(Images) {
+	if len(opts.Images) != 0 && len(opts.Images) != len(ship.Images) {
 		return nil, fmt.Errorf("release: the charts name every image; build all of them")
 	}
 	out := &Released{Images: map[string]v1.Hash{}, Charts: map[string]string{}}
-	if _, err := Build(ctx, o); err != nil {
+	if _, err := ship.Build(ctx, o); err != nil {
 		return nil, fmt.Errorf("release: %w", err)
 	}
 	if err := pushImages(ctx, o, opts.HTTPClient, out); err != nil {
@@ -63,7 +65,7 @@ func Release(ctx context.Context, opts ReleaseOptions) (*Released, error) {
 
 // pushImages pushes every image index of the layout at o.Out to the
 // reference it is annotated with.
-func pushImages(ctx context.Context, o Options, hc *http.Client, out *Released) error {
+func pushImages(ctx context.Context, o ship.Options, hc *http.Client, out *Released) error {
 	lp, err := layout.FromPath(o.Out)
 	if err != nil {
 		return err
@@ -81,7 +83,7 @@ func pushImages(ctx context.Context, o Options, hc *http.Client, out *Released) 
 		ropts = append(ropts, remote.WithTransport(hc.Transport))
 	}
 	for _, desc := range im.Manifests {
-		refName := desc.Annotations[AnnotationRefName]
+		refName := desc.Annotations[ship.AnnotationRefName]
 		ref, err := name.ParseReference(refName, name.StrictValidation)
 		if err != nil {
 			return fmt.Errorf("%s: image %s: %w", o.Out, desc.Digest, err)
@@ -100,7 +102,7 @@ func pushImages(ctx context.Context, o Options, hc *http.Client, out *Released) 
 }
 
 // pushCharts packages and pushes the release's charts.
-func pushCharts(o Options, hc *http.Client, out *Released) error {
+func pushCharts(o ship.Options, hc *http.Client, out *Released) error {
 	charts, err := ReleaseCharts(o.Root, o.Registry, o.Version)
 	if err != nil {
 		return err
@@ -130,7 +132,7 @@ func pushCharts(o Options, hc *http.Client, out *Released) error {
 		if err != nil {
 			return err
 		}
-		ref := ChartRef(o.Registry, ch.Name(), o.Version)
+		ref := ship.ChartRef(o.Registry, ch.Name(), o.Version)
 		res, err := rc.Push(data, ref)
 		if err != nil {
 			return fmt.Errorf("push chart %s: %w", ref, err)

@@ -1,4 +1,4 @@
-package ship
+package publish
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
+
+	"github.com/hybrid-ccm/hybrid-ccm/hack/ship"
 )
 
 // imageValues are, per chart, the values naming an image of this repository:
@@ -20,7 +22,7 @@ var imageValues = map[string]map[string]string{
 	"ccm-coordinator": {"image.repository": "ccm-coordinator", "gate.image.repository": "ccm-gate"},
 }
 
-// ReleaseCharts loads charts/<name> for every name in Charts and returns them
+// ReleaseCharts loads charts/<name> for every name in ship.Charts and returns them
 // as a release of version pushes them: version and appVersion = version,
 // image repositories under registry, the umbrella's dependencies pinned to
 // version at oci://<registry>/charts and carried inside it. The working tree
@@ -30,7 +32,7 @@ func ReleaseCharts(root, registry, version string) ([]*chart.Chart, error) {
 	registry = strings.TrimSuffix(registry, "/")
 	byName := map[string]*chart.Chart{}
 	var out []*chart.Chart
-	for _, name := range Charts {
+	for _, name := range ship.Charts {
 		dir := filepath.Join(root, "charts", name)
 		ch, err := loader.LoadDir(dir)
 		if err != nil {

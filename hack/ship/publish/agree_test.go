@@ -1,4 +1,4 @@
-package ship
+package publish
 
 import (
 	"go/ast"
@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/hybrid-ccm/hybrid-ccm/charts/test/chartstest"
+	"github.com/hybrid-ccm/hybrid-ccm/hack/ship"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
 
@@ -28,11 +29,11 @@ import (
 // ccm-coordinator's --gate-image default is the ccm-gate image of that build.
 func TestRepositoryDefaultsAgree(t *testing.T) {
 	root := testenv.RepoRoot()
-	version, err := DefaultVersion(root)
+	version, err := ship.DefaultVersion(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	released, err := ReleaseCharts(root, DefaultRegistry, version)
+	released, err := ReleaseCharts(root, ship.DefaultRegistry, version)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,10 +44,10 @@ func TestRepositoryDefaultsAgree(t *testing.T) {
 				t.Fatal(err)
 			}
 			if ch.Metadata.Version != version || ch.Metadata.AppVersion != version {
-				t.Errorf("charts/%s: version %s appVersion %s, want both %s (appVersion of charts/%s)", rc.Name(), ch.Metadata.Version, ch.Metadata.AppVersion, version, versionChart)
+				t.Errorf("charts/%s: version %s appVersion %s, want both %s (appVersion of charts/%s)", rc.Name(), ch.Metadata.Version, ch.Metadata.AppVersion, version, ship.VersionChart)
 			}
 			if !reflect.DeepEqual(ch.Values, rc.Values) {
-				t.Errorf("charts/%s/values.yaml does not default to the images of a release to %s:\nrepository: %v\nrelease:    %v", rc.Name(), DefaultRegistry, ch.Values, rc.Values)
+				t.Errorf("charts/%s/values.yaml does not default to the images of a release to %s:\nrepository: %v\nrelease:    %v", rc.Name(), ship.DefaultRegistry, ch.Values, rc.Values)
 			}
 			for _, d := range ch.Metadata.Dependencies {
 				if !chartutil.IsCompatibleRange(d.Version, version) {
@@ -57,8 +58,8 @@ func TestRepositoryDefaultsAgree(t *testing.T) {
 	}
 
 	var want []string
-	for _, name := range Images {
-		want = append(want, ImageRef(DefaultRegistry, name, version))
+	for _, name := range ship.Images {
+		want = append(want, ship.ImageRef(ship.DefaultRegistry, name, version))
 	}
 	var got []string
 	for _, name := range []string{"talos-ccm", "ccm-coordinator"} {
@@ -77,7 +78,7 @@ func TestRepositoryDefaultsAgree(t *testing.T) {
 		t.Errorf("the charts' defaults name %v, want talos-ccm, ccm-coordinator and ccm-gate", got)
 	}
 
-	if gate, want := gateImageDefault(t, root), ImageRef(DefaultRegistry, "ccm-gate", version); gate != want {
+	if gate, want := gateImageDefault(t, root), ship.ImageRef(ship.DefaultRegistry, "ccm-gate", version); gate != want {
 		t.Errorf("cmd/ccm-coordinator: --gate-image defaults to %s, want %s", gate, want)
 	}
 }
@@ -92,7 +93,7 @@ func gateImageDefault(t *testing.T, root string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sym := strings.TrimPrefix(gateImageSymbol, "main.")
+	sym := strings.TrimPrefix(ship.GateImageSymbol, "main.")
 	for _, decl := range f.Decls {
 		gd, ok := decl.(*ast.GenDecl)
 		if !ok || gd.Tok != token.VAR {

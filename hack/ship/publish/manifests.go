@@ -1,4 +1,4 @@
-package ship
+package publish
 
 import (
 	"bytes"
@@ -11,6 +11,8 @@ import (
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
+
+	"github.com/hybrid-ccm/hybrid-ccm/hack/ship"
 )
 
 // StaticManifest is one file of docs/deploy: a chart rendered with its
@@ -93,7 +95,7 @@ func imageOf(values map[string]any, appVersion string) string {
 func WriteManifests(root, dir string, log io.Writer) error {
 	if root == "" {
 		var err error
-		if root, err = FindRoot(); err != nil {
+		if root, err = ship.FindRoot(); err != nil {
 			return err
 		}
 	}
