@@ -1,0 +1,416 @@
+package proxy
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"strconv"
+
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// filterJSONList copies a JSON ServiceList with only the Services in the view,
+// each without its class, reading and writing one Service at a time.
+func (p *Proxy) filterJSONList(in io.Reader, out *bufio.Writer) error {
+	s := newJSONStream(in, maxServiceValue)
+	if err := s.expect('{'); err != nil {
+		return err
+	}
+	_ = out.WriteByte('{')
+	for n := 0; ; n++ {
+		c, err := s.peek()
+		if err != nil {
+			return noEOF(err)
+		}
+		if c == '}' {
+			s.off++
+			break
+		}
+		if n > 0 {
+			if err := s.expect(','); err != nil {
+				return err
+			}
+			_ = out.WriteByte(',')
+		}
+		k, err := s.value()
+		if err != nil {
+			return err
+		}
+		key, err := jsonUnquote(k)
+		if err != nil {
+			return err
+		}
+		_, _ = out.Write(k)
+		if err := s.expect(':'); err != nil {
+			return err
+		}
+		_ = out.WriteByte(':')
+		switch key {
+		case "items":
+			err = p.filterJSONItems(s, out)
+		case "metadata":
+			var v []byte
+			if v, err = s.value(); err == nil {
+				v, err = jsonListMetaWithoutCount(v)
+				_, _ = out.Write(v)
+			}
+		default:
+			var v []byte
+			if v, err = s.value(); err == nil {
+				_, _ = out.Write(v)
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	_ = out.WriteByte('}')
+	return s.end()
+}
+
+func (p *Proxy) filterJSONItems(s *jsonStream, out *bufio.Writer) error {
+	c, err := s.peek()
+	if err != nil {
+		return noEOF(err)
+	}
+	if c != '[' {
+		v, err := s.value() // null
+		_, _ = out.Write(v)
+		return err
+	}
+	s.off++
+	_ = out.WriteByte('[')
+	written := 0
+	for n := 0; ; n++ {
+		c, err := s.peek()
+		if err != nil {
+			return noEOF(err)
+		}
+		if c == ']' {
+			s.off++
+			break
+		}
+		if n > 0 {
+			if err := s.expect(','); err != nil {
+				return err
+			}
+		}
+		item, err := s.value()
+		if err != nil {
+			return err
+		}
+		f, err := jsonServiceFacts(item)
+		if err != nil {
+			return fmt.Errorf("Service %d of the list: %w", n, err)
+		}
+		if !p.serviceView.shows(f) {
+			continue
+		}
+		if item, err = jsonServiceWithoutClass(item); err != nil {
+			return err
+		}
+		if written > 0 {
+			_ = out.WriteByte(',')
+		}
+		written++
+		if _, err := out.Write(item); err != nil {
+			return err
+		}
+	}
+	return out.WriteByte(']')
+}
+
+// filterProtoList copies a protobuf ServiceList with only the Services in the
+// view, each without its class. It reads one Service at a time; the answer,
+// whose length comes first, is assembled before it is written.
+func (p *Proxy) filterProtoList(in io.Reader, out *bufio.Writer) error {
+	s := newProtoStream(in, maxServiceValue)
+	if err := s.magic(); err != nil {
+		return err
+	}
+	envelope := append([]byte(nil), protoMagic...)
+	for {
+		num, typ, length, _, err := s.header()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if typ != protowire.BytesType {
+			return fmt.Errorf("%w: list envelope field %d of wire type %d", errProto, num, typ)
+		}
+		var v []byte
+		if num == pbUnknownRaw {
+			v, err = p.filterProtoListMessage(s, length)
+		} else {
+			v, err = s.bytes(length)
+		}
+		if err != nil {
+			return err
+		}
+		envelope = protowire.AppendBytes(protowire.AppendTag(envelope, num, protowire.BytesType), v)
+	}
+	_, err := out.Write(envelope)
+	return err
+}
+
+// filterProtoListMessage reads a ServiceList message of length bytes.
+func (p *Proxy) filterProtoListMessage(s *protoStream, length uint64) ([]byte, error) {
+	var list []byte
+	for read := uint64(0); read < length; {
+		num, typ, l, n, err := s.header()
+		if err != nil {
+			return nil, noEOF(err)
+		}
+		read += uint64(n)
+		if typ != protowire.BytesType {
+			return nil, fmt.Errorf("%w: ServiceList field %d of wire type %d", errProto, num, typ)
+		}
+		v, err := s.bytes(l)
+		if err != nil {
+			return nil, err
+		}
+		read += l
+		if read > length {
+			return nil, fmt.Errorf("%w: ServiceList field %d past the end of the list", errProto, num)
+		}
+		switch num {
+		case pbListItems:
+			f, err := protoServiceFacts(v)
+			if err != nil {
+				return nil, err
+			}
+			if !p.serviceView.shows(f) {
+				continue
+			}
+			if v, err = protoServiceWithoutClass(v); err != nil {
+				return nil, err
+			}
+		case pbListMeta:
+			if v, err = protoDrop(v, pbListRemainingItemCount); err != nil {
+				return nil, err
+			}
+		}
+		list = protowire.AppendBytes(protowire.AppendTag(list, num, protowire.BytesType), v)
+	}
+	return list, nil
+}
+
+// Watch event types.
+const (
+	eventAdded    = "ADDED"
+	eventModified = "MODIFIED"
+	eventDeleted  = "DELETED"
+)
+
+// watchState follows which Services one watch has shown its client, so that a
+// Service that leaves the view is DELETED for the client and one that enters
+// it is ADDED, whatever the API server's event says.
+type watchState struct {
+	view serviceView
+	// complete: the watch starts with the initial state (sendInitialEvents,
+	// or resourceVersion "" or "0"), so a Service the watch has not shown the
+	// client is one the client does not have.
+	complete bool
+	// since is the resourceVersion a resumed watch starts after (sinceOK:
+	// it is a number).
+	since   uint64
+	sinceOK bool
+	// shown are the keys the client has from this watch.
+	shown map[string]struct{}
+	// known are the keys this watch has had an event for (resumed watches).
+	known map[string]struct{}
+	// history says whether a Service may have been in the view before the
+	// watch began; nil: assume it may.
+	history *serviceHistory
+}
+
+func (p *Proxy) newWatchState(q url.Values) *watchState {
+	s := &watchState{view: p.serviceView, history: p.history, shown: map[string]struct{}{}, known: map[string]struct{}{}}
+	rv := q.Get("resourceVersion")
+	_, initialSet := q["sendInitialEvents"]
+	switch {
+	case queryBool(q, "sendInitialEvents"):
+		s.complete = true
+	case !initialSet && (rv == "" || rv == "0"):
+		s.complete = true
+	default:
+		s.since, s.sinceOK = parseResourceVersion(rv)
+	}
+	return s
+}
+
+func parseResourceVersion(rv string) (uint64, bool) {
+	v, err := strconv.ParseUint(rv, 10, 64)
+	return v, err == nil && v > 0
+}
+
+// decide maps the API server's event about a Service to the event the client
+// gets (send false: none).
+func (s *watchState) decide(event string, f serviceFacts) (out string, send bool) {
+	key := f.key()
+	in := s.view.shows(f)
+	_, wasShown := s.shown[key]
+	known := s.complete
+	if !known {
+		_, known = s.known[key]
+		s.known[key] = struct{}{}
+	}
+	if in && event != eventDeleted {
+		s.shown[key] = struct{}{}
+	} else {
+		delete(s.shown, key)
+	}
+	switch {
+	case wasShown && (in || event == eventDeleted):
+		return event, true
+	case wasShown:
+		return eventDeleted, true // it left the view
+	case known:
+		if in && event != eventDeleted {
+			return eventAdded, true // it entered the view
+		}
+		return "", false
+	}
+	// A resumed watch's first event about this Service: the client holds it
+	// as it was at the watch's resourceVersion.
+	switch event {
+	case eventAdded:
+		return event, in // created since
+	case eventDeleted:
+		return event, in // its last state is the one the client may hold
+	}
+	if in {
+		return event, true
+	}
+	if s.view.showsNone || (s.history != nil && s.sinceOK && !s.history.mayHaveShown(key, s.since)) {
+		return "", false
+	}
+	return eventDeleted, true // it may have been in the view: let the client drop it
+}
+
+// filterJSON filters a JSON watch stream, event by event.
+func (s *watchState) filterJSON(in io.Reader, out *bufio.Writer) error {
+	js := newJSONStream(in, maxServiceValue)
+	for {
+		if _, err := js.peek(); errors.Is(err, io.EOF) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		ev, err := js.value()
+		if err != nil {
+			return err
+		}
+		var typ string
+		var objStart, objEnd int
+		if _, err := jsonObjectMembers(ev, 0, func(m jsonMember) error {
+			switch m.key {
+			case "type":
+				t, _, err := jsonOptionalString(ev[m.valueStart:m.valueEnd])
+				typ = t
+				return err
+			case "object":
+				objStart, objEnd = m.valueStart, m.valueEnd
+			}
+			return nil
+		}); err != nil {
+			return fmt.Errorf("watch event: %w", err)
+		}
+		if typ != eventAdded && typ != eventModified && typ != eventDeleted {
+			// BOOKMARK and ERROR pass as they are.
+			_, _ = out.Write(ev)
+			_ = out.WriteByte('\n')
+			continue
+		}
+		obj := ev[objStart:objEnd]
+		f, err := jsonServiceFacts(obj)
+		if err != nil {
+			return fmt.Errorf("%s event: %w", typ, err)
+		}
+		outType, send := s.decide(typ, f)
+		if !send {
+			continue
+		}
+		if obj, err = jsonServiceWithoutClass(obj); err != nil {
+			return err
+		}
+		_, _ = out.WriteString(`{"type":"` + outType + `","object":`)
+		_, _ = out.Write(obj)
+		if _, err := out.WriteString("}\n"); err != nil {
+			return err
+		}
+	}
+}
+
+// filterProto filters a protobuf watch stream, frame by frame.
+func (s *watchState) filterProto(in io.Reader, out *bufio.Writer) error {
+	ps := newProtoStream(in, maxServiceValue)
+	for {
+		frame, err := ps.frame()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var typ string
+		var object []byte
+		if err := protoFields(frame, func(f protoField) error {
+			switch f.num {
+			case pbWatchEventType:
+				t, err := protoString(f)
+				typ = t
+				return err
+			case pbWatchEventObject:
+				return protoFields(f.value, func(r protoField) error {
+					if r.num == pbRawExtensionRaw {
+						object = r.value
+					}
+					return nil
+				})
+			}
+			return nil
+		}); err != nil {
+			return fmt.Errorf("watch event: %w", err)
+		}
+		if typ == eventAdded || typ == eventModified || typ == eventDeleted {
+			o, err := readProtoObject(object)
+			if err != nil {
+				return fmt.Errorf("%s event: %w", typ, err)
+			}
+			f, err := protoServiceFacts(o.raw)
+			if err != nil {
+				return fmt.Errorf("%s event: %w", typ, err)
+			}
+			outType, send := s.decide(typ, f)
+			if !send {
+				continue
+			}
+			stripped, err := protoServiceWithoutClass(o.raw)
+			if err != nil {
+				return err
+			}
+			if outType != typ || len(stripped) != len(o.raw) {
+				if len(stripped) != len(o.raw) {
+					if object, err = rewrapProtoObject(object, stripped); err != nil {
+						return err
+					}
+				}
+				raw := protowire.AppendBytes(protowire.AppendTag(nil, pbRawExtensionRaw, protowire.BytesType), object)
+				ev := protowire.AppendString(protowire.AppendTag(make([]byte, 0, len(raw)+32), pbWatchEventType, protowire.BytesType), outType)
+				frame = protowire.AppendBytes(protowire.AppendTag(ev, pbWatchEventObject, protowire.BytesType), raw)
+			}
+		}
+		var l [4]byte
+		binary.BigEndian.PutUint32(l[:], uint32(len(frame)))
+		_, _ = out.Write(l[:])
+		if _, err := out.Write(frame); err != nil {
+			return err
+		}
+	}
+}
