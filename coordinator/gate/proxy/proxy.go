@@ -189,25 +189,32 @@ func upstreamURL(cfg *rest.Config) (*url.URL, error) {
 	return u, nil
 }
 
-// Start runs the node cache (and the history of Services in the view) until
-// ctx ends and waits for the node cache's first list.
+// Start runs the node cache and the history of Services in the view until ctx
+// ends, and waits for their first lists.
 func (p *Proxy) Start(ctx context.Context) error {
 	if p.history != nil {
 		go p.history.run(ctx)
 	}
-	if p.cache == nil {
-		return nil
+	if p.cache != nil {
+		go p.cache.run(ctx)
+		if !p.cache.waitSynced(ctx) {
+			return fmt.Errorf("proxy.Start: node cache not synced: %w", ctx.Err())
+		}
+		p.log.Info("node cache synced")
 	}
-	go p.cache.run(ctx)
-	if !p.cache.waitSynced(ctx) {
-		return fmt.Errorf("proxy.Start: node cache not synced: %w", ctx.Err())
+	if p.history != nil {
+		if !p.history.waitSynced(ctx) {
+			return fmt.Errorf("proxy.Start: Service history not synced: %w", ctx.Err())
+		}
+		p.log.Info("Service history synced")
 	}
-	p.log.Info("node cache synced")
 	return nil
 }
 
-// Ready reports whether the view can answer (the cache, if any, has synced).
-func (p *Proxy) Ready() bool { return p.cache == nil || p.cache.synced() }
+// Ready reports whether the view can answer (the caches, if any, have synced).
+func (p *Proxy) Ready() bool {
+	return (p.cache == nil || p.cache.synced()) && (p.history == nil || p.history.synced())
+}
 
 // ServeHTTP implements http.Handler.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {

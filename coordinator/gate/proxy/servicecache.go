@@ -27,30 +27,48 @@ type serviceHistory struct {
 	view serviceView
 
 	mu sync.Mutex
-	// synced after the first list.
-	synced bool
+	// isSynced after the first list.
+	isSynced bool
 	// floor is the resourceVersion from which the history is complete (the
 	// first list, a relist after a gap, or the latest forgotten deletion).
 	floor uint64
 	// horizon is the latest resourceVersion the history has seen.
 	horizon uint64
-	// shown are the Services that were in the view at some version since
-	// floor; deleted ones are kept until forgetAfter has passed.
-	shown   map[string]struct{}
-	deleted map[string]deletion
+	// shown are the Services that have been in the view since floor.
+	shown map[string]*shownService
+	// lastForget is when forget last looked.
+	lastForget time.Time
+	// advanced is closed (and replaced) whenever horizon moves.
+	advanced chan struct{}
 	// reflector runs the watch.
 	reflector *cache.Reflector
 }
 
-type deletion struct {
-	at time.Time
-	rv uint64
+// shownService is the history of one namespace/name.
+type shownService struct {
+	// first is the first resourceVersion at which the history saw the
+	// current incarnation in the view (firstSet: it has been).
+	first    uint64
+	firstSet bool
+	// goneAt is the resourceVersion at which an earlier incarnation that had
+	// been in the view was deleted (0: none), goneTime when.
+	goneAt   uint64
+	goneTime time.Time
+}
+
+// held reports whether a client may hold the Service as it was at since.
+func (s *shownService) held(since uint64) bool {
+	return (s.firstSet && s.first <= since) || s.goneAt > since
 }
 
 // forgetAfter is how long a deleted Service stays in the history: longer than
 // any watch the API server resumes (its watch cache and etcd compaction keep
 // minutes).
 const forgetAfter = 30 * time.Minute
+
+// historyWait bounds how long a watch waits for the history to reach the
+// event it decides on (the history's own watch brings the same event).
+const historyWait = 2 * time.Second
 
 var _ cache.Store = (*serviceHistory)(nil)
 var _ cache.ResourceVersionUpdater = (*serviceHistory)(nil)
@@ -64,7 +82,7 @@ func newServiceHistory(cfg *rest.Config, view serviceView) (*serviceHistory, err
 		return nil, err
 	}
 	services := cs.CoreV1().Services(metav1.NamespaceAll)
-	h := &serviceHistory{view: view, shown: map[string]struct{}{}, deleted: map[string]deletion{}}
+	h := &serviceHistory{view: view, shown: map[string]*shownService{}, advanced: make(chan struct{})}
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			// Read in pages, each stripped to what the history needs.
@@ -126,16 +144,61 @@ func factsOf(s *corev1.Service) serviceFacts {
 
 func (h *serviceHistory) run(ctx context.Context) { h.reflector.RunWithContext(ctx) }
 
-// mayHaveShown reports whether the Service key may have been in the view at
-// resourceVersion since (true whenever the history cannot rule it out).
-func (h *serviceHistory) mayHaveShown(key string, since uint64) bool {
+func (h *serviceHistory) synced() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.synced || since < h.floor || since > h.horizon {
-		return true
+	return h.isSynced
+}
+
+// waitSynced waits for the first list.
+func (h *serviceHistory) waitSynced(ctx context.Context) bool {
+	for {
+		h.mu.Lock()
+		synced, advanced := h.isSynced, h.advanced
+		h.mu.Unlock()
+		if synced {
+			return true
+		}
+		select {
+		case <-advanced:
+		case <-ctx.Done():
+			return false
+		}
 	}
-	_, shown := h.shown[key]
-	return shown
+}
+
+// mayHaveShown reports whether the Service key may have been in the view at
+// resourceVersion since, deciding on an event at resourceVersion at: it waits
+// (briefly) until the history has seen that event, so that it is complete up
+// to since. It is true whenever the history cannot rule it out.
+func (h *serviceHistory) mayHaveShown(key string, since, at uint64) bool {
+	timeout := time.NewTimer(historyWait)
+	defer timeout.Stop()
+	for {
+		h.mu.Lock()
+		if h.isSynced && h.horizon >= at && h.horizon >= since {
+			s, shown := h.shown[key]
+			held := since < h.floor || (shown && s.held(since))
+			h.mu.Unlock()
+			return held
+		}
+		advanced := h.advanced
+		h.mu.Unlock()
+		select {
+		case <-advanced:
+		case <-timeout.C:
+			return true
+		}
+	}
+}
+
+// advance moves the horizon; called with h.mu held.
+func (h *serviceHistory) advance(rv uint64) {
+	if rv > h.horizon {
+		h.horizon = rv
+		close(h.advanced)
+		h.advanced = make(chan struct{})
+	}
 }
 
 // record notes one version of a Service; called with h.mu held.
@@ -146,32 +209,43 @@ func (h *serviceHistory) record(obj any, deleted bool) {
 	}
 	f := factsOf(s)
 	rv, _ := parseResourceVersion(f.resourceVersion)
-	if rv > h.horizon {
-		h.horizon = rv
-	}
+	h.advance(rv)
 	key := f.key()
-	if h.view.shows(f) {
-		h.shown[key] = struct{}{}
-	}
-	if _, shown := h.shown[key]; shown && deleted {
-		h.deleted[key] = deletion{at: time.Now(), rv: rv}
-	} else if !deleted {
-		delete(h.deleted, key)
+	e, known := h.shown[key]
+	switch {
+	case deleted && known && e.firstSet:
+		e.firstSet, e.goneAt, e.goneTime = false, rv, time.Now()
+	case !deleted && h.view.shows(f):
+		if !known {
+			e = &shownService{}
+			h.shown[key] = e
+		}
+		if !e.firstSet || rv < e.first {
+			e.first, e.firstSet = rv, true
+		}
 	}
 	h.forget()
 }
 
-// forget drops deleted Services older than forgetAfter and raises the floor
-// past them.
+// forget drops what is older than forgetAfter about deleted Services and
+// raises the floor past it.
 func (h *serviceHistory) forget() {
-	cutoff := time.Now().Add(-forgetAfter)
-	for key, d := range h.deleted {
-		if d.at.Before(cutoff) {
-			delete(h.deleted, key)
+	now := time.Now()
+	if now.Sub(h.lastForget) < time.Minute {
+		return
+	}
+	h.lastForget = now
+	cutoff := now.Add(-forgetAfter)
+	for key, e := range h.shown {
+		if e.goneAt == 0 || !e.goneTime.Before(cutoff) {
+			continue
+		}
+		if e.goneAt > h.floor {
+			h.floor = e.goneAt
+		}
+		e.goneAt = 0
+		if !e.firstSet {
 			delete(h.shown, key)
-			if d.rv > h.floor {
-				h.floor = d.rv
-			}
 		}
 	}
 }
@@ -201,6 +275,7 @@ func (h *serviceHistory) Delete(obj any) error {
 func (h *serviceHistory) Replace(items []any, resourceVersion string) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	rv, _ := parseResourceVersion(resourceVersion)
 	present := map[string]struct{}{}
 	for _, obj := range items {
 		h.record(obj, false)
@@ -209,19 +284,17 @@ func (h *serviceHistory) Replace(items []any, resourceVersion string) error {
 		}
 	}
 	now := time.Now()
-	for key := range h.shown {
-		if _, ok := present[key]; !ok {
-			if _, gone := h.deleted[key]; !gone {
-				h.deleted[key] = deletion{at: now}
-			}
+	for key, e := range h.shown {
+		if _, ok := present[key]; !ok && e.firstSet {
+			// Deleted while the watch was away, at some version before the list.
+			e.firstSet, e.goneAt, e.goneTime = false, rv, now
 		}
 	}
-	rv, _ := parseResourceVersion(resourceVersion)
 	h.floor = rv
-	if rv > h.horizon {
-		h.horizon = rv
-	}
-	h.synced = true
+	h.isSynced = true
+	close(h.advanced) // wakes waitSynced even when the horizon stays
+	h.advanced = make(chan struct{})
+	h.advance(rv)
 	return nil
 }
 
@@ -229,9 +302,8 @@ func (h *serviceHistory) Replace(items []any, resourceVersion string) error {
 func (h *serviceHistory) UpdateResourceVersion(resourceVersion string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if rv, _ := parseResourceVersion(resourceVersion); rv > h.horizon {
-		h.horizon = rv
-	}
+	rv, _ := parseResourceVersion(resourceVersion)
+	h.advance(rv)
 }
 
 // The reflector never reads the store back.

@@ -284,13 +284,22 @@ func (s *watchState) decide(event string, f serviceFacts) (out string, send bool
 	case eventDeleted:
 		return event, in // its last state is the one the client may hold
 	}
-	if in {
-		return event, true
-	}
-	if s.view.showsNone || (s.history != nil && s.sinceOK && !s.history.mayHaveShown(key, s.since)) {
+	if s.view.showsNone {
 		return "", false
 	}
-	return eventDeleted, true // it may have been in the view: let the client drop it
+	held := true // whether the client may hold it
+	if at, ok := parseResourceVersion(f.resourceVersion); ok && s.history != nil && s.sinceOK {
+		held = s.history.mayHaveShown(key, s.since, at)
+	}
+	switch {
+	case in && held:
+		return event, true
+	case in:
+		return eventAdded, true // it entered the view
+	case held:
+		return eventDeleted, true // it may have been in the view: let the client drop it
+	}
+	return "", false
 }
 
 // filterJSON filters a JSON watch stream, event by event.

@@ -483,9 +483,9 @@ func TestFilterWatch(t *testing.T) {
 
 func TestWatchDecide(t *testing.T) {
 	const own = "hybridccm.io/hcloud"
-	in := serviceFacts{namespace: "ns", name: "a", typ: "LoadBalancer", class: own, hasClass: true}
-	out := serviceFacts{namespace: "ns", name: "a", typ: "LoadBalancer", class: "x.io/y", hasClass: true}
-	history := &serviceHistory{synced: true, floor: 5, horizon: 100, shown: map[string]struct{}{"ns/shown": {}}}
+	in := serviceFacts{namespace: "ns", name: "a", typ: "LoadBalancer", class: own, hasClass: true, resourceVersion: "50"}
+	out := serviceFacts{namespace: "ns", name: "a", typ: "LoadBalancer", class: "x.io/y", hasClass: true, resourceVersion: "50"}
+	history := &serviceHistory{isSynced: true, floor: 5, horizon: 100, shown: map[string]*shownService{"ns/shown": {first: 7, firstSet: true}, "ns/later": {first: 60, firstSet: true}, "ns/gone": {goneAt: 20}}, advanced: make(chan struct{})}
 	tests := []struct {
 		name string
 		// query starts the watch; history may be nil.
@@ -505,9 +505,18 @@ func TestWatchDecide(t *testing.T) {
 		{name: "resumed, no history: foreign Service modified may have left", query: rv("10"), event: eventModified, facts: out, want: eventDeleted},
 		{name: "resumed, history: never shown", query: rv("10"), history: history, event: eventModified, facts: out},
 		{name: "resumed, history: shown before", query: rv("10"), history: history, event: eventModified,
-			facts: serviceFacts{namespace: "ns", name: "shown", typ: "ClusterIP"}, want: eventDeleted},
+			facts: serviceFacts{namespace: "ns", name: "shown", typ: "ClusterIP", resourceVersion: "50"}, want: eventDeleted},
+		{name: "resumed, history: in the view only since after the watch's version", query: rv("10"), history: history, event: eventModified,
+			facts: serviceFacts{namespace: "ns", name: "later", typ: "ClusterIP", resourceVersion: "70"}},
+		{name: "resumed, history: enters the view", query: rv("10"), history: history, event: eventModified,
+			facts: serviceFacts{namespace: "ns", name: "entering", typ: "LoadBalancer", class: own, hasClass: true, resourceVersion: "50"}, want: eventAdded},
+		{name: "resumed, history: an earlier incarnation in the view deleted since", query: rv("10"), history: history, event: eventModified,
+			facts: serviceFacts{namespace: "ns", name: "gone", typ: "ClusterIP", resourceVersion: "50"}, want: eventDeleted},
+		{name: "resumed, history: an earlier incarnation in the view deleted before", query: rv("30"), history: history, event: eventModified,
+			facts: serviceFacts{namespace: "ns", name: "gone", typ: "ClusterIP", resourceVersion: "50"}},
 		{name: "resumed before the history began", query: rv("3"), history: history, event: eventModified, facts: out, want: eventDeleted},
-		{name: "resumed after the history's horizon", query: rv("200"), history: history, event: eventModified, facts: out, want: eventDeleted},
+		{name: "event after the history's horizon (it never catches up)", query: rv("10"), history: history, event: eventModified,
+			facts: serviceFacts{namespace: "ns", name: "a", typ: "ClusterIP", resourceVersion: "150"}, want: eventDeleted},
 		{name: "legacy watch with initial state", query: rv("0"), event: eventModified, facts: out},
 		{name: "legacy watch from now", query: map[string][]string{}, event: eventModified, facts: out},
 		{name: "sendInitialEvents=false from now", query: map[string][]string{"sendInitialEvents": {"false"}}, event: eventModified, facts: out, want: eventDeleted},
