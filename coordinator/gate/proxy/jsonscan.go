@@ -49,21 +49,13 @@ func jsonValueEnd(b []byte, i int) (int, error) {
 
 // jsonStringEnd returns the index just past the string that starts at b[i] ('"').
 func jsonStringEnd(b []byte, i int) (int, error) {
-	j := i + 1
-	for j <= len(b) {
-		k := bytes.IndexByte(b[j:], '"')
-		if k < 0 {
-			return len(b), errJSONIncomplete
-		}
-		j += k
-		backslashes := 0
-		for m := j - 1; m > i && b[m] == '\\'; m-- {
-			backslashes++
-		}
-		if backslashes%2 == 0 {
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '"':
 			return j + 1, nil
+		case '\\':
+			j++ // the escaped byte, whatever it is
 		}
-		j++
 	}
 	return len(b), errJSONIncomplete
 }
@@ -75,11 +67,15 @@ func jsonCompositeEnd(b []byte, i int) (int, error) {
 	for j := i; j < len(b); j++ {
 		switch b[j] {
 		case '"':
-			end, err := jsonStringEnd(b, j)
-			if err != nil {
-				return end, err
+			// Inlined jsonStringEnd: most of a Service is short strings.
+			for j++; j < len(b) && b[j] != '"'; j++ {
+				if b[j] == '\\' {
+					j++
+				}
 			}
-			j = end - 1
+			if j >= len(b) {
+				return len(b), errJSONIncomplete
+			}
 		case '{', '[':
 			depth++
 		case '}', ']':
@@ -386,6 +382,32 @@ func (s *jsonStream) value() ([]byte, error) {
 		case err == nil:
 			v := s.buf[s.off:end]
 			s.off = end
+			return v, nil
+		case errors.Is(err, errJSONIncomplete):
+			if err := s.fill(); err != nil {
+				return nil, noEOF(err)
+			}
+		default:
+			return nil, err
+		}
+	}
+}
+
+// scanValue runs scan over the unread bytes, which start with a value (after
+// spaces); scan returns the end of the value, or errJSONIncomplete to be run
+// again with more bytes. The value's bytes are valid until the next call.
+// Reading a value this way reads it once, where value and a scan of what it
+// returns read it twice.
+func (s *jsonStream) scanValue(scan func(b []byte) (int, error)) ([]byte, error) {
+	if _, err := s.peek(); err != nil {
+		return nil, noEOF(err)
+	}
+	for {
+		end, err := scan(s.buf[s.off:])
+		switch {
+		case err == nil:
+			v := s.buf[s.off : s.off+end]
+			s.off += end
 			return v, nil
 		case errors.Is(err, errJSONIncomplete):
 			if err := s.fill(); err != nil {

@@ -284,6 +284,3 @@ func (s *protoStream) frame() ([]byte, error) {
 	}
 	return s.bytes(uint64(binary.BigEndian.Uint32(l[:])))
 }
-
-// buffered reports whether bytes are waiting to be read without blocking.
-func (s *protoStream) buffered() bool { return s.r.Buffered() > 0 }

@@ -2,15 +2,11 @@ package proxy
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 )
@@ -74,72 +70,29 @@ var _ cache.Store = (*serviceHistory)(nil)
 var _ cache.ResourceVersionUpdater = (*serviceHistory)(nil)
 
 func newServiceHistory(cfg *rest.Config, view serviceView) (*serviceHistory, error) {
-	c := rest.CopyConfig(cfg)
-	c.ContentType = contentTypeProtobuf
-	c.AcceptContentTypes = contentTypeProtobuf + "," + contentTypeJSON
-	cs, err := kubernetes.NewForConfig(c)
+	base, err := upstreamURL(cfg)
 	if err != nil {
 		return nil, err
 	}
-	services := cs.CoreV1().Services(metav1.NamespaceAll)
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	src := &serviceSource{base: base, client: hc, userAgent: rest.DefaultKubernetesUserAgent() + " (ccm-gate Service history)"}
 	h := &serviceHistory{view: view, shown: map[string]*shownService{}, advanced: make(chan struct{})}
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			// Read in pages, each stripped to what the history needs.
+			// A consistent read in pages.
 			o.ResourceVersion, o.ResourceVersionMatch = "", ""
 			if o.Limit == 0 || o.Limit > cachePageSize {
 				o.Limit = cachePageSize
 			}
-			l, err := services.List(ctx, o)
-			if err != nil {
-				return nil, err
-			}
-			for i := range l.Items {
-				l.Items[i] = *stripService(&l.Items[i])
-			}
-			return l, nil
+			return src.list(ctx, o)
 		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			w, err := services.Watch(ctx, o)
-			if err != nil {
-				return nil, err
-			}
-			return watch.Filter(w, func(ev watch.Event) (watch.Event, bool) {
-				if s, ok := ev.Object.(*corev1.Service); ok && ev.Type != watch.Bookmark {
-					ev.Object = stripService(s)
-				}
-				return ev, true
-			}), nil
-		},
+		WatchFuncWithContext: src.watch,
 	}
-	h.reflector = cache.NewReflectorWithOptions(lw, &corev1.Service{}, h, cache.ReflectorOptions{Name: "ccm-gate services"})
+	h.reflector = cache.NewReflectorWithOptions(lw, &historyService{}, h, cache.ReflectorOptions{Name: "ccm-gate Service history"})
 	return h, nil
-}
-
-// stripService keeps what the view decides on.
-func stripService(s *corev1.Service) *corev1.Service {
-	out := &corev1.Service{ObjectMeta: metav1.ObjectMeta{
-		Name: s.Name, Namespace: s.Namespace, ResourceVersion: s.ResourceVersion,
-	}}
-	out.Spec.Type = s.Spec.Type
-	out.Spec.LoadBalancerClass = s.Spec.LoadBalancerClass
-	for _, f := range s.Finalizers {
-		if f == LoadBalancerCleanupFinalizer {
-			out.Finalizers = []string{f}
-		}
-	}
-	return out
-}
-
-func factsOf(s *corev1.Service) serviceFacts {
-	f := serviceFacts{
-		namespace: s.Namespace, name: s.Name, uid: string(s.UID), resourceVersion: s.ResourceVersion,
-		typ: string(s.Spec.Type), cleanup: slices.Contains(s.Finalizers, LoadBalancerCleanupFinalizer),
-	}
-	if s.Spec.LoadBalancerClass != nil {
-		f.class, f.hasClass = *s.Spec.LoadBalancerClass, true
-	}
-	return f
 }
 
 func (h *serviceHistory) run(ctx context.Context) { h.reflector.RunWithContext(ctx) }
@@ -203,11 +156,11 @@ func (h *serviceHistory) advance(rv uint64) {
 
 // record notes one version of a Service; called with h.mu held.
 func (h *serviceHistory) record(obj any, deleted bool) {
-	s, ok := obj.(*corev1.Service)
+	s, ok := obj.(*historyService)
 	if !ok {
 		return
 	}
-	f := factsOf(s)
+	f := s.facts
 	rv, _ := parseResourceVersion(f.resourceVersion)
 	h.advance(rv)
 	key := f.key()
@@ -279,8 +232,8 @@ func (h *serviceHistory) Replace(items []any, resourceVersion string) error {
 	present := map[string]struct{}{}
 	for _, obj := range items {
 		h.record(obj, false)
-		if s, ok := obj.(*corev1.Service); ok {
-			present[s.Namespace+"/"+s.Name] = struct{}{}
+		if s, ok := obj.(*historyService); ok {
+			present[s.facts.key()] = struct{}{}
 		}
 	}
 	now := time.Now()

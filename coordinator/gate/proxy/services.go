@@ -249,10 +249,17 @@ func (p *Proxy) restoreClass(r *http.Request, stored serviceFacts) error {
 }
 
 // prepareServiceRequest asks the API server for exactly the encoding the gate
-// will edit, uncompressed for the gate (its transport negotiates gzip itself).
+// will edit. The gate reads the answer uncompressed: where the client accepts
+// gzip, the gate's transport asks for it and unpacks it (the link to the API
+// server carries what it would have carried for the client); where it does
+// not, the gate does not either.
 func prepareServiceRequest(r *http.Request, a *serviceAnswer) {
 	r.Header.Set("Accept", a.media.contentType())
-	r.Header.Del("Accept-Encoding")
+	if strings.Contains(strings.ToLower(strings.Join(r.Header.Values("Accept-Encoding"), ",")), "gzip") {
+		r.Header.Del("Accept-Encoding")
+	} else {
+		r.Header.Set("Accept-Encoding", "identity")
+	}
 	r.RequestURI = ""
 }
 

@@ -83,6 +83,7 @@ func (p *Proxy) filterJSONItems(s *jsonStream, out *bufio.Writer) error {
 	}
 	s.off++
 	_ = out.WriteByte('[')
+	sc := jsonServiceScan{class: p.serviceView.class}
 	written := 0
 	for n := 0; ; n++ {
 		c, err := s.peek()
@@ -98,25 +99,18 @@ func (p *Proxy) filterJSONItems(s *jsonStream, out *bufio.Writer) error {
 				return err
 			}
 		}
-		item, err := s.value()
-		if err != nil {
-			return err
-		}
-		f, err := jsonServiceFacts(item)
+		item, err := s.scanValue(func(b []byte) (int, error) { return sc.scanObject(b, 0) })
 		if err != nil {
 			return fmt.Errorf("Service %d of the list: %w", n, err)
 		}
-		if !p.serviceView.shows(f) {
+		if !p.serviceView.shows(sc.facts) {
 			continue
-		}
-		if item, err = jsonServiceWithoutClass(item); err != nil {
-			return err
 		}
 		if written > 0 {
 			_ = out.WriteByte(',')
 		}
 		written++
-		if _, err := out.Write(item); err != nil {
+		if err := sc.write(out, item); err != nil {
 			return err
 		}
 	}
@@ -124,18 +118,19 @@ func (p *Proxy) filterJSONItems(s *jsonStream, out *bufio.Writer) error {
 }
 
 // filterProtoList copies a protobuf ServiceList with only the Services in the
-// view, each without its class. It reads one Service at a time; the answer,
+// view, each without its class. It reads one Service at a time; the list,
 // whose length comes first, is assembled before it is written.
 func (p *Proxy) filterProtoList(in io.Reader, out *bufio.Writer) error {
 	s := newProtoStream(in, maxServiceValue)
 	if err := s.magic(); err != nil {
 		return err
 	}
-	envelope := append([]byte(nil), protoMagic...)
+	_, _ = out.Write(protoMagic)
+	var field []byte
 	for {
 		num, typ, length, _, err := s.header()
 		if errors.Is(err, io.EOF) {
-			break
+			return nil
 		}
 		if err != nil {
 			return err
@@ -152,15 +147,20 @@ func (p *Proxy) filterProtoList(in io.Reader, out *bufio.Writer) error {
 		if err != nil {
 			return err
 		}
-		envelope = protowire.AppendBytes(protowire.AppendTag(envelope, num, protowire.BytesType), v)
+		field = protowire.AppendVarint(protowire.AppendTag(field[:0], num, protowire.BytesType), uint64(len(v)))
+		_, _ = out.Write(field)
+		if _, err := out.Write(v); err != nil {
+			return err
+		}
 	}
-	_, err := out.Write(envelope)
-	return err
 }
 
 // filterProtoListMessage reads a ServiceList message of length bytes.
 func (p *Proxy) filterProtoListMessage(s *protoStream, length uint64) ([]byte, error) {
-	var list []byte
+	// The answer holds the Services in the view: at most the list, often far
+	// less.
+	list := make([]byte, 0, min(length, 1<<20))
+	sc := protoServiceScan{class: p.serviceView.class}
 	for read := uint64(0); read < length; {
 		num, typ, l, n, err := s.header()
 		if err != nil {
@@ -180,16 +180,16 @@ func (p *Proxy) filterProtoListMessage(s *protoStream, length uint64) ([]byte, e
 		}
 		switch num {
 		case pbListItems:
-			f, err := protoServiceFacts(v)
-			if err != nil {
+			if err := sc.scan(v); err != nil {
 				return nil, err
 			}
-			if !p.serviceView.shows(f) {
+			if !p.serviceView.shows(sc.facts) {
 				continue
 			}
-			if v, err = protoServiceWithoutClass(v); err != nil {
-				return nil, err
-			}
+			list = protowire.AppendTag(list, num, protowire.BytesType)
+			list = protowire.AppendVarint(list, uint64(sc.strippedLen(v)))
+			list = sc.appendStripped(list, v)
+			continue
 		case pbListMeta:
 			if v, err = protoDrop(v, pbListRemainingItemCount); err != nil {
 				return nil, err
@@ -227,10 +227,18 @@ type watchState struct {
 	// history says whether a Service may have been in the view before the
 	// watch began; nil: assume it may.
 	history *serviceHistory
+
+	// Scratch space, reused from event to event.
+	jsonScan  jsonServiceScan
+	protoScan protoServiceScan
+	envelope  []byte
+	frame     []byte
 }
 
 func (p *Proxy) newWatchState(q url.Values) *watchState {
 	s := &watchState{view: p.serviceView, history: p.history, shown: map[string]struct{}{}, known: map[string]struct{}{}}
+	s.jsonScan = jsonServiceScan{meta: true, class: p.serviceView.class}
+	s.protoScan = protoServiceScan{meta: true, class: p.serviceView.class}
 	rv := q.Get("resourceVersion")
 	_, initialSet := q["sendInitialEvents"]
 	switch {
@@ -302,6 +310,10 @@ func (s *watchState) decide(event string, f serviceFacts) (out string, send bool
 	return "", false
 }
 
+// Watch event types as they appear on the wire, for the events the view
+// rewrites.
+var watchEventTypes = []string{eventAdded, eventModified, eventDeleted}
+
 // filterJSON filters a JSON watch stream, event by event.
 func (s *watchState) filterJSON(in io.Reader, out *bufio.Writer) error {
 	js := newJSONStream(in, maxServiceValue)
@@ -311,23 +323,41 @@ func (s *watchState) filterJSON(in io.Reader, out *bufio.Writer) error {
 		} else if err != nil {
 			return err
 		}
-		ev, err := js.value()
-		if err != nil {
-			return err
-		}
+		// One pass over the event: its type, and the object scanned as a
+		// Service (a BOOKMARK's too; an ERROR's Status is skipped).
 		var typ string
-		var objStart, objEnd int
-		if _, err := jsonObjectMembers(ev, 0, func(m jsonMember) error {
-			switch m.key {
-			case "type":
-				t, _, err := jsonOptionalString(ev[m.valueStart:m.valueEnd])
-				typ = t
-				return err
-			case "object":
-				objStart, objEnd = m.valueStart, m.valueEnd
-			}
-			return nil
-		}); err != nil {
+		var obj span
+		scanned := false
+		ev, err := js.scanValue(func(b []byte) (int, error) {
+			typ, obj, scanned = "", span{}, false
+			return jsonEachMember(b, 0, func(key []byte, _, vs int) (int, error) {
+				switch {
+				case jsonStringIs(key, "type"):
+					ve, err := jsonValueEnd(b, vs)
+					if err != nil {
+						return ve, err
+					}
+					var ok bool
+					if typ, ok = interned(jsonPlainString(b[vs:ve]), watchEventTypes...); !ok {
+						typ, _, err = jsonOptionalString(b[vs:ve])
+					}
+					return ve, err
+				case jsonStringIs(key, "object"):
+					var ve int
+					var err error
+					if b[vs] == '{' && typ != "" && typ != "ERROR" && typ != "BOOKMARK" {
+						ve, err = s.jsonScan.scanObject(b, vs)
+						scanned = err == nil
+					} else {
+						ve, err = jsonValueEnd(b, vs)
+					}
+					obj = span{vs, ve}
+					return ve, err
+				}
+				return jsonValueEnd(b, vs)
+			})
+		})
+		if err != nil {
 			return fmt.Errorf("watch event: %w", err)
 		}
 		if typ != eventAdded && typ != eventModified && typ != eventDeleted {
@@ -336,20 +366,29 @@ func (s *watchState) filterJSON(in io.Reader, out *bufio.Writer) error {
 			_ = out.WriteByte('\n')
 			continue
 		}
-		obj := ev[objStart:objEnd]
-		f, err := jsonServiceFacts(obj)
-		if err != nil {
-			return fmt.Errorf("%s event: %w", typ, err)
+		if !scanned {
+			// The type came after the object (the API server writes it
+			// first): scan it now.
+			if err := s.jsonScan.scan(ev[obj.start:obj.end]); err != nil {
+				return fmt.Errorf("%s event: %w", typ, err)
+			}
+			for i := range s.jsonScan.edits {
+				s.jsonScan.edits[i].start += obj.start
+				s.jsonScan.edits[i].end += obj.start
+			}
 		}
-		outType, send := s.decide(typ, f)
+		outType, send := s.decide(typ, s.jsonScan.facts)
 		if !send {
 			continue
 		}
-		if obj, err = jsonServiceWithoutClass(obj); err != nil {
-			return err
-		}
 		_, _ = out.WriteString(`{"type":"` + outType + `","object":`)
-		_, _ = out.Write(obj)
+		at := obj.start
+		for _, e := range s.jsonScan.edits {
+			_, _ = out.Write(ev[at:e.start])
+			_, _ = out.Write(e.with)
+			at = e.end
+		}
+		_, _ = out.Write(ev[at:obj.end])
 		if _, err := out.WriteString("}\n"); err != nil {
 			return err
 		}
@@ -370,14 +409,16 @@ func (s *watchState) filterProto(in io.Reader, out *bufio.Writer) error {
 		var typ string
 		var object []byte
 		if err := protoFields(frame, func(f protoField) error {
-			switch f.num {
-			case pbWatchEventType:
-				t, err := protoString(f)
-				typ = t
-				return err
-			case pbWatchEventObject:
+			switch {
+			case f.typ != protowire.BytesType:
+			case f.num == pbWatchEventType:
+				var ok bool
+				if typ, ok = interned(f.value, watchEventTypes...); !ok {
+					typ = string(f.value)
+				}
+			case f.num == pbWatchEventObject:
 				return protoFields(f.value, func(r protoField) error {
-					if r.num == pbRawExtensionRaw {
+					if r.num == pbRawExtensionRaw && r.typ == protowire.BytesType {
 						object = r.value
 					}
 					return nil
@@ -388,31 +429,11 @@ func (s *watchState) filterProto(in io.Reader, out *bufio.Writer) error {
 			return fmt.Errorf("watch event: %w", err)
 		}
 		if typ == eventAdded || typ == eventModified || typ == eventDeleted {
-			o, err := readProtoObject(object)
-			if err != nil {
-				return fmt.Errorf("%s event: %w", typ, err)
-			}
-			f, err := protoServiceFacts(o.raw)
-			if err != nil {
-				return fmt.Errorf("%s event: %w", typ, err)
-			}
-			outType, send := s.decide(typ, f)
-			if !send {
-				continue
-			}
-			stripped, err := protoServiceWithoutClass(o.raw)
-			if err != nil {
+			if frame, err = s.protoEvent(typ, object, frame); err != nil {
 				return err
 			}
-			if outType != typ || len(stripped) != len(o.raw) {
-				if len(stripped) != len(o.raw) {
-					if object, err = rewrapProtoObject(object, stripped); err != nil {
-						return err
-					}
-				}
-				raw := protowire.AppendBytes(protowire.AppendTag(nil, pbRawExtensionRaw, protowire.BytesType), object)
-				ev := protowire.AppendString(protowire.AppendTag(make([]byte, 0, len(raw)+32), pbWatchEventType, protowire.BytesType), outType)
-				frame = protowire.AppendBytes(protowire.AppendTag(ev, pbWatchEventObject, protowire.BytesType), raw)
+			if frame == nil {
+				continue
 			}
 		}
 		var l [4]byte
@@ -422,4 +443,45 @@ func (s *watchState) filterProto(in io.Reader, out *bufio.Writer) error {
 			return err
 		}
 	}
+}
+
+// protoEvent decides on one Service event and returns the frame to send
+// (nil: none): the API server's own when nothing changes.
+func (s *watchState) protoEvent(typ string, object, frame []byte) ([]byte, error) {
+	o, err := readProtoObject(object)
+	if err != nil {
+		return nil, fmt.Errorf("%s event: %w", typ, err)
+	}
+	sc := &s.protoScan
+	if err := sc.scan(o.raw); err != nil {
+		return nil, fmt.Errorf("%s event: %w", typ, err)
+	}
+	outType, send := s.decide(typ, sc.facts)
+	if !send {
+		return nil, nil
+	}
+	if outType == typ && len(sc.specs) == 0 {
+		return frame, nil
+	}
+	// The object: its envelope with the Service without its class.
+	env := append(s.envelope[:0], protoMagic...)
+	if err := protoFields(object[len(protoMagic):], func(f protoField) error {
+		if f.num == pbUnknownRaw && f.typ == protowire.BytesType {
+			env = protowire.AppendTag(env, pbUnknownRaw, protowire.BytesType)
+			env = protowire.AppendVarint(env, uint64(sc.strippedLen(o.raw)))
+			env = sc.appendStripped(env, o.raw)
+			return nil
+		}
+		env = append(env, object[len(protoMagic)+f.start:len(protoMagic)+f.end]...)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	s.envelope = env
+	out := protowire.AppendString(protowire.AppendTag(s.frame[:0], pbWatchEventType, protowire.BytesType), outType)
+	out = protowire.AppendTag(out, pbWatchEventObject, protowire.BytesType)
+	out = protowire.AppendVarint(out, uint64(protowire.SizeTag(pbRawExtensionRaw)+protowire.SizeBytes(len(env))))
+	out = protowire.AppendBytes(protowire.AppendTag(out, pbRawExtensionRaw, protowire.BytesType), env)
+	s.frame = out
+	return out, nil
 }

@@ -14,6 +14,10 @@ const LoadBalancerCleanupFinalizer = "service.kubernetes.io/load-balancer-cleanu
 
 const serviceTypeLoadBalancer = "LoadBalancer"
 
+// initialEventsEndAnnotation marks the bookmark that ends a WatchList's
+// initial events (metav1.InitialEventsAnnotationKey).
+const initialEventsEndAnnotation = "k8s.io/initial-events-end"
+
 // serviceFacts is what the view reads of a Service.
 type serviceFacts struct {
 	namespace, name, uid, resourceVersion string
@@ -36,6 +40,7 @@ const (
 	pbMetaNamespace          protowire.Number = 3
 	pbMetaUID                protowire.Number = 5
 	pbMetaResourceVersion    protowire.Number = 6
+	pbMetaAnnotations        protowire.Number = 12
 	pbMetaFinalizers         protowire.Number = 14
 	pbSpecType               protowire.Number = 4
 	pbSpecLoadBalancerClass  protowire.Number = 21
@@ -48,60 +53,21 @@ const (
 	pbUnknownRaw             protowire.Number = 2
 )
 
-// protoServiceFacts reads a Service message. Repeated embedded messages merge
-// and the last scalar wins, as protobuf decoding does.
+// protoServiceFacts reads a Service message.
 func protoServiceFacts(msg []byte) (serviceFacts, error) {
-	var f serviceFacts
-	err := protoFields(msg, func(fl protoField) error {
-		if fl.typ != protowire.BytesType {
-			return nil
-		}
-		switch fl.num {
-		case pbServiceMetadata:
-			return protoFields(fl.value, func(m protoField) error {
-				var err error
-				switch m.num {
-				case pbMetaName:
-					f.name, err = protoString(m)
-				case pbMetaNamespace:
-					f.namespace, err = protoString(m)
-				case pbMetaUID:
-					f.uid, err = protoString(m)
-				case pbMetaResourceVersion:
-					f.resourceVersion, err = protoString(m)
-				case pbMetaFinalizers:
-					var s string
-					if s, err = protoString(m); s == LoadBalancerCleanupFinalizer {
-						f.cleanup = true
-					}
-				}
-				return err
-			})
-		case pbServiceSpec:
-			return protoFields(fl.value, func(s protoField) error {
-				var err error
-				switch s.num {
-				case pbSpecType:
-					f.typ, err = protoString(s)
-				case pbSpecLoadBalancerClass:
-					f.class, err = protoString(s)
-					f.hasClass = true
-				}
-				return err
-			})
-		}
-		return nil
-	})
-	return f, err
+	sc := protoServiceScan{meta: true}
+	err := sc.scan(msg)
+	return sc.facts, err
 }
 
 // protoServiceWithoutClass returns the Service message without
 // spec.loadBalancerClass (msg itself if it has none).
 func protoServiceWithoutClass(msg []byte) ([]byte, error) {
-	return protoEdit(msg, pbServiceSpec, func(spec []byte) ([]byte, bool, bool, error) {
-		out, err := protoDrop(spec, pbSpecLoadBalancerClass)
-		return out, false, len(out) != len(spec), err
-	})
+	var sc protoServiceScan
+	if err := sc.scan(msg); err != nil || len(sc.specs) == 0 {
+		return msg, err
+	}
+	return sc.appendStripped(make([]byte, 0, sc.strippedLen(msg)), msg), nil
 }
 
 // protoServiceForWrite returns a Service message as the CCM sent it in a PUT,
@@ -162,87 +128,21 @@ func (e *classError) Error() string {
 	return fmt.Sprintf("spec.loadBalancerClass %q: the view hides the class, and a native CCM may not set or change it", e.sent)
 }
 
-// jsonServiceFacts reads a Service object. A repeated member is read in order
-// (nested objects merge, the last scalar wins), as encoding/json decodes.
+// jsonServiceFacts reads a Service object.
 func jsonServiceFacts(b []byte) (serviceFacts, error) {
-	var f serviceFacts
-	i := skipJSONSpace(b, 0)
-	_, err := jsonObjectMembers(b, i, func(m jsonMember) error {
-		switch m.key {
-		case "metadata":
-			if b[m.valueStart] != '{' {
-				return nil // null
-			}
-			_, err := jsonObjectMembers(b, m.valueStart, func(mm jsonMember) error {
-				v := b[mm.valueStart:mm.valueEnd]
-				var err error
-				switch mm.key {
-				case "name":
-					f.name, _, err = jsonOptionalString(v)
-				case "namespace":
-					f.namespace, _, err = jsonOptionalString(v)
-				case "uid":
-					f.uid, _, err = jsonOptionalString(v)
-				case "resourceVersion":
-					f.resourceVersion, _, err = jsonOptionalString(v)
-				case "finalizers":
-					f.cleanup = false
-					if v[0] != '[' {
-						return nil // null
-					}
-					_, err = jsonArrayElements(b, mm.valueStart, func(s, e int) error {
-						fin, _, err := jsonOptionalString(b[s:e])
-						if fin == LoadBalancerCleanupFinalizer {
-							f.cleanup = true
-						}
-						return err
-					})
-				}
-				return err
-			})
-			return err
-		case "spec":
-			if b[m.valueStart] != '{' {
-				return nil
-			}
-			_, err := jsonObjectMembers(b, m.valueStart, func(sm jsonMember) error {
-				v := b[sm.valueStart:sm.valueEnd]
-				var err error
-				switch sm.key {
-				case "type":
-					f.typ, _, err = jsonOptionalString(v)
-				case "loadBalancerClass":
-					f.class, f.hasClass, err = jsonOptionalString(v)
-				}
-				return err
-			})
-			return err
-		}
-		return nil
-	})
-	return f, err
+	sc := jsonServiceScan{meta: true}
+	err := sc.scan(b)
+	return sc.facts, err
 }
 
 // jsonServiceWithoutClass returns the Service object b without
 // spec.loadBalancerClass (b itself if it has none).
 func jsonServiceWithoutClass(b []byte) ([]byte, error) {
-	var edits []jsonEdit
-	i := skipJSONSpace(b, 0)
-	_, err := jsonObjectMembers(b, i, func(m jsonMember) error {
-		if m.key != "spec" || b[m.valueStart] != '{' {
-			return nil
-		}
-		spec, changed, err := jsonWithoutMembers(b, m.valueStart, func(k string) bool { return k == "loadBalancerClass" })
-		if err != nil || !changed {
-			return err
-		}
-		edits = append(edits, jsonEdit{start: m.valueStart, end: m.valueEnd, with: spec})
-		return nil
-	})
-	if err != nil {
+	var sc jsonServiceScan
+	if err := sc.scan(b); err != nil {
 		return nil, err
 	}
-	return applyJSONEdits(b, edits), nil
+	return sc.withoutClass(b), nil
 }
 
 // jsonServiceForWrite is protoServiceForWrite for a JSON body. A body with a

@@ -110,6 +110,18 @@ func svc(name, typ string, class *string, finalizers ...string) *corev1.Service 
 	}
 }
 
+// factsOf is what the view should read of s.
+func factsOf(s *corev1.Service) serviceFacts {
+	f := serviceFacts{
+		namespace: s.Namespace, name: s.Name, uid: string(s.UID), resourceVersion: s.ResourceVersion,
+		typ: string(s.Spec.Type), cleanup: slices.Contains(s.Finalizers, LoadBalancerCleanupFinalizer),
+	}
+	if s.Spec.LoadBalancerClass != nil {
+		f.class, f.hasClass = *s.Spec.LoadBalancerClass, true
+	}
+	return f
+}
+
 func TestServiceView(t *testing.T) {
 	const own, other = "hybridccm.io/hcloud", "hybridccm.io/aws"
 	lb, cip := "LoadBalancer", "ClusterIP"
@@ -599,4 +611,23 @@ func FuzzServiceWire(f *testing.F) {
 		_ = p.newWatchState(nil).filterJSON(bytes.NewReader(b), bufio.NewWriter(io.Discard))
 		_ = p.newWatchState(nil).filterProto(bytes.NewReader(b), bufio.NewWriter(io.Discard))
 	})
+}
+
+// TestFilterWatchJSONMemberOrder: an event whose object comes before its type
+// (the API server writes the type first) is read all the same.
+func TestFilterWatchJSONMemberOrder(t *testing.T) {
+	const own = "hybridccm.io/hcloud"
+	in := `{"object":{"kind":"Service","apiVersion":"v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"5"},"spec":{"type":"LoadBalancer","loadBalancerClass":"` + own + `","ports":[{"port":80}]}},"type":"ADDED"}` + "\n" +
+		`{"type":"ADDED","object":{"kind":"Service","apiVersion":"v1","metadata":{"name":"b","namespace":"ns","resourceVersion":"6"},"spec":{"loadBalancerClass":"x.io/other","type":"LoadBalancer"}}}`
+	s := testProxy(t, own, false).newWatchState(map[string][]string{"resourceVersion": {"0"}})
+	var out bytes.Buffer
+	w := bufio.NewWriter(&out)
+	if err := s.filterJSON(strings.NewReader(in), w); err != nil {
+		t.Fatal(err)
+	}
+	_ = w.Flush()
+	want := `{"type":"ADDED","object":{"kind":"Service","apiVersion":"v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"5"},"spec":{"type":"LoadBalancer","ports":[{"port":80}]}}}` + "\n"
+	if out.String() != want {
+		t.Fatalf("got  %s\nwant %s", out.String(), want)
+	}
 }
