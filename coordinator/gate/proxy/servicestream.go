@@ -117,9 +117,17 @@ func (p *Proxy) filterJSONItems(s *jsonStream, out *bufio.Writer) error {
 	return out.WriteByte(']')
 }
 
+// protoListBuffer is how much of a protobuf list's answer the gate holds
+// before it streams the rest (see filterProtoListMessage).
+var protoListBuffer = 1 << 20
+
+// pbListPadding is the ServiceList field that pads a streamed answer to the
+// length announced before the Services were filtered. ServiceList has fields
+// 1 and 2; a decoder skips a field it does not know.
+const pbListPadding protowire.Number = 15
+
 // filterProtoList copies a protobuf ServiceList with only the Services in the
-// view, each without its class. It reads one Service at a time; the list,
-// whose length comes first, is assembled before it is written.
+// view, each without its class, reading one Service at a time.
 func (p *Proxy) filterProtoList(in io.Reader, out *bufio.Writer) error {
 	s := newProtoStream(in, maxServiceValue)
 	if err := s.magic(); err != nil {
@@ -138,12 +146,13 @@ func (p *Proxy) filterProtoList(in io.Reader, out *bufio.Writer) error {
 		if typ != protowire.BytesType {
 			return fmt.Errorf("%w: list envelope field %d of wire type %d", errProto, num, typ)
 		}
-		var v []byte
 		if num == pbUnknownRaw {
-			v, err = p.filterProtoListMessage(s, length)
-		} else {
-			v, err = s.bytes(length)
+			if err := p.filterProtoListMessage(s, length, out); err != nil {
+				return err
+			}
+			continue
 		}
+		v, err := s.bytes(length)
 		if err != nil {
 			return err
 		}
@@ -155,49 +164,114 @@ func (p *Proxy) filterProtoList(in io.Reader, out *bufio.Writer) error {
 	}
 }
 
-// filterProtoListMessage reads a ServiceList message of length bytes.
-func (p *Proxy) filterProtoListMessage(s *protoStream, length uint64) ([]byte, error) {
-	// The answer holds the Services in the view: at most the list, often far
-	// less.
-	list := make([]byte, 0, min(length, 1<<20))
+// filterProtoListMessage copies the ServiceList message of length bytes, as
+// the raw field of the envelope, with only the Services in the view.
+//
+// Its length comes before it, and is known only once every Service has been
+// read. Up to protoListBuffer the gate holds the answer and sends it with its
+// exact length (a CCM usually sees a small part of a cluster's Services).
+// Beyond, it announces the list's own length, streams the Services as it
+// reads them, and fills the difference with padding (field 15, zeros) that
+// every protobuf decoder skips: the gate never holds more than one Service
+// plus the buffer, however many Services the cluster has.
+func (p *Proxy) filterProtoListMessage(s *protoStream, length uint64, out *bufio.Writer) error {
+	buf := make([]byte, 0, min(length, uint64(protoListBuffer)))
+	var item []byte
+	streaming := false
+	written := uint64(0)
+	emit := func(b []byte) error {
+		if streaming {
+			written += uint64(len(b))
+			_, err := out.Write(b)
+			return err
+		}
+		buf = append(buf, b...)
+		if len(buf) <= protoListBuffer {
+			return nil
+		}
+		streaming = true
+		_, _ = out.Write(protowire.AppendVarint(protowire.AppendTag(nil, pbUnknownRaw, protowire.BytesType), length))
+		written = uint64(len(buf))
+		_, err := out.Write(buf)
+		buf = nil
+		return err
+	}
 	sc := protoServiceScan{class: p.serviceView.class}
 	for read := uint64(0); read < length; {
 		num, typ, l, n, err := s.header()
 		if err != nil {
-			return nil, noEOF(err)
+			return noEOF(err)
 		}
 		read += uint64(n)
 		if typ != protowire.BytesType {
-			return nil, fmt.Errorf("%w: ServiceList field %d of wire type %d", errProto, num, typ)
+			return fmt.Errorf("%w: ServiceList field %d of wire type %d", errProto, num, typ)
 		}
 		v, err := s.bytes(l)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		read += l
 		if read > length {
-			return nil, fmt.Errorf("%w: ServiceList field %d past the end of the list", errProto, num)
+			return fmt.Errorf("%w: ServiceList field %d past the end of the list", errProto, num)
 		}
 		switch num {
 		case pbListItems:
 			if err := sc.scan(v); err != nil {
-				return nil, err
+				return err
 			}
 			if !p.serviceView.shows(sc.facts) {
 				continue
 			}
-			list = protowire.AppendTag(list, num, protowire.BytesType)
-			list = protowire.AppendVarint(list, uint64(sc.strippedLen(v)))
-			list = sc.appendStripped(list, v)
-			continue
+			item = protowire.AppendTag(item[:0], num, protowire.BytesType)
+			item = protowire.AppendVarint(item, uint64(sc.strippedLen(v)))
+			item = sc.appendStripped(item, v)
 		case pbListMeta:
 			if v, err = protoDrop(v, pbListRemainingItemCount); err != nil {
-				return nil, err
+				return err
 			}
+			fallthrough
+		default:
+			item = protowire.AppendBytes(protowire.AppendTag(item[:0], num, protowire.BytesType), v)
 		}
-		list = protowire.AppendBytes(protowire.AppendTag(list, num, protowire.BytesType), v)
+		if err := emit(item); err != nil {
+			return err
+		}
 	}
-	return list, nil
+	if !streaming {
+		_, _ = out.Write(protowire.AppendVarint(protowire.AppendTag(nil, pbUnknownRaw, protowire.BytesType), uint64(len(buf))))
+		_, err := out.Write(buf)
+		return err
+	}
+	return writeProtoPadding(out, length-written)
+}
+
+// writeProtoPadding writes fields pbListPadding of exactly n bytes in all
+// (n is never 1: every edit of a list removes at least two bytes).
+func writeProtoPadding(out *bufio.Writer, n uint64) error {
+	var zeros [4096]byte
+	for n > 0 {
+		if n == 1 {
+			return errors.New("a padding of one byte")
+		}
+		// One byte of tag, the length, the zeros; never leave a single byte.
+		v := n - 2
+		for 1+uint64(protowire.SizeVarint(v))+v > n {
+			v--
+		}
+		if n-(1+uint64(protowire.SizeVarint(v))+v) == 1 {
+			v--
+		}
+		_, _ = out.Write(protowire.AppendVarint(protowire.AppendTag(nil, pbListPadding, protowire.BytesType), v))
+		for left := v; left > 0; {
+			k := min(left, uint64(len(zeros)))
+			if _, err := out.Write(zeros[:k]); err != nil {
+				return err
+			}
+			left -= k
+		}
+		n -= 1 + uint64(protowire.SizeVarint(v)) + v
+	}
+	return nil
 }
 
 // Watch event types.

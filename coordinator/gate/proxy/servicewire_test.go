@@ -348,15 +348,22 @@ func TestFilterList(t *testing.T) {
 			*svc("own-2", "LoadBalancer", ptr.To(own)),
 		},
 	}
+	defer func(b int) { protoListBuffer = b }(protoListBuffer)
 	for _, c := range codecs(t) {
 		t.Run(c.name, func(t *testing.T) {
 			for _, tc := range []struct {
 				isDefault bool
-				want      []string
+				// buffer is protoListBuffer: small ones make the gate stream
+				// the protobuf list and pad it.
+				buffer int
+				want   []string
 			}{
-				{want: []string{"own", "own-2"}},
-				{isDefault: true, want: []string{"own", "classless", "own-2"}},
+				{want: []string{"own", "own-2"}, buffer: 1 << 20},
+				{isDefault: true, want: []string{"own", "classless", "own-2"}, buffer: 1 << 20},
+				{want: []string{"own", "own-2"}, buffer: 1},
+				{isDefault: true, want: []string{"own", "classless", "own-2"}, buffer: 700},
 			} {
+				protoListBuffer = tc.buffer
 				p := testProxy(t, own, tc.isDefault)
 				var out bytes.Buffer
 				w := bufio.NewWriter(&out)
@@ -629,5 +636,32 @@ func TestFilterWatchJSONMemberOrder(t *testing.T) {
 	want := `{"type":"ADDED","object":{"kind":"Service","apiVersion":"v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"5"},"spec":{"type":"LoadBalancer","ports":[{"port":80}]}}}` + "\n"
 	if out.String() != want {
 		t.Fatalf("got  %s\nwant %s", out.String(), want)
+	}
+}
+
+// TestProtoPadding: every padding length but one is written exactly, as
+// fields a decoder skips.
+func TestProtoPadding(t *testing.T) {
+	for _, n := range []uint64{0, 2, 3, 127, 128, 129, 130, 131, 132, 16385, 16386, 16387, 1 << 20} {
+		var out bytes.Buffer
+		w := bufio.NewWriter(&out)
+		if err := writeProtoPadding(w, n); err != nil {
+			t.Fatalf("%d: %v", n, err)
+		}
+		_ = w.Flush()
+		if uint64(out.Len()) != n {
+			t.Fatalf("padding of %d is %d bytes", n, out.Len())
+		}
+		if err := protoFields(out.Bytes(), func(f protoField) error {
+			if f.num != pbListPadding {
+				return errors.New("not the padding field")
+			}
+			return nil
+		}); err != nil {
+			t.Fatalf("%d: %v", n, err)
+		}
+	}
+	if err := writeProtoPadding(bufio.NewWriter(io.Discard), 1); err == nil {
+		t.Fatal("a padding of one byte cannot be written")
 	}
 }
