@@ -80,6 +80,13 @@ type Sidecar struct {
 	Namespace string `json:"namespace"`
 	// Platform the view shows.
 	Platform string `json:"platform"`
+	// LoadBalancerClass is the spec.loadBalancerClass of the Services the CCM
+	// serves (--load-balancer-class); empty: load balancers off, the CCM sees
+	// no Service.
+	LoadBalancerClass string `json:"loadBalancerClass,omitempty"`
+	// DefaultLoadBalancerClass: the CCM also serves Services of type
+	// LoadBalancer without a class (--default-load-balancer-class).
+	DefaultLoadBalancerClass bool `json:"defaultLoadBalancerClass,omitempty"`
 	// Image of ccm-gate.
 	Image string `json:"image"`
 	// ImagePullPolicy of the gate; empty: Kubernetes' default.
@@ -169,6 +176,8 @@ func (s Sidecar) check() error {
 		return fmt.Errorf("platform is required: an empty platform would show every unlabelled node")
 	case s.Image == "":
 		return fmt.Errorf("ccm-gate image is required")
+	case s.DefaultLoadBalancerClass && s.LoadBalancerClass == "":
+		return fmt.Errorf("the default for Services without a class needs a load-balancer class of its own")
 	case s.ProxyPort <= 0 || s.ProxyPort > 65535 || s.HealthPort <= 0 || s.MetricsPort() > 65535:
 		return fmt.Errorf("ports %d/%d out of range (secure port too high?)", s.ProxyPort, s.HealthPort)
 	}
@@ -306,6 +315,13 @@ func (s Sidecar) container() corev1.Container {
 		// it alone, and accepts from the CCM only the client token it writes.
 		"--credentials=" + string(proxy.OwnCredentials),
 		"--client-token-file=" + ClientTokenPath,
+	}
+	if s.LoadBalancerClass != "" {
+		// Services of type LoadBalancer of this class, without the class.
+		args = append(args, "--load-balancer-class="+s.LoadBalancerClass)
+	}
+	if s.DefaultLoadBalancerClass {
+		args = append(args, "--default-load-balancer-class")
 	}
 	if !s.PlainHTTP {
 		args = append(args, "--tls-dir="+TLSDir)

@@ -278,6 +278,13 @@ func TestSidecarRewritesCCMFlags(t *testing.T) {
 			t.Fatal("want an error without a platform")
 		}
 	})
+	t.Run("default load balancers without a class", func(t *testing.T) {
+		bad := s
+		bad.DefaultLoadBalancerClass = true
+		if err := bad.Mutate(m); !errors.Is(err, gate.ErrConfig) {
+			t.Fatalf("want a configuration error, got %v", err)
+		}
+	})
 	t.Run("fingerprint follows the settings", func(t *testing.T) {
 		other := s
 		other.Image = "ghcr.io/hybrid-ccm/ccm-gate:v2"
@@ -285,6 +292,65 @@ func TestSidecarRewritesCCMFlags(t *testing.T) {
 			t.Fatal("fingerprint must change with the image and only then")
 		}
 	})
+}
+
+// TestSidecarLoadBalancerClass: the view of Services is passed as flags, and
+// a release without load balancers keeps its fingerprint (no rollout).
+func TestSidecarLoadBalancerClass(t *testing.T) {
+	base := gate.Sidecar{Release: "native-ccm-x", Namespace: "kube-system", Platform: "x", Image: gateImage, ProxyPort: 20000, HealthPort: 21000}
+	tests := []struct {
+		name string
+		// class and isDefault configure the sidecar.
+		class     string
+		isDefault bool
+		// want are the gate's Service flags.
+		want []string
+	}{
+		{name: "load balancers off"},
+		{name: "own class", class: "hybridccm.io/x", want: []string{"--load-balancer-class=hybridccm.io/x"}},
+		{name: "own class and the default", class: "hybridccm.io/x", isDefault: true,
+			want: []string{"--load-balancer-class=hybridccm.io/x", "--default-load-balancer-class"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dep := &appsv1.Deployment{
+				TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+				ObjectMeta: metav1.ObjectMeta{Name: "ccm", Namespace: "kube-system"},
+				Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{release.NativeCCMLabel: "native-ccm-x"}},
+					Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "ccm", Command: []string{"/ccm"}}}},
+				}},
+			}
+			obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(dep)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := &release.Manifests{Objects: []*unstructured.Unstructured{{Object: obj}}}
+			s := base
+			s.LoadBalancerClass, s.DefaultLoadBalancerClass = tc.class, tc.isDefault
+			if err := s.Mutate(m); err != nil {
+				t.Fatal(err)
+			}
+			_, tpl := podOf(t, m.Objects, "native-ccm-x")
+			var got []string
+			for _, c := range tpl.Spec.InitContainers {
+				if c.Name != gate.SidecarName {
+					continue
+				}
+				for _, a := range c.Args {
+					if strings.HasPrefix(a, "--load-balancer-class") || strings.HasPrefix(a, "--default-load-balancer-class") {
+						got = append(got, a)
+					}
+				}
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("gate flags %v, want %v", got, tc.want)
+			}
+			if (s.Fingerprint() == base.Fingerprint()) != (tc.class == "") {
+				t.Fatal("the fingerprint must change with the load-balancer settings, and only then")
+			}
+		})
+	}
 }
 
 // ccmKubeconfigFlags are the CCM's flags naming an API server: all the gate.

@@ -35,6 +35,10 @@ type Env struct {
 type Options struct {
 	// CRDDirectoryPaths are installed before Start returns.
 	CRDDirectoryPaths []string
+	// APIServerFlags are set on kube-apiserver (name without dashes, value),
+	// replacing envtest's, e.g. a wider service-cluster-ip-range for
+	// thousands of Services.
+	APIServerFlags map[string]string
 }
 
 // RepoRoot returns the repository root (the directory holding go.mod).
@@ -69,6 +73,9 @@ func Start(opts Options) (*Env, error) {
 	// Without it kube-apiserver derives its advertised address from the
 	// default route, which a test's own network namespace (test/netns) lacks.
 	e.ControlPlane.GetAPIServer().Configure().Set("advertise-address", "127.0.0.1")
+	for k, v := range opts.APIServerFlags {
+		e.ControlPlane.GetAPIServer().Configure().Set(k, v)
+	}
 	cfg, err := e.Start()
 	if err != nil {
 		return nil, fmt.Errorf("start control plane from %s: %w", dir, err)

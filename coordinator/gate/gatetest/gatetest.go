@@ -87,6 +87,37 @@ func GrantLifecycle(ctx context.Context, cs kubernetes.Interface, namespace, nam
 	return grant(ctx, cs, namespace, name, release.LifecycleRules())
 }
 
+// LoadBalancerRules are what the service controller of k8s.io/cloud-provider
+// needs on Services: read them, and write their status and its finalizer
+// (both through services/status), plus the PUTs and PATCHes of Services the
+// gate's tests try.
+func LoadBalancerRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"get", "list", "watch", "patch", "update"}},
+		{APIGroups: []string{""}, Resources: []string{"services/status"}, Verbs: []string{"patch", "update"}},
+	}
+}
+
+// GrantLoadBalancers adds LoadBalancerRules to the ServiceAccount
+// namespace/name (ClusterRole and binding <name>-load-balancers).
+func GrantLoadBalancers(ctx context.Context, cs kubernetes.Interface, namespace, name string) error {
+	role := name + "-load-balancers"
+	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: namespace}}
+	if _, err := cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: role}, Rules: LoadBalancerRules(),
+	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("grant load balancers to %s/%s: %w", namespace, name, err)
+	}
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		Subjects:   subjects,
+	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("grant load balancers to %s/%s: %w", namespace, name, err)
+	}
+	return nil
+}
+
 func grant(ctx context.Context, cs kubernetes.Interface, namespace, name string, rules []rbacv1.PolicyRule) error {
 	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: namespace}}
 	objs := []func() error{

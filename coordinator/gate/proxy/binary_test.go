@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,7 +17,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/gatetest"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy"
@@ -225,5 +228,48 @@ func TestDefaultListenersAreLoopback(t *testing.T) {
 		if err != nil || net.ParseIP(host) == nil || !net.ParseIP(host).IsLoopback() {
 			t.Errorf("%s defaults to %q, not a loopback address", name, addr)
 		}
+	}
+}
+
+// TestGateBinaryServices: the real binary with and without
+// --load-balancer-class (and --default-load-balancer-class), as the sidecar
+// runs it for a NativeCCM with load balancers on and off.
+func TestGateBinaryServices(t *testing.T) {
+	needEnv(t)
+	ctx := context.Background()
+	const ns = "svc-bin"
+	serviceFixture(t, ns,
+		svcSpec{name: "own", class: ptr.To(ownClass)},
+		svcSpec{name: "aws", class: ptr.To(awsClass)},
+		svcSpec{name: "classless"},
+	)
+	tests := []struct {
+		name string
+		// flags are the gate's extra flags.
+		flags []string
+		// want are the Services the CCM lists.
+		want []string
+	}{
+		{name: "load balancers off: no Service"},
+		{name: "own class", flags: []string{"--load-balancer-class=" + ownClass}, want: []string{ns + "/own"}},
+		{name: "own class and the default", flags: []string{"--load-balancer-class=" + ownClass, "--default-load-balancer-class"},
+			want: []string{ns + "/classless", ns + "/own"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			g, _, _ := startGateBinary(t, "svc-bin-hc", tc.flags...)
+			for ctName, ct := range contentTypes {
+				cfg := rest.CopyConfig(g.Config)
+				cfg.ContentType = ct
+				l, err := kubernetes.NewForConfigOrDie(cfg).CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
+				if err != nil {
+					t.Fatalf("%s: %v", ctName, err)
+				}
+				noClass(t, l.Items...)
+				if got := serviceNames(l.Items); !slices.Equal(got, tc.want) && len(got)+len(tc.want) > 0 {
+					t.Fatalf("%s: %v, want %v", ctName, got, tc.want)
+				}
+			}
+		})
 	}
 }

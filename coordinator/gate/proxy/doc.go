@@ -13,13 +13,23 @@
 //     preconditions, so a relabel between the check and the delete fails;
 //   - node creation, deletecollection and the legacy /api/v1/proxy/nodes path are
 //     refused;
+//   - Services: a CCM sees only those of type LoadBalancer of its
+//     load-balancer class (and classless ones when it is the default), and
+//     those still carrying the load-balancer cleanup finalizer after their
+//     type changed, all without spec.loadBalancerClass, so that the
+//     unmodified service controller of k8s.io/cloud-provider serves them.
+//     Lists and watches are filtered Service by Service at the wire level
+//     (JSON and protobuf, never decoded into objects); a Service leaving the
+//     view is DELETED on a watch, one entering it ADDED; a PUT gets the stored
+//     class back. Without a class the CCM sees no Service;
 //   - everything else (leases, events, discovery, /healthz, other resources) is
 //     forwarded unchanged, and responses are streamed, never buffered.
 //
 // The proxy adds no privilege: by default it forwards the caller's own
 // Authorization and impersonation headers and authenticates with nothing of its
 // own. Its own credentials (the pod's ServiceAccount, the same identity as the
-// CCM) are used only to keep a cache of the platform's node names.
+// CCM) are used only to keep a cache of the platform's node names and a
+// history of which Services have been in the view.
 //
 // It must not decide policy beyond the view: what a CCM may change is enforced
 // by the API server through the admission policy that coordinator/gate renders

@@ -51,40 +51,52 @@ func (p *Proxy) readNode(ctx context.Context, in http.Header, name string) (meta
 	u := *p.base
 	u.Path = joinPath(p.base.Path, "/api/v1/nodes/"+url.PathEscape(name))
 	u.RawPath = ""
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return nodeMeta{}, false, fmt.Errorf("%s: %w", op, err)
-	}
-	for k, v := range in {
-		if credentialHeader(k) {
-			req.Header[k] = v
-		}
-	}
-	req.Header.Set("Accept", partialObjectMetadataJSON)
-	if ua := in.Get("User-Agent"); ua != "" {
-		req.Header.Set("User-Agent", ua+" (ccm-gate check)")
-	}
-	resp, err := p.transport.RoundTrip(req)
-	if err != nil {
-		return nodeMeta{}, false, fmt.Errorf("%s: %w", op, err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxNodeBody))
-	if err != nil {
-		return nodeMeta{}, false, fmt.Errorf("%s: read %s: %w", op, name, err)
-	}
-	switch resp.StatusCode {
-	case http.StatusOK:
-	case http.StatusNotFound:
-		return nodeMeta{}, false, nil
-	default:
-		return nodeMeta{}, false, &upstreamError{code: resp.StatusCode, contentType: resp.Header.Get("Content-Type"), body: body}
+	body, found, err := p.read(ctx, in, u.String(), partialObjectMetadataJSON, maxNodeBody)
+	if err != nil || !found {
+		return nodeMeta{}, false, err
 	}
 	var obj metav1.PartialObjectMetadata
 	if err := json.Unmarshal(body, &obj); err != nil {
 		return nodeMeta{}, false, fmt.Errorf("%s: decode node %s: %w", op, name, err)
 	}
 	return nodeMeta{UID: string(obj.UID), ResourceVersion: obj.ResourceVersion, Labels: obj.Labels}, true, nil
+}
+
+// read GETs u from the API server with the credentials of the request being
+// checked (in), for the gate's own check. found is false on 404; any other
+// error answer is an *upstreamError.
+func (p *Proxy) read(ctx context.Context, in http.Header, u, accept string, limit int64) (body []byte, found bool, err error) {
+	const op = "proxy/Proxy.read"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: %w", op, err)
+	}
+	for k, v := range in {
+		if credentialHeader(k) {
+			req.Header[k] = v
+		}
+	}
+	req.Header.Set("Accept", accept)
+	if ua := in.Get("User-Agent"); ua != "" {
+		req.Header.Set("User-Agent", ua+" (ccm-gate check)")
+	}
+	resp, err := p.transport.RoundTrip(req)
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: %w", op, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err = io.ReadAll(io.LimitReader(resp.Body, limit))
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: read %s: %w", op, u, err)
+	}
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return body, true, nil
+	case http.StatusNotFound:
+		return nil, false, nil
+	default:
+		return nil, false, &upstreamError{code: resp.StatusCode, contentType: resp.Header.Get("Content-Type"), body: body}
+	}
 }
 
 // nodeCache holds the names of the platform's Nodes, from a label-selected

@@ -39,6 +39,9 @@ func TestMain(m *testing.M) {
 		if err := gatetest.GrantNativeCCM(context.Background(), e.Client, ccmNamespace, ccmName); err != nil {
 			panic(err)
 		}
+		if err := gatetest.GrantLoadBalancers(context.Background(), e.Client, ccmNamespace, ccmName); err != nil {
+			panic(err)
+		}
 		cfg, err := gatetest.ServiceAccountUser(e, ccmNamespace, ccmName)
 		if err != nil {
 			panic(err)

@@ -59,7 +59,15 @@ type Config struct {
 	// view becomes a boundary: the CCM holds only this per-pod secret, which no
 	// API server accepts, and the ServiceAccount token stays in the gate.
 	ClientToken []byte
-	// DisableCache makes every single-node check a read from the API server.
+	// LoadBalancerClass is the spec.loadBalancerClass of the Services this
+	// CCM serves: it sees those Services of type LoadBalancer, without their
+	// class. Empty: it sees no Service at all.
+	LoadBalancerClass string
+	// DefaultLoadBalancerClass makes the CCM also serve Services of type
+	// LoadBalancer without a class (requires LoadBalancerClass).
+	DefaultLoadBalancerClass bool
+	// DisableCache makes every single-node check a read from the API server,
+	// and keeps no history of the Services in the view.
 	DisableCache bool
 	// Registerer receives the gate's metrics; nil: none.
 	Registerer prometheus.Registerer
@@ -75,6 +83,8 @@ type Proxy struct {
 	transport   http.RoundTripper
 	requirement labels.Requirement
 	cache       *nodeCache
+	serviceView serviceView
+	history     *serviceHistory
 	rp          *httputil.ReverseProxy
 	metrics     *metrics
 }
@@ -113,6 +123,10 @@ func New(cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: platform %q: %w", op, cfg.Platform, err)
 	}
+	view, err := newServiceView(cfg.LoadBalancerClass, cfg.DefaultLoadBalancerClass)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	base, err := upstreamURL(cfg.Upstream)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
@@ -132,18 +146,25 @@ func New(cfg Config) (*Proxy, error) {
 		base:        base,
 		transport:   transport,
 		requirement: req,
+		serviceView: view,
 		metrics:     newMetrics(cfg.Registerer),
 	}
 	if !cfg.DisableCache {
 		if p.cache, err = newNodeCache(cfg.Upstream, cfg.PlatformLabel, cfg.Platform); err != nil {
 			return nil, fmt.Errorf("%s: node cache: %w", op, err)
 		}
+		if !view.showsNone {
+			if p.history, err = newServiceHistory(cfg.Upstream, view); err != nil {
+				return nil, fmt.Errorf("%s: service history: %w", op, err)
+			}
+		}
 	}
 	p.rp = &httputil.ReverseProxy{
-		Rewrite:       func(pr *httputil.ProxyRequest) { pr.SetURL(p.base) },
-		Transport:     transport,
-		FlushInterval: -1, // watches and large lists stream through as they come
-		ErrorHandler:  p.upstreamFailed,
+		Rewrite:        func(pr *httputil.ProxyRequest) { pr.SetURL(p.base) },
+		Transport:      transport,
+		FlushInterval:  -1, // watches and large lists stream through as they come
+		ModifyResponse: p.modifyResponse,
+		ErrorHandler:   p.upstreamFailed,
 	}
 	return p, nil
 }
@@ -168,21 +189,32 @@ func upstreamURL(cfg *rest.Config) (*url.URL, error) {
 	return u, nil
 }
 
-// Start runs the node cache until ctx ends and waits for its first list.
+// Start runs the node cache and the history of Services in the view until ctx
+// ends, and waits for their first lists.
 func (p *Proxy) Start(ctx context.Context) error {
-	if p.cache == nil {
-		return nil
+	if p.history != nil {
+		go p.history.run(ctx)
 	}
-	go p.cache.run(ctx)
-	if !p.cache.waitSynced(ctx) {
-		return fmt.Errorf("proxy.Start: node cache not synced: %w", ctx.Err())
+	if p.cache != nil {
+		go p.cache.run(ctx)
+		if !p.cache.waitSynced(ctx) {
+			return fmt.Errorf("proxy.Start: node cache not synced: %w", ctx.Err())
+		}
+		p.log.Info("node cache synced")
 	}
-	p.log.Info("node cache synced")
+	if p.history != nil {
+		if !p.history.waitSynced(ctx) {
+			return fmt.Errorf("proxy.Start: Service history not synced: %w", ctx.Err())
+		}
+		p.log.Info("Service history synced")
+	}
 	return nil
 }
 
-// Ready reports whether the view can answer (the cache, if any, has synced).
-func (p *Proxy) Ready() bool { return p.cache == nil || p.cache.synced() }
+// Ready reports whether the view can answer (the caches, if any, have synced).
+func (p *Proxy) Ready() bool {
+	return (p.cache == nil || p.cache.synced()) && (p.history == nil || p.history.synced())
+}
 
 // ServeHTTP implements http.Handler.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -208,21 +240,21 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case routeOther:
 		p.forward(w, r, rt, decisionForwarded)
 	case routeLegacyProxy:
-		p.refuse(w, r, rt, forbidden("proxy", "", errors.New("the legacy /api/v1/proxy/nodes path is not served")))
+		p.refuse(w, r, rt, forbidden(nodesResource, "proxy", "", errors.New("the legacy /api/v1/proxy/nodes path is not served")))
 	case routeNodes:
 		switch r.Method {
 		case http.MethodGet, http.MethodHead:
 			p.filter(w, r, rt)
 		case http.MethodDelete:
-			p.refuse(w, r, rt, forbidden("deletecollection", "", errors.New("the view cannot check every node of a collection; delete nodes one by one")))
+			p.refuse(w, r, rt, forbidden(nodesResource, "deletecollection", "", errors.New("the view cannot check every node of a collection; delete nodes one by one")))
 		case http.MethodPost:
-			p.refuse(w, r, rt, forbidden("create", "", errors.New("a native CCM never creates nodes")))
+			p.refuse(w, r, rt, forbidden(nodesResource, "create", "", errors.New("a native CCM never creates nodes")))
 		default:
-			p.refuse(w, r, rt, methodNotAllowed(r.Method, r.URL.Path))
+			p.refuse(w, r, rt, methodNotAllowed(nodesResource, r.Method, r.URL.Path))
 		}
 	case routeWatchNodes:
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			p.refuse(w, r, rt, methodNotAllowed(r.Method, r.URL.Path))
+			p.refuse(w, r, rt, methodNotAllowed(nodesResource, r.Method, r.URL.Path))
 			return
 		}
 		p.filter(w, r, rt)
@@ -232,6 +264,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		p.single(w, r, rt)
+	case routeServices, routeWatchServices, routeService:
+		p.services(w, r, rt)
 	}
 }
 
@@ -356,8 +390,13 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, rt route, decisi
 
 func (p *Proxy) hide(w http.ResponseWriter, r *http.Request, rt route) {
 	p.metrics.requests.WithLabelValues(rt.kind.String(), decisionHidden).Inc()
+	if rt.kind == routeService {
+		p.log.V(2).Info("Service outside the view", "service", rt.namespace+"/"+rt.name, "method", r.Method, "subresource", rt.subresource)
+		writeStatus(w, notFound(servicesResource, rt.name))
+		return
+	}
 	p.log.V(2).Info("node outside the view", "node", rt.name, "method", r.Method, "subresource", rt.subresource)
-	writeStatus(w, notFound(rt.name))
+	writeStatus(w, notFound(nodesResource, rt.name))
 }
 
 func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, rt route, s metav1.Status) {

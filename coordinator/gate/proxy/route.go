@@ -3,6 +3,7 @@ package proxy
 import (
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 )
 
@@ -21,6 +22,16 @@ const (
 	routeNode
 	// routeLegacyProxy is /api/v1/proxy/nodes/..., long removed from the API server.
 	routeLegacyProxy
+	// routeServices is a Service collection: /api/v1/services or
+	// /api/v1/namespaces/{namespace}/services (list, watch, create,
+	// deletecollection).
+	routeServices
+	// routeWatchServices is the legacy watch path
+	// /api/v1/watch/[namespaces/{namespace}/]services[/{name}].
+	routeWatchServices
+	// routeService is one Service or one of its subresources,
+	// /api/v1/namespaces/{namespace}/services/{name}[/...].
+	routeService
 )
 
 // String names the route in metrics and logs.
@@ -34,15 +45,39 @@ func (k routeKind) String() string {
 		return "node"
 	case routeLegacyProxy:
 		return "legacy-proxy"
+	case routeServices:
+		return "services"
+	case routeWatchServices:
+		return "watch-services"
+	case routeService:
+		return "service"
 	default:
 		return "other"
 	}
 }
 
+// String names the route's object in logs.
+func (r route) String() string {
+	s := r.kind.String()
+	if r.namespace != "" {
+		s += " " + r.namespace
+	}
+	if r.name != "" {
+		s += "/" + r.name
+	}
+	if r.subresource != "" {
+		s += "/" + r.subresource
+	}
+	return s
+}
+
 // route is a classified request path.
 type route struct {
 	kind routeKind
-	// name of the Node (routeNode, and routeWatchNodes for a single node).
+	// namespace of a Service route ("" for all namespaces).
+	namespace string
+	// name of the Node or Service (routeNode, routeService, and the watch
+	// routes for a single object).
 	name string
 	// subresource is the rest of the path after the name ("status", "proxy/...").
 	subresource string
@@ -75,7 +110,7 @@ func classify(u *url.URL) (route, error) {
 	if len(segs) < 3 || segs[0] != "api" || segs[1] != "v1" {
 		return route{kind: routeOther}, nil
 	}
-	if empty && (segs[2] == "nodes" || segs[2] == "watch" || segs[2] == "proxy") {
+	if empty && (segs[2] == "nodes" || segs[2] == "watch" || segs[2] == "proxy" || slices.Contains(segs, "services")) {
 		// "//" or a trailing slash: the gate must read these paths exactly as the
 		// API server does, so it reads only the canonical form.
 		return route{}, fmt.Errorf("path %q contains an empty segment", p)
@@ -86,7 +121,35 @@ func classify(u *url.URL) (route, error) {
 			return route{kind: routeNodes}, nil
 		}
 		return route{kind: routeNode, name: segs[3], subresource: strings.Join(segs[4:], "/")}, nil
+	case "services":
+		if len(segs) == 3 {
+			return route{kind: routeServices}, nil
+		}
+		// /api/v1/services/{name} does not exist: the API server answers it.
+	case "namespaces":
+		if len(segs) >= 5 && segs[4] == "services" {
+			if len(segs) == 5 {
+				return route{kind: routeServices, namespace: segs[3]}, nil
+			}
+			return route{kind: routeService, namespace: segs[3], name: segs[5], subresource: strings.Join(segs[6:], "/")}, nil
+		}
 	case "watch":
+		if len(segs) >= 4 && segs[3] == "services" {
+			if len(segs) == 4 {
+				return route{kind: routeWatchServices}, nil
+			}
+			return route{}, fmt.Errorf("path %q: watch of one Service needs its namespace", p)
+		}
+		if len(segs) >= 6 && segs[3] == "namespaces" && segs[5] == "services" {
+			switch len(segs) {
+			case 6:
+				return route{kind: routeWatchServices, namespace: segs[4]}, nil
+			case 7:
+				return route{kind: routeWatchServices, namespace: segs[4], name: segs[6]}, nil
+			default:
+				return route{}, fmt.Errorf("path %q: watch of a Service subresource", p)
+			}
+		}
 		if len(segs) >= 4 && segs[3] == "nodes" {
 			switch len(segs) {
 			case 4:

@@ -110,7 +110,7 @@ func writeAtomic(path string, data []byte, mode os.FileMode) error {
 // proxy's, where /healthz belongs to the API server):
 //
 //	/livez    200 while the process serves
-//	/readyz   200 once the node cache has synced
+//	/readyz   200 once the node cache (and the Service history) has synced
 //
 // and, when g is not nil, /metrics from g. ccm-gate serves metrics on a
 // listener of their own (MetricsHandler): probes must reach the pod IP,
@@ -122,7 +122,7 @@ func (p *Proxy) HealthHandler(g prometheus.Gatherer) http.Handler {
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !p.Ready() {
-			http.Error(w, "node cache not synced", http.StatusServiceUnavailable)
+			http.Error(w, "caches not synced", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok"))

@@ -39,7 +39,12 @@ type ServerOptions struct {
 	// ClientTokenFile, when set, holds the only bearer token the proxy accepts
 	// (created at start if absent); it requires Credentials "own".
 	ClientTokenFile string
-	// Cache keeps the platform's node names in memory for single-node checks.
+	// LoadBalancerClass and DefaultLoadBalancerClass define the view of
+	// Services; without a class the CCM sees none.
+	LoadBalancerClass        string
+	DefaultLoadBalancerClass bool
+	// Cache keeps the platform's node names in memory for single-node checks
+	// (and the history of Services in the view).
 	Cache bool
 }
 
@@ -66,7 +71,9 @@ func (o *ServerOptions) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.PlatformLabel, "platform-label", o.PlatformLabel, "Node label that routes nodes to platforms.")
 	fs.StringVar(&o.Credentials, "credentials", o.Credentials, `Whose credentials reach the API server: "forward" (the CCM's own, default) or "own" (the gate's kubeconfig; only where the CCM's cannot be forwarded).`)
 	fs.StringVar(&o.ClientTokenFile, "client-token-file", o.ClientTokenFile, `File with the only bearer token the proxy accepts, created with a random token at start if absent (share its directory with the CCM alone); requires --credentials=own. Empty: no client authentication.`)
-	fs.BoolVar(&o.Cache, "cache", o.Cache, "Keep the platform's node names in memory for single-node checks (otherwise every check reads the node).")
+	fs.StringVar(&o.LoadBalancerClass, "load-balancer-class", o.LoadBalancerClass, "spec.loadBalancerClass of the Services this CCM serves: it sees those of type LoadBalancer, presented without the class. Empty: it sees no Service.")
+	fs.BoolVar(&o.DefaultLoadBalancerClass, "default-load-balancer-class", o.DefaultLoadBalancerClass, "The CCM also serves Services of type LoadBalancer without a class (at most one CCM per cluster); requires --load-balancer-class.")
+	fs.BoolVar(&o.Cache, "cache", o.Cache, "Keep the platform's node names in memory for single-node checks (otherwise every check reads the node), and which Services have been in the view.")
 }
 
 // Serve runs ccm-gate until ctx ends. ready, if not nil, is called once the
@@ -96,14 +103,16 @@ func Serve(ctx context.Context, o ServerOptions, ready func(proxyURL, healthAddr
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	p, err := New(Config{
-		Upstream:      upstream,
-		Platform:      o.Platform,
-		PlatformLabel: o.PlatformLabel,
-		Credentials:   CredentialMode(o.Credentials),
-		ClientToken:   clientToken,
-		DisableCache:  !o.Cache,
-		Registerer:    reg,
-		Log:           log,
+		Upstream:                 upstream,
+		Platform:                 o.Platform,
+		PlatformLabel:            o.PlatformLabel,
+		Credentials:              CredentialMode(o.Credentials),
+		ClientToken:              clientToken,
+		LoadBalancerClass:        o.LoadBalancerClass,
+		DefaultLoadBalancerClass: o.DefaultLoadBalancerClass,
+		DisableCache:             !o.Cache,
+		Registerer:               reg,
+		Log:                      log,
 	})
 	if err != nil {
 		return err
@@ -159,7 +168,7 @@ func Serve(ctx context.Context, o ServerOptions, ready func(proxyURL, healthAddr
 		scheme = "https"
 	}
 	go func() { errs <- ignoreClosed(ps.Serve(ln)) }()
-	log.Info("ccm-gate serving", "address", scheme+"://"+ln.Addr().String(), "health", healthAddr, "metrics", metricsAddr, "platform", o.Platform, "credentials", o.Credentials, "clientToken", o.ClientTokenFile != "", "upstream", upstream.Host)
+	log.Info("ccm-gate serving", "address", scheme+"://"+ln.Addr().String(), "health", healthAddr, "metrics", metricsAddr, "platform", o.Platform, "services", p.serviceView.description, "credentials", o.Credentials, "clientToken", o.ClientTokenFile != "", "upstream", upstream.Host)
 	if ready != nil {
 		ready(scheme+"://"+ln.Addr().String(), healthAddr, metricsAddr)
 	}

@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 
@@ -11,7 +13,33 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-var nodesResource = schema.GroupResource{Resource: "nodes"}
+var (
+	nodesResource    = schema.GroupResource{Resource: "nodes"}
+	servicesResource = schema.GroupResource{Resource: "services"}
+)
+
+// statusBody encodes s as the API server would.
+func statusBody(s metav1.Status) []byte {
+	s.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
+	s.Status = metav1.StatusFailure
+	b, err := json.Marshal(s)
+	if err != nil {
+		return []byte(s.Message)
+	}
+	return b
+}
+
+// replaceWithStatus turns an API server's answer into s.
+func replaceWithStatus(resp *http.Response, s metav1.Status) {
+	b := statusBody(s)
+	resp.StatusCode = int(s.Code)
+	resp.Status = strconv.Itoa(int(s.Code)) + " " + http.StatusText(int(s.Code))
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	resp.ContentLength = int64(len(b))
+	resp.Header.Set("Content-Type", "application/json")
+	resp.Header.Set("Content-Length", strconv.Itoa(len(b)))
+	resp.Header.Del("Content-Encoding")
+}
 
 // writeStatus answers with a metav1.Status like the API server's own, so that
 // clients (client-go's apierrors.IsNotFound, IsForbidden, ...) read it as usual.
@@ -31,23 +59,42 @@ func writeStatus(w http.ResponseWriter, s metav1.Status) {
 	_, _ = w.Write(b)
 }
 
-// notFound is the API server's answer for a Node that does not exist. A Node
-// outside the view does not exist for the CCM.
-func notFound(name string) metav1.Status {
-	return apierrors.NewNotFound(nodesResource, name).ErrStatus
+// notFound is the API server's answer for an object that does not exist. A
+// Node or Service outside the view does not exist for the CCM.
+func notFound(gr schema.GroupResource, name string) metav1.Status {
+	return apierrors.NewNotFound(gr, name).ErrStatus
 }
 
 // forbidden refuses a request the gate never forwards.
-func forbidden(verb, name string, reason error) metav1.Status {
-	return apierrors.NewForbidden(nodesResource, name, fmt.Errorf("ccm-gate refuses %s: %w", verb, reason)).ErrStatus
+func forbidden(gr schema.GroupResource, verb, name string, reason error) metav1.Status {
+	return apierrors.NewForbidden(gr, name, fmt.Errorf("ccm-gate refuses %s: %w", verb, reason)).ErrStatus
 }
 
 func badRequest(err error) metav1.Status {
 	return apierrors.NewBadRequest("ccm-gate: " + err.Error()).ErrStatus
 }
 
-func methodNotAllowed(method, path string) metav1.Status {
-	return apierrors.NewMethodNotSupported(nodesResource, method+" "+path).ErrStatus
+func methodNotAllowed(gr schema.GroupResource, method, path string) metav1.Status {
+	return apierrors.NewMethodNotSupported(gr, method+" "+path).ErrStatus
+}
+
+// notAcceptable answers a Service request whose Accept header allows neither
+// JSON nor protobuf objects.
+func notAcceptable(accept string) metav1.Status {
+	return metav1.Status{
+		Code:    http.StatusNotAcceptable,
+		Reason:  metav1.StatusReasonNotAcceptable,
+		Message: fmt.Sprintf("ccm-gate: Accept %q: the view serves Services as JSON or protobuf objects only (no Table, no PartialObjectMetadata)", accept),
+	}
+}
+
+// unsupportedMediaType answers a Service PUT in an encoding the gate cannot edit.
+func unsupportedMediaType(contentType string) metav1.Status {
+	return metav1.Status{
+		Code:    http.StatusUnsupportedMediaType,
+		Reason:  metav1.StatusReasonUnsupportedMediaType,
+		Message: fmt.Sprintf("ccm-gate: Content-Type %q: a Service is written through the view as JSON or protobuf", contentType),
+	}
 }
 
 func badGateway(err error) metav1.Status {

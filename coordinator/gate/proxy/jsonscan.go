@@ -1,0 +1,440 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// The Service view reads the API server's JSON without decoding it into
+// objects: it finds the few fields it decides on (metadata name, namespace,
+// uid, resourceVersion, finalizers; spec type and loadBalancerClass) and cuts
+// or inserts members, copying everything else byte for byte. Decoding 5000
+// Services and encoding them again would cost more than the API server's own
+// answer.
+
+var (
+	// errJSONIncomplete: the bytes end inside a value (read more).
+	errJSONIncomplete = errors.New("JSON value incomplete")
+	// errJSONSyntax: the bytes are not the JSON the view expects.
+	errJSONSyntax = errors.New("malformed JSON")
+)
+
+func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// skipJSONSpace returns the index of the first non-space byte at or after i.
+func skipJSONSpace(b []byte, i int) int {
+	for i < len(b) && isJSONSpace(b[i]) {
+		i++
+	}
+	return i
+}
+
+// jsonValueEnd returns the index just past the JSON value that starts at b[i].
+func jsonValueEnd(b []byte, i int) (int, error) {
+	if i >= len(b) {
+		return len(b), errJSONIncomplete
+	}
+	switch c := b[i]; c {
+	case '"':
+		return jsonStringEnd(b, i)
+	case '{', '[':
+		return jsonCompositeEnd(b, i)
+	default:
+		return jsonLiteralEnd(b, i)
+	}
+}
+
+// jsonStringEnd returns the index just past the string that starts at b[i] ('"').
+func jsonStringEnd(b []byte, i int) (int, error) {
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '"':
+			return j + 1, nil
+		case '\\':
+			j++ // the escaped byte, whatever it is
+		}
+	}
+	return len(b), errJSONIncomplete
+}
+
+// jsonCompositeEnd returns the index just past the object or array that starts
+// at b[i]. It counts brackets outside strings and does not validate.
+func jsonCompositeEnd(b []byte, i int) (int, error) {
+	depth := 0
+	for j := i; j < len(b); j++ {
+		switch b[j] {
+		case '"':
+			// Inlined jsonStringEnd: most of a Service is short strings.
+			for j++; j < len(b) && b[j] != '"'; j++ {
+				if b[j] == '\\' {
+					j++
+				}
+			}
+			if j >= len(b) {
+				return len(b), errJSONIncomplete
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+			if depth == 0 {
+				return j + 1, nil
+			}
+			if depth < 0 {
+				return j, errJSONSyntax
+			}
+		}
+	}
+	return len(b), errJSONIncomplete
+}
+
+// jsonLiteralEnd returns the index just past a number, true, false or null.
+// A literal that reaches the end of b may continue: incomplete.
+func jsonLiteralEnd(b []byte, i int) (int, error) {
+	switch c := b[i]; {
+	case c == '-' || (c >= '0' && c <= '9') || c == 't' || c == 'f' || c == 'n':
+	default:
+		return i, errJSONSyntax
+	}
+	for j := i + 1; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == ',' || c == '}' || c == ']' || isJSONSpace(c):
+			return j, nil
+		case c == '"' || c == '{' || c == '[' || c == ':':
+			return j, errJSONSyntax
+		}
+	}
+	return len(b), errJSONIncomplete
+}
+
+// jsonMember is one member of an object: b[keyStart:valueEnd] is `"key":value`.
+type jsonMember struct {
+	// key is the member's name, unescaped.
+	key                            string
+	keyStart, valueStart, valueEnd int
+}
+
+// jsonObjectMembers calls fn for every member of the object that starts at
+// b[i] ('{'), in order, and returns the index just past the object.
+func jsonObjectMembers(b []byte, i int, fn func(m jsonMember) error) (int, error) {
+	if i >= len(b) {
+		return len(b), errJSONIncomplete
+	}
+	if b[i] != '{' {
+		return i, errJSONSyntax
+	}
+	j := skipJSONSpace(b, i+1)
+	if j < len(b) && b[j] == '}' {
+		return j + 1, nil
+	}
+	for {
+		if j >= len(b) {
+			return len(b), errJSONIncomplete
+		}
+		if b[j] != '"' {
+			return j, errJSONSyntax
+		}
+		keyEnd, err := jsonStringEnd(b, j)
+		if err != nil {
+			return keyEnd, err
+		}
+		key, err := jsonUnquote(b[j:keyEnd])
+		if err != nil {
+			return j, err
+		}
+		k := skipJSONSpace(b, keyEnd)
+		if k >= len(b) {
+			return len(b), errJSONIncomplete
+		}
+		if b[k] != ':' {
+			return k, errJSONSyntax
+		}
+		vs := skipJSONSpace(b, k+1)
+		ve, err := jsonValueEnd(b, vs)
+		if err != nil {
+			return ve, err
+		}
+		if err := fn(jsonMember{key: key, keyStart: j, valueStart: vs, valueEnd: ve}); err != nil {
+			return ve, err
+		}
+		j = skipJSONSpace(b, ve)
+		if j >= len(b) {
+			return len(b), errJSONIncomplete
+		}
+		switch b[j] {
+		case ',':
+			j = skipJSONSpace(b, j+1)
+		case '}':
+			return j + 1, nil
+		default:
+			return j, errJSONSyntax
+		}
+	}
+}
+
+// jsonArrayElements calls fn for the bounds of every element of the array that
+// starts at b[i] ('['), and returns the index just past the array.
+func jsonArrayElements(b []byte, i int, fn func(start, end int) error) (int, error) {
+	if i >= len(b) {
+		return len(b), errJSONIncomplete
+	}
+	if b[i] != '[' {
+		return i, errJSONSyntax
+	}
+	j := skipJSONSpace(b, i+1)
+	if j < len(b) && b[j] == ']' {
+		return j + 1, nil
+	}
+	for {
+		end, err := jsonValueEnd(b, j)
+		if err != nil {
+			return end, err
+		}
+		if err := fn(j, end); err != nil {
+			return end, err
+		}
+		j = skipJSONSpace(b, end)
+		if j >= len(b) {
+			return len(b), errJSONIncomplete
+		}
+		switch b[j] {
+		case ',':
+			j = skipJSONSpace(b, j+1)
+		case ']':
+			return j + 1, nil
+		default:
+			return j, errJSONSyntax
+		}
+	}
+}
+
+// jsonUnquote returns the string a JSON string literal (with its quotes) means.
+func jsonUnquote(lit []byte) (string, error) {
+	if len(lit) < 2 || lit[0] != '"' || lit[len(lit)-1] != '"' {
+		return "", errJSONSyntax
+	}
+	if bytes.IndexByte(lit, '\\') < 0 {
+		return string(lit[1 : len(lit)-1]), nil
+	}
+	var s string
+	if err := json.Unmarshal(lit, &s); err != nil {
+		return "", fmt.Errorf("%w: %v", errJSONSyntax, err)
+	}
+	return s, nil
+}
+
+// jsonOptionalString reads a value that is a string or null.
+func jsonOptionalString(v []byte) (s string, set bool, err error) {
+	if bytes.Equal(v, []byte("null")) {
+		return "", false, nil
+	}
+	if len(v) == 0 || v[0] != '"' {
+		return "", false, errJSONSyntax
+	}
+	s, err = jsonUnquote(v)
+	return s, err == nil, err
+}
+
+// jsonRewrite copies b, replacing the ranges in edits (sorted, not
+// overlapping) by their content.
+type jsonEdit struct {
+	start, end int
+	with       []byte
+}
+
+func applyJSONEdits(b []byte, edits []jsonEdit) []byte {
+	if len(edits) == 0 {
+		return b
+	}
+	out := make([]byte, 0, len(b)+64)
+	at := 0
+	for _, e := range edits {
+		out = append(out, b[at:e.start]...)
+		out = append(out, e.with...)
+		at = e.end
+	}
+	return append(out, b[at:]...)
+}
+
+// jsonWithoutMembers returns the object b[start:end] without the members for
+// which drop is true (the others byte for byte, joined by commas).
+func jsonWithoutMembers(b []byte, start int, drop func(key string) bool) ([]byte, bool, error) {
+	var kept []jsonMember
+	dropped := false
+	if _, err := jsonObjectMembers(b, start, func(m jsonMember) error {
+		if drop(m.key) {
+			dropped = true
+		} else {
+			kept = append(kept, m)
+		}
+		return nil
+	}); err != nil {
+		return nil, false, err
+	}
+	if !dropped {
+		return nil, false, nil
+	}
+	out := []byte{'{'}
+	for i, m := range kept {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, b[m.keyStart:m.valueEnd]...)
+	}
+	return append(out, '}'), true, nil
+}
+
+// jsonStream reads consecutive JSON values (and the punctuation between them)
+// from a stream, holding at most one value in memory.
+type jsonStream struct {
+	r   io.Reader
+	buf []byte
+	// off is the start of the unread bytes in buf.
+	off int
+	// eof is set once r has ended (err is its error).
+	eof bool
+	err error
+	// max bounds one value.
+	max int
+}
+
+func newJSONStream(r io.Reader, max int) *jsonStream {
+	return &jsonStream{r: r, buf: make([]byte, 0, 64<<10), max: max}
+}
+
+// fill reads more bytes; it returns an error at the end of the stream.
+func (s *jsonStream) fill() error {
+	if s.eof {
+		if s.err != nil {
+			return s.err
+		}
+		return io.ErrUnexpectedEOF
+	}
+	if s.off > 0 {
+		n := copy(s.buf, s.buf[s.off:])
+		s.buf = s.buf[:n]
+		s.off = 0
+	}
+	if len(s.buf) >= s.max {
+		return fmt.Errorf("a JSON value of more than %d bytes", s.max)
+	}
+	if cap(s.buf)-len(s.buf) < 32<<10 {
+		grown := make([]byte, len(s.buf), 2*cap(s.buf)+32<<10)
+		copy(grown, s.buf)
+		s.buf = grown
+	}
+	n, err := s.r.Read(s.buf[len(s.buf):cap(s.buf)])
+	s.buf = s.buf[:len(s.buf)+n]
+	if err != nil {
+		s.eof = true
+		if !errors.Is(err, io.EOF) {
+			s.err = err
+		}
+	}
+	return nil
+}
+
+// peek skips spaces and returns the next byte without consuming it; at the
+// clean end of the stream it returns io.EOF.
+func (s *jsonStream) peek() (byte, error) {
+	for {
+		s.off = skipJSONSpace(s.buf, s.off)
+		if s.off < len(s.buf) {
+			return s.buf[s.off], nil
+		}
+		if s.eof {
+			if s.err != nil {
+				return 0, s.err
+			}
+			return 0, io.EOF
+		}
+		if err := s.fill(); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// expect consumes the byte c (after spaces).
+func (s *jsonStream) expect(c byte) error {
+	got, err := s.peek()
+	if err != nil {
+		return noEOF(err)
+	}
+	if got != c {
+		return fmt.Errorf("%w: want %q, got %q", errJSONSyntax, c, got)
+	}
+	s.off++
+	return nil
+}
+
+// value returns the next complete value (after spaces); the slice is valid
+// until the next call.
+func (s *jsonStream) value() ([]byte, error) {
+	if _, err := s.peek(); err != nil {
+		return nil, noEOF(err)
+	}
+	for {
+		end, err := jsonValueEnd(s.buf, s.off)
+		switch {
+		case err == nil:
+			v := s.buf[s.off:end]
+			s.off = end
+			return v, nil
+		case errors.Is(err, errJSONIncomplete):
+			if err := s.fill(); err != nil {
+				return nil, noEOF(err)
+			}
+		default:
+			return nil, err
+		}
+	}
+}
+
+// scanValue runs scan over the unread bytes, which start with a value (after
+// spaces); scan returns the end of the value, or errJSONIncomplete to be run
+// again with more bytes. The value's bytes are valid until the next call.
+// Reading a value this way reads it once, where value and a scan of what it
+// returns read it twice.
+func (s *jsonStream) scanValue(scan func(b []byte) (int, error)) ([]byte, error) {
+	if _, err := s.peek(); err != nil {
+		return nil, noEOF(err)
+	}
+	for {
+		end, err := scan(s.buf[s.off:])
+		switch {
+		case err == nil:
+			v := s.buf[s.off : s.off+end]
+			s.off += end
+			return v, nil
+		case errors.Is(err, errJSONIncomplete):
+			if err := s.fill(); err != nil {
+				return nil, noEOF(err)
+			}
+		default:
+			return nil, err
+		}
+	}
+}
+
+// end reports whether only spaces are left.
+func (s *jsonStream) end() error {
+	_, err := s.peek()
+	switch {
+	case errors.Is(err, io.EOF):
+		return nil
+	case err != nil:
+		return err
+	default:
+		return fmt.Errorf("%w: data after the end", errJSONSyntax)
+	}
+}
+
+func noEOF(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}

@@ -1,0 +1,431 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// serviceView says which Services a CCM sees: those of type LoadBalancer
+// whose spec.loadBalancerClass is its class (or that have no class, when it is
+// the default), and Services that are no longer of type LoadBalancer but
+// still carry the load-balancer cleanup finalizer and no class (so that the
+// load balancer's owner deletes it: the service controller of
+// k8s.io/cloud-provider does that only for a Service it still sees). Without a
+// class it sees no Service at all.
+type serviceView struct {
+	class       string
+	defaultLBs  bool
+	showsNone   bool
+	description string
+}
+
+func newServiceView(class string, defaultLBs bool) (serviceView, error) {
+	if class == "" {
+		if defaultLBs {
+			return serviceView{}, errors.New("the default for Services without a class needs a load-balancer class of its own")
+		}
+		return serviceView{showsNone: true, description: "none"}, nil
+	}
+	if errs := validation.IsQualifiedName(class); len(errs) > 0 {
+		return serviceView{}, fmt.Errorf("load-balancer class %q: %s", class, strings.Join(errs, "; "))
+	}
+	d := "class " + class
+	if defaultLBs {
+		d += " and classless"
+	}
+	return serviceView{class: class, defaultLBs: defaultLBs, description: d}, nil
+}
+
+// shows reports whether a Service is in the view.
+func (v serviceView) shows(f serviceFacts) bool {
+	if v.showsNone {
+		return false
+	}
+	if f.typ == serviceTypeLoadBalancer {
+		if f.hasClass {
+			return f.class == v.class
+		}
+		return v.defaultLBs
+	}
+	return !f.hasClass && f.cleanup
+}
+
+// Limits of what the view holds in memory at once.
+const (
+	// maxServiceValue bounds one Service (or one watch event); the API
+	// server's own limit for an object is far lower.
+	maxServiceValue = 32 << 20
+	// maxServiceBody bounds a PUT body and a single-Service answer.
+	maxServiceBody = 8 << 20
+)
+
+// serviceMode is what the gate does with the API server's answer.
+type serviceMode int
+
+const (
+	// serviceList filters a ServiceList.
+	serviceList serviceMode = iota + 1
+	// serviceWatch filters a watch of Services.
+	serviceWatch
+	// serviceGet answers 404 for a Service outside the view.
+	serviceGet
+	// serviceWritten strips the class from the Service a write returns.
+	serviceWritten
+)
+
+// serviceAnswer travels with a forwarded Service request to ModifyResponse.
+type serviceAnswer struct {
+	mode  serviceMode
+	media mediaKind
+	rt    route
+	watch *watchState
+}
+
+type serviceAnswerKey struct{}
+
+// services serves every request about Services.
+func (p *Proxy) services(w http.ResponseWriter, r *http.Request, rt route) {
+	switch rt.kind {
+	case routeServices:
+		switch r.Method {
+		case http.MethodGet:
+			p.serviceRead(w, r, rt)
+		case http.MethodPost:
+			p.refuse(w, r, rt, forbidden(servicesResource, "create", "", errors.New("a native CCM never creates Services")))
+		case http.MethodDelete:
+			p.refuse(w, r, rt, forbidden(servicesResource, "deletecollection", "", errors.New("a native CCM never deletes Services")))
+		default:
+			p.refuse(w, r, rt, methodNotAllowed(servicesResource, r.Method, r.URL.Path))
+		}
+	case routeWatchServices:
+		if r.Method != http.MethodGet {
+			p.refuse(w, r, rt, methodNotAllowed(servicesResource, r.Method, r.URL.Path))
+			return
+		}
+		p.serviceRead(w, r, rt)
+	case routeService:
+		switch {
+		case rt.subresource != "" && rt.subresource != "status":
+			p.refuse(w, r, rt, forbidden(servicesResource, rt.subresource, rt.name, errors.New("the view serves a Service and its status, nothing else")))
+		case r.Method == http.MethodGet:
+			p.serviceRead(w, r, rt)
+		case r.Method == http.MethodPatch || r.Method == http.MethodPut:
+			p.serviceWrite(w, r, rt)
+		case r.Method == http.MethodDelete && rt.subresource == "":
+			p.refuse(w, r, rt, forbidden(servicesResource, "delete", rt.name, errors.New("a native CCM never deletes Services")))
+		default:
+			p.refuse(w, r, rt, methodNotAllowed(servicesResource, r.Method, r.URL.Path))
+		}
+	}
+}
+
+// serviceRead forwards a list, watch or get of Services and filters the answer.
+func (p *Proxy) serviceRead(w http.ResponseWriter, r *http.Request, rt route) {
+	media, ok := negotiateMedia(r.Header.Values("Accept"))
+	if !ok {
+		p.refuse(w, r, rt, notAcceptable(r.Header.Get("Accept")))
+		return
+	}
+	q := r.URL.Query()
+	for _, k := range []string{"watch", "resourceVersion", "sendInitialEvents"} {
+		if len(q[k]) > 1 {
+			p.refuse(w, r, rt, badRequest(fmt.Errorf("%s given %d times", k, len(q[k]))))
+			return
+		}
+	}
+	a := &serviceAnswer{media: media, rt: rt}
+	switch {
+	case rt.kind == routeService:
+		a.mode = serviceGet
+	case rt.kind == routeWatchServices || queryBool(q, "watch"):
+		a.mode = serviceWatch
+		a.watch = p.newWatchState(q)
+	default:
+		a.mode = serviceList
+	}
+	prepareServiceRequest(r, a)
+	if a.mode == serviceGet {
+		// Counted once the answer shows whether the Service is in the view.
+		p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), serviceAnswerKey{}, a)))
+		return
+	}
+	cw := newCoalescingWriter(w, flushWindow)
+	defer cw.close()
+	p.forward(cw, r.WithContext(context.WithValue(r.Context(), serviceAnswerKey{}, a)), rt, decisionFiltered)
+}
+
+// serviceWrite forwards a PATCH or PUT of a Service (or its status) in the
+// view. A PUT carries the Service as the CCM saw it, without its class: the
+// gate puts the stored class back (and makes the write conditional on the
+// version it checked, when the CCM's is unconditional), so the write never
+// clears it. A PATCH is a difference between two views and never mentions the
+// class; it passes unchanged (the API server refuses to change the class of
+// a LoadBalancer Service anyway).
+func (p *Proxy) serviceWrite(w http.ResponseWriter, r *http.Request, rt route) {
+	media, ok := negotiateMedia(r.Header.Values("Accept"))
+	if !ok {
+		p.refuse(w, r, rt, notAcceptable(r.Header.Get("Accept")))
+		return
+	}
+	f, found, err := p.readService(r.Context(), r.Header, rt.namespace, rt.name)
+	if err != nil {
+		p.lookupFailed(w, r, rt, err)
+		return
+	}
+	if !found || !p.serviceView.shows(f) {
+		p.hide(w, r, rt)
+		return
+	}
+	if r.Method == http.MethodPut {
+		if err := p.restoreClass(r, f); err != nil {
+			var refused *refusal
+			if errors.As(err, &refused) {
+				p.refuse(w, r, rt, refused.status)
+				return
+			}
+			p.refuse(w, r, rt, badRequest(err))
+			return
+		}
+	}
+	a := &serviceAnswer{mode: serviceWritten, media: media, rt: rt}
+	prepareServiceRequest(r, a)
+	p.forward(w, r.WithContext(context.WithValue(r.Context(), serviceAnswerKey{}, a)), rt, decisionForwarded)
+}
+
+// refusal is an error with the answer it deserves.
+type refusal struct{ status metav1.Status }
+
+func (e *refusal) Error() string { return e.status.Message }
+
+// restoreClass rewrites a PUT body: the stored class back in, and the
+// resourceVersion the gate checked when the CCM sent none.
+func (p *Proxy) restoreClass(r *http.Request, stored serviceFacts) error {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxServiceBody+1))
+	if err != nil {
+		return fmt.Errorf("read body: %w", err)
+	}
+	if len(body) > maxServiceBody {
+		return errors.New("body too large")
+	}
+	var out []byte
+	switch mediaOf(r.Header.Get("Content-Type")) {
+	case mediaJSON:
+		out, err = jsonServiceForWrite(body, stored.class, stored.hasClass, stored.resourceVersion)
+	case mediaProtobuf:
+		var o protoObject
+		if o, err = readProtoObject(body); err == nil {
+			var raw []byte
+			if raw, err = protoServiceForWrite(o.raw, stored.class, stored.hasClass, stored.resourceVersion); err == nil {
+				out, err = rewrapProtoObject(body, raw)
+			}
+		}
+	default:
+		return &refusal{status: unsupportedMediaType(r.Header.Get("Content-Type"))}
+	}
+	var classErr *classError
+	if errors.As(err, &classErr) {
+		return &refusal{status: forbidden(servicesResource, "update", stored.name, err)}
+	}
+	if err != nil {
+		return err
+	}
+	r.Body = io.NopCloser(bytes.NewReader(out))
+	r.ContentLength = int64(len(out))
+	r.Header.Set("Content-Length", strconv.Itoa(len(out)))
+	r.Header.Del("Content-Encoding")
+	r.TransferEncoding = nil
+	return nil
+}
+
+// prepareServiceRequest asks the API server for exactly the encoding the gate
+// will edit. The gate reads the answer uncompressed: where the client accepts
+// gzip, the gate's transport asks for it and unpacks it (the link to the API
+// server carries what it would have carried for the client); where it does
+// not, the gate does not either.
+func prepareServiceRequest(r *http.Request, a *serviceAnswer) {
+	r.Header.Set("Accept", a.media.contentType())
+	if strings.Contains(strings.ToLower(strings.Join(r.Header.Values("Accept-Encoding"), ",")), "gzip") {
+		r.Header.Del("Accept-Encoding")
+	} else {
+		r.Header.Set("Accept-Encoding", "identity")
+	}
+	r.RequestURI = ""
+}
+
+// queryBool reads a boolean query parameter as the API server does: absent,
+// "0" or "false" is false, anything else (even empty) true.
+func queryBool(q url.Values, k string) bool {
+	v, ok := q[k]
+	if !ok || len(v) == 0 {
+		return false
+	}
+	return v[0] != "0" && !strings.EqualFold(v[0], "false")
+}
+
+// modifyResponse filters the API server's answer to a Service request.
+func (p *Proxy) modifyResponse(resp *http.Response) error {
+	a, ok := resp.Request.Context().Value(serviceAnswerKey{}).(*serviceAnswer)
+	if !ok {
+		return nil
+	}
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated {
+		if a.mode == serviceGet {
+			p.metrics.requests.WithLabelValues(a.rt.kind.String(), decisionForwarded).Inc()
+		}
+		return nil // the API server's own error answer
+	}
+	if got := mediaOf(resp.Header.Get("Content-Type")); got != a.media {
+		return fmt.Errorf("the API server answered %q to a request for %q", resp.Header.Get("Content-Type"), a.media.contentType())
+	}
+	resp.Header.Del("Content-Length")
+	resp.ContentLength = -1
+	switch a.mode {
+	case serviceList:
+		resp.Body = p.filterBody(resp.Body, a, func(in io.Reader, out *bufio.Writer) error {
+			if a.media == mediaProtobuf {
+				return p.filterProtoList(in, out)
+			}
+			return p.filterJSONList(in, out)
+		})
+	case serviceWatch:
+		resp.Body = p.filterBody(resp.Body, a, func(in io.Reader, out *bufio.Writer) error {
+			// Whatever is filtered goes out before the gate waits for more.
+			in = &flushBeforeRead{r: in, w: out}
+			if a.media == mediaProtobuf {
+				return a.watch.filterProto(in, out)
+			}
+			return a.watch.filterJSON(in, out)
+		})
+	case serviceGet, serviceWritten:
+		return p.filterOne(resp, a)
+	}
+	return nil
+}
+
+// filterOne reads a single Service answer: hidden (404) outside the view for a
+// get, and without its class.
+func (p *Proxy) filterOne(resp *http.Response, a *serviceAnswer) error {
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxServiceBody+1))
+	_ = resp.Body.Close()
+	if err != nil {
+		return fmt.Errorf("read Service: %w", err)
+	}
+	if len(body) > maxServiceBody {
+		return errors.New("Service answer too large")
+	}
+	var f serviceFacts
+	var raw []byte
+	var obj protoObject
+	if a.media == mediaProtobuf {
+		if obj, err = readProtoObject(body); err == nil {
+			raw = obj.raw
+			f, err = protoServiceFacts(raw)
+		}
+	} else {
+		f, err = jsonServiceFacts(body)
+	}
+	if err != nil {
+		return fmt.Errorf("read Service: %w", err)
+	}
+	if a.mode == serviceGet {
+		if !p.serviceView.shows(f) {
+			p.metrics.requests.WithLabelValues(a.rt.kind.String(), decisionHidden).Inc()
+			p.log.V(2).Info("Service outside the view", "service", a.rt.namespace+"/"+a.rt.name)
+			replaceWithStatus(resp, notFound(servicesResource, a.rt.name))
+			return nil
+		}
+		p.metrics.requests.WithLabelValues(a.rt.kind.String(), decisionForwarded).Inc()
+	}
+	if a.media == mediaProtobuf {
+		var stripped []byte
+		if stripped, err = protoServiceWithoutClass(raw); err == nil && len(stripped) != len(raw) {
+			body, err = rewrapProtoObject(body, stripped)
+		}
+	} else {
+		body, err = jsonServiceWithoutClass(body)
+	}
+	if err != nil {
+		return fmt.Errorf("strip Service: %w", err)
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	resp.ContentLength = int64(len(body))
+	resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	return nil
+}
+
+// filterBody runs filter between the API server's body and the client in a
+// goroutine; it ends when either side does.
+func (p *Proxy) filterBody(upstream io.ReadCloser, a *serviceAnswer, filter func(in io.Reader, out *bufio.Writer) error) io.ReadCloser {
+	pr, pw := io.Pipe()
+	go func() {
+		out := bufio.NewWriterSize(pw, 32<<10)
+		err := filter(upstream, out)
+		if err == nil {
+			err = out.Flush()
+		}
+		if err != nil && !errors.Is(err, io.ErrClosedPipe) && !errors.Is(err, context.Canceled) {
+			p.metrics.requests.WithLabelValues(a.rt.kind.String(), decisionError).Inc()
+			p.log.Error(err, "filtering Services failed", "path", a.rt.String())
+		}
+		_ = pw.CloseWithError(err)
+		_ = upstream.Close()
+	}()
+	return &filteredBody{pr: pr, upstream: upstream}
+}
+
+type filteredBody struct {
+	pr       *io.PipeReader
+	upstream io.Closer
+}
+
+func (b *filteredBody) Read(p []byte) (int, error) { return b.pr.Read(p) }
+
+func (b *filteredBody) Close() error {
+	_ = b.pr.Close()
+	return b.upstream.Close()
+}
+
+// flushBeforeRead flushes w whenever the filter is about to wait for the API
+// server, so a watch event never waits in the gate for the next one.
+type flushBeforeRead struct {
+	r io.Reader
+	w *bufio.Writer
+}
+
+func (f *flushBeforeRead) Read(p []byte) (int, error) {
+	if f.w.Buffered() > 0 {
+		if err := f.w.Flush(); err != nil {
+			return 0, err
+		}
+	}
+	return f.r.Read(p)
+}
+
+// readService reads a Service (a quorum read) with the credentials of the
+// request being checked. found is false on 404.
+func (p *Proxy) readService(ctx context.Context, in http.Header, namespace, name string) (serviceFacts, bool, error) {
+	const op = "proxy/Proxy.readService"
+	u := *p.base
+	u.Path = joinPath(p.base.Path, "/api/v1/namespaces/"+url.PathEscape(namespace)+"/services/"+url.PathEscape(name))
+	u.RawPath = ""
+	body, found, err := p.read(ctx, in, u.String(), contentTypeJSON, maxServiceBody)
+	if err != nil || !found {
+		return serviceFacts{}, false, err
+	}
+	f, err := jsonServiceFacts(body)
+	if err != nil {
+		return serviceFacts{}, false, fmt.Errorf("%s: decode service %s/%s: %w", op, namespace, name, err)
+	}
+	return f, true, nil
+}

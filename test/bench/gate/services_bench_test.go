@@ -1,0 +1,315 @@
+package gate
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/gatetest"
+)
+
+const (
+	// services of the gate's class in serviceNS: all in the view (the worst
+	// case for the gate, which copies every one without its class) and the
+	// same Services the direct list returns.
+	services   = 5000
+	serviceNS  = "bench-services"
+	benchClass = "hybridccm.io/hcloud"
+	// serviceEvents are Service updates streamed to both watchers.
+	serviceEvents = 1000
+)
+
+// serviceFixture is a second ccm-gate process, with the Service view on,
+// in front of the same API server with 5000 Services.
+type serviceFixture struct {
+	direct, gated *rest.Config
+	gate          *gatetest.Gate
+}
+
+var (
+	servicesOnce   sync.Once
+	sharedServices *serviceFixture
+	servicesErr    error
+)
+
+func setupServices(b *testing.B) *serviceFixture {
+	b.Helper()
+	servicesOnce.Do(func() { sharedServices, servicesErr = startServices(filepath.Join(workDir, "services")) })
+	if servicesErr != nil {
+		b.Fatal(servicesErr)
+	}
+	return sharedServices
+}
+
+func startServices(dir string) (*serviceFixture, error) {
+	ctx := context.Background()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := gatetest.GrantNativeCCM(ctx, env.Client, ccmNS, ccmName); err != nil {
+		return nil, err
+	}
+	if err := gatetest.GrantLoadBalancers(ctx, env.Client, ccmNS, ccmName); err != nil {
+		return nil, err
+	}
+	token, err := gatetest.ServiceAccountToken(ctx, env.Client, ccmNS, ccmName)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: serviceNS}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	if err := createServices(ctx, env.Client); err != nil {
+		return nil, err
+	}
+	direct := &rest.Config{Host: env.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: env.Config.CAData}, BearerToken: token, QPS: -1, Burst: -1}
+	g, err := gatetest.StartGate(bin, dir, platform, direct, token, "--load-balancer-class="+benchClass)
+	if err != nil {
+		return nil, err
+	}
+	return &serviceFixture{direct: direct, gated: g.Config, gate: g}, nil
+}
+
+// benchService is a LoadBalancer Service as a CCM serves it: a port, a
+// selector, a finalizer and an address. It takes no node port, not even for
+// health checks (the range would not hold 5000).
+func benchService(i int) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: fmt.Sprintf("svc-%05d", i), Namespace: serviceNS,
+			Labels:     map[string]string{"app": fmt.Sprintf("app-%05d", i), "tier": "web"},
+			Finalizers: []string{"service.kubernetes.io/load-balancer-cleanup"},
+		},
+		Spec: corev1.ServiceSpec{
+			Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: ptr.To(benchClass),
+			AllocateLoadBalancerNodePorts: ptr.To(false),
+			Selector:                      map[string]string{"app": fmt.Sprintf("app-%05d", i)},
+			Ports:                         []corev1.ServicePort{{Name: "https", Port: 443, TargetPort: intstr.FromInt32(8443), Protocol: corev1.ProtocolTCP}},
+		},
+	}
+}
+
+func createServices(ctx context.Context, cs kubernetes.Interface) error {
+	const workers = 16
+	work := make(chan int)
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				s, err := cs.CoreV1().Services(serviceNS).Create(ctx, benchService(i), metav1.CreateOptions{})
+				if err != nil {
+					errs <- fmt.Errorf("create Service %d: %w", i, err)
+					return
+				}
+				s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: fmt.Sprintf("203.0.%d.%d", i/250, i%250+1)}}
+				if _, err := cs.CoreV1().Services(serviceNS).UpdateStatus(ctx, s, metav1.UpdateOptions{}); err != nil {
+					errs <- fmt.Errorf("status of Service %d: %w", i, err)
+					return
+				}
+			}
+		}()
+	}
+	var err error
+feed:
+	for i := range services {
+		select {
+		case work <- i:
+		case err = <-errs:
+			break feed
+		}
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	if err != nil {
+		return err
+	}
+	return <-errs
+}
+
+func clientIn(cfg *rest.Config, contentType string) kubernetes.Interface {
+	c := rest.CopyConfig(cfg)
+	c.ContentType, c.AcceptContentTypes = contentType, contentType
+	return kubernetes.NewForConfigOrDie(c)
+}
+
+var encodings = []struct{ name, contentType string }{
+	{"protobuf", "application/vnd.kubernetes.protobuf"},
+	{"json", "application/json"},
+}
+
+// BenchmarkServiceList5000 lists the 5000 Services directly and through the
+// gate (which reads every one and copies it without its class), alternating,
+// as protobuf and JSON.
+func BenchmarkServiceList5000(b *testing.B) {
+	f := setupServices(b)
+	ctx := context.Background()
+	for _, enc := range encodings {
+		b.Run(enc.name, func(b *testing.B) {
+			direct, gated := clientIn(f.direct, enc.contentType), clientIn(f.gated, enc.contentType)
+			list := func(cs kubernetes.Interface, wantClass bool) time.Duration {
+				start := time.Now()
+				l, err := cs.CoreV1().Services(serviceNS).List(ctx, metav1.ListOptions{})
+				d := time.Since(start)
+				if err != nil || len(l.Items) != services || (l.Items[0].Spec.LoadBalancerClass != nil) != wantClass {
+					b.Fatalf("list: %d Services, %v", len(l.Items), err)
+				}
+				return d
+			}
+			list(direct, true)
+			list(gated, false)
+			b.ResetTimer()
+			for range b.N {
+				var d, g []time.Duration
+				for range lists {
+					d = append(d, list(direct, true))
+					g = append(g, list(gated, false))
+				}
+				report(b, fmt.Sprintf("list %d Services (%s)", services, enc.name), d, g)
+			}
+		})
+	}
+}
+
+// BenchmarkServiceWatch times a WatchList's initial events for the 5000
+// Services (what the service controller's informer does at start) directly
+// and through the gate, and streams Service updates to two watchers at once.
+func BenchmarkServiceWatch(b *testing.B) {
+	f := setupServices(b)
+	ctx := context.Background()
+	for _, enc := range encodings {
+		b.Run("initial-events/"+enc.name, func(b *testing.B) {
+			direct, gated := clientIn(f.direct, enc.contentType), clientIn(f.gated, enc.contentType)
+			initial := func(cs kubernetes.Interface) time.Duration {
+				start := time.Now()
+				w, err := cs.CoreV1().Services(serviceNS).Watch(ctx, metav1.ListOptions{
+					SendInitialEvents: ptr.To(true), ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan, AllowWatchBookmarks: true,
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer w.Stop()
+				n := 0
+				for ev := range w.ResultChan() {
+					if ev.Type == watch.Bookmark {
+						if o, ok := ev.Object.(*corev1.Service); ok && o.Annotations[metav1.InitialEventsAnnotationKey] == "true" {
+							break
+						}
+						continue
+					}
+					n++
+				}
+				if n != services {
+					b.Fatalf("%d initial events, want %d", n, services)
+				}
+				return time.Since(start)
+			}
+			initial(direct)
+			initial(gated)
+			b.ResetTimer()
+			for range b.N {
+				var d, g []time.Duration
+				for range initialRuns {
+					d = append(d, initial(direct))
+					g = append(g, initial(gated))
+				}
+				report(b, fmt.Sprintf("WatchList initial events for %d Services (%s)", services, enc.name), d, g)
+			}
+		})
+	}
+
+	b.Run("updates", func(b *testing.B) {
+		direct, gated := clientIn(f.direct, encodings[0].contentType), clientIn(f.gated, encodings[0].contentType)
+		for range b.N {
+			l, err := direct.CoreV1().Services(serviceNS).List(ctx, metav1.ListOptions{Limit: 1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			open := func(cs kubernetes.Interface) watch.Interface {
+				w, err := cs.CoreV1().Services(serviceNS).Watch(ctx, metav1.ListOptions{ResourceVersion: l.ResourceVersion})
+				if err != nil {
+					b.Fatal(err)
+				}
+				return w
+			}
+			wd, wg := open(direct), open(gated)
+			sent := make([]time.Time, serviceEvents)
+			var mu sync.Mutex
+			receive := func(w watch.Interface, out []time.Duration, done chan<- struct{}) {
+				defer close(done)
+				got := 0
+				for ev := range w.ResultChan() {
+					s, ok := ev.Object.(*corev1.Service)
+					if !ok || ev.Type != watch.Modified {
+						continue
+					}
+					i, err := strconv.Atoi(s.Annotations["bench-seq"])
+					if err != nil || i >= serviceEvents || out[i] != 0 {
+						continue
+					}
+					mu.Lock()
+					out[i] = time.Since(sent[i])
+					mu.Unlock()
+					if got++; got == serviceEvents {
+						return
+					}
+				}
+			}
+			latD, latG := make([]time.Duration, serviceEvents), make([]time.Duration, serviceEvents)
+			doneD, doneG := make(chan struct{}), make(chan struct{})
+			go receive(wd, latD, doneD)
+			go receive(wg, latG, doneG)
+			b.ResetTimer()
+			for i := range serviceEvents {
+				patch := []byte(`{"metadata":{"annotations":{"bench-seq":"` + strconv.Itoa(i) + `"}}}`)
+				mu.Lock()
+				sent[i] = time.Now()
+				mu.Unlock()
+				if _, err := env.Client.CoreV1().Services(serviceNS).Patch(ctx, fmt.Sprintf("svc-%05d", i%services), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for _, done := range []chan struct{}{doneD, doneG} {
+				select {
+				case <-done:
+				case <-time.After(2 * time.Minute):
+					b.Fatal("watch events missing")
+				}
+			}
+			b.StopTimer()
+			wd.Stop()
+			wg.Stop()
+			pd, pg := percentile(latD, 50), percentile(latG, 50)
+			qd, qg := percentile(latD, 99), percentile(latG, 99)
+			b.ReportMetric(ms(pd), "direct-p50-ms")
+			b.ReportMetric(ms(pg), "gate-p50-ms")
+			b.ReportMetric(ms(qd), "direct-p99-ms")
+			b.ReportMetric(ms(qg), "gate-p99-ms")
+			b.Logf("%d Service updates streamed: latency p50 direct %.2f ms, through ccm-gate %.2f ms; p99 direct %.2f ms, through ccm-gate %.2f ms",
+				serviceEvents, ms(pd), ms(pg), ms(qd), ms(qg))
+		}
+	})
+	b.Run("rss", func(b *testing.B) {
+		for range b.N {
+			reportRSS(b, f.gate.Cmd.Process.Pid, fmt.Sprintf("%d Services in the view", services))
+		}
+	})
+}
