@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 )
 
@@ -66,6 +67,19 @@ func TestLoadBalancers(t *testing.T) {
 	}
 	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "HCLOUD_LOAD_BALANCERS_ENABLED" && e.Value == "true" }) {
 		t.Errorf("env %v: want the profile's HCLOUD_LOAD_BALANCERS_ENABLED=true", c.Env)
+	}
+	d, err := getDeployment(t, "native-ccm-lb-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gateArgs []string
+	for _, c := range d.Spec.Template.Spec.InitContainers {
+		if c.Name == gate.SidecarName {
+			gateArgs = c.Args
+		}
+	}
+	if !slices.Contains(gateArgs, "--load-balancer-class=hybridccm.io/lb-a") || !slices.Contains(gateArgs, "--default-load-balancer-class") {
+		t.Errorf("ccm-gate args %v: want its class and the default", gateArgs)
 	}
 	var crb rbacv1.ClusterRoleBinding
 	if err := k8s.Get(ctxT(t), client.ObjectKey{Name: "native-ccm-lb-a" + release.LoadBalancerSuffix}, &crb); err != nil {

@@ -86,6 +86,7 @@ func (g Coordinator) Mutators(ctx context.Context, obj *v1.NativeCCM, p *profile
 	}
 	s := SidecarFor(l, g.Image)
 	s.ImagePullPolicy = g.ImagePullPolicy
+
 	if err := s.validate(); err != nil {
 		return fail(fmt.Errorf("gate sidecar: %w", err))
 	}

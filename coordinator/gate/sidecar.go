@@ -116,6 +116,11 @@ func SidecarFor(l release.Lifecycle, image string) Sidecar {
 	if l.Workload != nil {
 		s.Container = l.Workload.Container
 	}
+	if lb := l.LoadBalancers; lb != nil {
+		// the view shows it the Services of its class (and those without a
+		// class while it is the default), as the fence lets it change them
+		s.LoadBalancerClass, s.DefaultLoadBalancerClass = lb.Class, lb.Default
+	}
 	return s
 }
 
