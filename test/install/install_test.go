@@ -41,6 +41,7 @@ import (
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
+	"github.com/hybrid-ccm/hybrid-ccm/test/fakelb"
 	"github.com/hybrid-ccm/hybrid-ccm/test/podrunner"
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
@@ -232,6 +233,11 @@ func TestInstallAsDocumented(t *testing.T) {
 	}
 
 	noAdminCredentials(t, ctx, pods.Items)
+
+	// LoadBalancer Services: each of the hcloud and aws CCMs (their service
+	// controllers behind their gates) serves its own class, aws also those
+	// without a class; each load balancer targets only its cloud's nodes.
+	t.Run("LoadBalancers", func(t *testing.T) { loadBalancers(t, ctx, cloud) })
 
 	// The view is a boundary: the CCM that just worked through its gate holds
 	// nothing the API server accepts.
@@ -681,11 +687,17 @@ func noAdminCredentials(t *testing.T, ctx context.Context, pods []corev1.Pod) {
 type fakeCloud struct {
 	mu  sync.Mutex
 	log map[string]int
+	// lbs are the clouds' load balancers (test/testccm builds them there).
+	lbs *fakelb.Cloud
 }
 
-func newFakeCloud() *fakeCloud { return &fakeCloud{log: map[string]int{}} }
+func newFakeCloud() *fakeCloud { return &fakeCloud{log: map[string]int{}, lbs: fakelb.New()} }
 
 func (c *fakeCloud) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, fakelb.Prefix) {
+		c.lbs.ServeHTTP(w, r)
+		return
+	}
 	provider, nodeName := r.URL.Query().Get("provider"), r.URL.Query().Get("node")
 	c.mu.Lock()
 	c.log[provider+"/"+nodeName]++
@@ -702,6 +714,78 @@ func (c *fakeCloud) asked() []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+func loadBalancers(t *testing.T, ctx context.Context, cloud *fakeCloud) {
+	const ns = "shop"
+	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	services := []struct {
+		name  string
+		class *string
+		// cloud is the provider that must serve it; "" none
+		cloud string
+		nodes []string
+	}{
+		{"web-hcloud", ptr.To("hybridccm.io/hcloud"), "hcloud", []string{"hcloud-1"}},
+		{"web-aws", ptr.To("hybridccm.io/aws"), "aws", []string{"aws-1"}},
+		{"web-default", nil, "aws", []string{"aws-1"}},
+		// gcp's NativeCCM has no load balancers: nobody serves its class
+		{"web-gcp", ptr.To("hybridccm.io/gcp"), "", nil},
+	}
+	for _, s := range services {
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: ns},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: s.class,
+				Selector: map[string]string{"app": s.name}, Ports: []corev1.ServicePort{{Port: 80}}}}
+		if _, err := env.Client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range services {
+		if s.cloud == "" {
+			continue
+		}
+		var got *corev1.Service
+		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			var err error
+			got, err = env.Client.CoreV1().Services(ns).Get(ctx, s.name, metav1.GetOptions{})
+			return err == nil && len(got.Status.LoadBalancer.Ingress) > 0, nil
+		}); err != nil {
+			t.Fatalf("Service %s got no address; load balancers %+v", s.name, cloud.lbs.LoadBalancers())
+		}
+		lb, ok := cloud.lbs.Get(s.cloud, ns+"/"+s.name)
+		if !ok || got.Status.LoadBalancer.Ingress[0].IP != lb.IP || !slices.Equal(lb.Nodes, s.nodes) {
+			t.Errorf("Service %s: address %v, %s load balancer %+v (found %v), want targets %v", s.name, got.Status.LoadBalancer.Ingress, s.cloud, lb, ok, s.nodes)
+		}
+		if !slices.Contains(got.Finalizers, gate.LoadBalancerCleanupFinalizer) {
+			t.Errorf("Service %s finalizers %v", s.name, got.Finalizers)
+		}
+		if s.class != nil && (got.Spec.LoadBalancerClass == nil || *got.Spec.LoadBalancerClass != *s.class) {
+			t.Errorf("Service %s lost its class through the gate: %v", s.name, got.Spec.LoadBalancerClass)
+		}
+	}
+	// Each Service has exactly one load balancer, in its own cloud.
+	if lbs := cloud.lbs.LoadBalancers(); len(lbs) != 3 {
+		t.Errorf("load balancers %+v, want one per served Service", lbs)
+	}
+	if g, err := env.Client.CoreV1().Services(ns).Get(ctx, "web-gcp", metav1.GetOptions{}); err != nil || len(g.Status.LoadBalancer.Ingress) > 0 || len(g.Finalizers) > 0 {
+		t.Errorf("Service web-gcp of a class nobody serves was changed: %+v %v", g.Status, err)
+	}
+
+	// Deleting a Service removes its load balancer, then the finalizer.
+	if err := env.Client.CoreV1().Services(ns).Delete(ctx, "web-hcloud", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := env.Client.CoreV1().Services(ns).Get(ctx, "web-hcloud", metav1.GetOptions{})
+		return err != nil, nil
+	}); err != nil {
+		t.Fatalf("Service web-hcloud not gone; deleted load balancers %v", cloud.lbs.Deleted())
+	}
+	if d := cloud.lbs.Deleted(); !slices.Equal(d, []string{"hcloud/shop/web-hcloud"}) {
+		t.Errorf("deleted load balancers %v, want hcloud's for web-hcloud", d)
+	}
 }
 
 func tail(s string, n int) string {
