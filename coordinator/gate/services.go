@@ -39,7 +39,12 @@ func serviceVariables() []admissionregistrationv1.Variable {
 		{Name: "lbDefault", Expression: "variables.lbGranted && params.spec.?loadBalancers.?default.orValue(false) && params.?status.?gate.?loadBalancers.?default.orValue(false)"},
 		{Name: "svcClass", Expression: "request.operation == 'CREATE' ? '' : oldObject.spec.?loadBalancerClass.orValue('')"},
 		{Name: "svcLB", Expression: "request.operation != 'CREATE' && oldObject.spec.?type.orValue('') == 'LoadBalancer'"},
-		{Name: "ownService", Expression: "variables.lbGranted && variables.svcLB && (variables.svcClass == '' ? variables.lbDefault : variables.svcClass == variables.lbClass)"},
+		// A Service that stopped being a LoadBalancer lost its class (the API
+		// server clears it) but keeps the cleanup finalizer until its load
+		// balancer is gone: every CCM serving load balancers sees it (ccm-gate)
+		// and may clear it, since nothing says whose it was.
+		{Name: "ownService", Expression: "variables.lbGranted && (variables.svcLB ? (variables.svcClass == '' ? variables.lbDefault : variables.svcClass == variables.lbClass) : " +
+			"(variables.svcClass == '' && request.operation != 'CREATE' && oldObject.metadata.?finalizers.orValue([]).exists(f, f == " + celString(LoadBalancerCleanupFinalizer) + ")))"},
 		{Name: "changedFinalizers", Expression: "!" + update + " ? [] : " +
 			"object.metadata.?finalizers.orValue([]).filter(f, !(f in oldObject.metadata.?finalizers.orValue([]))) + " +
 			"oldObject.metadata.?finalizers.orValue([]).filter(f, !(f in object.metadata.?finalizers.orValue([])))"},

@@ -85,27 +85,36 @@ func protoServiceForWrite(msg []byte, class string, hasClass bool, rv string) ([
 	if hasClass && !sent.hasClass {
 		// Without a spec the Service becomes a ClusterIP, and the API server
 		// drops the class itself.
-		if out, err = protoAppendToFirst(out, pbServiceSpec, pbSpecLoadBalancerClass, class); err != nil {
+		if out, err = protoAppendToLast(out, pbServiceSpec, pbSpecLoadBalancerClass, class); err != nil {
 			return nil, err
 		}
 	}
 	if sent.resourceVersion == "" && rv != "" {
-		if out, err = protoAppendToFirst(out, pbServiceMetadata, pbMetaResourceVersion, rv); err != nil {
+		if out, err = protoAppendToLast(out, pbServiceMetadata, pbMetaResourceVersion, rv); err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
 }
 
-// protoAppendToFirst appends the string field num=value to the first embedded
-// message field of msg (the last occurrence of a scalar wins when decoded).
-func protoAppendToFirst(msg []byte, field, num protowire.Number, value string) ([]byte, error) {
-	done := false
+// protoAppendToLast appends the string field num=value to the last embedded
+// message field of msg: repeated embedded messages merge in order, and the
+// last occurrence of a scalar wins, so this one counts.
+func protoAppendToLast(msg []byte, field, num protowire.Number, value string) ([]byte, error) {
+	count := 0
+	if err := protoFields(msg, func(f protoField) error {
+		if f.num == field && f.typ == protowire.BytesType {
+			count++
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	seen := 0
 	return protoEdit(msg, field, func(v []byte) ([]byte, bool, bool, error) {
-		if done {
+		if seen++; seen < count {
 			return v, false, false, nil
 		}
-		done = true
 		out := protowire.AppendTag(append(make([]byte, 0, len(v)+len(value)+8), v...), num, protowire.BytesType)
 		return protowire.AppendString(out, value), false, true, nil
 	})

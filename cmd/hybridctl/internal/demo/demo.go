@@ -48,6 +48,7 @@ import (
 	v1alpha1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 	"github.com/hybrid-ccm/hybrid-ccm/test/fakeec2"
+	"github.com/hybrid-ccm/hybrid-ccm/test/fakelb"
 	"github.com/hybrid-ccm/hybrid-ccm/test/netns"
 	"github.com/hybrid-ccm/hybrid-ccm/test/podrunner"
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
@@ -226,6 +227,10 @@ func Run(ctx context.Context, o Options) (err error) {
 		Rules: release.LifecycleRules()}, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("clusterrole %s: %w", release.LifecycleClusterRole, err)
 	}
+	if _, err := env.Client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: release.LoadBalancerClusterRole},
+		Rules: release.LoadBalancerRules()}, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("clusterrole %s: %w", release.LoadBalancerClusterRole, err)
+	}
 	if err := installFence(ctx, env); err != nil {
 		return err
 	}
@@ -312,6 +317,10 @@ func Run(ctx context.Context, o Options) (err error) {
 	if err := createNativeCCMs(ctx, cc, cloud.url, ec2); err != nil {
 		return err
 	}
+	v.step("creating LoadBalancer Services: shop/web-hcloud (class hybridccm.io/hcloud), shop/web-gcp (class hybridccm.io/gcp), shop/web (no class: gcp is the default)")
+	if err := createServices(ctx, env.Client); err != nil {
+		return err
+	}
 
 	v.step("registering nodes as kubelets do (uninitialized taint, provided-node-ip, Ready)")
 	cs := env.Client
@@ -347,6 +356,7 @@ func Run(ctx context.Context, o Options) (err error) {
 		}
 		st.remember(seen)
 		st.probes, st.outage, st.questions = probes, outage, append(cloud.questions(), ec2.questions()...)
+		st.lbs = cloud.lbs.LoadBalancers()
 		if st.ready() && probes == nil {
 			v.step("the hcloud CCM's identity tries to delete an aws node (what an ungated Hetzner CCM does)")
 			if probes, err = probeGate(ctx, env, cs, "hcloud-app-1", "aws-web-1"); err != nil {
@@ -564,6 +574,10 @@ type state struct {
 	questions []cloudQuestion
 	// deleting holds, per node, the DeletingNode event a CCM recorded
 	deleting map[string]nodeEvent
+	// services are the demo's LoadBalancer Services, lbs the clouds' load
+	// balancers
+	services []corev1.Service
+	lbs      []fakelb.LoadBalancer
 }
 
 // nodeEvent is who reported what about a node: the event's source component
@@ -602,7 +616,12 @@ func observe(ctx context.Context, cs kubernetes.Interface, cc client.Client, exp
 			deleting[e.InvolvedObject.Name] = ev
 		}
 	}
-	return &state{nodes: nl.Items, csrs: cl.Items, natives: ncl.Items, expected: expected, deleting: deleting}, nil
+	sl, err := cs.CoreV1().Services(shopNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(sl.Items, func(i, j int) bool { return sl.Items[i].Name < sl.Items[j].Name })
+	return &state{nodes: nl.Items, csrs: cl.Items, natives: ncl.Items, expected: expected, deleting: deleting, services: sl.Items}, nil
 }
 
 // remember adds the nodes initialized now to seen and keeps seen.
@@ -698,7 +717,45 @@ func (s *state) outageHandled() bool {
 	return n != nil && hasShutdownTaint(n) && s.asked("aws", stoppedAWS) >= 3
 }
 
-func (s *state) done() bool { return s.ready() && s.probes != nil && s.outageHandled() }
+func (s *state) done() bool {
+	return s.ready() && s.probes != nil && s.outageHandled() && s.servicesServed()
+}
+
+// servicesServed: every demo Service has its address from its cloud's load
+// balancer, which targets only nodes of that cloud's platform, none of them
+// gone.
+func (s *state) servicesServed() bool { return len(s.serviceProblems()) == 0 }
+
+func (s *state) serviceProblems() []error {
+	var errs []error
+	for _, d := range demoServices {
+		i := slices.IndexFunc(s.services, func(v corev1.Service) bool { return v.Name == d.name })
+		if i < 0 {
+			errs = append(errs, fmt.Errorf("Service %s/%s missing", shopNamespace, d.name))
+			continue
+		}
+		ing := s.services[i].Status.LoadBalancer.Ingress
+		j := slices.IndexFunc(s.lbs, func(lb fakelb.LoadBalancer) bool { return lb.Service == shopNamespace+"/"+d.name })
+		if len(ing) == 0 || j < 0 {
+			errs = append(errs, fmt.Errorf("Service %s/%s has no address yet", shopNamespace, d.name))
+			continue
+		}
+		lb := s.lbs[j]
+		if lb.Provider != d.cloud || ing[0].IP != lb.IP {
+			errs = append(errs, fmt.Errorf("Service %s/%s: address %s from the %s cloud, want the %s cloud's", shopNamespace, d.name, ing[0].IP, lb.Provider, d.cloud))
+		}
+		for _, n := range lb.Nodes {
+			node := s.node(n)
+			if node == nil || node.Labels["node.cloudprovider.kubernetes.io/platform"] != d.platform {
+				errs = append(errs, fmt.Errorf("Service %s/%s: its load balancer targets %s, not a %s node (or gone)", shopNamespace, d.name, n, d.platform))
+			}
+		}
+	}
+	if len(s.lbs) != len(demoServices) {
+		errs = append(errs, fmt.Errorf("%d load balancers, want one per Service", len(s.lbs)))
+	}
+	return errs
+}
 
 // nativeRunning: Ready (the release is deployed and one of its pods holds
 // the lease) and Gated.
@@ -738,6 +795,15 @@ func (s *state) pending() string {
 	default:
 		out += "; outage: waiting for the native CCMs"
 	}
+	served := 0
+	for _, lb := range s.lbs {
+		if slices.ContainsFunc(s.services, func(v corev1.Service) bool {
+			return shopNamespace+"/"+v.Name == lb.Service && len(v.Status.LoadBalancer.Ingress) > 0
+		}) {
+			served++
+		}
+	}
+	out += fmt.Sprintf("; %d/%d LoadBalancer Services have an address from their cloud", served, len(demoServices))
 	return out
 }
 
@@ -804,6 +870,7 @@ func (s *state) Check() error {
 	if len(s.natives) != len(demoClouds) {
 		errs = append(errs, fmt.Errorf("%d NativeCCMs, want %d", len(s.natives), len(demoClouds)))
 	}
+	errs = append(errs, s.serviceProblems()...)
 	for i := range s.natives {
 		n := &s.natives[i]
 		if _, why := nativeReady(n); !nativeRunning(n) {
@@ -823,11 +890,48 @@ var demoClouds = []struct {
 	platform string
 	secret   string
 	data     map[string]string
+	// lb: spec.loadBalancers
+	lb *v1alpha1.LoadBalancers
 }{
 	// cloud.conf: added by createNativeCCMs (the fake EC2's address)
-	{"aws", "aws-ccm", map[string]string{"access-key-id": "AKIADEMO", "secret-access-key": "demo"}},
-	{"gcp", "gcp-ccm", map[string]string{"credentials.json": "{}", "gce.conf": "[global]\nproject-id=hybrid-demo\n"}},
-	{"hcloud", "hcloud", map[string]string{"token": "demo-token"}},
+	{"aws", "aws-ccm", map[string]string{"access-key-id": "AKIADEMO", "secret-access-key": "demo"}, nil},
+	{"gcp", "gcp-ccm", map[string]string{"credentials.json": "{}", "gce.conf": "[global]\nproject-id=hybrid-demo\n"},
+		&v1alpha1.LoadBalancers{Enabled: true, Default: true}},
+	{"hcloud", "hcloud", map[string]string{"token": "demo-token"}, &v1alpha1.LoadBalancers{Enabled: true}},
+}
+
+// demoServices are the LoadBalancer Services the demo creates (namespace
+// shopNamespace): one per cloud that serves load balancers, and one without a
+// class for the default; cloud is the provider whose load balancer must serve
+// it, platform the nodes it may target.
+var demoServices = []struct {
+	name, class, cloud, platform string
+}{
+	{"web-hcloud", "hybridccm.io/hcloud", "hcloud", "hcloud"},
+	{"web-gcp", "hybridccm.io/gcp", "gce", "gcp"},
+	{"web", "", "gce", "gcp"},
+}
+
+// shopNamespace holds the demo's Services.
+const shopNamespace = "shop"
+
+// createServices creates the demo's LoadBalancer Services.
+func createServices(ctx context.Context, cs kubernetes.Interface) error {
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: shopNamespace}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	for _, d := range demoServices {
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: d.name, Namespace: shopNamespace},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": d.name},
+				Ports: []corev1.ServicePort{{Port: 80}}}}
+		if d.class != "" {
+			svc.Spec.LoadBalancerClass = &d.class
+		}
+		if _, err := cs.CoreV1().Services(shopNamespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("service %s: %w", d.name, err)
+		}
+	}
+	return nil
 }
 
 func controllerClient(env *testenv.Env) (client.Client, error) {
@@ -860,7 +964,8 @@ func createNativeCCMs(ctx context.Context, c client.Client, cloudURL string, ec2
 			return fmt.Errorf("secret %s: %w", d.secret, err)
 		}
 		n := &v1alpha1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: d.platform}, Spec: v1alpha1.NativeCCMSpec{
-			Platform: d.platform,
+			Platform:      d.platform,
+			LoadBalancers: d.lb,
 			Overrides: &v1alpha1.Overrides{
 				Env:    env,
 				Values: &apiextensionsv1.JSON{Raw: []byte(`{"bindAddress":"127.0.0.1"}`)},

@@ -23,6 +23,7 @@ import (
 
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/hack/ship"
+	"github.com/hybrid-ccm/hybrid-ccm/test/fakelb"
 	"github.com/hybrid-ccm/hybrid-ccm/test/podrunner"
 )
 
@@ -235,6 +236,9 @@ type fakeCloud struct {
 	url      string
 	platform map[string]string // provider name -> platform
 
+	// lbs are the clouds' load balancers (test/testccm builds them there).
+	lbs *fakelb.Cloud
+
 	mu       sync.Mutex
 	machines map[string]string // node name -> platform
 	gone     map[string]bool
@@ -248,7 +252,7 @@ func startFakeCloud(providers map[string]string, nodes []simNode) (*fakeCloud, e
 		return nil, err
 	}
 	c := &fakeCloud{platform: providers, machines: map[string]string{}, gone: map[string]bool{},
-		asked: map[string]int{}}
+		asked: map[string]int{}, lbs: fakelb.New()}
 	for _, n := range nodes {
 		c.machines[n.name] = n.md.Platform
 	}
@@ -268,6 +272,10 @@ func (c *fakeCloud) stop() error {
 }
 
 func (c *fakeCloud) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, fakelb.Prefix) {
+		c.lbs.ServeHTTP(w, r)
+		return
+	}
 	provider, node := r.URL.Query().Get("provider"), r.URL.Query().Get("node")
 	c.mu.Lock()
 	key := provider + "/" + node

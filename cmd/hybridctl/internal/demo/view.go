@@ -3,6 +3,7 @@ package demo
 import (
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -64,6 +65,30 @@ func bar(done, total int) string {
 	return strings.Repeat("█", n) + strings.Repeat("░", width-n)
 }
 
+// serviceLines are, per demo Service, its name and which cloud's load
+// balancer serves it, at which address, with which nodes as targets.
+func serviceLines(s *state) [][2]string {
+	var out [][2]string
+	for _, d := range demoServices {
+		class := d.class
+		if class == "" {
+			class = "no class"
+		}
+		line := "(" + class + ") waiting for an address"
+		for _, lb := range s.lbs {
+			if lb.Service != shopNamespace+"/"+d.name {
+				continue
+			}
+			line = fmt.Sprintf("(%s) %s from the %s cloud's load balancer, targets %s", class, lb.IP, lb.Provider, strings.Join(lb.Nodes, ", "))
+			if i := slices.IndexFunc(s.services, func(v corev1.Service) bool { return v.Name == d.name }); i < 0 || len(s.services[i].Status.LoadBalancer.Ingress) == 0 {
+				line += " (status not written yet)"
+			}
+		}
+		out = append(out, [2]string{shopNamespace + "/" + d.name, line})
+	}
+	return out
+}
+
 func (v *view) render(s *state) {
 	initDone, approved, denied := s.counts()
 	if !v.interactive {
@@ -94,6 +119,9 @@ func (v *view) render(s *state) {
 		}
 		for _, p := range s.probes {
 			v.changed("gate/delete node/"+p.Target, probeLine(p))
+		}
+		for _, line := range serviceLines(s) {
+			v.changed("service/"+line[0], line[1])
 		}
 		for _, q := range s.questions {
 			what := "asked by the " + q.Provider + " CCM: does the instance exist, is it shut down?"
@@ -168,6 +196,11 @@ func (v *view) render(s *state) {
 		for _, p := range s.probes {
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t\t\t\t\t\n", p.Who[strings.LastIndex(p.Who, ":")+1:], p.Target, shortProbeLine(p))
 		}
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "  SERVICE\tLOAD BALANCER\t\t\t\t\t\t")
+	for _, line := range serviceLines(s) {
+		fmt.Fprintf(tw, "  %s\t%s\t\t\t\t\t\t\n", line[0], line[1])
 	}
 	if s.outage {
 		fmt.Fprintln(tw)
