@@ -63,11 +63,14 @@ var lbNodes = []node{
 // of the aws nodes not excluded.
 var awsTargets = []string{"i-0000000000000c001", "i-0000000000000c002"}
 
+// joining is an aws node that registers while a load balancer exists.
+var joining = node{name: "aws-web-3", platform: "aws", instanceID: "i-0000000000000c004", instance: fakeec2.Running, ready: true}
+
 // lbCloud is the fake AWS account of the load-balancer test: the VPC with a
 // public and a private subnet, the nodes' security group and their instances.
 func lbCloud() *fakeec2.Server {
 	var instances []fakeec2.Instance
-	for i, n := range lbNodes {
+	for i, n := range append(slices.Clone(lbNodes), joining) {
 		if n.instanceID == "" {
 			continue
 		}
@@ -124,6 +127,19 @@ func TestAWSCCMLoadBalancers(t *testing.T) {
 		svc := createService(t, ctx, "web", "")
 		lb := waitELB(t, ctx, ec2, svc, awsTargets)
 		checkELB(t, ctx, ec2, lb, svc)
+
+		// A node relabelled to another platform stays a target: the CCM
+		// targets every node whose providerID it can parse (the sync a
+		// joining node starts shows it).
+		relabel(t, ctx, "aws-web-2", "metal")
+		register(t, ctx, joining)
+		waitELB(t, ctx, ec2, svc, []string{awsTargets[0], awsTargets[1], joining.instanceID})
+		relabel(t, ctx, "aws-web-2", "aws")
+		if err := env.Client.CoreV1().Nodes().Delete(ctx, joining.name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitELB(t, ctx, ec2, svc, awsTargets)
+
 		deleteService(t, ctx, ec2, svc, lb)
 
 		// Upstream ignores every Service with a class: without the gate,
@@ -140,7 +156,6 @@ func TestAWSCCMLoadBalancers(t *testing.T) {
 		}
 		checkCalls(t, ec2)
 	})
-
 }
 
 // renderCCM returns the CCM container of the release the coordinator installs
@@ -405,5 +420,14 @@ func checkCalls(t *testing.T, ec2 *fakeec2.Server) {
 		if c.AccessKey != accessKey || c.Region != region {
 			t.Errorf("call %s signed by %q for region %q, want the Secret's key %q for %q", c, c.AccessKey, c.Region, accessKey, region)
 		}
+	}
+}
+
+// relabel moves a node to another platform, as an admin relabelling it would.
+func relabel(t *testing.T, ctx context.Context, name, platform string) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, platformLb, platform)
+	if _, err := env.Client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }
