@@ -124,8 +124,22 @@ func TestAWSCCMLoadBalancers(t *testing.T) {
 		kubeconfig := writeTokenKubeconfig(t, &rest.Config{Host: env.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: env.Config.CAData}}, token)
 		out := startCCM(t, ctx, ccmProcess{container: ccm, conf: conf, kubeconfig: kubeconfig, authKubeconfig: kubeconfig, secret: secret})
 
+		start := time.Now()
 		svc := createService(t, ctx, "web", "")
 		lb := waitELB(t, ctx, ec2, svc, awsTargets)
+		checkELB(t, ctx, ec2, lb, svc)
+		t.Logf("Service created to ingress hostname: %v", time.Since(start).Round(time.Millisecond))
+
+		// Another port: the listener and the ELB's security group follow
+		// (the CCM's sync of an existing ELB).
+		svc, err := env.Client.CoreV1().Services(shop).Patch(ctx, svc.Name, types.JSONPatchType,
+			[]byte(`[{"op":"replace","path":"/spec/ports/0/port","value":8080}]`), metav1.PatchOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lb = waitELBFor(t, ctx, ec2, svc, "listens on 8080", func(lb fakeec2.LoadBalancer) bool {
+			return len(lb.Listeners) == 1 && lb.Listeners[0].Port == 8080
+		})
 		checkELB(t, ctx, ec2, lb, svc)
 
 		// A node relabelled to another platform stays a target: the CCM
@@ -277,33 +291,42 @@ func elbName(s *corev1.Service) string { return cloudprovider.DefaultLoadBalance
 // want registered, and returns it.
 func waitELB(t *testing.T, ctx context.Context, ec2 *fakeec2.Server, s *corev1.Service, want []string) fakeec2.LoadBalancer {
 	t.Helper()
+	lb := waitELBFor(t, ctx, ec2, s, fmt.Sprintf("targets %v", want), func(lb fakeec2.LoadBalancer) bool { return slices.Equal(lb.Instances, want) })
+	t.Logf("Service %s/%s: ELB %s targets %v", s.Namespace, s.Name, lb.Name, lb.Instances)
+	return lb
+}
+
+// waitELBFor waits until the Service's ELB exists and cond holds for it, and
+// returns it.
+func waitELBFor(t *testing.T, ctx context.Context, ec2 *fakeec2.Server, s *corev1.Service, what string, cond func(fakeec2.LoadBalancer) bool) fakeec2.LoadBalancer {
+	t.Helper()
 	var last *fakeec2.LoadBalancer
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
 		for _, lb := range ec2.LoadBalancers() {
 			if lb.Name == elbName(s) {
 				last = &lb
-				return slices.Equal(lb.Instances, want), nil
+				return cond(lb), nil
 			}
 		}
 		last = nil
 		return false, nil
 	})
 	if err != nil {
+		calls := strings.Join(summarize(ec2.Calls()), "\n  ")
 		if last == nil {
-			t.Fatalf("Service %s/%s: no ELB %s; EC2/ELB calls:\n  %s", s.Namespace, s.Name, elbName(s), strings.Join(summarize(ec2.Calls()), "\n  "))
+			t.Fatalf("Service %s/%s: no ELB %s; EC2/ELB calls:\n  %s", s.Namespace, s.Name, elbName(s), calls)
 		}
-		t.Fatalf("Service %s/%s: ELB %s has instances %v, want %v; EC2/ELB calls:\n  %s", s.Namespace, s.Name, last.Name, last.Instances, want,
-			strings.Join(summarize(ec2.Calls()), "\n  "))
+		t.Fatalf("Service %s/%s: ELB %s never %s: %+v; EC2/ELB calls:\n  %s", s.Namespace, s.Name, last.Name, what, *last, calls)
 	}
-	t.Logf("Service %s/%s: ELB %s targets %v", s.Namespace, s.Name, last.Name, last.Instances)
 	return *last
 }
 
 // checkELB checks the ELB of the Service against the Service: the Service
 // has the ELB's DNS name as its ingress hostname and the cleanup finalizer;
 // the ELB is internet-facing in the public subnet, listens on the Service's
-// port for its node port, checks that port's health, and its own security
-// group admits the port from anywhere and is admitted by the nodes' group.
+// port for its node port, checks the node port's health, and its own
+// security group admits just the port from anywhere and is admitted by the
+// nodes' group.
 func checkELB(t *testing.T, ctx context.Context, ec2 *fakeec2.Server, lb fakeec2.LoadBalancer, s *corev1.Service) {
 	t.Helper()
 	var got *corev1.Service
@@ -318,8 +341,8 @@ func checkELB(t *testing.T, ctx context.Context, ec2 *fakeec2.Server, lb fakeec2
 	if got.Spec.LoadBalancerClass != nil && *got.Spec.LoadBalancerClass != *s.Spec.LoadBalancerClass {
 		t.Errorf("Service %s/%s class changed to %s", s.Namespace, s.Name, *got.Spec.LoadBalancerClass)
 	}
-	nodePort := got.Spec.Ports[0].NodePort
-	want := []fakeec2.Listener{{Protocol: "TCP", Port: 80, InstanceProtocol: "TCP", InstancePort: nodePort}}
+	port, nodePort := got.Spec.Ports[0].Port, got.Spec.Ports[0].NodePort
+	want := []fakeec2.Listener{{Protocol: "TCP", Port: port, InstanceProtocol: "TCP", InstancePort: nodePort}}
 	if !slices.Equal(lb.Listeners, want) {
 		t.Errorf("ELB %s listeners %+v, want %+v", lb.Name, lb.Listeners, want)
 	}
@@ -339,14 +362,23 @@ func checkELB(t *testing.T, ctx context.Context, ec2 *fakeec2.Server, lb fakeec2
 	if own == nil || own.Name != "k8s-elb-"+lb.Name || own.Tags[clusterTag] != "owned" {
 		t.Fatalf("ELB %s security group %+v, want k8s-elb-%s owned by the cluster", lb.Name, own, lb.Name)
 	}
-	if !slices.ContainsFunc(own.Ingress, func(p fakeec2.Permission) bool {
-		return p.Protocol == "tcp" && p.FromPort == 80 && p.ToPort == 80 && slices.Equal(p.CIDRs, []string{"0.0.0.0/0"})
-	}) {
-		t.Errorf("ELB %s security group ingress %+v lacks tcp 80 from 0.0.0.0/0", lb.Name, own.Ingress)
+	// The Service's port, and ICMP "fragmentation needed" for path MTU
+	// discovery, from anywhere (no loadBalancerSourceRanges).
+	wantRules := []fakeec2.Permission{
+		{Protocol: "tcp", FromPort: port, ToPort: port, CIDRs: []string{"0.0.0.0/0"}},
+		{Protocol: "icmp", FromPort: 3, ToPort: 4, CIDRs: []string{"0.0.0.0/0"}},
+	}
+	if len(own.Ingress) != len(wantRules) || !slices.ContainsFunc(own.Ingress, func(p fakeec2.Permission) bool { return equalRule(p, wantRules[0]) }) ||
+		!slices.ContainsFunc(own.Ingress, func(p fakeec2.Permission) bool { return equalRule(p, wantRules[1]) }) {
+		t.Errorf("ELB %s security group ingress %+v, want %+v", lb.Name, own.Ingress, wantRules)
 	}
 	if !admits(nodes, own.ID) {
 		t.Errorf("nodes' security group ingress %+v does not admit the ELB's group %s", nodes.Ingress, own.ID)
 	}
+}
+
+func equalRule(a, b fakeec2.Permission) bool {
+	return a.Protocol == b.Protocol && a.FromPort == b.FromPort && a.ToPort == b.ToPort && slices.Equal(a.CIDRs, b.CIDRs) && slices.Equal(a.Groups, b.Groups)
 }
 
 func group(ec2 *fakeec2.Server, id string) *fakeec2.SecurityGroup {

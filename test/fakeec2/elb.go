@@ -4,7 +4,6 @@ import (
 	"hash/fnv"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -181,6 +180,38 @@ func listeners(r *request) ([]Listener, *apiError) {
 		out = append(out, l)
 	}
 	return out, nil
+}
+
+// createListeners adds Listeners.member.N to LoadBalancerName; a port that
+// already has a listener is a DuplicateListener and nothing changes.
+func (s *Server) createListeners(r *request) (any, *apiError) {
+	lb, err := s.loadBalancer(r)
+	if err != nil {
+		return nil, err
+	}
+	ls, err := listeners(r)
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range ls {
+		if slices.ContainsFunc(lb.Listeners, func(o Listener) bool { return o.Port == l.Port }) {
+			return nil, errorf("DuplicateListener", "a listener already exists for %s on port %d", lb.Name, l.Port)
+		}
+	}
+	lb.Listeners = append(lb.Listeners, ls...)
+	return &struct{}{}, nil
+}
+
+// deleteListeners removes the listeners of LoadBalancerPorts.member.N from
+// LoadBalancerName (a port without one is no error).
+func (s *Server) deleteListeners(r *request) (any, *apiError) {
+	lb, err := s.loadBalancer(r)
+	if err != nil {
+		return nil, err
+	}
+	ports := indexed(r.form, "LoadBalancerPorts.member.")
+	lb.Listeners = slices.DeleteFunc(lb.Listeners, func(l Listener) bool { return slices.Contains(ports, itoa(l.Port)) })
+	return &struct{}{}, nil
 }
 
 // createLoadBalancer answers CreateLoadBalancer in a VPC: Listeners,
@@ -431,31 +462,6 @@ func (s *Server) addTags(r *request) (any, *apiError) {
 	return &struct{}{}, nil
 }
 
-func (s *Server) describeTags(r *request) (any, *apiError) {
-	names := indexed(r.form, "LoadBalancerNames.member.")
-	if len(names) == 1 {
-		r.call.Resource = names[0]
-	}
-	out := &describeTagsResult{}
-	for _, n := range names {
-		lb, ok := s.lbs[n]
-		if !ok {
-			return nil, notFound(n)
-		}
-		d := tagDescriptionXML{Name: n}
-		keys := make([]string, 0, len(lb.Tags))
-		for k := range lb.Tags {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			d.Tags = append(d.Tags, elbTagXML{Key: k, Value: lb.Tags[k]})
-		}
-		out.Descriptions = append(out.Descriptions, d)
-	}
-	return out, nil
-}
-
 func itoa(n int32) string { return strconv.Itoa(int(n)) }
 
 func listenerXML(l Listener) listenerX {
@@ -579,18 +585,4 @@ type healthCheckResult struct {
 
 type instancesResult struct {
 	Instances []instanceIDXML `xml:"Instances>member"`
-}
-
-type describeTagsResult struct {
-	Descriptions []tagDescriptionXML `xml:"TagDescriptions>member"`
-}
-
-type tagDescriptionXML struct {
-	Name string      `xml:"LoadBalancerName"`
-	Tags []elbTagXML `xml:"Tags>member"`
-}
-
-type elbTagXML struct {
-	Key   string `xml:"Key"`
-	Value string `xml:"Value"`
 }

@@ -12,8 +12,11 @@
 //     Balancer: subnets, their route tables and availability zones, security
 //     groups with their ingress rules, tags (network.go);
 //   - Elastic Load Balancing (2012-06-01), the Classic Load Balancer API: load
-//     balancers with listeners, subnets, security groups, a health check,
-//     attributes, registered instances and tags (elb.go);
+//     balancers in a VPC with listeners, subnets, security groups, a health
+//     check, attributes, registered instances and tags (elb.go); no policies
+//     (proxy protocol, SSL negotiation), no changes of subnets or security
+//     groups of an existing load balancer, no Network Load Balancers
+//     (elasticloadbalancingv2);
 //   - one path per service (/ec2, /elasticloadbalancing, /sts, /kms): an
 //     action the fake does not know, on any of them, is answered with the
 //     error InvalidAction and recorded (Unknown), so a test can fail naming
@@ -200,8 +203,9 @@ var actions = map[string]map[string]action{
 		"ConfigureHealthCheck":                (*Server).configureHealthCheck,
 		"RegisterInstancesWithLoadBalancer":   (*Server).registerInstances,
 		"DeregisterInstancesFromLoadBalancer": (*Server).deregisterInstances,
+		"CreateLoadBalancerListeners":         (*Server).createListeners,
+		"DeleteLoadBalancerListeners":         (*Server).deleteListeners,
 		"AddTags":                             (*Server).addTags,
-		"DescribeTags":                        (*Server).describeTags,
 	},
 }
 

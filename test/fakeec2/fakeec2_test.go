@@ -139,7 +139,15 @@ func TestClassicLoadBalancer(t *testing.T) {
 			lacks: []string{"i-01"}},
 		{service: "elasticloadbalancing", action: "DeregisterInstancesFromLoadBalancer", form: "LoadBalancerName=web&Instances.member.1.InstanceId=i-01", code: "InvalidInstance"},
 		{service: "elasticloadbalancing", action: "AddTags", form: "LoadBalancerNames.member.1=web&Tags.member.1.Key=team&Tags.member.1.Value=shop"},
-		{service: "elasticloadbalancing", action: "DescribeTags", form: "LoadBalancerNames.member.1=web", contains: []string{"<Key>team</Key><Value>shop</Value>"}},
+		// A Service's port changed: one listener goes, another comes.
+		{service: "elasticloadbalancing", action: "CreateLoadBalancerListeners", form: "LoadBalancerName=web&Listeners.member.1.Protocol=TCP" +
+			"&Listeners.member.1.LoadBalancerPort=80&Listeners.member.1.InstancePort=30081", code: "DuplicateListener"},
+		{service: "elasticloadbalancing", action: "DeleteLoadBalancerListeners", form: "LoadBalancerName=web&LoadBalancerPorts.member.1=80"},
+		{service: "elasticloadbalancing", action: "CreateLoadBalancerListeners", form: "LoadBalancerName=web&Listeners.member.1.Protocol=TCP" +
+			"&Listeners.member.1.LoadBalancerPort=8080&Listeners.member.1.InstancePort=30081"},
+		{service: "elasticloadbalancing", action: "DescribeLoadBalancers", form: "LoadBalancerNames.member.1=web",
+			contains: []string{"<LoadBalancerPort>8080</LoadBalancerPort><InstanceProtocol>TCP</InstanceProtocol><InstancePort>30081</InstancePort>"},
+			lacks:    []string{"<LoadBalancerPort>80</LoadBalancerPort>"}},
 		// A group in use by a load balancer cannot go; deleting the load
 		// balancer frees it, and deleting it twice succeeds.
 		{service: "ec2", action: "DeleteSecurityGroup", form: "GroupId=sg-0nodes", code: "DependencyViolation"},
