@@ -116,7 +116,7 @@ func cloudConf(url string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "[Global]\nRegion = %s\nVPC = vpc-0fake\nSubnetID = subnet-0fake\nKubernetesClusterID = %s\n", region, clusterID)
 	for i, s := range []struct{ service, path string }{
-		{"EC2", "ec2"}, {"Elastic Load Balancing", "elasticloadbalancing"}, {"KMS", "kms"}, {"STS", "sts"},
+		{"EC2", "ec2"}, {"Elastic Load Balancing", "elasticloadbalancing"}, {"Elastic Load Balancing v2", "elasticloadbalancingv2"}, {"KMS", "kms"}, {"STS", "sts"},
 	} {
 		fmt.Fprintf(&b, "\n[ServiceOverride %q]\nService = %s\nRegion = %s\nURL = %s/%s\nSigningRegion = %s\n", fmt.Sprint(i+1), s.service, region, url, s.path, region)
 	}

@@ -3,6 +3,8 @@ package aws
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"slices"
@@ -100,6 +102,13 @@ func TestAWSCCMLoadBalancers(t *testing.T) {
 	ec2 := lbCloud()
 	srv := httptest.NewServer(ec2)
 	t.Cleanup(srv.Close)
+	imdsLn, err := net.Listen("tcp", net.JoinHostPort(imdsAddr.String(), "80"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	imds := &http.Server{Handler: ec2.IMDS()}
+	go func() { _ = imds.Serve(imdsLn) }()
+	t.Cleanup(func() { _ = imds.Close() })
 	conf := cloudConf(srv.URL)
 	secret := map[string][]byte{"access-key-id": []byte(accessKey), "secret-access-key": []byte("fake-secret")}
 
@@ -123,12 +132,14 @@ func TestAWSCCMLoadBalancers(t *testing.T) {
 		token := grantRelease(t, ctx, sa)
 		kubeconfig := writeTokenKubeconfig(t, &rest.Config{Host: env.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: env.Config.CAData}}, token)
 		out := startCCM(t, ctx, ccmProcess{container: ccm, conf: conf, kubeconfig: kubeconfig, authKubeconfig: kubeconfig, secret: secret})
+		calls := &callLog{ec2: ec2}
 
 		start := time.Now()
 		svc := createService(t, ctx, "web", "")
 		lb := waitELB(t, ctx, ec2, svc, awsTargets)
 		checkELB(t, ctx, ec2, lb, svc)
 		t.Logf("Service created to ingress hostname: %v", time.Since(start).Round(time.Millisecond))
+		calls.step(t, "Service created")
 
 		// Another port: the listener and the ELB's security group follow
 		// (the CCM's sync of an existing ELB).
@@ -141,6 +152,7 @@ func TestAWSCCMLoadBalancers(t *testing.T) {
 			return len(lb.Listeners) == 1 && lb.Listeners[0].Port == 8080
 		})
 		checkELB(t, ctx, ec2, lb, svc)
+		calls.step(t, "port changed")
 
 		// A node relabelled to another platform stays a target: the CCM
 		// targets every node whose providerID it can parse (the sync a
@@ -148,13 +160,16 @@ func TestAWSCCMLoadBalancers(t *testing.T) {
 		relabel(t, ctx, "aws-web-2", "metal")
 		register(t, ctx, joining)
 		waitELB(t, ctx, ec2, svc, []string{awsTargets[0], awsTargets[1], joining.instanceID})
+		calls.step(t, "node joined")
 		relabel(t, ctx, "aws-web-2", "aws")
 		if err := env.Client.CoreV1().Nodes().Delete(ctx, joining.name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		waitELB(t, ctx, ec2, svc, awsTargets)
+		calls.step(t, "node left")
 
 		deleteService(t, ctx, ec2, svc, lb)
+		calls.step(t, "Service deleted")
 
 		// Upstream ignores every Service with a class: without the gate,
 		// no CCM can serve one.
@@ -440,7 +455,8 @@ func untouched(t *testing.T, ctx context.Context, ec2 *fakeec2.Server, s *corev1
 }
 
 // checkCalls logs the CCM's calls to the fake and checks that it answered
-// them all, signed with the Secret's key for the configured region.
+// them all (no action it does not know, no metadata request), signed with
+// the Secret's key for the configured region.
 func checkCalls(t *testing.T, ec2 *fakeec2.Server) {
 	t.Helper()
 	calls := ec2.Calls()
@@ -449,10 +465,27 @@ func checkCalls(t *testing.T, ec2 *fakeec2.Server) {
 		t.Errorf("the fake does not answer %s %s", c.Service, c.Action)
 	}
 	for _, c := range calls {
+		if c.Service == fakeec2.IMDS {
+			t.Errorf("metadata request %s", c)
+			continue
+		}
 		if c.AccessKey != accessKey || c.Region != region {
 			t.Errorf("call %s signed by %q for region %q, want the Secret's key %q for %q", c, c.AccessKey, c.Region, accessKey, region)
 		}
 	}
+}
+
+// callLog logs the calls of each step.
+type callLog struct {
+	ec2  *fakeec2.Server
+	seen int
+}
+
+func (l *callLog) step(t *testing.T, what string) {
+	t.Helper()
+	calls := l.ec2.Calls()
+	t.Logf("%s: %d calls\n  %s", what, len(calls)-l.seen, strings.Join(summarize(calls[l.seen:]), "\n  "))
+	l.seen = len(calls)
 }
 
 // relabel moves a node to another platform, as an admin relabelling it would.
