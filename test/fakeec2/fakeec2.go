@@ -117,9 +117,6 @@ func New(instances ...Instance) *Server {
 	return s
 }
 
-// OwnerID is the account ID the fake answers with.
-func (s *Server) OwnerID() string { return s.ownerID }
-
 // Calls returns every request received so far.
 func (s *Server) Calls() []Call {
 	s.mu.Lock()

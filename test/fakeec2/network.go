@@ -311,8 +311,9 @@ func (s *Server) groupXML(g *SecurityGroup) securityGroupXML {
 }
 
 // createSecurityGroup answers CreateSecurityGroup (GroupName,
-// GroupDescription, VpcId, tags of TagSpecification.N); a name is unique per
-// VPC (InvalidGroup.Duplicate).
+// GroupDescription, VpcId of a VPC the fake knows, that is one of its
+// subnets', tags of TagSpecification.N); a name is unique per VPC
+// (InvalidGroup.Duplicate).
 func (s *Server) createSecurityGroup(r *request) (any, *apiError) {
 	name, desc, vpc := r.form.Get("GroupName"), r.form.Get("GroupDescription"), r.form.Get("VpcId")
 	r.call.Resource = name
