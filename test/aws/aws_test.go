@@ -4,8 +4,11 @@
 // profiles/aws.yaml names (hack/aws-ccm.sh), installed by the coordinator from
 // its profile through the umbrella chart and run by the pod runner with its
 // ccm-gate sidecar and exactly the RBAC its release grants, against a real API
-// server and a loopback fake of the EC2 API (test/fakeec2). Everything runs in
-// a network namespace with only lo (TestMain). Only its tests hold code.
+// server and a loopback fake of the EC2 API (test/fakeec2); and, with its
+// service controller on, that it serves LoadBalancer Services from the fake's
+// Classic ELB API, behind the gate only those of its class
+// (loadbalancer_test.go). Everything runs in a network namespace with only lo
+// (TestMain). Only its tests hold code.
 package aws
 
 import (
