@@ -20,10 +20,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	cloudprovider "k8s.io/cloud-provider"
 	"sigs.k8s.io/yaml"
 
+	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/gatetest"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
@@ -93,8 +95,10 @@ func lbCloud() *fakeec2.Server {
 // TestAWSCCMLoadBalancers runs the upstream AWS CCM with its service
 // controller on (--controllers=cloud-node-lifecycle,service, as the
 // coordinator renders the release of a NativeCCM with spec.loadBalancers
-// enabled) against the fake EC2 and Classic ELB APIs, straight against the
-// API server (Direct).
+// enabled) against the fake EC2 and Classic ELB APIs: first straight against
+// the API server (Direct), then behind ccm-gate serving class
+// hybridccm.io/aws and the default, with the fence and exactly the RBAC of
+// the release (Gated).
 func TestAWSCCMLoadBalancers(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -181,6 +185,94 @@ func TestAWSCCMLoadBalancers(t *testing.T) {
 		for _, n := range []string{"hcloud-web-1", "hcloud-web-2"} {
 			if !strings.Contains(out.String(), n) {
 				t.Errorf("the CCM's output never names %s: did it see every node?", n)
+			}
+		}
+		checkCalls(t, ec2)
+	})
+
+	t.Run("Gated", func(t *testing.T) {
+		ec2.Reset()
+		const name = "aws-lb"
+		sa := "native-ccm-" + name
+		c, err := gatetest.Client(env.Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The fence, with the NativeCCM as the coordinator leaves it:
+		// class hybridccm.io/aws and the default, granted.
+		if err := gatetest.InstallFence(ctx, c, ccmNamespace); err != nil {
+			t.Fatal(err)
+		}
+		remove, err := gatetest.FenceParam(ctx, c, name, "aws", "aws://")
+		if remove != nil {
+			t.Cleanup(remove)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		lbs := v1.LoadBalancers{Enabled: true, Class: awsClass, Default: true}
+		if err := gatetest.FenceLoadBalancers(ctx, c, name, lbs, &v1.GateLoadBalancers{Class: awsClass, Default: true}); err != nil {
+			t.Fatal(err)
+		}
+		token := grantRelease(t, ctx, sa)
+		direct := &rest.Config{Host: env.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: env.Config.CAData}, BearerToken: token}
+		waitServiceFence(t, ctx, direct, hcloudSvc)
+
+		// ccm-gate as the coordinator's sidecar runs it for this NativeCCM.
+		gate, err := gatetest.StartGate(gateBin, t.TempDir(), "aws", env.Config, token,
+			"--load-balancer-class="+awsClass, "--default-load-balancer-class")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(gate.Stop)
+		out := startCCM(t, ctx, ccmProcess{container: ccm, conf: conf, secret: secret,
+			kubeconfig:     writeTokenKubeconfig(t, gate.Config, token),
+			authKubeconfig: writeTokenKubeconfig(t, direct, token)})
+
+		calls := &callLog{ec2: ec2}
+
+		// The aws class and the default are served, with the aws nodes'
+		// instances only.
+		start := time.Now()
+		defaultSvc := createService(t, ctx, "web-default", "")
+		served := map[*corev1.Service]fakeec2.LoadBalancer{}
+		for _, s := range []*corev1.Service{defaultSvc, awsSvc} {
+			lb := waitELB(t, ctx, ec2, s, awsTargets)
+			checkELB(t, ctx, ec2, lb, s)
+			served[s] = lb
+			if s == defaultSvc {
+				t.Logf("Service created to ingress hostname: %v", time.Since(start).Round(time.Millisecond))
+			}
+		}
+		calls.step(t, "Services served")
+
+		// A node that leaves the platform leaves the targets, one that
+		// joins it joins them.
+		relabel(t, ctx, "aws-web-2", "metal")
+		for s := range served {
+			waitELB(t, ctx, ec2, s, awsTargets[:1])
+		}
+		calls.step(t, "node relabelled metal")
+		register(t, ctx, joining)
+		for s := range served {
+			waitELB(t, ctx, ec2, s, []string{awsTargets[0], joining.instanceID})
+		}
+		calls.step(t, "node joined")
+		relabel(t, ctx, "aws-web-2", "aws")
+		for s := range served {
+			waitELB(t, ctx, ec2, s, []string{awsTargets[0], awsTargets[1], joining.instanceID})
+		}
+		calls.step(t, "node relabelled aws")
+
+		for s, lb := range served {
+			deleteService(t, ctx, ec2, s, lb)
+		}
+		calls.step(t, "Services deleted")
+		untouched(t, ctx, ec2, hcloudSvc)
+		// It never saw a foreign node.
+		for _, n := range lbNodes {
+			if n.platform != "aws" && strings.Contains(out.String(), n.name) {
+				t.Errorf("the gated CCM's output names %s, a node of platform %s", n.name, n.platform)
 			}
 		}
 		checkCalls(t, ec2)
@@ -495,4 +587,25 @@ func relabel(t *testing.T, ctx context.Context, name, platform string) {
 	if _, err := env.Client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// waitServiceFence waits until the fence denies the CCM (cfg) a dry-run write
+// of the foreign Service's status, naming the gate.
+func waitServiceFence(t *testing.T, ctx context.Context, cfg *rest.Config, s *corev1.Service) {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch := []byte(`{"status":{"loadBalancer":{"ingress":[{"hostname":"stolen.example"}]}}}`)
+	var last error
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, last = cs.CoreV1().Services(s.Namespace).Patch(ctx, s.Name, types.StrategicMergePatchType, patch,
+			metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}, "status")
+		return apierrors.IsForbidden(last) && strings.Contains(last.Error(), "hybrid-ccm gate"), nil
+	})
+	if err != nil {
+		t.Fatalf("the fence never denied the CCM the status of Service %s/%s: %v", s.Namespace, s.Name, last)
+	}
+	t.Logf("fence: %v", last)
 }
