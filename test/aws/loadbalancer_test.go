@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	cloudprovider "k8s.io/cloud-provider"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
@@ -445,8 +446,8 @@ func checkELB(t *testing.T, ctx context.Context, ec2 *fakeec2.Server, lb fakeec2
 	if !slices.Contains(got.Finalizers, "service.kubernetes.io/load-balancer-cleanup") {
 		t.Errorf("Service %s/%s finalizers %v lack the load balancer cleanup", s.Namespace, s.Name, got.Finalizers)
 	}
-	if got.Spec.LoadBalancerClass != nil && *got.Spec.LoadBalancerClass != *s.Spec.LoadBalancerClass {
-		t.Errorf("Service %s/%s class changed to %s", s.Namespace, s.Name, *got.Spec.LoadBalancerClass)
+	if class := func(s *corev1.Service) string { return ptr.Deref(s.Spec.LoadBalancerClass, "") }; class(got) != class(s) {
+		t.Errorf("Service %s/%s has class %q, created with %q", s.Namespace, s.Name, class(got), class(s))
 	}
 	port, nodePort := got.Spec.Ports[0].Port, got.Spec.Ports[0].NodePort
 	want := []fakeec2.Listener{{Protocol: "TCP", Port: port, InstanceProtocol: "TCP", InstancePort: nodePort}}
