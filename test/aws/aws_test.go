@@ -4,8 +4,11 @@
 // profiles/aws.yaml names (hack/aws-ccm.sh), installed by the coordinator from
 // its profile through the umbrella chart and run by the pod runner with its
 // ccm-gate sidecar and exactly the RBAC its release grants, against a real API
-// server and a loopback fake of the EC2 API (test/fakeec2). Everything runs in
-// a network namespace with only lo (TestMain). Only its tests hold code.
+// server and a loopback fake of the EC2 API (test/fakeec2); and, with its
+// service controller on, that it serves LoadBalancer Services from the fake's
+// Classic ELB API, behind the gate only those of its class
+// (loadbalancer_test.go). Everything runs in a network namespace with only lo
+// (TestMain). Only its tests hold code.
 package aws
 
 import (
@@ -62,6 +65,8 @@ type node struct {
 	ready, uninitialized       bool
 	// instance is the EC2 state ("" absent from EC2, or no EC2 instance).
 	instance, instanceID string
+	// labels are set besides those of kubelet and talos-ccm.
+	labels map[string]string
 }
 
 // Own nodes: one per EC2 state the lifecycle controller acts on.
@@ -114,7 +119,7 @@ func cloudConf(url string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "[Global]\nRegion = %s\nVPC = vpc-0fake\nSubnetID = subnet-0fake\nKubernetesClusterID = %s\n", region, clusterID)
 	for i, s := range []struct{ service, path string }{
-		{"EC2", "ec2"}, {"Elastic Load Balancing", "elasticloadbalancing"}, {"KMS", "kms"}, {"STS", "sts"},
+		{"EC2", "ec2"}, {"Elastic Load Balancing", "elasticloadbalancing"}, {"Elastic Load Balancing v2", "elasticloadbalancingv2"}, {"KMS", "kms"}, {"STS", "sts"},
 	} {
 		fmt.Fprintf(&b, "\n[ServiceOverride %q]\nService = %s\nRegion = %s\nURL = %s/%s\nSigningRegion = %s\n", fmt.Sprint(i+1), s.service, region, url, s.path, region)
 	}
@@ -346,13 +351,42 @@ func ungated(t *testing.T, ctx context.Context, dep *appsv1.Deployment, ccm core
 // until the test ends.
 func runDirect(t *testing.T, ctx context.Context, ccm corev1.Container, conf, sa string) {
 	t.Helper()
-	dir := t.TempDir()
-	confPath := filepath.Join(dir, "cloud.conf")
-	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	writeKubeconfig(t, ctx, sa, kubeconfig)
+	s, err := env.Client.CoreV1().Secrets(ccmNamespace).Get(ctx, "aws-ccm", metav1.GetOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	writeKubeconfig(t, ctx, sa, kubeconfig)
+	startCCM(t, ctx, ccmProcess{container: ccm, conf: conf, kubeconfig: kubeconfig, authKubeconfig: kubeconfig, secret: s.Data})
+}
+
+// ccmProcess is how the AWS CCM binary runs outside a pod.
+type ccmProcess struct {
+	// container gives the arguments and environment (as the release
+	// renders them).
+	container corev1.Container
+	// conf is cloud.conf.
+	conf string
+	// kubeconfig is the API server the CCM works with (--kubeconfig: the
+	// gate, or the API server itself); authKubeconfig the one its secure
+	// port's delegated authentication and authorization ask (in a pod:
+	// in-cluster, the API server).
+	kubeconfig, authKubeconfig string
+	// secret is the data of the credentials Secret the container's env
+	// refers to.
+	secret map[string][]byte
+}
+
+// startCCM starts the AWS CCM binary as p says, without leader election,
+// until the test ends, and returns its output.
+func startCCM(t *testing.T, ctx context.Context, p ccmProcess) *testenv.Buffer {
+	t.Helper()
+	dir := t.TempDir()
+	confPath := filepath.Join(dir, "cloud.conf")
+	if err := os.WriteFile(confPath, []byte(p.conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ccm, kubeconfig := p.container, p.kubeconfig
 
 	var args []string
 	for _, a := range ccm.Args {
@@ -362,20 +396,16 @@ func runDirect(t *testing.T, ctx context.Context, ccm corev1.Container, conf, sa
 		}
 		args = append(args, a)
 	}
-	args = append(args, "--kubeconfig="+kubeconfig, "--authentication-kubeconfig="+kubeconfig, "--authorization-kubeconfig="+kubeconfig,
+	args = append(args, "--kubeconfig="+kubeconfig, "--authentication-kubeconfig="+p.authKubeconfig, "--authorization-kubeconfig="+p.authKubeconfig,
 		"--cloud-config="+confPath, "--leader-elect=false")
 	cmd := exec.CommandContext(ctx, awsCCM, args...)
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + dir}
-	s, err := env.Client.CoreV1().Secrets(ccmNamespace).Get(ctx, "aws-ccm", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, e := range ccm.Env {
 		switch {
 		case e.ValueFrom == nil:
 			cmd.Env = append(cmd.Env, e.Name+"="+e.Value)
 		case e.ValueFrom.SecretKeyRef != nil:
-			if v, ok := s.Data[e.ValueFrom.SecretKeyRef.Key]; ok {
+			if v, ok := p.secret[e.ValueFrom.SecretKeyRef.Key]; ok {
 				cmd.Env = append(cmd.Env, e.Name+"="+string(v))
 			}
 		}
@@ -393,6 +423,7 @@ func runDirect(t *testing.T, ctx context.Context, ccm corev1.Container, conf, sa
 			t.Logf("CCM output (tail):\n%s", tail(out.String(), 20000))
 		}
 	})
+	return out
 }
 
 // checkPodSpec returns the CCM container after checking the pod template
@@ -536,6 +567,9 @@ func register(t *testing.T, ctx context.Context, n node) {
 	t.Helper()
 	obj := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name,
 		Labels: map[string]string{corev1.LabelHostname: n.name, corev1.LabelOSStable: "linux"}}}
+	for k, v := range n.labels {
+		obj.Labels[k] = v
+	}
 	if n.uninitialized {
 		obj.Spec.Taints = []corev1.Taint{{Key: cloudproviderapi.TaintExternalCloudProvider, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
 	} else {

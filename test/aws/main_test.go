@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/hybrid-ccm/hybrid-ccm/charts/test/chartstest"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/gatetest"
 	"github.com/hybrid-ccm/hybrid-ccm/hack/ship"
 	"github.com/hybrid-ccm/hybrid-ccm/test/netns"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
@@ -27,6 +28,8 @@ var (
 	awsCCM string
 	// layout is the OCI image layout of ccm-coordinator and ccm-gate.
 	layout string
+	// gateBin is the ccm-gate binary.
+	gateBin string
 )
 
 // TestMain builds what the test runs (that needs the Go module proxy), then
@@ -62,13 +65,14 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		awsCCM, layout = os.Getenv("HYBRID_CCM_TEST_AWS_CCM"), os.Getenv("HYBRID_CCM_TEST_LAYOUT")
+		awsCCM, layout, gateBin = os.Getenv("HYBRID_CCM_TEST_AWS_CCM"), os.Getenv("HYBRID_CCM_TEST_LAYOUT"), os.Getenv("HYBRID_CCM_TEST_GATE")
 		return testenv.Run(m, testenv.Options{CRDDirectoryPaths: chartstest.CRDDirectoryPaths()}, func(e *testenv.Env) { env = e })
 	}))
 }
 
-// build builds the AWS CCM (hack/aws-ccm.sh) and the ccm-coordinator and
-// ccm-gate images into dir and passes their paths to the re-executed binary.
+// build builds the AWS CCM (hack/aws-ccm.sh), the ccm-coordinator and
+// ccm-gate images and the ccm-gate binary into dir and passes their paths to
+// the re-executed binary.
 func build(dir string) error {
 	root := testenv.RepoRoot()
 	cmd := exec.Command(filepath.Join(root, "hack", "aws-ccm.sh"))
@@ -82,7 +86,12 @@ func build(dir string) error {
 		Images: []string{"ccm-coordinator", "ccm-gate"}, Out: images}); err != nil {
 		return fmt.Errorf("build images: %w", err)
 	}
+	gate, err := gatetest.BuildGate(dir)
+	if err != nil {
+		return err
+	}
 	os.Setenv("HYBRID_CCM_TEST_AWS_CCM", strings.TrimSpace(string(out)))
 	os.Setenv("HYBRID_CCM_TEST_LAYOUT", images)
+	os.Setenv("HYBRID_CCM_TEST_GATE", gate)
 	return nil
 }

@@ -2,55 +2,58 @@
 // cloud controller manager (k8s.io/cloud-provider-aws) is pointed at through
 // its cloud.conf [ServiceOverride] sections, for tests and the demo.
 //
-// It owns:
-//   - EC2's Query API for what cloud-node-lifecycle asks: DescribeInstances by
+// It owns, with state kept between calls and answers in the XML the real Query
+// APIs send:
+//   - EC2 (2016-11-15) for what cloud-node-lifecycle asks: DescribeInstances by
 //     instance IDs (InvalidInstanceID.NotFound when any is unknown, as EC2
-//     answers) and by filters (private-dns-name, instance-state-name,
-//     instance-id, tag-key, tag:<key>), instances running, stopped or
-//     terminated;
-//   - one path per service (/ec2, /elasticloadbalancing, /sts, /kms), so a call
-//     to a service the CCM should not need is recorded under that service and
-//     answered with an error;
+//     answers) and by filters, instances running, stopped or terminated
+//     (instances.go);
+//   - EC2 for what the service controller needs around a Classic Load
+//     Balancer: subnets, their route tables and availability zones, security
+//     groups with their ingress rules, tags (network.go);
+//   - Elastic Load Balancing (2012-06-01), the Classic Load Balancer API: load
+//     balancers in a VPC with listeners, subnets, security groups, a health
+//     check, attributes, registered instances and tags (elb.go); no policies
+//     (proxy protocol, SSL negotiation), no changes of subnets or security
+//     groups of an existing load balancer, no Network Load Balancers
+//     (elasticloadbalancingv2);
+//   - one path per service (/ec2, /elasticloadbalancing, /sts, /kms): an
+//     action the fake does not know, on any of them, is answered with the
+//     error InvalidAction and recorded (Unknown), so a test can fail naming
+//     what the CCM asked for;
 //   - a record of every request, with the access key and region of its SigV4
 //     Authorization header (the signature itself is not checked), and of every
 //     request to the instance metadata service handler (IMDS), which answers
 //     nothing but 404.
 //
-// It must not pretend to more of EC2 than that: any other action or filter is
-// an error the CCM logs and the call log shows.
+// It must not pretend to more of AWS than that: any other action or filter is
+// an error the CCM logs and the call log shows. Changes are immediate (a
+// deleted load balancer is gone at once, where AWS keeps its network
+// interfaces a while).
 package fakeec2
 
 import (
 	"encoding/xml"
 	"fmt"
 	"net/http"
+	"net/url"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
 )
 
-// States of an instance, as EC2 names them.
+// Services, as the paths the fake serves them under and Call.Service names
+// them.
 const (
-	Running    = "running"
-	Stopped    = "stopped"
-	Terminated = "terminated"
+	EC2  = "ec2"
+	ELB  = "elasticloadbalancing"
+	IMDS = "imds"
 )
 
-var stateCodes = map[string]int{"pending": 0, Running: 16, "shutting-down": 32, Terminated: 48, "stopping": 64, Stopped: 80}
-
-// Instance is an EC2 instance the fake knows.
-type Instance struct {
-	ID             string
-	State          string
-	Zone           string
-	PrivateDNSName string
-	PrivateIP      string
-	Type           string
-	Tags           map[string]string
-}
+// InvalidAction is the error code of a call the fake does not answer.
+const InvalidAction = "InvalidAction"
 
 // Call is one request the fake received.
 type Call struct {
@@ -59,7 +62,11 @@ type Call struct {
 	Service string
 	// Action is the Query API action (or the X-Amz-Target of a JSON API, or
 	// METHOD path for IMDS).
-	Action      string
+	Action string
+	// Resource is what the action names, when it names one thing: a load
+	// balancer, a security group.
+	Resource string
+	// InstanceIDs are the instances the action names.
 	InstanceIDs []string
 	// Filters are name=value[,value] in request order.
 	Filters []string
@@ -72,6 +79,9 @@ type Call struct {
 
 func (c Call) String() string {
 	s := c.Service + " " + c.Action
+	if c.Resource != "" {
+		s += " " + c.Resource
+	}
 	if len(c.InstanceIDs) > 0 {
 		s += " InstanceIds=" + strings.Join(c.InstanceIDs, ",")
 	}
@@ -87,48 +97,24 @@ func (c Call) String() string {
 // Server is the fake. Its zero value is not usable: New.
 type Server struct {
 	mu        sync.Mutex
-	instances map[string]*Instance
-	calls     []Call
 	ownerID   string
+	instances map[string]*Instance
+	subnets   map[string]*Subnet
+	groups    map[string]*SecurityGroup
+	lbs       map[string]*LoadBalancer
+	// ids counts the IDs the fake handed out.
+	ids   int
+	calls []Call
 }
 
-// New returns a fake that knows the given instances.
+// New returns a fake that knows the given instances and nothing else.
 func New(instances ...Instance) *Server {
-	s := &Server{instances: map[string]*Instance{}, ownerID: "123456789012"}
+	s := &Server{ownerID: "123456789012", instances: map[string]*Instance{}, subnets: map[string]*Subnet{},
+		groups: map[string]*SecurityGroup{}, lbs: map[string]*LoadBalancer{}}
 	for _, i := range instances {
 		s.Put(i)
 	}
 	return s
-}
-
-// Put adds or replaces an instance.
-func (s *Server) Put(i Instance) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c := i
-	c.Tags = map[string]string{}
-	for k, v := range i.Tags {
-		c.Tags[k] = v
-	}
-	s.instances[i.ID] = &c
-}
-
-// SetState changes an instance's state (e.g. Terminated); false if unknown.
-func (s *Server) SetState(id, state string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	i, ok := s.instances[id]
-	if ok {
-		i.State = state
-	}
-	return ok
-}
-
-// Remove forgets an instance: EC2 no longer lists it (absent).
-func (s *Server) Remove(id string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.instances, id)
 }
 
 // Calls returns every request received so far.
@@ -136,6 +122,20 @@ func (s *Server) Calls() []Call {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.calls)
+}
+
+// Unknown returns the calls the fake answered InvalidAction: what the CCM
+// asked for and the fake cannot answer.
+func (s *Server) Unknown() []Call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Call
+	for _, c := range s.calls {
+		if c.Error == InvalidAction {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // Reset forgets the calls received so far.
@@ -150,6 +150,67 @@ func (s *Server) record(c Call) {
 	defer s.mu.Unlock()
 	s.calls = append(s.calls, c)
 }
+
+// newID returns prefix-<17 hex digits>, unique in this fake.
+func (s *Server) newID(prefix string) string {
+	s.ids++
+	return fmt.Sprintf("%s-%017x", prefix, 0xfa4e0000+s.ids)
+}
+
+// apiError is an error answer: its code and message, as AWS sends them.
+type apiError struct{ code, message string }
+
+func (e *apiError) Error() string { return e.code + ": " + e.message }
+
+func errorf(code, format string, args ...any) *apiError {
+	return &apiError{code: code, message: fmt.Sprintf(format, args...)}
+}
+
+// request is one Query API call being answered.
+type request struct {
+	form url.Values
+	call *Call
+}
+
+// action answers one Query API action with the state locked; the result is
+// the response's content (for EC2 the response element's children, for ELB
+// the Result element's).
+type action func(s *Server, r *request) (any, *apiError)
+
+// actions are the Query API actions the fake answers, per service.
+var actions = map[string]map[string]action{
+	EC2: {
+		"DescribeInstances":             (*Server).describeInstances,
+		"DescribeAvailabilityZones":     (*Server).describeAvailabilityZones,
+		"DescribeSubnets":               (*Server).describeSubnets,
+		"DescribeRouteTables":           (*Server).describeRouteTables,
+		"DescribeSecurityGroups":        (*Server).describeSecurityGroups,
+		"CreateSecurityGroup":           (*Server).createSecurityGroup,
+		"DeleteSecurityGroup":           (*Server).deleteSecurityGroup,
+		"AuthorizeSecurityGroupIngress": (*Server).authorizeSecurityGroupIngress,
+		"RevokeSecurityGroupIngress":    (*Server).revokeSecurityGroupIngress,
+		"CreateTags":                    (*Server).createTags,
+	},
+	ELB: {
+		"DescribeLoadBalancers":               (*Server).describeLoadBalancers,
+		"CreateLoadBalancer":                  (*Server).createLoadBalancer,
+		"DeleteLoadBalancer":                  (*Server).deleteLoadBalancer,
+		"DescribeLoadBalancerAttributes":      (*Server).describeLoadBalancerAttributes,
+		"ModifyLoadBalancerAttributes":        (*Server).modifyLoadBalancerAttributes,
+		"ConfigureHealthCheck":                (*Server).configureHealthCheck,
+		"RegisterInstancesWithLoadBalancer":   (*Server).registerInstances,
+		"DeregisterInstancesFromLoadBalancer": (*Server).deregisterInstances,
+		"CreateLoadBalancerListeners":         (*Server).createListeners,
+		"DeleteLoadBalancerListeners":         (*Server).deleteListeners,
+		"AddTags":                             (*Server).addTags,
+	},
+}
+
+// XML namespaces of the APIs' responses.
+const (
+	ec2Namespace = "http://ec2.amazonaws.com/doc/2016-11-15/"
+	elbNamespace = "http://elasticloadbalancing.amazonaws.com/doc/2012-06-01/"
+)
 
 var credentialRE = regexp.MustCompile(`Credential=([^/,\s]+)/[0-9]{8}/([^/,\s]+)/`)
 
@@ -166,7 +227,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if t := r.Header.Get("X-Amz-Target"); t != "" { // JSON protocols (KMS)
 		c.Action = t
-		c.Error = "UnsupportedOperation"
+		c.Error = InvalidAction
 		s.record(c)
 		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
 		w.WriteHeader(http.StatusBadRequest)
@@ -176,41 +237,82 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := r.ParseForm(); err != nil {
 		c.Action, c.Error = r.Method+" "+r.URL.Path, "MalformedQueryString"
 		s.record(c)
-		queryError(w, c.Error, err.Error())
+		writeError(w, service, &apiError{code: c.Error, message: err.Error()})
 		return
 	}
 	c.Action = r.Form.Get("Action")
-	if service != "ec2" || c.Action != "DescribeInstances" {
-		c.Error = "InvalidAction"
+	act, ok := actions[service][c.Action]
+	if !ok {
+		c.Error = InvalidAction
 		s.record(c)
-		queryError(w, c.Error, fmt.Sprintf("fakeec2 answers no %s %s", service, c.Action))
+		writeError(w, service, errorf(InvalidAction, "fakeec2 answers no %s action %q", service, c.Action))
 		return
 	}
-	c.InstanceIDs = indexed(r.Form, "InstanceId.")
-	filters := map[string][]string{}
-	for n := 1; ; n++ {
-		name := r.Form.Get("Filter." + strconv.Itoa(n) + ".Name")
-		if name == "" {
-			break
-		}
-		values := indexed(r.Form, "Filter."+strconv.Itoa(n)+".Value.")
-		filters[name] = values
-		c.Filters = append(c.Filters, name+"="+strings.Join(values, ","))
+	req := &request{form: r.Form, call: &c}
+	s.mu.Lock()
+	out, aerr := act(s, req)
+	s.mu.Unlock()
+	if aerr != nil {
+		c.Error = aerr.code
 	}
-	out, code, msg := s.describe(c.InstanceIDs, filters)
-	c.Error = code
 	s.record(c)
-	if code != "" {
-		queryError(w, code, msg)
+	if aerr != nil {
+		writeError(w, service, aerr)
 		return
 	}
-	w.Header().Set("Content-Type", "text/xml;charset=UTF-8")
-	_, _ = w.Write([]byte(xml.Header))
-	_ = xml.NewEncoder(w).Encode(out)
+	writeResult(w, service, c.Action, out)
 }
 
-// indexed returns form values prefix1, prefix2, ... in order.
-func indexed(form map[string][]string, prefix string) []string {
+// writeResult writes the response of a successful action: for EC2 the
+// content (with its requestId, ec2Meta) as <ActionResponse>, for ELB the
+// content inside <ActionResult> followed by the ResponseMetadata.
+func writeResult(w http.ResponseWriter, service, action string, out any) {
+	w.Header().Set("Content-Type", "text/xml;charset=UTF-8")
+	_, _ = w.Write([]byte(xml.Header))
+	enc := xml.NewEncoder(w)
+	if service == ELB {
+		start := xml.StartElement{Name: xml.Name{Space: elbNamespace, Local: action + "Response"}}
+		_ = enc.EncodeToken(start)
+		_ = enc.EncodeElement(out, xml.StartElement{Name: xml.Name{Local: action + "Result"}})
+		_ = enc.EncodeElement(struct {
+			RequestID string `xml:"RequestId"`
+		}{"fakeec2"}, xml.StartElement{Name: xml.Name{Local: "ResponseMetadata"}})
+		_ = enc.EncodeToken(start.End())
+	} else {
+		if m, ok := out.(interface{ setRequestID(string) }); ok {
+			m.setRequestID("fakeec2")
+		}
+		_ = enc.EncodeElement(out, xml.StartElement{Name: xml.Name{Space: ec2Namespace, Local: action + "Response"}})
+	}
+	_ = enc.Flush()
+}
+
+// writeError answers an error as the service does: EC2 as
+// <Response><Errors><Error>, the other Query APIs as <ErrorResponse><Error>.
+func writeError(w http.ResponseWriter, service string, e *apiError) {
+	w.Header().Set("Content-Type", "text/xml;charset=UTF-8")
+	w.WriteHeader(http.StatusBadRequest)
+	_, _ = w.Write([]byte(xml.Header))
+	enc := xml.NewEncoder(w)
+	if service == EC2 {
+		_ = enc.Encode(ec2ErrorResponse{Errors: []errorXML{{Code: e.code, Message: e.message}}, RequestID: "fakeec2"})
+		return
+	}
+	_ = enc.Encode(queryErrorResponse{Error: queryErrorXML{Type: "Sender", Code: e.code, Message: e.message}, RequestID: "fakeec2"})
+}
+
+// IMDS returns a handler for the instance metadata service's address that
+// records every request (service "imds") and answers 404.
+func (s *Server) IMDS() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.record(Call{Service: IMDS, Action: r.Method + " " + r.URL.Path, Error: "NotFound"})
+		http.NotFound(w, r)
+	})
+}
+
+// indexed returns form values prefix1, prefix2, ... in order: EC2's lists
+// (prefix "InstanceId.") and ELB's (prefix "Subnets.member.").
+func indexed(form url.Values, prefix string) []string {
 	var out []string
 	for n := 1; ; n++ {
 		v, ok := form[prefix+strconv.Itoa(n)]
@@ -221,143 +323,161 @@ func indexed(form map[string][]string, prefix string) []string {
 	}
 }
 
-func (s *Server) describe(ids []string, filters map[string][]string) (*describeInstancesResponse, string, string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var selected []*Instance
-	if len(ids) > 0 {
-		var missing []string
-		for _, id := range ids {
-			if i, ok := s.instances[id]; ok {
-				selected = append(selected, i)
-			} else {
-				missing = append(missing, id)
-			}
+// structs returns the prefixes prefix1., prefix2., ... of a list of
+// structures (EC2 "IpPermissions.", ELB "Listeners.member.") for as long as
+// the form has a field under them.
+func structs(form url.Values, prefix string) []string {
+	var out []string
+	for n := 1; ; n++ {
+		p := prefix + strconv.Itoa(n) + "."
+		if !slices.ContainsFunc(mapKeys(form), func(k string) bool { return strings.HasPrefix(k, p) }) {
+			return out
 		}
-		if len(missing) > 0 {
-			return nil, "InvalidInstanceID.NotFound", fmt.Sprintf("The instance IDs '%s' do not exist", strings.Join(missing, ", "))
-		}
-	} else {
-		for _, i := range s.instances {
-			selected = append(selected, i)
-		}
-		sort.Slice(selected, func(a, b int) bool { return selected[a].ID < selected[b].ID })
+		out = append(out, p)
 	}
-	var match []*Instance
-	for _, i := range selected {
-		ok, err := matches(i, filters)
-		if err != "" {
-			return nil, "InvalidParameterValue", err
+}
+
+func mapKeys(form url.Values) []string {
+	keys := make([]string, 0, len(form))
+	for k := range form {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// int32Field parses an optional integer field; ok false when absent.
+func int32Field(form url.Values, name string) (v int32, ok bool, err *apiError) {
+	s := form.Get(name)
+	if s == "" {
+		return 0, false, nil
+	}
+	n, perr := strconv.ParseInt(s, 10, 32)
+	if perr != nil {
+		return 0, false, errorf("InvalidParameterValue", "%s: %q is not an integer", name, s)
+	}
+	return int32(n), true, nil
+}
+
+// filter is one EC2 Filter.N: a name and the values any of which matches.
+type filter struct {
+	name   string
+	values []string
+}
+
+// filters reads Filter.N.Name / Filter.N.Value.M and records them on the
+// call.
+func (r *request) filters() []filter {
+	var out []filter
+	for n := 1; ; n++ {
+		name := r.form.Get("Filter." + strconv.Itoa(n) + ".Name")
+		if name == "" {
+			return out
 		}
-		if ok {
-			match = append(match, i)
+		values := indexed(r.form, "Filter."+strconv.Itoa(n)+".Value.")
+		out = append(out, filter{name, values})
+		r.call.Filters = append(r.call.Filters, name+"="+strings.Join(values, ","))
+	}
+}
+
+// fieldFunc returns the values of a resource that a filter name selects on;
+// ok false for a name the fake does not know for that resource.
+type fieldFunc func(name string) (values []string, ok bool)
+
+// matches reports whether a resource passes every filter (any value of a
+// filter matching any of its values).
+func matches(filters []filter, field fieldFunc) (bool, *apiError) {
+	for _, f := range filters {
+		have, ok := field(f.name)
+		if !ok {
+			return false, errorf("InvalidParameterValue", "fakeec2 knows no filter %s here", f.name)
+		}
+		if !slices.ContainsFunc(f.values, func(want string) bool { return slices.Contains(have, want) }) {
+			return false, nil
 		}
 	}
-	out := &describeInstancesResponse{RequestID: "fakeec2"}
-	for _, i := range match {
-		x := instanceXML{ID: i.ID, ImageID: "ami-00000000", Type: i.Type, PrivateDNSName: i.PrivateDNSName, PrivateIP: i.PrivateIP,
-			State: stateXML{Code: stateCodes[i.State], Name: i.State}, Placement: placementXML{Zone: i.Zone}}
-		keys := make([]string, 0, len(i.Tags))
-		for k := range i.Tags {
+	return true, nil
+}
+
+// tagField answers the tag filters (tag-key, tag:<key>) on tags.
+func tagField(tags map[string]string, name string) ([]string, bool) {
+	switch {
+	case name == "tag-key":
+		var keys []string
+		for k := range tags {
 			keys = append(keys, k)
 		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			x.Tags = append(x.Tags, tagXML{Key: k, Value: i.Tags[k]})
+		return keys, true
+	case strings.HasPrefix(name, "tag:"):
+		if v, ok := tags[strings.TrimPrefix(name, "tag:")]; ok {
+			return []string{v}, true
 		}
-		out.Reservations = append(out.Reservations, reservationXML{ID: "r-" + strings.TrimPrefix(i.ID, "i-"), OwnerID: s.ownerID, Instances: []instanceXML{x}})
+		return nil, true
 	}
-	return out, "", ""
+	return nil, false
 }
 
-func matches(i *Instance, filters map[string][]string) (bool, string) {
-	for name, values := range filters {
-		var v []string
-		switch {
-		case name == "private-dns-name":
-			v = []string{i.PrivateDNSName}
-		case name == "instance-state-name":
-			v = []string{i.State}
-		case name == "instance-id":
-			v = []string{i.ID}
-		case name == "tag-key":
-			for k := range i.Tags {
-				v = append(v, k)
-			}
-		case strings.HasPrefix(name, "tag:"):
-			if t, ok := i.Tags[strings.TrimPrefix(name, "tag:")]; ok {
-				v = []string{t}
-			}
-		default:
-			return false, "fakeec2 knows no filter " + name
-		}
-		if !slices.ContainsFunc(values, func(want string) bool { return slices.Contains(v, want) }) {
-			return false, ""
-		}
+// tags reads EC2 Tag.N.Key/Value under prefix ("Tag.", or
+// "TagSpecification.1.Tag.").
+func tagsFrom(form url.Values, prefix string) map[string]string {
+	tags := map[string]string{}
+	for _, p := range structs(form, prefix) {
+		tags[form.Get(p+"Key")] = form.Get(p + "Value")
 	}
-	return true, ""
+	return tags
 }
 
-func queryError(w http.ResponseWriter, code, msg string) {
-	w.Header().Set("Content-Type", "text/xml;charset=UTF-8")
-	w.WriteHeader(http.StatusBadRequest)
-	_, _ = w.Write([]byte(xml.Header))
-	_ = xml.NewEncoder(w).Encode(errorResponse{Errors: []errorXML{{Code: code, Message: msg}}, RequestID: "fakeec2"})
+func copyTags(tags map[string]string) map[string]string {
+	out := make(map[string]string, len(tags))
+	for k, v := range tags {
+		out[k] = v
+	}
+	return out
 }
 
-// IMDS returns a handler for the instance metadata service's address that
-// records every request (service "imds") and answers 404.
-func (s *Server) IMDS() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.record(Call{Service: "imds", Action: r.Method + " " + r.URL.Path, Error: "NotFound"})
-		http.NotFound(w, r)
-	})
+func tagSet(tags map[string]string) []tagXML {
+	keys := make([]string, 0, len(tags))
+	for k := range tags {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	out := make([]tagXML, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, tagXML{Key: k, Value: tags[k]})
+	}
+	return out
 }
 
-type describeInstancesResponse struct {
-	XMLName      xml.Name         `xml:"http://ec2.amazonaws.com/doc/2016-11-15/ DescribeInstancesResponse"`
-	RequestID    string           `xml:"requestId"`
-	Reservations []reservationXML `xml:"reservationSet>item"`
+// ec2Meta is embedded first in every EC2 response: its requestId.
+type ec2Meta struct {
+	RequestID string `xml:"requestId"`
 }
 
-type reservationXML struct {
-	ID        string        `xml:"reservationId"`
-	OwnerID   string        `xml:"ownerId"`
-	Instances []instanceXML `xml:"instancesSet>item"`
-}
-
-type instanceXML struct {
-	ID             string       `xml:"instanceId"`
-	ImageID        string       `xml:"imageId"`
-	State          stateXML     `xml:"instanceState"`
-	PrivateDNSName string       `xml:"privateDnsName"`
-	Type           string       `xml:"instanceType,omitempty"`
-	Placement      placementXML `xml:"placement"`
-	PrivateIP      string       `xml:"privateIpAddress,omitempty"`
-	Tags           []tagXML     `xml:"tagSet>item"`
-}
-
-type stateXML struct {
-	Code int    `xml:"code"`
-	Name string `xml:"name"`
-}
-
-type placementXML struct {
-	Zone string `xml:"availabilityZone"`
-}
+func (m *ec2Meta) setRequestID(id string) { m.RequestID = id }
 
 type tagXML struct {
 	Key   string `xml:"key"`
 	Value string `xml:"value"`
 }
 
-type errorResponse struct {
+type ec2ErrorResponse struct {
 	XMLName   xml.Name   `xml:"Response"`
 	Errors    []errorXML `xml:"Errors>Error"`
 	RequestID string     `xml:"RequestID"`
 }
 
 type errorXML struct {
+	Code    string `xml:"Code"`
+	Message string `xml:"Message"`
+}
+
+type queryErrorResponse struct {
+	XMLName   xml.Name      `xml:"ErrorResponse"`
+	Error     queryErrorXML `xml:"Error"`
+	RequestID string        `xml:"RequestId"`
+}
+
+type queryErrorXML struct {
+	Type    string `xml:"Type"`
 	Code    string `xml:"Code"`
 	Message string `xml:"Message"`
 }
