@@ -88,12 +88,18 @@ func TestFenceServices(t *testing.T) {
 		lbService("svc-none", nil),
 		lbService("svc-other", ptr.To("example.com/other")),
 		{ObjectMeta: metav1.ObjectMeta{Name: "svc-clusterip", Namespace: svcNS}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}},
+		// was a LoadBalancer: its class is gone, the cleanup finalizer stays
+		{ObjectMeta: metav1.ObjectMeta{Name: "svc-was-lb", Namespace: svcNS, Finalizers: []string{gate.LoadBalancerCleanupFinalizer}},
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}},
 	} {
 		if _, err := admin.CoreV1().Services(svcNS).Create(ctx, s, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
 	}
-	t.Cleanup(func() { _ = admin.CoreV1().Namespaces().Delete(context.Background(), svcNS, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_, _ = admin.CoreV1().Services(svcNS).Patch(context.Background(), "svc-was-lb", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+		_ = admin.CoreV1().Namespaces().Delete(context.Background(), svcNS, metav1.DeleteOptions{})
+	})
 
 	dry := metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}
 	// What the service controller sends: status and the finalizer, through
@@ -123,6 +129,10 @@ func TestFenceServices(t *testing.T) {
 		{name: "aws: no class, it is the default", do: statusPatch("aws", "svc-none", asController), allow: true},
 		{name: "aws: remove the finalizer and clear the status", do: statusPatch("aws", "svc-aws", `{"metadata":{"$deleteFromPrimitiveList/finalizers":["`+gate.LoadBalancerCleanupFinalizer+`"]},"status":{"loadBalancer":{}}}`), allow: true},
 		{name: "hcloud: its own class", do: statusPatch("hcloud", "svc-hcloud", asController), allow: true},
+		{name: "hcloud: clear the finalizer of a Service that stopped being a LoadBalancer",
+			do: statusPatch("hcloud", "svc-was-lb", `{"metadata":{"$deleteFromPrimitiveList/finalizers":["`+gate.LoadBalancerCleanupFinalizer+`"]}}`), allow: true},
+		{name: "gcp (load balancers off): the finalizer of a Service that stopped being a LoadBalancer",
+			do: statusPatch("gcp", "svc-was-lb", `{"metadata":{"$deleteFromPrimitiveList/finalizers":["`+gate.LoadBalancerCleanupFinalizer+`"]}}`), want: []string{"NativeCCM gcp", "spec.loadBalancers is off"}},
 
 		{name: "aws: hcloud's class", do: statusPatch("aws", "svc-hcloud", asController), want: []string{"NativeCCM aws", "lb-fence/svc-hcloud", "its load balancer class is hybridccm.io/hcloud", "it serves class hybridccm.io/aws and Services without a class"}},
 		{name: "aws: a class nobody serves", do: statusPatch("aws", "svc-other", asController), want: []string{"lb-fence/svc-other", "example.com/other"}},
