@@ -97,6 +97,9 @@ func TestDemoReachesEndState(t *testing.T) {
 		"8/8 nodes initialized, 8/8 CSRs approved, 1 denied, 3/3 native CCMs installed, running and gated; " +
 			"outage: hcloud-app-2 deleted by the hcloud CCM, aws-web-1 deleted and aws-web-2 tainted shutdown by the aws CCM, db-metal1 left alone",
 		"demo finished; everything it started is stopped and its temporary files are removed",
+		"service/shop/web-aws", "from the aws cloud's load balancer, targets aws-web-2",
+		"service/shop/web-hcloud", "from the hcloud cloud's load balancer, targets hcloud-app-1",
+		"4/4 LoadBalancer Services have an address from their cloud",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out.String())

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/hybrid-ccm/hybrid-ccm/test/fakeec2"
+	"github.com/hybrid-ccm/hybrid-ccm/test/fakelb"
 )
 
 // The AWS side of the demo: what the aws profile's cloud.conf says off EC2.
@@ -41,8 +43,15 @@ func startFakeEC2(nodes []simNode) (*fakeEC2, error) {
 		e.node[n.md.InstanceID], e.id[n.name] = n.name, n.md.InstanceID
 		e.api.Put(fakeec2.Instance{ID: n.md.InstanceID, State: fakeec2.Running, Zone: n.md.Zone, Type: n.md.InstanceType,
 			PrivateIP: n.ip, PrivateDNSName: "ip-" + strings.ReplaceAll(n.ip, ".", "-") + "." + awsRegion + ".compute.internal",
+			VPC: awsVPC, Subnet: awsSubnet, SecurityGroups: []string{awsNodeGroup},
 			Tags: map[string]string{"kubernetes.io/cluster/" + awsClusterID: "owned"}})
 	}
+	// what the AWS CCM's Classic ELBs need: a public subnet for load
+	// balancers and the nodes' security group, tagged for the cluster
+	e.api.PutSubnet(fakeec2.Subnet{ID: awsSubnet, VPC: awsVPC, Zone: awsRegion + "a", CIDR: "10.0.0.0/16", Public: true,
+		Tags: map[string]string{"kubernetes.io/cluster/" + awsClusterID: "shared", "kubernetes.io/role/elb": "1"}})
+	e.api.PutSecurityGroup(fakeec2.SecurityGroup{ID: awsNodeGroup, Name: awsClusterID + "-nodes", Description: "nodes", VPC: awsVPC,
+		Tags: map[string]string{"kubernetes.io/cluster/" + awsClusterID: "owned"}})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -51,6 +60,33 @@ func startFakeEC2(nodes []simNode) (*fakeEC2, error) {
 	e.srv = &http.Server{Handler: e.api, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = e.srv.Serve(l) }()
 	return e, nil
+}
+
+// The demo's AWS network (cloud.conf names the VPC and subnet too).
+const (
+	awsVPC       = "vpc-0demo"
+	awsSubnet    = "subnet-0demo"
+	awsNodeGroup = "sg-0demonodes"
+)
+
+// loadBalancers are the Classic ELBs the AWS CCM built, as the demo shows
+// load balancers: the Service from the ELB's tag, the DNS name as address,
+// the registered instances as node names.
+func (e *fakeEC2) loadBalancers() []fakelb.LoadBalancer {
+	var out []fakelb.LoadBalancer
+	for _, lb := range e.api.LoadBalancers() {
+		var nodes []string
+		for _, id := range lb.Instances {
+			if n, ok := e.node[id]; ok {
+				nodes = append(nodes, n)
+			} else {
+				nodes = append(nodes, id)
+			}
+		}
+		slices.Sort(nodes)
+		out = append(out, fakelb.LoadBalancer{Provider: "aws", Service: lb.Tags["kubernetes.io/service-name"], IP: lb.DNSName, Nodes: nodes})
+	}
+	return out
 }
 
 func (e *fakeEC2) stop() error {

@@ -124,6 +124,10 @@ func (v *view) render(s *state) {
 			v.changed("service/"+line[0], line[1])
 		}
 		for _, q := range s.questions {
+			if q.Provider == "aws" && (strings.HasPrefix(q.Node, "elasticloadbalancing:") || awsLoadBalancerCalls[q.Node]) {
+				v.changed("aws-api/"+q.Node, "called by the (upstream) aws CCM's service controller for its Classic ELB")
+				continue
+			}
 			what := "asked by the " + q.Provider + " CCM: does the instance exist, is it shut down?"
 			if q.Provider == "aws" {
 				what = "asked EC2 by the (upstream) aws CCM: does the instance exist, is it shut down?"
