@@ -37,6 +37,8 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/ipam"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/transform"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 // Defaults a user gets (the chart uses the same).
@@ -78,7 +80,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.KubeCloudShared.CloudProvider.Name = cloud.ProviderName
+	s.KubeCloudShared.CloudProvider.Name = names.ProviderName
 	s.Generic.LeaderElection.ResourceName = DefaultLeaseName
 	s.Generic.ClientConnection.QPS = DefaultQPS
 	s.Generic.ClientConnection.Burst = DefaultBurst
@@ -107,7 +109,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 	}
 
 	constructors := map[string]cpapp.ControllerInitFuncConstructor{
-		cloudnode.ControllerName: {
+		names.CloudNodeController: {
 			InitContext: cpapp.ControllerInitContext{ClientName: "node-controller"},
 			Constructor: func(ic cpapp.ControllerInitContext, cc *cloudcontrollerconfig.CompletedConfig, _ cloudprovider.Interface) cpapp.InitFunc {
 				return func(ctx context.Context, _ genericcontrollermanager.ControllerContext) (controller.Interface, bool, error) {
@@ -115,7 +117,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 					slimNodeCache(cc)
 					startup.releaseAfterSync(ctx, cc.SharedInformers.Core().V1().Nodes().Informer())
 					c, err := cloudnode.New(client, cc.SharedInformers.Core().V1().Nodes(), nodeFacts,
-						recorders.recorder(ctx, client, cloudnode.ControllerName), cloudnode.Options{
+						recorders.recorder(ctx, client, names.CloudNodeController), cloudnode.Options{
 							Workers:               int(cc.ComponentConfig.NodeController.ConcurrentNodeSyncs),
 							StatusUpdateFrequency: cc.ComponentConfig.NodeStatusUpdateFrequency.Duration,
 							Enforce:               tf.enforce || rules.Global.Enforce,
@@ -130,7 +132,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 			},
 		},
 	}
-	constructors[csr.ControllerName] = cpapp.ControllerInitFuncConstructor{
+	constructors[names.CSRApprovalController] = cpapp.ControllerInitFuncConstructor{
 		InitContext: cpapp.ControllerInitContext{ClientName: "node-csr-approval"},
 		Constructor: func(ic cpapp.ControllerInitContext, cc *cloudcontrollerconfig.CompletedConfig, _ cloudprovider.Interface) cpapp.InitFunc {
 			return func(ctx context.Context, _ genericcontrollermanager.ControllerContext) (controller.Interface, bool, error) {
@@ -138,7 +140,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 				slimNodeCache(cc)
 				startup.releaseAfterSync(ctx, cc.SharedInformers.Core().V1().Nodes().Informer())
 				c, err := csr.NewController(client, cc.SharedInformers.Certificates().V1().CertificateSigningRequests(),
-					cc.SharedInformers.Core().V1().Nodes(), nodeFacts, recorders.recorder(ctx, client, csr.ControllerName), csrOpts)
+					cc.SharedInformers.Core().V1().Nodes(), nodeFacts, recorders.recorder(ctx, client, names.CSRApprovalController), csrOpts)
 				if err != nil {
 					return nil, false, err
 				}
@@ -154,7 +156,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 	ipamOpts := ipam.NewOptions()
 	ipamOpts.AddFlags(fss.FlagSet("node-ipam-controller"))
 	var talosClient *talos.Client
-	constructors[ipam.ControllerName] = cpapp.ControllerInitFuncConstructor{
+	constructors[names.IPAMController] = cpapp.ControllerInitFuncConstructor{
 		InitContext: cpapp.ControllerInitContext{ClientName: "node-ipam-controller"},
 		Constructor: func(ic cpapp.ControllerInitContext, cc *cloudcontrollerconfig.CompletedConfig, _ cloudprovider.Interface) cpapp.InitFunc {
 			return func(ctx context.Context, _ genericcontrollermanager.ControllerContext) (controller.Interface, bool, error) {
@@ -169,7 +171,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 				slimNodeCache(cc)
 				startup.releaseAfterSync(ctx, cc.SharedInformers.Core().V1().Nodes().Informer())
 				client := cc.ClientBuilder.ClientOrDie(ic.ClientName)
-				c, err := ipam.NewController(client, cc.SharedInformers.Core().V1().Nodes(), nodeFacts, talosClient, recorders.recorder(ctx, client, ipam.ControllerName), cfg)
+				c, err := ipam.NewController(client, cc.SharedInformers.Core().V1().Nodes(), nodeFacts, talosClient, recorders.recorder(ctx, client, names.IPAMController), cfg)
 				if err != nil {
 					return nil, false, err
 				}
@@ -180,7 +182,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 	}
 	// --- end node-ipam-controller --------------------------------------------
 
-	cmd := cpapp.NewCloudControllerManagerCommand(s, initCloud, constructors, map[string]string{}, fss, stopCh)
+	cmd := cpapp.NewCloudControllerManagerCommand(s, initCloud, constructors, names.ControllerAliases(), fss, stopCh)
 	cmd.Use = "talos-ccm"
 	cmd.Long = "talos-ccm initializes Talos nodes from their Talos API (providerID, topology labels, addresses,\n" +
 		"the routing label node.cloudprovider.kubernetes.io/platform, transformation rules), allocates\n" +

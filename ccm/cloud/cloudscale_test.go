@@ -19,6 +19,8 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/transform"
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 // docsBlock returns the fenced code block that follows the line starting with
@@ -98,8 +100,8 @@ func TestCloudscaleRuleOfTheDocs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if f.Labels[cloud.LabelPlatform] != tc.platform || f.ProviderID != tc.providerID {
-				t.Errorf("platform %q providerID %q, want %q %q", f.Labels[cloud.LabelPlatform], f.ProviderID, tc.platform, tc.providerID)
+			if f.Labels[names.PlatformLabel] != tc.platform || f.ProviderID != tc.providerID {
+				t.Errorf("platform %q providerID %q, want %q %q", f.Labels[names.PlatformLabel], f.ProviderID, tc.platform, tc.providerID)
 			}
 		})
 	}

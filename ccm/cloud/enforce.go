@@ -8,6 +8,8 @@ import (
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/facts"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/transform"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 // derivedLabels are the labels talos-ccm derives from the (overridden)
@@ -16,7 +18,7 @@ var derivedLabels = []string{
 	corev1.LabelInstanceTypeStable, corev1.LabelInstanceType,
 	corev1.LabelTopologyZone, corev1.LabelFailureDomainBetaZone,
 	corev1.LabelTopologyRegion, corev1.LabelFailureDomainBetaRegion,
-	LabelPlatform, LabelLifecycle,
+	names.PlatformLabel, LabelLifecycle,
 }
 
 // enforced returns what enforce mode keeps reconciled on the node
@@ -48,11 +50,11 @@ func enforced(node *corev1.Node, res *transform.Result, f *facts.Facts, clusterN
 	slices.Sort(producible)
 	r.Producible.Labels = slices.Compact(producible)
 
-	current, labelled := node.Labels[LabelPlatform]
+	current, labelled := node.Labels[names.PlatformLabel]
 	if node.Spec.ProviderID != "" && node.Spec.ProviderID != f.ProviderID && labelled && current != f.Platform {
-		r.Labels[LabelPlatform] = current
+		r.Labels[names.PlatformLabel] = current
 		held = fmt.Sprintf("the rules now give platform %q (providerID %q), but the node was initialized as %q with providerID %q, which cannot change: "+
-			"it keeps the label %s=%s; delete the Node so that it registers again to move it", f.Platform, f.ProviderID, current, node.Spec.ProviderID, LabelPlatform, current)
+			"it keeps the label %s=%s; delete the Node so that it registers again to move it", f.Platform, f.ProviderID, current, node.Spec.ProviderID, names.PlatformLabel, current)
 	}
 	return r, held
 }

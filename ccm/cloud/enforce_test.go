@@ -10,6 +10,8 @@ import (
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/facts"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/transform"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 // Enforce mode keeps what platformMetadata overrides give a node reconciled
@@ -34,8 +36,8 @@ func TestEnforcedDerivedLabels(t *testing.T) {
 			name:   "a changed zone override is written",
 			rules:  "  - platformMetadata: {zone: rack-2}\n",
 			md:     Metadata{Platform: "metal", Zone: "dc1-a"},
-			labels: map[string]string{LabelPlatform: "metal", corev1.LabelTopologyZone: "rack-1", corev1.LabelFailureDomainBetaZone: "rack-1"},
-			record: owned(LabelPlatform, corev1.LabelTopologyZone, corev1.LabelFailureDomainBetaZone),
+			labels: map[string]string{names.PlatformLabel: "metal", corev1.LabelTopologyZone: "rack-1", corev1.LabelFailureDomainBetaZone: "rack-1"},
+			record: owned(names.PlatformLabel, corev1.LabelTopologyZone, corev1.LabelFailureDomainBetaZone),
 			pid:    "talos://metal/10.0.0.1",
 			set:    map[string]string{corev1.LabelTopologyZone: "rack-2", corev1.LabelFailureDomainBetaZone: "rack-2"},
 		},
@@ -43,30 +45,30 @@ func TestEnforcedDerivedLabels(t *testing.T) {
 			name:   "a removed override falls back to the metadata",
 			rules:  "  - labels: {example.com/a: b}\n",
 			md:     Metadata{Platform: "metal", Zone: "dc1-a"},
-			labels: map[string]string{LabelPlatform: "metal", corev1.LabelTopologyZone: "rack-1", corev1.LabelFailureDomainBetaZone: "rack-1"},
-			record: owned(LabelPlatform, corev1.LabelTopologyZone, corev1.LabelFailureDomainBetaZone),
+			labels: map[string]string{names.PlatformLabel: "metal", corev1.LabelTopologyZone: "rack-1", corev1.LabelFailureDomainBetaZone: "rack-1"},
+			record: owned(names.PlatformLabel, corev1.LabelTopologyZone, corev1.LabelFailureDomainBetaZone),
 			pid:    "talos://metal/10.0.0.1",
 			set:    map[string]string{corev1.LabelTopologyZone: "dc1-a", corev1.LabelFailureDomainBetaZone: "dc1-a", "example.com/a": "b"},
 		},
 		{
 			name:    "a derived label it wrote without a value any more is removed",
 			md:      Metadata{Platform: "metal"},
-			labels:  map[string]string{LabelPlatform: "metal", corev1.LabelTopologyZone: "rack-1", LabelLifecycle: "spot"},
-			record:  owned(LabelPlatform, corev1.LabelTopologyZone, LabelLifecycle),
+			labels:  map[string]string{names.PlatformLabel: "metal", corev1.LabelTopologyZone: "rack-1", LabelLifecycle: "spot"},
+			record:  owned(names.PlatformLabel, corev1.LabelTopologyZone, LabelLifecycle),
 			pid:     "talos://metal/10.0.0.1",
 			removed: []string{LabelLifecycle, corev1.LabelTopologyZone},
 		},
 		{
 			name:   "a zone an admin set, never written by talos-ccm, stays",
 			md:     Metadata{Platform: "metal"},
-			labels: map[string]string{LabelPlatform: "metal", corev1.LabelTopologyZone: "rack-1"},
+			labels: map[string]string{names.PlatformLabel: "metal", corev1.LabelTopologyZone: "rack-1"},
 			pid:    "talos://metal/10.0.0.1",
 		},
 		{
 			name:   "an initialized node keeps the platform its providerID belongs to",
 			rules:  "  - platformMetadata: {platform: cloudscale}\n",
 			md:     Metadata{Platform: "openstack", InstanceID: uuid, ProviderID: "openstack:///" + uuid, Zone: "rma1"},
-			labels: map[string]string{LabelPlatform: "openstack", corev1.LabelTopologyZone: "rma1", corev1.LabelFailureDomainBetaZone: "rma1"},
+			labels: map[string]string{names.PlatformLabel: "openstack", corev1.LabelTopologyZone: "rma1", corev1.LabelFailureDomainBetaZone: "rma1"},
 			pid:    "openstack:///" + uuid,
 			held:   true,
 		},
@@ -74,9 +76,9 @@ func TestEnforcedDerivedLabels(t *testing.T) {
 			name:   "a platform change that agrees with the providerID is written",
 			rules:  "  - platformMetadata: {platform: cloudscale}\n",
 			md:     Metadata{Platform: "openstack", InstanceID: uuid, ProviderID: "openstack:///" + uuid},
-			labels: map[string]string{LabelPlatform: "openstack"},
+			labels: map[string]string{names.PlatformLabel: "openstack"},
 			pid:    "cloudscale://" + uuid,
-			set:    map[string]string{LabelPlatform: "cloudscale"},
+			set:    map[string]string{names.PlatformLabel: "cloudscale"},
 		},
 	}
 	for _, c := range cases {
@@ -114,7 +116,7 @@ func TestEnforcedDerivedLabels(t *testing.T) {
 			if len(ch.RemoveLabels)+len(c.removed) > 0 && !reflect.DeepEqual(ch.RemoveLabels, c.removed) {
 				t.Errorf("removed labels %v, want %v", ch.RemoveLabels, c.removed)
 			}
-			if res.Labels[LabelPlatform] != "" || len(res.Producible.Labels) > len(r.Producible.Labels) {
+			if res.Labels[names.PlatformLabel] != "" || len(res.Producible.Labels) > len(r.Producible.Labels) {
 				t.Error("enforced changed the rule output it was given")
 			}
 		})

@@ -18,14 +18,12 @@ import (
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/facts"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/transform"
-)
 
-// ProviderName is the --cloud-provider value of talos-ccm.
-const ProviderName = "talos"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
+)
 
 // Labels talos-ccm owns.
 const (
-	LabelPlatform    = "node.cloudprovider.kubernetes.io/platform"
 	LabelClusterName = "node.cloudprovider.kubernetes.io/clustername"
 	LabelLifecycle   = "node.cloudprovider.kubernetes.io/lifecycle"
 )
@@ -143,8 +141,8 @@ func (p *Provider) Clusters() (cloudprovider.Clusters, bool) { return nil, false
 // Routes is not supported.
 func (p *Provider) Routes() (cloudprovider.Routes, bool) { return nil, false }
 
-// ProviderName implements cloudprovider.Interface.
-func (p *Provider) ProviderName() string { return ProviderName }
+// names.ProviderName implements cloudprovider.Interface.
+func (p *Provider) ProviderName() string { return names.ProviderName }
 
 // HasClusterID implements cloudprovider.Interface.
 func (p *Provider) HasClusterID() bool { return true }

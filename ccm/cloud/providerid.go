@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/facts"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 // nativePlatforms are Talos platforms whose cloud has its own CCM. A node of such
@@ -139,7 +141,7 @@ func NodeLabels(md *Metadata, ruleLabels map[string]string, clusterName string) 
 	set(md.InstanceType, corev1.LabelInstanceTypeStable, corev1.LabelInstanceType)
 	set(md.Zone, corev1.LabelTopologyZone, corev1.LabelFailureDomainBetaZone)
 	set(md.Region, corev1.LabelTopologyRegion, corev1.LabelFailureDomainBetaRegion)
-	set(md.Platform, LabelPlatform)
+	set(md.Platform, names.PlatformLabel)
 	set(clusterName, LabelClusterName)
 	if md.Spot {
 		out[LabelLifecycle] = "spot"

@@ -12,6 +12,8 @@ import (
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/facts"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 func TestProviderID(t *testing.T) {
@@ -173,14 +175,14 @@ func TestNodeLabels(t *testing.T) {
 		"failure-domain.beta.kubernetes.io/zone":   "us-east-1a",
 		"topology.kubernetes.io/region":            "us-east-1",
 		"failure-domain.beta.kubernetes.io/region": "us-east-1",
-		LabelPlatform:    "aws",
-		LabelClusterName: "prod",
-		LabelLifecycle:   "spot",
+		names.PlatformLabel:                        "aws",
+		LabelClusterName:                           "prod",
+		LabelLifecycle:                             "spot",
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got  %v\nwant %v", got, want)
 	}
-	if got := NodeLabels(&Metadata{Platform: "metal"}, nil, ""); !reflect.DeepEqual(got, map[string]string{LabelPlatform: "metal"}) {
+	if got := NodeLabels(&Metadata{Platform: "metal"}, nil, ""); !reflect.DeepEqual(got, map[string]string{names.PlatformLabel: "metal"}) {
 		t.Fatalf("empty values must not be written: %v", got)
 	}
 }

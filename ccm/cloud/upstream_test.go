@@ -19,6 +19,8 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/transform"
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 // withBeta adds the beta keys k8s.io/cloud-provider's node controller writes
@@ -67,7 +69,7 @@ func TestUpstreamConfigExamples(t *testing.T) {
 				{Link: "eth0", Prefix: "2001:123:123:123::1/64"}},
 			providerID: "someproviderID:///" + uuid,
 			labels: withBeta(map[string]string{
-				cloud.LabelPlatform:                     "metal",
+				names.PlatformLabel:                     "metal",
 				corev1.LabelInstanceTypeStable:          "t2.micro",
 				corev1.LabelTopologyRegion:              "us-west-1-on-metal",
 				corev1.LabelTopologyZone:                "us-west-1f",
@@ -84,7 +86,7 @@ func TestUpstreamConfigExamples(t *testing.T) {
 			metadata:   runtime.PlatformMetadataSpec{Platform: "nocloud", Hostname: "pve-3.lan.example", InstanceType: "4c8g"},
 			addresses:  []talosnode.Address{{Link: "eth0", Prefix: "10.3.0.3/24"}},
 			providerID: "talos://nocloud/10.3.0.3",
-			labels: withBeta(map[string]string{cloud.LabelPlatform: "nocloud", corev1.LabelInstanceTypeStable: "4c8g",
+			labels: withBeta(map[string]string{names.PlatformLabel: "nocloud", corev1.LabelInstanceTypeStable: "4c8g",
 				"pvc-storage-class/name": "my-storage-class"}),
 			addrs: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.3.0.3"}, {Type: corev1.NodeHostName, Address: "pve-3"},
 				{Type: corev1.NodeInternalDNS, Address: "pve-3.lan.example"}},
@@ -95,7 +97,7 @@ func TestUpstreamConfigExamples(t *testing.T) {
 			system:     &hardware.SystemInformationSpec{SerialNumber: "h=web-pve-1;i=101", SKUNumber: "pve-2c"},
 			addresses:  []talosnode.Address{{Link: "eth0", Prefix: "10.4.0.1/24"}},
 			providerID: "proxmox://region-1/101",
-			labels: withBeta(map[string]string{cloud.LabelPlatform: "nocloud", corev1.LabelInstanceTypeStable: "pve-2c",
+			labels: withBeta(map[string]string{names.PlatformLabel: "nocloud", corev1.LabelInstanceTypeStable: "pve-2c",
 				"node-role.kubernetes.io/web": ""}),
 			annotations: map[string]string{"talos.dev/instance-id": "id-9001"},
 			taints:      []corev1.Taint{{Key: "node.cloudprovider.kubernetes.io/storage-type", Effect: corev1.TaintEffectNoSchedule}},
@@ -107,7 +109,7 @@ func TestUpstreamConfigExamples(t *testing.T) {
 				InstanceType: "m5.large", InstanceID: "i-0c1", ProviderID: "aws:///us-east-1a/i-0c1"},
 			addresses:  []talosnode.Address{{Link: "eth0", Prefix: "10.5.0.1/24"}, {Link: "external", Prefix: "198.51.100.1/32"}},
 			providerID: "aws:///us-east-1a/i-0c1",
-			labels: withBeta(map[string]string{cloud.LabelPlatform: "aws", corev1.LabelInstanceTypeStable: "m5.large",
+			labels: withBeta(map[string]string{names.PlatformLabel: "aws", corev1.LabelInstanceTypeStable: "m5.large",
 				corev1.LabelTopologyRegion: "us-west-2", corev1.LabelTopologyZone: "us-east-1a", "talos.dev/instance-spot": "false"}),
 			annotations: map[string]string{"talos.dev/instance-id": "i-0c1"},
 			addrs: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.5.0.1"}, {Type: corev1.NodeExternalIP, Address: "198.51.100.1"},
@@ -119,7 +121,7 @@ func TestUpstreamConfigExamples(t *testing.T) {
 			metadata:   runtime.PlatformMetadataSpec{Platform: "metal"},
 			addresses:  []talosnode.Address{{Link: "eth0", Prefix: "10.5.0.2/24"}},
 			providerID: "talos://metal/10.5.0.2",
-			labels: withBeta(map[string]string{cloud.LabelPlatform: "metal", corev1.LabelTopologyRegion: "us-west-2",
+			labels: withBeta(map[string]string{names.PlatformLabel: "metal", corev1.LabelTopologyRegion: "us-west-2",
 				"talos.dev/instance-spot": "false"}),
 			annotations: map[string]string{"talos.dev/instance-id": ""},
 			addrs:       []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.5.0.2"}, {Type: corev1.NodeHostName, Address: "control-2"}},

@@ -39,10 +39,9 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/controlloop"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/facts"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/transform"
-)
 
-// ControllerName is the --controllers name.
-const ControllerName = "cloud-node"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
+)
 
 // Event reasons on Nodes; those of a facts lookup that failed are
 // facts.Reason's.
@@ -111,7 +110,7 @@ func New(client kubernetes.Interface, nodes coreinformers.NodeInformer, source F
 	}
 	var err error
 	c.loop, err = controlloop.New(controlloop.Config{
-		Name: ControllerName, Kind: "node", Workers: opts.Workers,
+		Name: names.CloudNodeController, Kind: "node", Workers: opts.Workers,
 		BaseDelay: 500 * time.Millisecond, MaxDelay: 2 * time.Minute,
 		Sync:   c.sync,
 		Synced: []cache.InformerSynced{nodes.Informer().HasSynced},
@@ -150,19 +149,12 @@ func (c *Controller) enqueue(obj any) {
 // Run processes nodes until ctx is done and returns once its workers have
 // finished.
 func (c *Controller) Run(ctx context.Context) {
-	klog.InfoS("Starting controller", "controller", ControllerName, "workers", c.opts.Workers, "enforce", c.opts.Enforce)
-	defer klog.InfoS("Stopped controller", "controller", ControllerName)
+	klog.InfoS("Starting controller", "controller", names.CloudNodeController, "workers", c.opts.Workers, "enforce", c.opts.Enforce)
+	defer klog.InfoS("Stopped controller", "controller", names.CloudNodeController)
 	c.loop.Run(ctx)
 }
 
-func isUninitialized(n *corev1.Node) bool {
-	for _, t := range n.Spec.Taints {
-		if t.Key == cloudproviderapi.TaintExternalCloudProvider {
-			return true
-		}
-	}
-	return false
-}
+func isUninitialized(n *corev1.Node) bool { return names.Uninitialized(n.Spec.Taints) }
 
 func (c *Controller) sync(ctx context.Context, name string) error {
 	node, err := c.lister.Get(name)
@@ -293,7 +285,7 @@ func applyFacts(n *corev1.Node, f *facts.Facts, enforce bool) {
 	}
 	taints := n.Spec.Taints[:0:0]
 	for _, t := range n.Spec.Taints {
-		if t.Key != cloudproviderapi.TaintExternalCloudProvider {
+		if t.Key != names.UninitializedTaint {
 			taints = append(taints, t)
 		}
 	}

@@ -27,6 +27,8 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/controlloop"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/events"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/facts"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 // NodeFacts tells what talos-ccm itself established for a node from the node's
@@ -165,7 +167,7 @@ func NewController(
 	}
 	var err error
 	c.loop, err = controlloop.New(controlloop.Config{
-		Name: ControllerName, Kind: "csr", Workers: o.Workers,
+		Name: names.CSRApprovalController, Kind: "csr", Workers: o.Workers,
 		BaseDelay: time.Second, MaxDelay: 5 * time.Minute,
 		Sync:   c.sync,
 		Synced: []cache.InformerSynced{csrInformer.Informer().HasSynced, nodeInformer.Informer().HasSynced},
@@ -175,7 +177,7 @@ func NewController(
 	}
 	if c.recorder == nil {
 		c.broadcaster = record.NewBroadcaster()
-		c.recorder = c.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: ControllerName})
+		c.recorder = c.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: names.CSRApprovalController})
 	}
 
 	csrInf := csrInformer.Informer()
@@ -208,8 +210,8 @@ func (c *Controller) Run(ctx context.Context) {
 		defer c.broadcaster.Shutdown()
 	}
 
-	klog.InfoS("Starting controller", "controller", ControllerName, "workers", c.opts.Workers)
-	defer klog.InfoS("Stopped controller", "controller", ControllerName)
+	klog.InfoS("Starting controller", "controller", names.CSRApprovalController, "workers", c.opts.Workers)
+	defer klog.InfoS("Stopped controller", "controller", names.CSRApprovalController)
 	c.loop.Run(ctx)
 }
 

@@ -24,7 +24,7 @@
 //   - Action's zero value is Ignore, so an empty Decision never approves.
 //   - Extra exported helpers: Pending (is this a CSR the controller acts on?),
 //     NodeName (system:node:<name> → name), Initialized (no uninitialized taint),
-//     the Reason* and EventReason* constants, MaxRequestBytes, TaintUninitialized.
+//     the Reason* and EventReason* constants, MaxRequestBytes, names.UninitializedTaint.
 //
 // Minimal RBAC for the talos-ccm identity (exercised by the integration tests):
 //

@@ -13,9 +13,6 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/iplist"
 )
 
-// ControllerName is the name under which talos-ccm runs this controller (--controllers).
-const ControllerName = "node-csr-approval"
-
 // Options tune the policy and the controller. The zero value is not usable: start
 // from NewOptions.
 type Options struct {

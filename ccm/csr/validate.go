@@ -18,6 +18,8 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 const (
@@ -28,11 +30,6 @@ const (
 
 	nodeUserPrefix = "system:node:"
 	nodesGroup     = "system:nodes"
-
-	// TaintUninitialized is the taint kubelets with --cloud-provider=external start
-	// with and talos-ccm's cloud-node controller removes once it has initialized the
-	// node (k8s.io/cloud-provider/api.TaintExternalCloudProvider).
-	TaintUninitialized = "node.cloudprovider.kubernetes.io/uninitialized"
 )
 
 var (
@@ -249,7 +246,7 @@ func checkNode(req *request, node *corev1.Node, established []corev1.NodeAddress
 // taint is gone).
 func Initialized(node *corev1.Node) bool {
 	for _, t := range node.Spec.Taints {
-		if t.Key == TaintUninitialized {
+		if t.Key == names.UninitializedTaint {
 			return false
 		}
 	}

@@ -23,6 +23,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/csr/csrtest"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 // talosReported is what the Talos API reported for web-1: the only addresses that
@@ -58,7 +60,7 @@ func testNode() *corev1.Node {
 }
 
 func uninitialized(n *corev1.Node) *corev1.Node {
-	n.Spec.Taints = []corev1.Taint{{Key: TaintUninitialized, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
+	n.Spec.Taints = []corev1.Taint{{Key: names.UninitializedTaint, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
 	return n
 }
 

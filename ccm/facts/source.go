@@ -5,16 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"slices"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	cloudproviderapi "k8s.io/cloud-provider/api"
 	"k8s.io/klog/v2"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/iplist"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 // TalosReader is what a Source reads from the Talos API (ccm/talos.Client),
@@ -169,9 +169,7 @@ func providerIDMismatch(node *corev1.Node, f *Facts) error {
 	return &ProviderIDMismatchError{Registered: node.Spec.ProviderID, Established: f.ProviderID}
 }
 
-func uninitialized(node *corev1.Node) bool {
-	return slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == cloudproviderapi.TaintExternalCloudProvider })
-}
+func uninitialized(node *corev1.Node) bool { return names.Uninitialized(node.Spec.Taints) }
 
 // read reads the node's Talos API at targets (in order, until one answers as
 // the node) and interprets the reading. It neither remembers nor compares the

@@ -332,7 +332,7 @@ func (a *allocator) rebuild(nodes []nodeCIDRs) []Overlap {
 		if len(hs) > 1 {
 			for _, h := range hs[1:] {
 				if h.isNode() {
-					out = append(out, Overlap{Node: h.name, NodeUID: h.uid, CIDR: q, With: q, By: names(hs[:1])})
+					out = append(out, Overlap{Node: h.name, NodeUID: h.uid, CIDR: q, With: q, By: holderNames(hs[:1])})
 				}
 			}
 		}
@@ -340,7 +340,7 @@ func (a *allocator) rebuild(nodes []nodeCIDRs) []Overlap {
 			outer := open[len(open)-1]
 			for _, h := range hs {
 				if h.isNode() {
-					out = append(out, Overlap{Node: h.name, NodeUID: h.uid, CIDR: q, With: outer, By: names(a.ledger.held[outer])})
+					out = append(out, Overlap{Node: h.name, NodeUID: h.uid, CIDR: q, With: outer, By: holderNames(a.ledger.held[outer])})
 				}
 			}
 		}
@@ -350,7 +350,7 @@ func (a *allocator) rebuild(nodes []nodeCIDRs) []Overlap {
 	return out
 }
 
-func names(hs []holder) []string {
+func holderNames(hs []holder) []string {
 	out := make([]string, 0, len(hs))
 	for _, h := range hs {
 		out = append(out, h.name)

@@ -31,6 +31,8 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/facts"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/iplist"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 // NodeFacts is where the cloud allocator learns a node's addresses
@@ -137,7 +139,7 @@ func NewController(client kubernetes.Interface, nodeInformer coreinformers.NodeI
 	}
 	var err error
 	c.loop, err = controlloop.New(controlloop.Config{
-		Name: ControllerName, Kind: "node", Workers: cfg.Workers,
+		Name: names.IPAMController, Kind: "node", Workers: cfg.Workers,
 		BaseDelay: time.Second, MaxDelay: 5 * time.Minute,
 		Sync:   c.syncAndPark,
 		Synced: []cache.InformerSynced{nodeInformer.Informer().HasSynced},
@@ -148,7 +150,7 @@ func NewController(client kubernetes.Interface, nodeInformer coreinformers.NodeI
 	}
 	if c.recorder == nil {
 		c.broadcaster = record.NewBroadcaster()
-		c.recorder = c.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: ControllerName})
+		c.recorder = c.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: names.IPAMController})
 	}
 	if _, err := nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.nodeChanged(nil, obj) },
@@ -171,8 +173,8 @@ func (c *Controller) Run(ctx context.Context) {
 		c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.client.CoreV1().Events("")})
 		defer c.broadcaster.Shutdown()
 	}
-	klog.InfoS("Starting controller", "controller", ControllerName, "allocator", c.cfg.AllocatorType, "workers", c.cfg.Workers)
-	defer klog.InfoS("Stopped controller", "controller", ControllerName)
+	klog.InfoS("Starting controller", "controller", names.IPAMController, "allocator", c.cfg.AllocatorType, "workers", c.cfg.Workers)
+	defer klog.InfoS("Stopped controller", "controller", names.IPAMController)
 	c.loop.Run(ctx)
 }
 
@@ -223,7 +225,7 @@ func (c *Controller) start(clusterCIDRs, serviceCIDRs []netip.Prefix) error {
 	c.startMu.Unlock()
 
 	rebuildSeconds.Set(took.Seconds())
-	klog.InfoS("Rebuilt pod CIDR ledger from nodes", "controller", ControllerName, "nodes", len(nodes), "allocated", len(held),
+	klog.InfoS("Rebuilt pod CIDR ledger from nodes", "controller", names.IPAMController, "nodes", len(nodes), "allocated", len(held),
 		"pending", len(pending), "clusterCIDRs", iplist.Join(clusterCIDRs), "serviceCIDRs", iplist.Join(serviceCIDRs), "duration", took)
 	c.reportOverlaps(overlaps)
 	for _, name := range pending {
@@ -248,12 +250,12 @@ func (c *Controller) clusterNetwork(ctx context.Context) (cluster, service []net
 			if len(c.cfg.ServiceCIDRs) > 0 {
 				service = c.cfg.ServiceCIDRs
 			}
-			klog.InfoS("Read cluster network from Talos", "controller", ControllerName,
+			klog.InfoS("Read cluster network from Talos", "controller", names.IPAMController,
 				"clusterCIDRs", iplist.Join(cluster), "serviceCIDRs", iplist.Join(service))
 			return cluster, service, true
 		}
 		klog.ErrorS(err, "Cannot read the pod CIDRs from the Talos control plane yet; no node gets a pod CIDR until then (or set --cluster-cidr)",
-			"controller", ControllerName)
+			"controller", names.IPAMController)
 		select {
 		case <-ctx.Done():
 			return nil, nil, false
@@ -534,7 +536,7 @@ func (c *Controller) assign(ctx context.Context, node *corev1.Node, h holder, ci
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	_, err = c.client.CoreV1().Nodes().Patch(ctx, node.Name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: ControllerName})
+	_, err = c.client.CoreV1().Nodes().Patch(ctx, node.Name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: names.IPAMController})
 	if err == nil {
 		assignments.WithLabelValues("assigned").Inc()
 		c.unpark(node.Name)

@@ -10,6 +10,8 @@ import (
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/iplist"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 // internalIPs are the InternalIP addresses among addrs (talos-ccm's
@@ -45,11 +47,7 @@ func hostAddrs(n *corev1.Node) []netip.Addr {
 }
 
 // uninitialized reports whether the node still waits for its cloud provider.
-func uninitialized(n *corev1.Node) bool {
-	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool {
-		return t.Key == cloudproviderapi.TaintExternalCloudProvider
-	})
-}
+func uninitialized(n *corev1.Node) bool { return names.Uninitialized(n.Spec.Taints) }
 
 // podCIDRs parses spec.podCIDRs (or the legacy spec.podCIDR); unparsable
 // entries are skipped.

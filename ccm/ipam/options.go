@@ -10,9 +10,6 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/iplist"
 )
 
-// ControllerName is the name under which talos-ccm runs this controller (--controllers).
-const ControllerName = "node-ipam-controller"
-
 // AllocatorType selects how pod CIDRs are chosen (--cidr-allocator-type).
 type AllocatorType string
 

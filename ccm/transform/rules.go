@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	cloudproviderapi "k8s.io/cloud-provider/api"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 // program is a validated, compiled configuration.
@@ -73,7 +75,7 @@ var reservedLabels = map[string]string{
 	corev1.LabelFailureDomainBetaZone:              "it is derived from the metadata: override platformMetadata.zone instead",
 	corev1.LabelInstanceTypeStable:                 "it is derived from the metadata: override platformMetadata.instanceType instead",
 	corev1.LabelInstanceType:                       "it is derived from the metadata: override platformMetadata.instanceType instead",
-	"node.cloudprovider.kubernetes.io/platform":    "it is talos-ccm's routing label, derived from the platform: override platformMetadata.platform instead",
+	names.PlatformLabel:                            "it is talos-ccm's routing label, derived from the platform: override platformMetadata.platform instead",
 	"node.cloudprovider.kubernetes.io/clustername": "it is set from global.clusterName (else the cluster of the talosconfig context)",
 	"node.cloudprovider.kubernetes.io/lifecycle":   "it is derived from the metadata: override platformMetadata.spot instead",
 	corev1.LabelHostname:                           "the kubelet sets it",
@@ -91,7 +93,7 @@ func reservedTaint(key string) string {
 	switch {
 	case strings.HasPrefix(key, "node.kubernetes.io/"):
 		return "the node.kubernetes.io/ taints belong to Kubernetes' node controllers and the scheduler"
-	case key == cloudproviderapi.TaintExternalCloudProvider, key == cloudproviderapi.TaintNodeShutdown:
+	case key == names.UninitializedTaint, key == cloudproviderapi.TaintNodeShutdown:
 		return "the cloud node controllers set it"
 	}
 	return ""

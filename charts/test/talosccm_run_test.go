@@ -32,6 +32,8 @@ import (
 
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 // TestTalosCCMRunsWithChartRBAC runs the real talos-ccm binary with the
@@ -154,7 +156,7 @@ func TestTalosCCMRunsWithChartRBAC(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("node not initialized with the chart's RBAC: %+v", got)
 	}
-	if got.Spec.ProviderID != "hcloud://4711" || got.Labels["node.cloudprovider.kubernetes.io/platform"] != "hcloud" ||
+	if got.Spec.ProviderID != "hcloud://4711" || got.Labels[names.PlatformLabel] != "hcloud" ||
 		got.Labels["node.cloudprovider.kubernetes.io/clustername"] != "prod-eu" {
 		t.Errorf("node: providerID %q labels %v", got.Spec.ProviderID, got.Labels)
 	}

@@ -22,6 +22,8 @@ import (
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 func createSecret(t *testing.T, name string, data map[string]string) {
@@ -35,7 +37,7 @@ func createSecret(t *testing.T, name string, data map[string]string) {
 func createNode(t *testing.T, name, platform, providerID string) {
 	t.Helper()
 	n := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1.PlatformLabel: platform}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{names.PlatformLabel: platform}},
 		Spec:       corev1.NodeSpec{ProviderID: providerID},
 	}
 	create(t, n)

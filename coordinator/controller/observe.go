@@ -15,6 +15,8 @@ import (
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 // resolveProfile finds the profile and builds the release request from it
@@ -82,7 +84,7 @@ func (r *NativeCCMReconciler) stallProfile(obj *v1.NativeCCM, reason string, err
 // observeNodes counts the platform's nodes and tracks when the last one went.
 func (r *NativeCCMReconciler) observeNodes(ctx context.Context, obj *v1.NativeCCM) ([]corev1.Node, error) {
 	var list corev1.NodeList
-	if err := r.List(ctx, &list, client.MatchingLabels{v1.PlatformLabel: obj.Spec.Platform}); err != nil {
+	if err := r.List(ctx, &list, client.MatchingLabels{names.PlatformLabel: obj.Spec.Platform}); err != nil {
 		return nil, fmt.Errorf("list nodes of platform %s: %w", obj.Spec.Platform, err)
 	}
 	obj.Status.Nodes = int32(len(list.Items))

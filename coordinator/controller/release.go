@@ -17,6 +17,8 @@ import (
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 // releaseAction is what the release step does, chosen by nextAction from
@@ -199,7 +201,7 @@ func (r *NativeCCMReconciler) reconcileAbsent(ctx context.Context, obj *v1.Nativ
 	if err != nil {
 		return err
 	}
-	msg := fmt.Sprintf("no node has %s=%s", v1.PlatformLabel, obj.Spec.Platform)
+	msg := fmt.Sprintf("no node has %s=%s", names.PlatformLabel, obj.Spec.Platform)
 	if reason == v1.InstallDisabledReason {
 		msg = "install policy is Never"
 	}

@@ -16,6 +16,8 @@ import (
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 const platformIndex = ".spec.platform"
@@ -59,7 +61,7 @@ func platformOf(o client.Object) string {
 	if o == nil {
 		return ""
 	}
-	return o.GetLabels()[v1.PlatformLabel]
+	return o.GetLabels()[names.PlatformLabel]
 }
 
 func (h nodeHandler) enqueue(ctx context.Context, q queue, platform string) {

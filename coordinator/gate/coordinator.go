@@ -15,6 +15,8 @@ import (
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 // Reasons of the Gated condition.
@@ -99,7 +101,7 @@ func (g Coordinator) Mutators(ctx context.Context, obj *v1.NativeCCM, p *profile
 	}
 	conditions.MarkTrue(obj, v1.GatedCondition, GateEnforcedReason,
 		"admission policy %s lets %s change only nodes labelled %s=%s with providerID %v, and %s; ccm-gate shows it only those",
-		want.Policy, l.Username(), v1.PlatformLabel, obj.Spec.Platform, want.ProviderIDPrefixes, services)
+		want.Policy, l.Username(), names.PlatformLabel, obj.Spec.Platform, want.ProviderIDPrefixes, services)
 	return []release.Mutator{s}, nil
 }
 

@@ -20,6 +20,8 @@ import (
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 const (
@@ -154,7 +156,7 @@ func FenceDigest() string {
 
 func (f Fence) render(namespace string) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
 	name := f.name()
-	label := celString(v1.PlatformLabel)
+	label := celString(names.PlatformLabel)
 	saPrefix := "system:serviceaccount:" + namespace + ":" + v1.ReleasePrefix
 	verb := `(request.operation == 'DELETE' ? 'delete' : (request.?subResource.orValue('') == '' ? 'change' : 'change the ' + request.subResource + ' of'))`
 	// Every validation applies only to the evaluation whose parameter is the
@@ -218,9 +220,9 @@ func (f Fence) render(namespace string) (*admissionregistrationv1.ValidatingAdmi
 				},
 				{
 					Expression: mine("variables.oldPlatform == variables.platform"),
-					Message:    "hybrid-ccm gate: a native CCM may only change nodes labelled with its platform (" + v1.PlatformLabel + ")",
+					Message:    "hybrid-ccm gate: a native CCM may only change nodes labelled with its platform (" + names.PlatformLabel + ")",
 					MessageExpression: cel(lit("hybrid-ccm gate: "), who, lit(" may not "), verb, lit(" node "), "request.name",
-						lit(": its label "+v1.PlatformLabel+" is "),
+						lit(": its label "+names.PlatformLabel+" is "),
 						"(variables.oldPlatform == '' ? 'missing' : '\"' + variables.oldPlatform + '\"')",
 						lit(", not \""), "variables.platform", lit("\"")),
 					Reason: ptr.To(metav1.StatusReasonForbidden),
@@ -235,8 +237,8 @@ func (f Fence) render(namespace string) (*admissionregistrationv1.ValidatingAdmi
 				},
 				{
 					Expression:        mine("request.operation != 'UPDATE' || variables.newPlatform == variables.platform"),
-					Message:           "hybrid-ccm gate: a native CCM may not change the label " + v1.PlatformLabel,
-					MessageExpression: cel(lit("hybrid-ccm gate: "), who, lit(" may not change the label "+v1.PlatformLabel+" of node "), "request.name"),
+					Message:           "hybrid-ccm gate: a native CCM may not change the label " + names.PlatformLabel,
+					MessageExpression: cel(lit("hybrid-ccm gate: "), who, lit(" may not change the label "+names.PlatformLabel+" of node "), "request.name"),
 					Reason:            ptr.To(metav1.StatusReasonForbidden),
 				},
 				{

@@ -19,6 +19,8 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/gatetest"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 func TestFenceValidate(t *testing.T) {
@@ -261,13 +263,13 @@ func TestFence(t *testing.T) {
 		{name: "delete hcloud-labelled node with aws providerID", do: func() error { return del(ccm, "fence-hcloud-awsid") }, node: "fence-hcloud-awsid"},
 		{name: "delete unlabelled node with hcloud providerID", do: func() error { return del(ccm, "fence-unlabelled-hcloudid") }, node: "fence-unlabelled-hcloudid"},
 		{name: "relabel own node to aws", do: func() error {
-			return patch(ccm, "fence-own", `{"metadata":{"labels":{"`+gatetest.PlatformLabel+`":"aws"}}}`)
+			return patch(ccm, "fence-own", `{"metadata":{"labels":{"`+names.PlatformLabel+`":"aws"}}}`)
 		}, node: "fence-own"},
 		{name: "remove own node's platform label", do: func() error {
-			return patch(ccm, "fence-own", `{"metadata":{"labels":{"`+gatetest.PlatformLabel+`":null}}}`)
+			return patch(ccm, "fence-own", `{"metadata":{"labels":{"`+names.PlatformLabel+`":null}}}`)
 		}, node: "fence-own"},
 		{name: "claim uninitialized node by label", do: func() error {
-			return patch(ccm, "fence-uninit", `{"metadata":{"labels":{"`+gatetest.PlatformLabel+`":"hcloud"}}}`)
+			return patch(ccm, "fence-uninit", `{"metadata":{"labels":{"`+names.PlatformLabel+`":"hcloud"}}}`)
 		}, node: "fence-uninit"},
 		{name: "stamp hcloud providerID on uninitialized node", do: func() error {
 			return patch(ccm, "fence-uninit", `{"spec":{"providerID":"hcloud://4004"}}`)

@@ -18,12 +18,13 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
-	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release/helm"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 const gateImage = "ghcr.io/hybrid-ccm/ccm-gate:test"
@@ -431,7 +432,7 @@ func TestSidecarManifestsValidate(t *testing.T) {
 
 // The view, the fence and the coordinator's API key on the same label.
 func TestPlatformLabelAgrees(t *testing.T) {
-	if proxy.DefaultPlatformLabel != v1.PlatformLabel {
-		t.Fatalf("proxy label %q, API label %q", proxy.DefaultPlatformLabel, v1.PlatformLabel)
+	if names.PlatformLabel != names.PlatformLabel {
+		t.Fatalf("proxy label %q, API label %q", names.PlatformLabel, names.PlatformLabel)
 	}
 }

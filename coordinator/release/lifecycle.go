@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 // Labels the coordinator puts on every object of a native CCM release. Conflict
@@ -32,8 +34,7 @@ const (
 	// LifecycleController is the only controller a native CCM runs.
 	LifecycleController = "cloud-node-lifecycle"
 
-	controlPlaneLabel  = "node-role.kubernetes.io/control-plane"
-	uninitializedTaint = "node.cloudprovider.kubernetes.io/uninitialized"
+	controlPlaneLabel = "node-role.kubernetes.io/control-plane"
 
 	// defaultSecurePort is what a CCM listens on without --secure-port.
 	defaultSecurePort = 10258
@@ -269,7 +270,7 @@ func (l Lifecycle) enforceWorkload(w *unstructured.Unstructured) error {
 	spec.NodeSelector[controlPlaneLabel] = ""
 	for _, t := range []corev1.Toleration{
 		{Key: controlPlaneLabel, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
-		{Key: uninitializedTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+		{Key: names.UninitializedTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
 	} {
 		if !slices.ContainsFunc(spec.Tolerations, func(x corev1.Toleration) bool {
 			return x.Key == t.Key && x.Effect == t.Effect && x.Operator == corev1.TolerationOpExists

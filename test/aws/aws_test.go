@@ -43,6 +43,8 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/test/fakeec2"
 	"github.com/hybrid-ccm/hybrid-ccm/test/podrunner"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 const (
@@ -54,7 +56,7 @@ const (
 	zone         = "eu-west-1a"
 	clusterID    = "hybrid-test"
 	accessKey    = "AKIAFAKEHYBRIDCCM"
-	platformLb   = "node.cloudprovider.kubernetes.io/platform"
+	platformLb   = names.PlatformLabel
 )
 
 // node is a Node as its kubelet registers it and, unless uninitialized,

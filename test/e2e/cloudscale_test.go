@@ -19,6 +19,8 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 // docsYAML returns the yaml code block that follows the line starting with
@@ -72,15 +74,15 @@ func TestCloudscaleNodesAreRoutedEndToEnd(t *testing.T) {
 	register(t, kubeletNode("os-web-1", "10.111.0.2"), "10.111.0.2")
 
 	cs := waitNode(t, "cs-web-1", 30*time.Second, initialized)
-	if cs.Labels[gatetest.PlatformLabel] != "cloudscale" || cs.Spec.ProviderID != "cloudscale://"+csUUID {
-		t.Fatalf("cloudscale server: platform %q providerID %q, want cloudscale and cloudscale://%s", cs.Labels[gatetest.PlatformLabel], cs.Spec.ProviderID, csUUID)
+	if cs.Labels[names.PlatformLabel] != "cloudscale" || cs.Spec.ProviderID != "cloudscale://"+csUUID {
+		t.Fatalf("cloudscale server: platform %q providerID %q, want cloudscale and cloudscale://%s", cs.Labels[names.PlatformLabel], cs.Spec.ProviderID, csUUID)
 	}
 	if cs.Labels[corev1.LabelTopologyZone] != "rma1" || cs.Labels[corev1.LabelInstanceTypeStable] != "flex-4-2" {
 		t.Errorf("cloudscale server: topology and instance type from the metadata, got %v", cs.Labels)
 	}
 	osn := waitNode(t, "os-web-1", 30*time.Second, initialized)
-	if osn.Labels[gatetest.PlatformLabel] != "openstack" || osn.Spec.ProviderID != "openstack:///"+osUUID {
-		t.Fatalf("openstack server: platform %q providerID %q", osn.Labels[gatetest.PlatformLabel], osn.Spec.ProviderID)
+	if osn.Labels[names.PlatformLabel] != "openstack" || osn.Spec.ProviderID != "openstack:///"+osUUID {
+		t.Fatalf("openstack server: platform %q providerID %q", osn.Labels[names.PlatformLabel], osn.Spec.ProviderID)
 	}
 
 	// The cloudscale NativeCCM's fence and view, from the built-in profile: the
@@ -131,7 +133,7 @@ func TestCloudscaleNodesAreRoutedEndToEnd(t *testing.T) {
 	if err := dryDelete("os-web-1"); !apierrors.IsForbidden(err) {
 		t.Errorf("the cloudscale CCM deleting an OpenStack node: %v, want a fence denial", err)
 	}
-	view, err := env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: gatetest.PlatformLabel + "=" + p.Platforms[0]})
+	view, err := env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: names.PlatformLabel + "=" + p.Platforms[0]})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -174,7 +174,7 @@ func TestCoordinatorPrivileges(t *testing.T) {
 		}},
 		{"patch a node", func(ctx context.Context) error {
 			return coord.Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "priv-node-1"}},
-				client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"node.cloudprovider.kubernetes.io/platform":"x"}}}`)), client.DryRunAll)
+				client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{names.PlatformLabel:"x"}}}`)), client.DryRunAll)
 		}},
 		{"delete a node", func(ctx context.Context) error {
 			return coord.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "priv-node-1"}}, client.DryRunAll)

@@ -34,6 +34,8 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 // renderChart renders a chart of charts/ with its default values (the Helm SDK's
@@ -172,7 +174,7 @@ func TestCoordinatorWorksWithItsChartRBAC(t *testing.T) {
 	if err := c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "hcloud", Namespace: ns}, StringData: map[string]string{"token": "t"}}); err != nil {
 		t.Fatal(err)
 	}
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "rbac-hcloud-1", Labels: map[string]string{v1alpha1.PlatformLabel: "hcloud"}},
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "rbac-hcloud-1", Labels: map[string]string{names.PlatformLabel: "hcloud"}},
 		Spec: corev1.NodeSpec{ProviderID: "hcloud://77"}}
 	if err := c.Create(ctx, n); err != nil {
 		t.Fatal(err)
@@ -267,7 +269,7 @@ func TestCoordinatorWorksWithItsChartRBAC(t *testing.T) {
 	}
 	// The fence holds for it: its RBAC lets it patch nodes, the fence refuses a
 	// node of another platform.
-	foreign := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "rbac-aws-1", Labels: map[string]string{v1alpha1.PlatformLabel: "aws"}},
+	foreign := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "rbac-aws-1", Labels: map[string]string{names.PlatformLabel: "aws"}},
 		Spec: corev1.NodeSpec{ProviderID: "aws:///a/i-77"}}
 	if err := c.Create(ctx, foreign); err != nil {
 		t.Fatal(err)

@@ -16,6 +16,8 @@ import (
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/transform"
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 const enforceRulesA = `global:
@@ -102,7 +104,7 @@ func TestEnforceModeReconcilesRuleOutput(t *testing.T) {
 	if !hasTaint(n, "example.com/dedicated") {
 		t.Errorf("a taint the rules can no longer produce was lifted: %v", n.Spec.Taints)
 	}
-	if n.Labels["user.example.com/keep"] != "yes" || n.Labels["node.cloudprovider.kubernetes.io/platform"] != "metal" {
+	if n.Labels["user.example.com/keep"] != "yes" || n.Labels[names.PlatformLabel] != "metal" {
 		t.Fatalf("enforce mode touched keys it does not own: %v", n.Labels)
 	}
 	waitEvent(t, "enforce-1", "TransformationsReconciled", 10*time.Second)
@@ -156,7 +158,7 @@ func TestEnforceModeReconcilesMetadataOverrides(t *testing.T) {
 	if n := waitNode(t, "enforce-md-1", 30*time.Second, initialized); zone(n) != "rack-1" {
 		t.Fatalf("zone %q after initialization, want the override rack-1", zone(n))
 	}
-	if n := waitNode(t, "cs-enforce-1", 30*time.Second, initialized); n.Labels["node.cloudprovider.kubernetes.io/platform"] != "openstack" {
+	if n := waitNode(t, "cs-enforce-1", 30*time.Second, initialized); n.Labels[names.PlatformLabel] != "openstack" {
 		t.Fatalf("openstack node: labels %v", n.Labels)
 	}
 
@@ -176,8 +178,8 @@ func TestEnforceModeReconcilesMetadataOverrides(t *testing.T) {
 	if ev.Type != corev1.EventTypeWarning || !strings.Contains(ev.Message, `"cloudscale"`) || !strings.Contains(ev.Message, "openstack:///"+uuid) {
 		t.Errorf("event %s %q should be a Warning naming the new platform and the providerID", ev.Type, ev.Message)
 	}
-	if n := waitNode(t, "cs-enforce-1", time.Second, func(*corev1.Node) bool { return true }); n.Labels["node.cloudprovider.kubernetes.io/platform"] != "openstack" || n.Spec.ProviderID != "openstack:///"+uuid {
-		t.Errorf("the openstack node was moved: platform %q providerID %q", n.Labels["node.cloudprovider.kubernetes.io/platform"], n.Spec.ProviderID)
+	if n := waitNode(t, "cs-enforce-1", time.Second, func(*corev1.Node) bool { return true }); n.Labels[names.PlatformLabel] != "openstack" || n.Spec.ProviderID != "openstack:///"+uuid {
+		t.Errorf("the openstack node was moved: platform %q providerID %q", n.Labels[names.PlatformLabel], n.Spec.ProviderID)
 	}
 
 	// the overrides are removed: the metadata's zone again, no lifecycle label
@@ -186,7 +188,7 @@ func TestEnforceModeReconcilesMetadataOverrides(t *testing.T) {
 		_, spot := n.Labels["node.cloudprovider.kubernetes.io/lifecycle"]
 		return zone(n) == "dc1-a" && !spot && n.Labels["example.com/site"] == "metal"
 	})
-	if n.Labels["node.cloudprovider.kubernetes.io/platform"] != "metal" {
-		t.Errorf("platform label %q", n.Labels["node.cloudprovider.kubernetes.io/platform"])
+	if n.Labels[names.PlatformLabel] != "metal" {
+		t.Errorf("platform label %q", n.Labels[names.PlatformLabel])
 	}
 }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 // talosconfigForCluster writes an os:reader talosconfig of ep whose context
@@ -62,7 +64,7 @@ func TestUpstreamConfigGivesTheDocumentedNode(t *testing.T) {
 	}
 	wantLabels := merge(map[string]string{corev1.LabelHostname: "web-1", corev1.LabelOSStable: "linux"},
 		topo("us-west-1-on-metal", "us-west-1f", "t2.micro"), map[string]string{
-			"node.cloudprovider.kubernetes.io/platform":    "metal",
+			names.PlatformLabel:                            "metal",
 			"node.cloudprovider.kubernetes.io/clustername": "talos-default",
 			"node-role.kubernetes.io/web":                  "",
 			"node-role.kubernetes.io/capacity-type":        "on-demand",

@@ -23,6 +23,8 @@ import (
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/csr/csrtest"
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 // A kubelet registers its Node with whatever providerID it likes. One that
@@ -112,7 +114,7 @@ func TestKubeletChosenProviderIDKeepsNodeUninitialized(t *testing.T) {
 		t.Fatal(err)
 	}
 	node = waitNode(t, "pid-1", 60*time.Second, initialized)
-	if node.Spec.ProviderID != "hcloud://77" || node.Labels["node.cloudprovider.kubernetes.io/platform"] != "hcloud" {
+	if node.Spec.ProviderID != "hcloud://77" || node.Labels[names.PlatformLabel] != "hcloud" {
 		t.Fatalf("after re-registration: providerID %q labels %v", node.Spec.ProviderID, node.Labels)
 	}
 	waitMetric(t, port, "talos_ccm_nodes_providerid_mismatch", 0)

@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 const rulesYAML = `global:
@@ -106,7 +108,7 @@ func addr(t corev1.NodeAddressType, a string) corev1.NodeAddress {
 
 func platformCases() []platformCase {
 	const (
-		pl = "node.cloudprovider.kubernetes.io/platform"
+		pl = names.PlatformLabel
 		cn = "node.cloudprovider.kubernetes.io/clustername"
 		lc = "node.cloudprovider.kubernetes.io/lifecycle"
 	)
@@ -331,7 +333,7 @@ func TestUnreachableAndSlowNodesDoNotDelayOthers(t *testing.T) {
 	}
 	for _, name := range healthy {
 		n := waitNode(t, name, 60*time.Second, func(n *corev1.Node) bool { return initialized(n) && len(n.Status.Addresses) == 2 })
-		if n.Spec.ProviderID == "" || n.Labels["node.cloudprovider.kubernetes.io/platform"] != "metal" {
+		if n.Spec.ProviderID == "" || n.Labels[names.PlatformLabel] != "metal" {
 			t.Fatalf("%s: initialized without its facts: providerID %q labels %v", name, n.Spec.ProviderID, n.Labels)
 		}
 	}
@@ -406,7 +408,7 @@ func TestIncompleteMetadataIsRetriedNotGuessed(t *testing.T) {
 	if err := bare.SetMetadata(ctx, runtime.PlatformMetadataSpec{Platform: "nocloud", Hostname: "no-metadata"}); err != nil {
 		t.Fatal(err)
 	}
-	if n := waitNode(t, "hcloud-late", 90*time.Second, initialized); n.Spec.ProviderID != "hcloud://99" || n.Labels["node.cloudprovider.kubernetes.io/platform"] != "hcloud" {
+	if n := waitNode(t, "hcloud-late", 90*time.Second, initialized); n.Spec.ProviderID != "hcloud://99" || n.Labels[names.PlatformLabel] != "hcloud" {
 		t.Fatalf("hcloud-late: providerID %q labels %v", n.Spec.ProviderID, n.Labels)
 	}
 	if n := waitNode(t, "no-metadata", 90*time.Second, initialized); n.Spec.ProviderID != "talos://nocloud/10.30.0.2" {

@@ -45,6 +45,8 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/test/podrunner"
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 const namespace = "kube-system"
@@ -159,8 +161,8 @@ func TestInstallAsDocumented(t *testing.T) {
 			continue // may be deleted as soon as it is initialized
 		}
 		got := waitNode(t, n.name, func(o *corev1.Node) bool { return initialized(o) && len(o.Spec.PodCIDRs) > 0 })
-		if got.Labels["node.cloudprovider.kubernetes.io/platform"] != n.platform {
-			t.Errorf("node %s: platform label %q, want %q", n.name, got.Labels["node.cloudprovider.kubernetes.io/platform"], n.platform)
+		if got.Labels[names.PlatformLabel] != n.platform {
+			t.Errorf("node %s: platform label %q, want %q", n.name, got.Labels[names.PlatformLabel], n.platform)
 		}
 		if n.providerID != "" && got.Spec.ProviderID != n.providerID {
 			t.Errorf("node %s: providerID %q, want %q", n.name, got.Spec.ProviderID, n.providerID)

@@ -18,6 +18,8 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/csr/csrtest"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/events"
 	"github.com/hybrid-ccm/hybrid-ccm/test/writefloor"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 // BenchmarkDecide1000 measures how long the controller (default options, events on)
@@ -184,7 +186,7 @@ func csrCeilings(b *testing.B, nodes []*corev1.Node, requests [][]byte, kubelets
 			_, err := eventsAPI.Create(ctx, &corev1.Event{
 				ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", obj.Name, now.UnixNano()), Namespace: metav1.NamespaceDefault},
 				InvolvedObject: obj, Reason: "BenchCeiling", Message: message, Type: corev1.EventTypeNormal,
-				Source: corev1.EventSource{Component: csr.ControllerName}, FirstTimestamp: now, LastTimestamp: now, Count: 1,
+				Source: corev1.EventSource{Component: names.CSRApprovalController}, FirstTimestamp: now, LastTimestamp: now, Count: 1,
 			}, metav1.CreateOptions{})
 			return err
 		}

@@ -21,6 +21,8 @@ import (
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/csr"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/csr/csrtest"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 // TestApprovesKubeletRequests: requests exactly like a kubelet's, for an initialized
@@ -71,7 +73,7 @@ func TestApprovesKubeletRequests(t *testing.T) {
 		})
 	}
 	ev := waitEvent(t, "Node", okNode, csr.EventReasonApproved)
-	if ev.Source.Component != csr.ControllerName {
+	if ev.Source.Component != names.CSRApprovalController {
 		t.Errorf("node event source %q", ev.Source.Component)
 	}
 	waitCounter(t, "approve", csr.ReasonNodeIdentityVerified, before+float64(len(tests)))

@@ -26,6 +26,8 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/csr"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/csr/csrtest"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 var env *testenv.Env
@@ -197,9 +199,9 @@ func createNode(t testing.TB, s nodeSpec) *corev1.Node {
 	}}
 	if s.initialized {
 		n.Spec.ProviderID = "talos://metal/" + s.name
-		n.Labels["node.cloudprovider.kubernetes.io/platform"] = "metal"
+		n.Labels[names.PlatformLabel] = "metal"
 	} else {
-		n.Spec.Taints = []corev1.Taint{{Key: csr.TaintUninitialized, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
+		n.Spec.Taints = []corev1.Taint{{Key: names.UninitializedTaint, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
 	}
 	created, err := env.Client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
 	if err != nil {

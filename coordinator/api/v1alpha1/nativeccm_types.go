@@ -13,9 +13,6 @@ const (
 
 	// Finalizer makes the coordinator uninstall the release before a NativeCCM goes.
 	Finalizer = "hybridccm.io/finalizer"
-
-	// PlatformLabel is the routing key talos-ccm writes on every node it initializes.
-	PlatformLabel = "node.cloudprovider.kubernetes.io/platform"
 )
 
 // InstallPolicy says when the native CCM release exists.

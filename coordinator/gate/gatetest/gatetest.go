@@ -28,10 +28,9 @@ import (
 
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
-)
 
-// PlatformLabel is the routing label (v1alpha1.PlatformLabel).
-const PlatformLabel = "node.cloudprovider.kubernetes.io/platform"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
+)
 
 // Username is the API server user name of a ServiceAccount.
 func Username(namespace, name string) string {
@@ -183,9 +182,9 @@ func (s NodeSpec) Node() *corev1.Node {
 		n.Labels[k] = v
 	}
 	if s.Platform != "" {
-		n.Labels[PlatformLabel] = s.Platform
+		n.Labels[names.PlatformLabel] = s.Platform
 	} else {
-		n.Spec.Taints = []corev1.Taint{{Key: "node.cloudprovider.kubernetes.io/uninitialized", Value: "true", Effect: corev1.TaintEffectNoSchedule}}
+		n.Spec.Taints = []corev1.Taint{{Key: names.UninitializedTaint, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
 	}
 	n.Spec.ProviderID = s.ProviderID
 	return n

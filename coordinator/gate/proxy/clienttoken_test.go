@@ -217,7 +217,7 @@ func TestGateBinaryClientToken(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := names(nodes.Items); !slices.Equal(got, []string{"token-own-1"}) {
+		if got := nodeNames(nodes.Items); !slices.Equal(got, []string{"token-own-1"}) {
 			t.Errorf("view %v, want only token-own-1", got)
 		}
 	})

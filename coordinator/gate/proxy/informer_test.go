@@ -187,8 +187,8 @@ func TestServe(t *testing.T) {
 	cfg := &rest.Config{Host: proxyURL, TLSClientConfig: rest.TLSClientConfig{CAFile: filepath.Join(tlsDir, proxy.CertFile)}}
 	cs := kubernetes.NewForConfigOrDie(cfg)
 	l, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil || !slices.Equal(names(l.Items), []string{"serve-hc-1"}) {
-		t.Fatalf("list over TLS: %v %v", names(l.Items), err)
+	if err != nil || !slices.Equal(nodeNames(l.Items), []string{"serve-hc-1"}) {
+		t.Fatalf("list over TLS: %v %v", nodeNames(l.Items), err)
 	}
 	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		code, _ := rawGet(t, "http://"+health+"/readyz")

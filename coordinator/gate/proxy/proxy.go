@@ -21,11 +21,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
-)
 
-// DefaultPlatformLabel is the routing key talos-ccm writes on every node it
-// initializes: the trust boundary of the view.
-const DefaultPlatformLabel = "node.cloudprovider.kubernetes.io/platform"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
+)
 
 // CredentialMode says whose credentials reach the API server.
 type CredentialMode string
@@ -48,7 +46,7 @@ type Config struct {
 	Upstream *rest.Config
 	// Platform is the value of the platform label this view shows.
 	Platform string
-	// PlatformLabel is the routing label key; default DefaultPlatformLabel.
+	// PlatformLabel is the routing label key; default names.PlatformLabel.
 	PlatformLabel string
 	// Credentials is ForwardCredentials (default) or OwnCredentials.
 	Credentials CredentialMode
@@ -101,7 +99,7 @@ func New(cfg Config) (*Proxy, error) {
 		return nil, fmt.Errorf("%s: no platform: an empty platform would show every unlabelled node", op)
 	}
 	if cfg.PlatformLabel == "" {
-		cfg.PlatformLabel = DefaultPlatformLabel
+		cfg.PlatformLabel = names.PlatformLabel
 	}
 	switch cfg.Credentials {
 	case "":

@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 func TestClassify(t *testing.T) {
@@ -89,7 +91,7 @@ func TestClassify(t *testing.T) {
 }
 
 func TestViewSelector(t *testing.T) {
-	req, err := platformRequirement(DefaultPlatformLabel, "hcloud")
+	req, err := platformRequirement(names.PlatformLabel, "hcloud")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,11 +103,11 @@ func TestViewSelector(t *testing.T) {
 		// wantErr: refused with 400.
 		wantErr bool
 	}{
-		{query: "", want: DefaultPlatformLabel + "=hcloud"},
-		{query: "labelSelector=", want: DefaultPlatformLabel + "=hcloud"},
-		{query: "labelSelector=zone%3Da", want: DefaultPlatformLabel + "=hcloud,zone=a"},
-		{query: "labelSelector=" + url.QueryEscape(DefaultPlatformLabel+"=aws"), want: DefaultPlatformLabel + "=aws," + DefaultPlatformLabel + "=hcloud"},
-		{query: "labelSelector=" + url.QueryEscape("x in (a,b),!y"), want: DefaultPlatformLabel + "=hcloud,x in (a,b),!y"},
+		{query: "", want: names.PlatformLabel + "=hcloud"},
+		{query: "labelSelector=", want: names.PlatformLabel + "=hcloud"},
+		{query: "labelSelector=zone%3Da", want: names.PlatformLabel + "=hcloud,zone=a"},
+		{query: "labelSelector=" + url.QueryEscape(names.PlatformLabel+"=aws"), want: names.PlatformLabel + "=aws," + names.PlatformLabel + "=hcloud"},
+		{query: "labelSelector=" + url.QueryEscape("x in (a,b),!y"), want: names.PlatformLabel + "=hcloud,x in (a,b),!y"},
 		// A selector that, pasted as text, would swallow the platform requirement.
 		{query: "labelSelector=" + url.QueryEscape("x in (a"), wantErr: true},
 		{query: "labelSelector=a&labelSelector=b", wantErr: true},

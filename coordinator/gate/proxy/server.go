@@ -15,6 +15,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 // ServerOptions are ccm-gate's command-line options.
@@ -54,7 +56,7 @@ func DefaultServerOptions() ServerOptions {
 		Listen:        "127.0.0.1:20258",
 		HealthListen:  "127.0.0.1:21258",
 		MetricsListen: "127.0.0.1:21259",
-		PlatformLabel: DefaultPlatformLabel,
+		PlatformLabel: names.PlatformLabel,
 		Credentials:   string(ForwardCredentials),
 		Cache:         true,
 	}

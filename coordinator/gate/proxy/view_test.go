@@ -23,9 +23,11 @@ import (
 
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/gatetest"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
-const platformLabel = gatetest.PlatformLabel
+const platformLabel = names.PlatformLabel
 
 // fixture creates nodes labelled gatetest=<group> and removes them at the end.
 func fixture(t *testing.T, group string, specs ...gatetest.NodeSpec) {
@@ -47,7 +49,7 @@ func fixture(t *testing.T, group string, specs ...gatetest.NodeSpec) {
 	})
 }
 
-func names(nodes []corev1.Node) []string {
+func nodeNames(nodes []corev1.Node) []string {
 	out := make([]string, len(nodes))
 	for i, n := range nodes {
 		out[i] = n.Name
@@ -90,7 +92,7 @@ func TestViewList(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := names(l.Items); !slices.Equal(got, tc.want) && !(len(got) == 0 && len(tc.want) == 0) {
+			if got := nodeNames(l.Items); !slices.Equal(got, tc.want) && !(len(got) == 0 && len(tc.want) == 0) {
 				t.Fatalf("got %v, want %v", got, tc.want)
 			}
 		})
@@ -104,7 +106,7 @@ func TestViewList(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got = append(got, names(l.Items)...)
+			got = append(got, nodeNames(l.Items)...)
 			if l.Continue == "" {
 				break
 			}
@@ -119,7 +121,7 @@ func TestViewList(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := names(l.Items); !slices.Equal(got, []string{"list-hc-1", "list-hc-2"}) {
+		if got := nodeNames(l.Items); !slices.Equal(got, []string{"list-hc-1", "list-hc-2"}) {
 			t.Fatalf("got %v", got)
 		}
 	})
@@ -529,8 +531,8 @@ func TestViewForwardCredentials(t *testing.T) {
 	cs := kubernetes.NewForConfigOrDie(withToken)
 
 	l, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil || !slices.Equal(names(l.Items), []string{"fwd-hc-1"}) {
-		t.Fatalf("list with the CCM's token: %v %v", names(l.Items), err)
+	if err != nil || !slices.Equal(nodeNames(l.Items), []string{"fwd-hc-1"}) {
+		t.Fatalf("list with the CCM's token: %v %v", nodeNames(l.Items), err)
 	}
 	if _, err := cs.CoreV1().Nodes().Get(ctx, "fwd-aws-1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("foreign get: %v", err)

@@ -29,6 +29,8 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release/helm"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 const (
@@ -194,7 +196,7 @@ func coordinatorInstall(ctx context.Context, b *testing.B, name string) time.Dur
 		b.Fatal(err)
 	}
 	defer w.Stop()
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1.PlatformLabel: platform}}, Spec: corev1.NodeSpec{ProviderID: "hcloud://" + name}}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{names.PlatformLabel: platform}}, Spec: corev1.NodeSpec{ProviderID: "hcloud://" + name}}
 	start := time.Now()
 	if err := k8s.Create(ctx, node); err != nil {
 		b.Fatal(err)

@@ -27,6 +27,8 @@ import (
 
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/gatetest"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 const (
@@ -169,13 +171,13 @@ func BenchmarkList5000(b *testing.B) {
 				return d
 			}
 			// Warm both paths (connections, watch cache, TLS).
-			list(direct, gatetest.PlatformLabel+"="+platform)
+			list(direct, names.PlatformLabel+"="+platform)
 			list(gated, "")
 			b.ResetTimer()
 			for range b.N {
 				var d, g []time.Duration
 				for range lists {
-					d = append(d, list(direct, gatetest.PlatformLabel+"="+platform))
+					d = append(d, list(direct, names.PlatformLabel+"="+platform))
 					g = append(g, list(gated, ""))
 				}
 				report(b, fmt.Sprintf("list %d nodes (%s)", nodes, name), d, g)
@@ -225,13 +227,13 @@ func BenchmarkWatch(b *testing.B) {
 				}
 				return time.Since(start)
 			}
-			initial(direct, gatetest.PlatformLabel+"="+platform)
+			initial(direct, names.PlatformLabel+"="+platform)
 			initial(gated, "")
 			b.ResetTimer()
 			for range b.N {
 				var d, g []time.Duration
 				for range initialRuns {
-					d = append(d, initial(direct, gatetest.PlatformLabel+"="+platform))
+					d = append(d, initial(direct, names.PlatformLabel+"="+platform))
 					g = append(g, initial(gated, ""))
 				}
 				report(b, fmt.Sprintf("WatchList initial events for %d nodes (%s)", nodes, name), d, g)
@@ -254,7 +256,7 @@ func BenchmarkWatch(b *testing.B) {
 				}
 				return w
 			}
-			wd, wg := open(direct, gatetest.PlatformLabel+"="+platform), open(gated, "")
+			wd, wg := open(direct, names.PlatformLabel+"="+platform), open(gated, "")
 			sent := make([]time.Time, watchEvents)
 			var mu sync.Mutex
 			receive := func(w watch.Interface, out []time.Duration, done chan<- struct{}) {

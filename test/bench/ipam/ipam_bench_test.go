@@ -29,6 +29,8 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/ipam"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 	"github.com/hybrid-ccm/hybrid-ccm/test/writefloor"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 var env *testenv.Env
@@ -135,7 +137,7 @@ func ceiling(b *testing.B, prefix string, n int) writefloor.Ceiling {
 			netip.MustParsePrefix(fmt.Sprintf("fd00:0:0:%x::/64", i)).String(),
 		}
 		_, err := env.Client.CoreV1().Nodes().Patch(ctx, list.Items[i].Name, types.JSONPatchType,
-			cidrPatch(list.Items[i].UID, cidrs), metav1.PatchOptions{FieldManager: ipam.ControllerName})
+			cidrPatch(list.Items[i].UID, cidrs), metav1.PatchOptions{FieldManager: names.IPAMController})
 		return err
 	})
 }

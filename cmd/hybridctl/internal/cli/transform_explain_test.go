@@ -11,6 +11,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 // run executes hybridctl with args and returns stdout, stderr and the error.
@@ -137,7 +139,7 @@ func TestExplainStructuredOutput(t *testing.T) {
 			}
 			wantLabels := map[string]string{
 				"node-role.kubernetes.io/web":                  "",
-				"node.cloudprovider.kubernetes.io/platform":    "metal",
+				names.PlatformLabel:                            "metal",
 				"node.cloudprovider.kubernetes.io/clustername": "demo",
 				"topology.kubernetes.io/region":                "fra-on-metal",
 				"failure-domain.beta.kubernetes.io/region":     "fra-on-metal",

@@ -53,6 +53,8 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/test/podrunner"
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 // Options configure a demo run.
@@ -756,7 +758,7 @@ func (s *state) serviceProblems() []error {
 		}
 		for _, n := range lb.Nodes {
 			node := s.node(n)
-			if node == nil || node.Labels["node.cloudprovider.kubernetes.io/platform"] != d.platform {
+			if node == nil || node.Labels[names.PlatformLabel] != d.platform {
 				errs = append(errs, fmt.Errorf("Service %s/%s: its load balancer targets %s, not a %s node (or gone)", shopNamespace, d.name, n, d.platform))
 			}
 		}
@@ -822,7 +824,7 @@ func (s *state) Check() error {
 	var errs []error
 	for i := range s.nodes {
 		n := &s.nodes[i]
-		if !initialized(n) || n.Labels["node.cloudprovider.kubernetes.io/platform"] == "" {
+		if !initialized(n) || n.Labels[names.PlatformLabel] == "" {
 			errs = append(errs, fmt.Errorf("node %s not initialized", n.Name))
 		}
 		if len(n.Spec.PodCIDRs) != 2 {

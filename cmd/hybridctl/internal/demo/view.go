@@ -12,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	v1alpha1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 // view renders the demo state: a table redrawn in place (interactive) or a line
@@ -96,7 +98,7 @@ func (v *view) render(s *state) {
 			n := &s.nodes[i]
 			line := "waiting for talos-ccm"
 			if initialized(n) {
-				line = fmt.Sprintf("initialized: platform=%s providerID=%s zone=%s podCIDRs=%s", n.Labels["node.cloudprovider.kubernetes.io/platform"],
+				line = fmt.Sprintf("initialized: platform=%s providerID=%s zone=%s podCIDRs=%s", n.Labels[names.PlatformLabel],
 					n.Spec.ProviderID, n.Labels["topology.kubernetes.io/zone"], strings.Join(n.Spec.PodCIDRs, ","))
 			}
 			if st := nodeStatus(n); st != "Ready" {
@@ -159,7 +161,7 @@ func (v *view) render(s *state) {
 			}
 		}
 		sort.Strings(extra)
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Labels["node.cloudprovider.kubernetes.io/platform"],
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Labels[names.PlatformLabel],
 			n.Spec.ProviderID, n.Labels["topology.kubernetes.io/zone"], n.Labels["node.kubernetes.io/instance-type"],
 			strings.Join(n.Spec.PodCIDRs, ","), nodeStatus(n), strings.Join(extra, ","))
 	}

@@ -34,6 +34,8 @@ import (
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/controller"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 // Checks (the Check field of a Finding).
@@ -50,9 +52,6 @@ const (
 	CheckUnfenced        = "UnfencedNodeLifecycleGrant"
 	CheckLBConflict      = "LoadBalancerClassConflict"
 )
-
-// PlatformLabel is the routing label talos-ccm sets.
-const PlatformLabel = "node.cloudprovider.kubernetes.io/platform"
 
 // Finding is one problem.
 type Finding struct {
@@ -129,9 +128,7 @@ func (r *Report) add(check, object, fix, format string, a ...any) {
 	r.Findings = append(r.Findings, Finding{Check: check, Object: object, Message: fmt.Sprintf(format, a...), Fix: fix})
 }
 
-func uninitialized(n *corev1.Node) bool {
-	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == cloudproviderapi.TaintExternalCloudProvider })
-}
+func uninitialized(n *corev1.Node) bool { return names.Uninitialized(n.Spec.Taints) }
 
 func (r *Report) checkNodes(nodes []corev1.Node, o Options) {
 	for i := range nodes {
@@ -146,10 +143,10 @@ func (r *Report) checkNodes(nodes []corev1.Node, o Options) {
 			}
 			continue
 		}
-		if n.Labels[PlatformLabel] == "" {
+		if n.Labels[names.PlatformLabel] == "" {
 			r.add(CheckNoPlatformLabel, obj,
 				"no native CCM sees this node; let talos-ccm initialize it (or label it by hand if it is not a Talos node)",
-				"is initialized but has no %s label", PlatformLabel)
+				"is initialized but has no %s label", names.PlatformLabel)
 		}
 		if n.Spec.ProviderID == "" {
 			r.add(CheckNoProviderID, obj,

@@ -26,6 +26,8 @@ import (
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 var env *testenv.Env
@@ -43,7 +45,7 @@ func node(name, platform, providerID string, uninitialized bool, podCIDRs ...str
 		n.Spec.PodCIDR = podCIDRs[0]
 	}
 	if platform != "" {
-		n.Labels[doctor.PlatformLabel] = platform
+		n.Labels[names.PlatformLabel] = platform
 	}
 	if uninitialized {
 		n.Spec.Taints = []corev1.Taint{{Key: cloudproviderapi.TaintExternalCloudProvider, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
