@@ -28,6 +28,8 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release/helm"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 // defaultGateImage is the --gate-image default. Image builds (hack/ship) set
@@ -106,7 +108,7 @@ func main() {
 
 	recorder := metrics.NewRecorder()
 	crmetrics.Registry.MustRegister(recorder.Collectors()...)
-	eventRecorder, err := events.NewRecorder(mgr, log, *eventsAddr, controller.ControllerName)
+	eventRecorder, err := events.NewRecorder(mgr, log, *eventsAddr, names.CoordinatorController)
 	if err != nil {
 		log.Error(err, "unable to create event recorder")
 		os.Exit(1)

@@ -21,10 +21,9 @@ import (
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
-)
 
-// ControllerName names the controller in events, logs and field ownership.
-const ControllerName = "ccm-coordinator"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
+)
 
 // ReleaseEngine runs one Helm action per call (coordinator/release/helm.Engine).
 type ReleaseEngine interface {
@@ -151,7 +150,7 @@ func (r *NativeCCMReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	if !controllerutil.ContainsFinalizer(obj, v1.Finalizer) {
 		// Persist the finalizer before anything is installed.
 		controllerutil.AddFinalizer(obj, v1.Finalizer)
-		if err := patcher.Patch(ctx, obj, patch.WithFieldOwner(ControllerName)); err != nil {
+		if err := patcher.Patch(ctx, obj, patch.WithFieldOwner(names.CoordinatorController)); err != nil {
 			return ctrl.Result{}, err
 		}
 	}

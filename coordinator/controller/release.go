@@ -246,7 +246,7 @@ func (r *NativeCCMReconciler) ensureLease(ctx context.Context, l release.Lifecyc
 	if !apierrors.IsNotFound(err) {
 		return err
 	}
-	if err := r.Create(ctx, lease, client.FieldOwner(ControllerName)); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := r.Create(ctx, lease, client.FieldOwner(names.CoordinatorController)); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create lease %s/%s: %w", lease.Namespace, lease.Name, err)
 	}
 	return nil

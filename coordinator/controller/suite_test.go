@@ -35,6 +35,8 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release/helm"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release/releasetest"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 const releaseNamespace = "hybrid-ccm-system"
@@ -166,7 +168,7 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 	must(err)
 	fenceClient, err := client.New(fenceCfg, client.Options{Scheme: NewScheme()})
 	must(err)
-	rec, err := events.NewRecorder(mgr, ctrl.Log, "", ControllerName)
+	rec, err := events.NewRecorder(mgr, ctrl.Log, "", names.CoordinatorController)
 	must(err)
 	r := &NativeCCMReconciler{
 		Client:        mgr.GetClient(),

@@ -13,6 +13,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 // waitError is a wait that is not a failure: the reconciler requeues after it.
@@ -57,7 +59,7 @@ func (r *NativeCCMReconciler) summarize(ctx context.Context, obj *v1.NativeCCM, 
 		conditions.Delete(obj, meta.ReconcilingCondition)
 		done = true
 	}
-	opts := []patch.Option{patch.WithOwnedConditions{Conditions: owned}, patch.WithFieldOwner(ControllerName)}
+	opts := []patch.Option{patch.WithOwnedConditions{Conditions: owned}, patch.WithFieldOwner(names.CoordinatorController)}
 	if done {
 		opts = append(opts, patch.WithStatusObservedGeneration{})
 	}

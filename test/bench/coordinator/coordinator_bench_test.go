@@ -114,7 +114,7 @@ func start(ctx context.Context) (<-chan struct{}, error) {
 	r := &controller.NativeCCMReconciler{
 		Client:               mgr.GetClient(),
 		APIReader:            mgr.GetAPIReader(),
-		EventRecorder:        mgr.GetEventRecorderFor(controller.ControllerName),
+		EventRecorder:        mgr.GetEventRecorderFor(names.CoordinatorController),
 		Engine:               engine,
 		Profiles:             set,
 		Namespace:            namespace,
