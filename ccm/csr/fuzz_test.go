@@ -1,12 +1,15 @@
 package csr
 
 import (
+	"crypto"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/asn1"
 	"encoding/pem"
 	"net/netip"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -34,7 +37,7 @@ func FuzzValidate(f *testing.F) {
 	web1 := csrtest.Request{NodeName: "web-1", DNSNames: []string{"web-1"}, IPs: csrtest.Addrs("10.0.0.11")}
 	seeds := []csrtest.Request{
 		web1,
-		{NodeName: "web-1", DNSNames: []string{"web-1", "web-1.example.com"}, IPs: csrtest.Addrs("10.0.0.11", "2001:db8::11"), Key: csrtest.NewRSAKey(2048)},
+		{NodeName: "web-1", DNSNames: []string{"web-1", "web-1.example.com"}, IPs: csrtest.Addrs("10.0.0.11", "2001:db8::11"), Key: rsaKey(f)},
 		{NodeName: "web-1", IPs: csrtest.Addrs("10.0.0.11")},                   // IP-only
 		{NodeName: "web-1", IPs: csrtest.Addrs("10.0.0.12")},                   // IP-only, wrong node
 		{NodeName: "web-1", DNSNames: []string{"web-2"}},                       // another node's name
@@ -156,4 +159,29 @@ func mustBeProvable(t *testing.T, c *certificatesv1.CertificateSigningRequest, n
 			t.Fatalf("approved DNS SAN %q not established for %s", n, node.Name)
 		}
 	}
+}
+
+// rsaKey is a fixed RSA-2048 test key (testdata/rsa-2048.pem, made with
+// openssl for this test): generating one in every fuzz worker took seconds on
+// a loaded machine, and a worker still starting when -fuzztime ends fails the
+// run with "context deadline exceeded".
+func rsaKey(f *testing.F) crypto.Signer {
+	f.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "rsa-2048.pem"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	block, _ := pem.Decode(b)
+	if block == nil {
+		f.Fatal("testdata/rsa-2048.pem: no PEM block")
+	}
+	k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	if err != nil {
+		f.Fatal(err)
+	}
+	signer, ok := k.(crypto.Signer)
+	if !ok {
+		f.Fatalf("testdata/rsa-2048.pem: %T is no signer", k)
+	}
+	return signer
 }
