@@ -3,8 +3,6 @@ package cloud_test
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,24 +19,15 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
+	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
 
-// docsBlock returns the fenced code block that follows the line starting with
-// marker in a file of docs/.
+// docsBlock returns the yaml block after marker in docs/<file>.
 func docsBlock(t *testing.T, file, marker string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "docs", file))
+	block, err := testenv.DocsYAML(file, marker)
 	if err != nil {
 		t.Fatal(err)
-	}
-	_, after, ok := strings.Cut(string(b), "\n"+marker)
-	if !ok {
-		t.Fatalf("docs/%s has no %q", file, marker)
-	}
-	_, after, _ = strings.Cut(after, "```yaml\n")
-	block, _, ok := strings.Cut(after, "```")
-	if !ok {
-		t.Fatalf("docs/%s: no yaml block after %q", file, marker)
 	}
 	return block
 }

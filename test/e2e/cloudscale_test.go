@@ -2,9 +2,6 @@ package e2e
 
 import (
 	"context"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -23,22 +20,12 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
-// docsYAML returns the yaml code block that follows the line starting with
-// marker in a file of docs/.
+// docsYAML returns the yaml block after marker in docs/<file>.
 func docsYAML(t *testing.T, file, marker string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "docs", file))
+	block, err := testenv.DocsYAML(file, marker)
 	if err != nil {
 		t.Fatal(err)
-	}
-	_, after, ok := strings.Cut(string(b), "\n"+marker)
-	if !ok {
-		t.Fatalf("docs/%s has no %q", file, marker)
-	}
-	_, after, _ = strings.Cut(after, "```yaml\n")
-	block, _, ok := strings.Cut(after, "```")
-	if !ok {
-		t.Fatalf("docs/%s: no yaml block after %q", file, marker)
 	}
 	return block
 }
