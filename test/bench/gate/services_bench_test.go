@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -251,60 +250,10 @@ func BenchmarkServiceWatch(b *testing.B) {
 				return w
 			}
 			wd, wg := open(direct), open(gated)
-			sent := make([]time.Time, serviceEvents)
-			var mu sync.Mutex
-			receive := func(w watch.Interface, out []time.Duration, done chan<- struct{}) {
-				defer close(done)
-				got := 0
-				for ev := range w.ResultChan() {
-					s, ok := ev.Object.(*corev1.Service)
-					if !ok || ev.Type != watch.Modified {
-						continue
-					}
-					i, err := strconv.Atoi(s.Annotations["bench-seq"])
-					if err != nil || i >= serviceEvents || out[i] != 0 {
-						continue
-					}
-					mu.Lock()
-					out[i] = time.Since(sent[i])
-					mu.Unlock()
-					if got++; got == serviceEvents {
-						return
-					}
-				}
-			}
-			latD, latG := make([]time.Duration, serviceEvents), make([]time.Duration, serviceEvents)
-			doneD, doneG := make(chan struct{}), make(chan struct{})
-			go receive(wd, latD, doneD)
-			go receive(wg, latG, doneG)
-			b.ResetTimer()
-			for i := range serviceEvents {
-				patch := []byte(`{"metadata":{"annotations":{"bench-seq":"` + strconv.Itoa(i) + `"}}}`)
-				mu.Lock()
-				sent[i] = time.Now()
-				mu.Unlock()
-				if _, err := env.Client.CoreV1().Services(serviceNS).Patch(ctx, fmt.Sprintf("svc-%05d", i%services), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-					b.Fatal(err)
-				}
-			}
-			for _, done := range []chan struct{}{doneD, doneG} {
-				select {
-				case <-done:
-				case <-time.After(2 * time.Minute):
-					b.Fatal("watch events missing")
-				}
-			}
-			b.StopTimer()
-			wd.Stop()
-			wg.Stop()
-			pd, pg := percentile(latD, 50), percentile(latG, 50)
-			qd, qg := percentile(latD, 99), percentile(latG, 99)
-			b.ReportMetric(ms(pd), "direct-p50-ms")
-			b.ReportMetric(ms(pg), "gate-p50-ms")
-			b.ReportMetric(ms(qd), "direct-p99-ms")
-			b.ReportMetric(ms(qg), "gate-p99-ms")
-			b.Logf("%d Service updates streamed: latency p50 direct %.2f ms, through ccm-gate %.2f ms; p99 direct %.2f ms, through ccm-gate %.2f ms",
-				serviceEvents, ms(pd), ms(pg), ms(qd), ms(qg))
+			updateLatency(b, wd, wg, serviceEvents, "Service", func(i int, patch []byte) error {
+				_, err := env.Client.CoreV1().Services(serviceNS).Patch(ctx, fmt.Sprintf("svc-%05d", i%services), types.MergePatchType, patch, metav1.PatchOptions{})
+				return err
+			})
 		}
 	})
 	b.Run("rss", func(b *testing.B) {
