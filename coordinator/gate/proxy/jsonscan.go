@@ -120,59 +120,17 @@ type jsonMember struct {
 // jsonObjectMembers calls fn for every member of the object that starts at
 // b[i] ('{'), in order, and returns the index just past the object.
 func jsonObjectMembers(b []byte, i int, fn func(m jsonMember) error) (int, error) {
-	if i >= len(b) {
-		return len(b), errJSONIncomplete
-	}
-	if b[i] != '{' {
-		return i, errJSONSyntax
-	}
-	j := skipJSONSpace(b, i+1)
-	if j < len(b) && b[j] == '}' {
-		return j + 1, nil
-	}
-	for {
-		if j >= len(b) {
-			return len(b), errJSONIncomplete
-		}
-		if b[j] != '"' {
-			return j, errJSONSyntax
-		}
-		keyEnd, err := jsonStringEnd(b, j)
+	return jsonEachMember(b, i, func(raw []byte, keyStart, valueStart int) (int, error) {
+		key, err := jsonUnquote(raw)
 		if err != nil {
-			return keyEnd, err
+			return keyStart, err
 		}
-		key, err := jsonUnquote(b[j:keyEnd])
+		valueEnd, err := jsonValueEnd(b, valueStart)
 		if err != nil {
-			return j, err
+			return valueEnd, err
 		}
-		k := skipJSONSpace(b, keyEnd)
-		if k >= len(b) {
-			return len(b), errJSONIncomplete
-		}
-		if b[k] != ':' {
-			return k, errJSONSyntax
-		}
-		vs := skipJSONSpace(b, k+1)
-		ve, err := jsonValueEnd(b, vs)
-		if err != nil {
-			return ve, err
-		}
-		if err := fn(jsonMember{key: key, keyStart: j, valueStart: vs, valueEnd: ve}); err != nil {
-			return ve, err
-		}
-		j = skipJSONSpace(b, ve)
-		if j >= len(b) {
-			return len(b), errJSONIncomplete
-		}
-		switch b[j] {
-		case ',':
-			j = skipJSONSpace(b, j+1)
-		case '}':
-			return j + 1, nil
-		default:
-			return j, errJSONSyntax
-		}
-	}
+		return valueEnd, fn(jsonMember{key: key, keyStart: keyStart, valueStart: valueStart, valueEnd: valueEnd})
+	})
 }
 
 // jsonArrayElements calls fn for the bounds of every element of the array that
