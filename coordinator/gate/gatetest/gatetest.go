@@ -193,16 +193,21 @@ func (s NodeSpec) Node() *corev1.Node {
 // CreateNodes creates the nodes and sets their Ready condition, a few at a
 // time.
 func CreateNodes(ctx context.Context, cs kubernetes.Interface, specs ...NodeSpec) error {
-	const workers = 16
-	work := make(chan NodeSpec)
+	return Parallel(len(specs), 16, func(i int) error { return createNode(ctx, cs, specs[i]) })
+}
+
+// Parallel calls fn(i) for every i in [0, n) on workers goroutines, hands out
+// no more work after the first error, and returns it.
+func Parallel(n, workers int, fn func(i int) error) error {
+	work := make(chan int)
 	errs := make(chan error, workers)
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for s := range work {
-				if err := createNode(ctx, cs, s); err != nil {
+			for i := range work {
+				if err := fn(i); err != nil {
 					errs <- err
 					return
 				}
@@ -211,9 +216,9 @@ func CreateNodes(ctx context.Context, cs kubernetes.Interface, specs ...NodeSpec
 	}
 	var err error
 feed:
-	for _, s := range specs {
+	for i := range n {
 		select {
-		case work <- s:
+		case work <- i:
 		case err = <-errs:
 			break feed
 		}

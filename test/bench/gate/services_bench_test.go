@@ -104,44 +104,17 @@ func benchService(i int) *corev1.Service {
 }
 
 func createServices(ctx context.Context, cs kubernetes.Interface) error {
-	const workers = 16
-	work := make(chan int)
-	errs := make(chan error, workers)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				s, err := cs.CoreV1().Services(serviceNS).Create(ctx, benchService(i), metav1.CreateOptions{})
-				if err != nil {
-					errs <- fmt.Errorf("create Service %d: %w", i, err)
-					return
-				}
-				s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: fmt.Sprintf("203.0.%d.%d", i/250, i%250+1)}}
-				if _, err := cs.CoreV1().Services(serviceNS).UpdateStatus(ctx, s, metav1.UpdateOptions{}); err != nil {
-					errs <- fmt.Errorf("status of Service %d: %w", i, err)
-					return
-				}
-			}
-		}()
-	}
-	var err error
-feed:
-	for i := range services {
-		select {
-		case work <- i:
-		case err = <-errs:
-			break feed
+	return gatetest.Parallel(services, 16, func(i int) error {
+		s, err := cs.CoreV1().Services(serviceNS).Create(ctx, benchService(i), metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("create Service %d: %w", i, err)
 		}
-	}
-	close(work)
-	wg.Wait()
-	close(errs)
-	if err != nil {
-		return err
-	}
-	return <-errs
+		s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: fmt.Sprintf("203.0.%d.%d", i/250, i%250+1)}}
+		if _, err := cs.CoreV1().Services(serviceNS).UpdateStatus(ctx, s, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("status of Service %d: %w", i, err)
+		}
+		return nil
+	})
 }
 
 func clientIn(cfg *rest.Config, contentType string) kubernetes.Interface {
