@@ -157,7 +157,7 @@ func warningEvent(t *testing.T, object, reason string) string {
 // LeaseHeldByForeignIdentity.
 func TestLeaseDecidesReady(t *testing.T) {
 	const name, rel = "health-b", "native-ccm-health-b"
-	const leaseSeconds = 3
+	const leaseSeconds = 5
 	hcloudSecret(t)
 	createNode(t, "hb-1", name, "hcloud://9601")
 	createNativeCCM(t, &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.NativeCCMSpec{Platform: name}})

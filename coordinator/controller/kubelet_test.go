@@ -171,7 +171,7 @@ func lead(namespace, name, holder string, durationSeconds int32) *leader {
 	go func() {
 		defer close(l.done)
 		for {
-			if err := renewLease(ctx, k8s, namespace, name, holder, durationSeconds, time.Duration(durationSeconds)*time.Second/3); err != nil && ctx.Err() == nil {
+			if err := renewLease(ctx, k8s, namespace, name, holder, durationSeconds, time.Duration(durationSeconds)*time.Second/6); err != nil && ctx.Err() == nil {
 				fmt.Println("renew lease:", err)
 			}
 			select {

@@ -129,6 +129,21 @@ func getDeployment(t *testing.T, name string) (*appsv1.Deployment, error) {
 
 func hasEvent(t *testing.T, object, reason string) (bool, string) {
 	t.Helper()
+	// The recorder writes events asynchronously, after the status patch a
+	// test usually waits for; give it time before calling one missing.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ok, state := eventNow(t, object, reason)
+		if ok || time.Now().After(deadline) {
+			return ok, state
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// eventNow reports whether object has an event with reason at this moment.
+func eventNow(t *testing.T, object, reason string) (bool, string) {
+	t.Helper()
 	var list corev1.EventList
 	if err := k8s.List(ctxT(t), &list, client.MatchingFields{"involvedObject.name": object}); err != nil {
 		t.Fatal(err)
@@ -398,7 +413,7 @@ func TestFailedUpgradeRollsBack(t *testing.T) {
 	})
 	obj = waitCondition(t, "hcloud-b", meta.ReadyCondition, metav1.ConditionFalse, v1.UpgradeFailedReason)
 	eventually(t, "rollback and retries", func() (bool, string) {
-		ok, state := hasEvent(t, "hcloud-b", v1.RollbackSucceededReason)
+		ok, state := eventNow(t, "hcloud-b", v1.RollbackSucceededReason)
 		o := getNativeCCM(t, "hcloud-b")
 		return ok && o.Status.Failures >= 2 && o.Status.Release.Status == "deployed", state + fmt.Sprintf(" %+v", o.Status.Release) + fmt.Sprint(o.Status.Failures)
 	})

@@ -74,7 +74,7 @@ func TestReleaseAlreadyThereIsAdopted(t *testing.T) {
 	if obj.Status.Failures != 0 || obj.Status.Release == nil || obj.Status.Release.Revision != 2 {
 		t.Fatalf("status %+v: want revision 2 and no failure", obj.Status)
 	}
-	if failed, _ := hasEvent(t, name, v1.InstallFailedReason); failed {
+	if failed, _ := eventNow(t, name, v1.InstallFailedReason); failed {
 		t.Error("the release already there was reported as a failed install")
 	}
 }
