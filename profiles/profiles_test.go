@@ -137,3 +137,72 @@ func TestDocumentedProfilesAreTheBuiltinOnes(t *testing.T) {
 		}
 	}
 }
+
+// TestDocumentedLoadBalancersAreTheProfiles: the table in
+// docs/load-balancers.md has one row per built-in profile with its service
+// controller, the env it sets while load balancers are on and the
+// cloud-config settings the controller reads.
+func TestDocumentedLoadBalancersAreTheProfiles(t *testing.T) {
+	set, err := profile.Builtin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join("..", "docs", "load-balancers.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const header = "| profile | controller | env while on | cloud-config settings | notes |"
+	_, table, ok := strings.Cut(string(b), "\n"+header)
+	if !ok {
+		t.Fatalf("docs/load-balancers.md has no table starting %q", header)
+	}
+	code := regexp.MustCompile("`([^`]+)`")
+	cells := func(s string) []string {
+		var out []string
+		for _, m := range code.FindAllStringSubmatch(s, -1) {
+			out = append(out, m[1])
+		}
+		return out
+	}
+	documented := map[string]bool{}
+	for i, line := range strings.Split(table, "\n") {
+		if i == 0 {
+			continue
+		}
+		if !strings.HasPrefix(line, "|") {
+			break
+		}
+		col := strings.Split(line, "|")
+		if len(col) < 6 || strings.HasPrefix(strings.TrimSpace(col[1]), "---") {
+			continue
+		}
+		name := strings.TrimSpace(col[1])
+		documented[name] = true
+		p, ok := set.Get(name)
+		if !ok {
+			t.Errorf("docs/load-balancers.md documents profile %s, which is not built in", name)
+			continue
+		}
+		var controller, env, settings []string
+		if lb := p.LoadBalancers; lb != nil && lb.Unsupported == "" {
+			controller = []string{lb.Controller}
+			for _, e := range lb.Env {
+				env = append(env, e.Name+"="+e.Value)
+			}
+			settings = lb.CloudConfig
+		}
+		for _, c := range []struct {
+			what     string
+			doc, got []string
+		}{{"controller", cells(col[2]), controller}, {"env", cells(col[3]), env}, {"cloud-config settings", cells(col[4]), settings}} {
+			if !slices.Equal(c.doc, c.got) {
+				t.Errorf("docs/load-balancers.md: %s has %s %q, profile %s (%s) %q", name, c.what, c.doc, name, set.File(name), c.got)
+			}
+		}
+	}
+	for _, name := range set.Names() {
+		if !documented[name] {
+			t.Errorf("profile %s (%s) is built in, the load-balancer table of docs/load-balancers.md does not list it", name, set.File(name))
+		}
+	}
+}

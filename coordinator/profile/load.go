@@ -272,6 +272,10 @@ var reservedPorts = map[int32]string{
 
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
+// cloudConfigKeyRE is a cloud-config setting: an INI Section.key, or a key of
+// a JSON or YAML file (lower or camel case, dashes, one level of nesting).
+var cloudConfigKeyRE = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9]*\.)?[A-Za-z][A-Za-z0-9-]*$`)
+
 // Validate checks one profile and returns every problem with its field path.
 func Validate(p *Profile) field.ErrorList {
 	var errs field.ErrorList
@@ -328,6 +332,19 @@ func Validate(p *Profile) field.ErrorList {
 				errs = append(errs, field.Duplicate(fp.Child("env").Index(i).Child("name"), e.Name))
 			}
 			seen[e.Name] = true
+		}
+		if len(lb.CloudConfig) > 0 && p.CCM.CloudConfig == nil {
+			errs = append(errs, field.Invalid(fp.Child("cloudConfig"), lb.CloudConfig, "this CCM is given no cloud-config file (ccm.cloudConfig is not set)"))
+		}
+		keys := map[string]bool{}
+		for i, k := range lb.CloudConfig {
+			switch {
+			case !cloudConfigKeyRE.MatchString(k):
+				errs = append(errs, field.Invalid(fp.Child("cloudConfig").Index(i), k, "a setting of the cloud-config file, as Section.key or key"))
+			case keys[k]:
+				errs = append(errs, field.Duplicate(fp.Child("cloudConfig").Index(i), k))
+			}
+			keys[k] = true
 		}
 	}
 	for i, o := range p.OptOutLabels {

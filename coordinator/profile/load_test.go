@@ -92,6 +92,27 @@ func TestParseErrorsNameFileAndField(t *testing.T) {
 			want: []string{"credentials: Required value"},
 		},
 		{
+			name: "load balancers: the service controller's name",
+			doc:  validHcloud + "loadBalancers: {controller: '*'}\n",
+			want: []string{`loadBalancers.controller: Invalid value: "*"`},
+		},
+		{
+			name: "load balancers: unsupported with a controller",
+			doc:  validHcloud + "loadBalancers: {controller: service, unsupported: no load balancers here}\n",
+			want: []string{"loadBalancers.unsupported: Invalid value", "an unsupported CCM has no controller or env"},
+		},
+		{
+			name: "load balancers: cloud-config settings without a cloud-config file",
+			doc:  validHcloud + "loadBalancers: {controller: service, cloudConfig: [Global.network]}\n",
+			want: []string{"loadBalancers.cloudConfig: Invalid value", "ccm.cloudConfig is not set"},
+		},
+		{
+			name: "load balancers: a cloud-config setting that is not one",
+			doc: strings.Replace(validHcloud, "securePort: 10300", "securePort: 10300\n  cloudConfig: {key: cloud.conf, path: /etc/cloud.conf}", 1) +
+				"loadBalancers: {controller: service, cloudConfig: ['LoadBalancer.subnet-id', 'subnet id = x', 'LoadBalancer.subnet-id']}\n",
+			want: []string{`loadBalancers.cloudConfig[1]: Invalid value: "subnet id = x"`, `loadBalancers.cloudConfig[2]: Duplicate value: "LoadBalancer.subnet-id"`},
+		},
+		{
 			name: "wrong kind",
 			doc:  strings.Replace(validHcloud, "kind: Profile", "kind: Profil", 1),
 			want: []string{`kind: Unsupported value: "Profil"`},

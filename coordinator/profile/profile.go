@@ -196,8 +196,13 @@ type LoadBalancers struct {
 	// Env replaces the CCM's entries of the same name, or is added, while load
 	// balancers are on (e.g. HCLOUD_LOAD_BALANCERS_ENABLED=true).
 	Env []EnvVar `json:"env,omitempty"`
-	// Notes say what else the CCM needs for load balancers (cloud-config keys,
-	// env for the location), for the docs.
+	// CloudConfig names the settings of the CCM's cloud-config file
+	// (ccm.cloudConfig) its service controller reads, as Section.key (or key,
+	// for a file without sections): the operator sets them in that file of
+	// the credentials Secret. Listed in docs/load-balancers.md.
+	CloudConfig []string `json:"cloudConfig,omitempty"`
+	// Notes say what else the CCM needs for load balancers (env for the
+	// location, annotations), for the docs.
 	Notes string `json:"notes,omitempty"`
 	// Unsupported, when set, says why this CCM cannot serve load balancers.
 	Unsupported string `json:"unsupported,omitempty"`
