@@ -172,6 +172,7 @@ func TestLeaseDecidesReady(t *testing.T) {
 	// The first pod leads.
 	l := lead(releaseNamespace, rel, first+"_8e1f5a0c-1d2b-4c3d-9e8f-0a1b2c3d4e5f", leaseSeconds)
 	obj := waitCondition(t, name, meta.ReadyCondition, metav1.ConditionTrue, v1.InstallSucceededReason)
+	obj = waitLeaderPod(t, name, first)
 	if !conditions.IsTrue(obj, v1.HealthyCondition) || conditions.GetReason(obj, v1.HealthyCondition) != v1.LeaseRenewedReason {
 		t.Errorf("leading pod: %s", readyState(obj))
 	}
@@ -203,10 +204,8 @@ func TestLeaseDecidesReady(t *testing.T) {
 
 	// The second pod takes the lease: Ready again.
 	l = lead(releaseNamespace, rel, second+"_3c2b1a09-8f7e-4d6c-b5a4-938271605f4e", leaseSeconds)
-	obj = waitCondition(t, name, meta.ReadyCondition, metav1.ConditionTrue, "")
-	if obj.Status.Leader == nil || obj.Status.Leader.Pod != second {
-		t.Errorf("status.leader = %+v, want pod %s", obj.Status.Leader, second)
-	}
+	waitCondition(t, name, meta.ReadyCondition, metav1.ConditionTrue, "")
+	waitLeaderPod(t, name, second)
 	if ok, state := hasEvent(t, name, v1.LeaseRenewedReason); !ok {
 		t.Errorf("no LeaseRenewed (recovered) event: %s", state)
 	}
@@ -222,6 +221,19 @@ func TestLeaseDecidesReady(t *testing.T) {
 	if ok, state := hasEvent(t, name, v1.LeaseHeldByForeignIdentityReason); !ok {
 		t.Errorf("no LeaseHeldByForeignIdentity event: %s", state)
 	}
+}
+
+// waitLeaderPod waits until status.leader names pod. The patch helper writes
+// the conditions before the rest of the status, so a Ready condition can be
+// seen a moment before the leader it describes.
+func waitLeaderPod(t *testing.T, name, pod string) *v1.NativeCCM {
+	t.Helper()
+	var obj *v1.NativeCCM
+	eventually(t, name+" status.leader.pod="+pod, func() (bool, string) {
+		obj = getNativeCCM(t, name)
+		return obj.Status.Leader != nil && obj.Status.Leader.Pod == pod, fmt.Sprintf("status.leader = %+v", obj.Status.Leader)
+	})
+	return obj
 }
 
 // tableRow returns the printer columns of a NativeCCM as the API server shows them.
