@@ -41,6 +41,9 @@ const (
 	ingressWorkers = 1
 )
 
+// ingressSeq numbers the benchmark's Services.
+var ingressSeq int
+
 // instantCloud is a load-balancer cloud that answers at once: an address per
 // Service uid. The benchmark measures the path between the API server and
 // the service controller, not a cloud.
@@ -193,11 +196,18 @@ func BenchmarkServiceIngress(b *testing.B) {
 	// Targets of the platform, seen by both controllers.
 	var targets []gatetest.NodeSpec
 	for i := range 3 {
-		targets = append(targets, gatetest.NodeSpec{Name: fmt.Sprintf("ingress-%d", i), Platform: platform, ProviderID: fmt.Sprintf("hcloud://9%04d", i), Ready: true})
+		targets = append(targets, gatetest.NodeSpec{Name: fmt.Sprintf("ingress-%d", i), Platform: platform, ProviderID: fmt.Sprintf("hcloud://9%04d", i), Ready: true,
+			Labels: map[string]string{"bench": "ingress"}})
 	}
 	if err := gatetest.CreateNodes(ctx, env.Client, targets...); err != nil && !apierrors.IsAlreadyExists(err) {
 		b.Fatal(err)
 	}
+	// The node benchmarks count the platform's nodes.
+	defer func() {
+		if err := gatetest.DeleteNodes(context.Background(), env.Client, "bench=ingress"); err != nil {
+			b.Error(err)
+		}
+	}()
 	g, err := gatetest.StartGate(bin, mkdir(b, filepath.Join(workDir, "ingress")), platform, f.direct, f.direct.BearerToken, "--load-balancer-class="+ingressClass)
 	if err != nil {
 		b.Fatal(err)
@@ -223,28 +233,34 @@ func BenchmarkServiceIngress(b *testing.B) {
 			}
 		}
 	}
-	create := func(name string, class *string) {
+	// Every Service gets a new name, however often -count and the
+	// benchmark framework call the functions below.
+	next := func(kind string) string {
+		ingressSeq++
+		return fmt.Sprintf("%s-%05d", kind, ingressSeq)
+	}
+	// One Service at a time: the latency a user sees.
+	serve := func(kind string, class *string) time.Duration {
+		name := next(kind)
+		ch := iw.expect(name)
+		start := time.Now()
 		if _, err := admin.Create(ctx, ingressService(name, class), metav1.CreateOptions{}); err != nil {
 			b.Fatal(err)
 		}
-	}
-	// One Service at a time: the latency a user sees.
-	serve := func(name string, class *string) time.Duration {
-		ch := iw.expect(name)
-		start := time.Now()
-		create(name, class)
 		wait(ch)
 		return time.Since(start)
 	}
 	// A burst: the time until the last of n has its address.
-	burst := func(prefix string, class *string) time.Duration {
+	burst := func(kind string, class *string) time.Duration {
+		names := make([]string, ingressBurst)
 		chs := make([]<-chan struct{}, ingressBurst)
 		for i := range chs {
-			chs[i] = iw.expect(fmt.Sprintf("%s-%03d", prefix, i))
+			names[i] = next(kind)
+			chs[i] = iw.expect(names[i])
 		}
 		start := time.Now()
 		if err := gatetest.Parallel(ingressBurst, 16, func(i int) error {
-			_, err := admin.Create(ctx, ingressService(fmt.Sprintf("%s-%03d", prefix, i), class), metav1.CreateOptions{})
+			_, err := admin.Create(ctx, ingressService(names[i], class), metav1.CreateOptions{})
 			return err
 		}); err != nil {
 			b.Fatal(err)
@@ -256,21 +272,21 @@ func BenchmarkServiceIngress(b *testing.B) {
 	serve("warm-direct", nil)
 	serve("warm-gate", ptr.To(ingressClass))
 	b.Run("one-at-a-time", func(b *testing.B) {
-		for n := range b.N {
+		for range b.N {
 			var d, gt []time.Duration
-			for i := range ingressRuns {
-				d = append(d, serve(fmt.Sprintf("one-%d-%03d-direct", n, i), nil))
-				gt = append(gt, serve(fmt.Sprintf("one-%d-%03d-gate", n, i), ptr.To(ingressClass)))
+			for range ingressRuns {
+				d = append(d, serve("one-direct", nil))
+				gt = append(gt, serve("one-gate", ptr.To(ingressClass)))
 			}
 			report(b, "Service creation to ingress address, one at a time", d, gt)
 		}
 	})
 	b.Run(fmt.Sprintf("burst-%d", ingressBurst), func(b *testing.B) {
-		for n := range b.N {
+		for range b.N {
 			var d, gt []time.Duration
-			for i := range ingressBursts {
-				d = append(d, burst(fmt.Sprintf("burst-%d-%d-direct", n, i), nil))
-				gt = append(gt, burst(fmt.Sprintf("burst-%d-%d-gate", n, i), ptr.To(ingressClass)))
+			for range ingressBursts {
+				d = append(d, burst("burst-direct", nil))
+				gt = append(gt, burst("burst-gate", ptr.To(ingressClass)))
 			}
 			report(b, fmt.Sprintf("%d Services created at once to the last ingress address", ingressBurst), d, gt)
 		}
