@@ -1,6 +1,6 @@
 module github.com/hybrid-ccm/hybrid-ccm
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/cosi-project/runtime v1.12.0
@@ -19,6 +19,8 @@ require (
 	github.com/spf13/pflag v1.0.10
 	go.uber.org/zap v1.27.0
 	go.yaml.in/yaml/v3 v3.0.4
+	golang.org/x/crypto/x509roots/fallback v0.0.0-20261030153154-30a33513ff6d
+	golang.org/x/sys v0.38.0
 	golang.org/x/term v0.37.0
 	google.golang.org/grpc v1.76.0
 	google.golang.org/protobuf v1.36.10
@@ -26,6 +28,7 @@ require (
 	k8s.io/api v0.34.4
 	k8s.io/apiextensions-apiserver v0.34.4
 	k8s.io/apimachinery v0.34.4
+	k8s.io/cli-runtime v0.34.4
 	k8s.io/client-go v0.34.4
 	k8s.io/cloud-provider v0.34.4
 	k8s.io/component-base v0.34.4
@@ -197,7 +200,6 @@ require (
 	golang.org/x/net v0.47.0 // indirect
 	golang.org/x/oauth2 v0.33.0 // indirect
 	golang.org/x/sync v0.18.0 // indirect
-	golang.org/x/sys v0.38.0 // indirect
 	golang.org/x/text v0.31.0 // indirect
 	golang.org/x/time v0.14.0 // indirect
 	gomodules.xyz/jsonpatch/v2 v2.5.0 // indirect
@@ -208,7 +210,6 @@ require (
 	gopkg.in/natefinch/lumberjack.v2 v2.2.1 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 	k8s.io/apiserver v0.34.4 // indirect
-	k8s.io/cli-runtime v0.34.4 // indirect
 	k8s.io/kms v0.34.4 // indirect
 	k8s.io/kube-openapi v0.0.0-20250710124328-f3f2b991d03b // indirect
 	k8s.io/kubectl v0.34.4 // indirect

@@ -30,6 +30,11 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release/helm"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
+
+	// Public root certificates for chart repositories and OCI registries
+	// over HTTPS, used only where the system has none: the image holds the
+	// binary alone.
+	_ "golang.org/x/crypto/x509roots/fallback"
 )
 
 // defaultGateImage is the --gate-image default. Image builds (hack/ship) set
