@@ -223,13 +223,14 @@ func BenchmarkServiceIngress(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	wait := func(chs ...<-chan struct{}) {
+	// The helpers below fail the (sub-)benchmark they run in, tb.
+	wait := func(tb testing.TB, chs ...<-chan struct{}) {
 		timeout := time.After(2 * time.Minute)
 		for _, ch := range chs {
 			select {
 			case <-ch:
 			case <-timeout:
-				b.Fatalf("a Service got no address within 2 minutes; ccm-gate log: %s", g.Log)
+				tb.Fatalf("a Service got no address within 2 minutes; ccm-gate log: %s", g.Log)
 			}
 		}
 	}
@@ -240,18 +241,18 @@ func BenchmarkServiceIngress(b *testing.B) {
 		return fmt.Sprintf("%s-%05d", kind, ingressSeq)
 	}
 	// One Service at a time: the latency a user sees.
-	serve := func(kind string, class *string) time.Duration {
+	serve := func(tb testing.TB, kind string, class *string) time.Duration {
 		name := next(kind)
 		ch := iw.expect(name)
 		start := time.Now()
 		if _, err := admin.Create(ctx, ingressService(name, class), metav1.CreateOptions{}); err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
-		wait(ch)
+		wait(tb, ch)
 		return time.Since(start)
 	}
 	// A burst: the time until the last of n has its address.
-	burst := func(kind string, class *string) time.Duration {
+	burst := func(tb testing.TB, kind string, class *string) time.Duration {
 		names := make([]string, ingressBurst)
 		chs := make([]<-chan struct{}, ingressBurst)
 		for i := range chs {
@@ -263,20 +264,20 @@ func BenchmarkServiceIngress(b *testing.B) {
 			_, err := admin.Create(ctx, ingressService(names[i], class), metav1.CreateOptions{})
 			return err
 		}); err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
-		wait(chs...)
+		wait(tb, chs...)
 		return time.Since(start)
 	}
 	// Both controllers serve once before anything is timed.
-	serve("warm-direct", nil)
-	serve("warm-gate", ptr.To(ingressClass))
+	serve(b, "warm-direct", nil)
+	serve(b, "warm-gate", ptr.To(ingressClass))
 	b.Run("one-at-a-time", func(b *testing.B) {
 		for range b.N {
 			var d, gt []time.Duration
 			for range ingressRuns {
-				d = append(d, serve("one-direct", nil))
-				gt = append(gt, serve("one-gate", ptr.To(ingressClass)))
+				d = append(d, serve(b, "one-direct", nil))
+				gt = append(gt, serve(b, "one-gate", ptr.To(ingressClass)))
 			}
 			report(b, "Service creation to ingress address, one at a time", d, gt)
 		}
@@ -285,8 +286,8 @@ func BenchmarkServiceIngress(b *testing.B) {
 		for range b.N {
 			var d, gt []time.Duration
 			for range ingressBursts {
-				d = append(d, burst("burst-direct", nil))
-				gt = append(gt, burst("burst-gate", ptr.To(ingressClass)))
+				d = append(d, burst(b, "burst-direct", nil))
+				gt = append(gt, burst(b, "burst-gate", ptr.To(ingressClass)))
 			}
 			report(b, fmt.Sprintf("%d Services created at once to the last ingress address", ingressBurst), d, gt)
 		}
