@@ -243,23 +243,8 @@ func (d *historyDecoder) Decode() (watch.EventType, runtime.Object, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	var typ string
-	var object []byte
-	if err := protoFields(frame, func(f protoField) error {
-		switch {
-		case f.typ != protowire.BytesType:
-		case f.num == pbWatchEventType:
-			typ = string(f.value)
-		case f.num == pbWatchEventObject:
-			return protoFields(f.value, func(r protoField) error {
-				if r.num == pbRawExtensionRaw && r.typ == protowire.BytesType {
-					object = r.value
-				}
-				return nil
-			})
-		}
-		return nil
-	}); err != nil {
+	typ, object, err := protoWatchEvent(frame)
+	if err != nil {
 		return "", nil, err
 	}
 	o, err := readProtoObject(object)

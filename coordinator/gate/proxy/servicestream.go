@@ -480,27 +480,9 @@ func (s *watchState) filterProto(in io.Reader, out *bufio.Writer) error {
 		if err != nil {
 			return err
 		}
-		var typ string
-		var object []byte
-		if err := protoFields(frame, func(f protoField) error {
-			switch {
-			case f.typ != protowire.BytesType:
-			case f.num == pbWatchEventType:
-				var ok bool
-				if typ, ok = interned(f.value, watchEventTypes...); !ok {
-					typ = string(f.value)
-				}
-			case f.num == pbWatchEventObject:
-				return protoFields(f.value, func(r protoField) error {
-					if r.num == pbRawExtensionRaw && r.typ == protowire.BytesType {
-						object = r.value
-					}
-					return nil
-				})
-			}
-			return nil
-		}); err != nil {
-			return fmt.Errorf("watch event: %w", err)
+		typ, object, err := protoWatchEvent(frame)
+		if err != nil {
+			return err
 		}
 		if typ == eventAdded || typ == eventModified || typ == eventDeleted {
 			if frame, err = s.protoEvent(typ, object, frame); err != nil {
@@ -517,6 +499,33 @@ func (s *watchState) filterProto(in io.Reader, out *bufio.Writer) error {
 			return err
 		}
 	}
+}
+
+// protoWatchEvent reads a protobuf watch event frame: its type (interned for
+// the usual ones) and the bytes of its object (a runtime.Unknown).
+func protoWatchEvent(frame []byte) (typ string, object []byte, err error) {
+	err = protoFields(frame, func(f protoField) error {
+		switch {
+		case f.typ != protowire.BytesType:
+		case f.num == pbWatchEventType:
+			var ok bool
+			if typ, ok = interned(f.value, watchEventTypes...); !ok {
+				typ = string(f.value)
+			}
+		case f.num == pbWatchEventObject:
+			return protoFields(f.value, func(r protoField) error {
+				if r.num == pbRawExtensionRaw && r.typ == protowire.BytesType {
+					object = r.value
+				}
+				return nil
+			})
+		}
+		return nil
+	})
+	if err != nil {
+		return "", nil, fmt.Errorf("watch event: %w", err)
+	}
+	return typ, object, nil
 }
 
 // protoEvent decides on one Service event and returns the frame to send
