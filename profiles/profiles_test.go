@@ -84,27 +84,49 @@ func TestProviderIDPrefixesMatchTalosCCM(t *testing.T) {
 // docs/profiles.md has one row per profile, with its platforms and
 // providerID prefixes.
 func TestDocumentedProfilesAreTheBuiltinOnes(t *testing.T) {
+	checkDocTable(t, "profiles.md", "| profile | routes platform | providerID prefixes |", func(p *profile.Profile) map[string][]string {
+		return map[string][]string{"routes platform": p.Platforms, "providerID prefixes": p.ProviderIDPrefixes}
+	})
+}
+
+// TestDocumentedLoadBalancersAreTheProfiles: the table in
+// docs/load-balancers.md has one row per built-in profile with its service
+// controller, the env it sets while load balancers are on and the
+// cloud-config settings the controller reads.
+func TestDocumentedLoadBalancersAreTheProfiles(t *testing.T) {
+	checkDocTable(t, "load-balancers.md", "| profile | controller | env while on | cloud-config settings | notes |", func(p *profile.Profile) map[string][]string {
+		var controller, env, settings []string
+		if lb := p.LoadBalancers; lb != nil && lb.Unsupported == "" {
+			controller = []string{lb.Controller}
+			for _, e := range lb.Env {
+				env = append(env, e.Name+"="+e.Value)
+			}
+			settings = lb.CloudConfig
+		}
+		return map[string][]string{"controller": controller, "env while on": env, "cloud-config settings": settings}
+	})
+}
+
+// checkDocTable reads the table of docs/<doc> that starts with header: one
+// row per built-in profile, named in its first column, and in the columns
+// after it the `code` spans want returns for the profile, by the column's
+// header.
+func checkDocTable(t *testing.T, doc, header string, want func(*profile.Profile) map[string][]string) {
+	t.Helper()
 	set, err := profile.Builtin()
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(filepath.Join("..", "docs", "profiles.md"))
+	b, err := os.ReadFile(filepath.Join("..", "docs", doc))
 	if err != nil {
 		t.Fatal(err)
 	}
-	const header = "| profile | routes platform | providerID prefixes |"
 	_, table, ok := strings.Cut(string(b), "\n"+header)
 	if !ok {
-		t.Fatalf("docs/profiles.md has no table starting %q", header)
+		t.Fatalf("docs/%s has no table starting %q", doc, header)
 	}
+	columns := strings.Split(strings.Trim(header, "| "), " | ")
 	code := regexp.MustCompile("`([^`]+)`")
-	cells := func(s string) []string {
-		var out []string
-		for _, m := range code.FindAllStringSubmatch(s, -1) {
-			out = append(out, m[1])
-		}
-		return out
-	}
 	documented := map[string]bool{}
 	for i, line := range strings.Split(table, "\n") {
 		if i == 0 {
@@ -114,95 +136,33 @@ func TestDocumentedProfilesAreTheBuiltinOnes(t *testing.T) {
 			break
 		}
 		col := strings.Split(line, "|")
-		if len(col) < 4 || strings.HasPrefix(strings.TrimSpace(col[1]), "---") {
+		if len(col) < len(columns)+2 || strings.HasPrefix(strings.TrimSpace(col[1]), "---") {
 			continue
 		}
 		name := strings.TrimSpace(col[1])
 		documented[name] = true
 		p, ok := set.Get(name)
 		if !ok {
-			t.Errorf("docs/profiles.md documents profile %s, which is not built in", name)
+			t.Errorf("docs/%s documents profile %s, which is not built in", doc, name)
 			continue
 		}
-		if got := cells(col[2]); !slices.Equal(got, p.Platforms) {
-			t.Errorf("docs/profiles.md: %s routes %q, the profile %q", name, got, p.Platforms)
-		}
-		if got := cells(col[3]); !slices.Equal(got, p.ProviderIDPrefixes) {
-			t.Errorf("docs/profiles.md: %s has providerID prefixes %q, the profile %q", name, got, p.ProviderIDPrefixes)
-		}
-	}
-	for _, name := range set.Names() {
-		if !documented[name] {
-			t.Errorf("profile %s (%s) is built in, docs/profiles.md's table does not list it", name, set.File(name))
-		}
-	}
-}
-
-// TestDocumentedLoadBalancersAreTheProfiles: the table in
-// docs/load-balancers.md has one row per built-in profile with its service
-// controller, the env it sets while load balancers are on and the
-// cloud-config settings the controller reads.
-func TestDocumentedLoadBalancersAreTheProfiles(t *testing.T) {
-	set, err := profile.Builtin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join("..", "docs", "load-balancers.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	const header = "| profile | controller | env while on | cloud-config settings | notes |"
-	_, table, ok := strings.Cut(string(b), "\n"+header)
-	if !ok {
-		t.Fatalf("docs/load-balancers.md has no table starting %q", header)
-	}
-	code := regexp.MustCompile("`([^`]+)`")
-	cells := func(s string) []string {
-		var out []string
-		for _, m := range code.FindAllStringSubmatch(s, -1) {
-			out = append(out, m[1])
-		}
-		return out
-	}
-	documented := map[string]bool{}
-	for i, line := range strings.Split(table, "\n") {
-		if i == 0 {
-			continue
-		}
-		if !strings.HasPrefix(line, "|") {
-			break
-		}
-		col := strings.Split(line, "|")
-		if len(col) < 6 || strings.HasPrefix(strings.TrimSpace(col[1]), "---") {
-			continue
-		}
-		name := strings.TrimSpace(col[1])
-		documented[name] = true
-		p, ok := set.Get(name)
-		if !ok {
-			t.Errorf("docs/load-balancers.md documents profile %s, which is not built in", name)
-			continue
-		}
-		var controller, env, settings []string
-		if lb := p.LoadBalancers; lb != nil && lb.Unsupported == "" {
-			controller = []string{lb.Controller}
-			for _, e := range lb.Env {
-				env = append(env, e.Name+"="+e.Value)
+		for column, values := range want(p) {
+			k := slices.Index(columns, column)
+			if k < 0 {
+				t.Fatalf("docs/%s: the table has no column %q", doc, column)
 			}
-			settings = lb.CloudConfig
-		}
-		for _, c := range []struct {
-			what     string
-			doc, got []string
-		}{{"controller", cells(col[2]), controller}, {"env", cells(col[3]), env}, {"cloud-config settings", cells(col[4]), settings}} {
-			if !slices.Equal(c.doc, c.got) {
-				t.Errorf("docs/load-balancers.md: %s has %s %q, profile %s (%s) %q", name, c.what, c.doc, name, set.File(name), c.got)
+			var got []string
+			for _, m := range code.FindAllStringSubmatch(col[k+1], -1) {
+				got = append(got, m[1])
+			}
+			if !slices.Equal(got, values) {
+				t.Errorf("docs/%s: %s has %s %q, profile %s (%s) %q", doc, name, column, got, name, set.File(name), values)
 			}
 		}
 	}
 	for _, name := range set.Names() {
 		if !documented[name] {
-			t.Errorf("profile %s (%s) is built in, the load-balancer table of docs/load-balancers.md does not list it", name, set.File(name))
+			t.Errorf("profile %s (%s) is built in, the table of docs/%s does not list it", name, set.File(name), doc)
 		}
 	}
 }
