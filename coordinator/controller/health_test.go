@@ -63,20 +63,25 @@ func crashLoopStatus(d *appsv1.Deployment, pod, msg string) corev1.PodStatus {
 	return s
 }
 
-// eventuallyWithin is eventually with a deadline of its own.
+// eventuallyWithin fails the test unless cond holds within d.
 func eventuallyWithin(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
+	if ok, last := poll(d, cond); !ok {
+		t.Fatalf("no %s within %s; last state: %s", what, d, last)
+	}
+}
+
+// poll calls cond until it returns true or d has passed, and returns its
+// last answer.
+func poll(d time.Duration, cond func() (bool, string)) (bool, string) {
 	deadline := time.Now().Add(d)
-	var last string
-	for time.Now().Before(deadline) {
+	for {
 		ok, state := cond()
-		if ok {
-			return
+		if ok || time.Now().After(deadline) {
+			return ok, state
 		}
-		last = state
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatalf("no %s within %s; last state: %s", what, d, last)
 }
 
 func readyState(o *v1.NativeCCM) string {

@@ -131,14 +131,7 @@ func hasEvent(t *testing.T, object, reason string) (bool, string) {
 	t.Helper()
 	// The recorder writes events asynchronously, after the status patch a
 	// test usually waits for; give it time before calling one missing.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		ok, state := eventNow(t, object, reason)
-		if ok || time.Now().After(deadline) {
-			return ok, state
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	return poll(20*time.Second, func() (bool, string) { return eventNow(t, object, reason) })
 }
 
 // eventNow reports whether object has an event with reason at this moment.

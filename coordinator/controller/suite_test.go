@@ -330,21 +330,10 @@ func newChartRepo(charts map[string]map[string]string) *httptest.Server {
 	}))
 }
 
-// eventually polls cond until it returns true or the deadline passes; the
-// returned string explains the last state on failure.
+// eventually polls cond for up to 90 s (see eventuallyWithin).
 func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	var last string
-	for time.Now().Before(deadline) {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s; last state: %s", what, last)
+	eventuallyWithin(t, 90*time.Second, what, cond)
 }
 
 func ctxT(t *testing.T) context.Context {

@@ -17,7 +17,8 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -151,39 +152,76 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // protobuf (the CCM default) and JSON.
 func BenchmarkList5000(b *testing.B) {
 	f := setup(b)
-	for _, ct := range []string{"application/vnd.kubernetes.protobuf", "application/json"} {
-		name := map[string]string{"application/vnd.kubernetes.protobuf": "protobuf", "application/json": "json"}[ct]
-		b.Run(name, func(b *testing.B) {
-			client := func(cfg *rest.Config) kubernetes.Interface {
-				c := rest.CopyConfig(cfg)
-				c.ContentType, c.AcceptContentTypes = ct, ct
-				return kubernetes.NewForConfigOrDie(c)
-			}
-			direct, gated := client(f.direct), client(f.gated)
-			ctx := context.Background()
-			list := func(cs kubernetes.Interface, selector string) time.Duration {
-				start := time.Now()
-				l, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: selector})
-				d := time.Since(start)
-				if err != nil || len(l.Items) != nodes {
-					b.Fatalf("list: %d nodes, %v", len(l.Items), err)
+	ctx := context.Background()
+	for _, enc := range encodings {
+		b.Run(enc.name, func(b *testing.B) {
+			direct, gated := clientIn(f.direct, enc.contentType), clientIn(f.gated, enc.contentType)
+			list := func(cs kubernetes.Interface, selector string) func() time.Duration {
+				return func() time.Duration {
+					start := time.Now()
+					l, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: selector})
+					d := time.Since(start)
+					if err != nil || len(l.Items) != nodes {
+						b.Fatalf("list: %d nodes, %v", len(l.Items), err)
+					}
+					return d
 				}
-				return d
 			}
-			// Warm both paths (connections, watch cache, TLS).
-			list(direct, names.PlatformLabel+"="+platform)
-			list(gated, "")
-			b.ResetTimer()
-			for range b.N {
-				var d, g []time.Duration
-				for range lists {
-					d = append(d, list(direct, names.PlatformLabel+"="+platform))
-					g = append(g, list(gated, ""))
-				}
-				report(b, fmt.Sprintf("list %d nodes (%s)", nodes, name), d, g)
-			}
+			alternate(b, fmt.Sprintf("list %d nodes (%s)", nodes, enc.name), lists,
+				list(direct, names.PlatformLabel+"="+platform), list(gated, ""))
 		})
 	}
+}
+
+// alternate warms both paths (connections, watch cache, TLS), then times runs
+// of each, alternating, and reports them.
+func alternate(b *testing.B, what string, runs int, direct, gated func() time.Duration) {
+	b.Helper()
+	direct()
+	gated()
+	b.ResetTimer()
+	for range b.N {
+		var d, g []time.Duration
+		for range runs {
+			d = append(d, direct())
+			g = append(g, gated())
+		}
+		report(b, what, d, g)
+	}
+}
+
+// initialEvents opens a WatchList with selector (the objects there are now
+// as initial events, then a bookmark) and times it until that bookmark; the
+// initial events must number want.
+func initialEvents(b *testing.B, want int, selector string, open func(context.Context, metav1.ListOptions) (watch.Interface, error)) time.Duration {
+	b.Helper()
+	start := time.Now()
+	w, err := open(context.Background(), metav1.ListOptions{
+		LabelSelector: selector, SendInitialEvents: ptr.To(true),
+		ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan, AllowWatchBookmarks: true,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Stop()
+	n := 0
+	for ev := range w.ResultChan() {
+		switch ev.Type {
+		case watch.Bookmark:
+			if m, err := meta.Accessor(ev.Object); err == nil && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
+				if n != want {
+					b.Fatalf("%d initial events, want %d", n, want)
+				}
+				return time.Since(start)
+			}
+		case watch.Error:
+			b.Fatalf("watch error: %v", apierrors.FromObject(ev.Object))
+		default:
+			n++
+		}
+	}
+	b.Fatalf("the watch ended after %d initial events, before its bookmark", n)
+	return 0
 }
 
 // BenchmarkWatch streams node updates to two watchers at once, one direct and
@@ -193,51 +231,14 @@ func BenchmarkWatch(b *testing.B) {
 	f := setup(b)
 	ctx := context.Background()
 
-	for _, ct := range []string{"application/vnd.kubernetes.protobuf", "application/json"} {
-		name := map[string]string{"application/vnd.kubernetes.protobuf": "protobuf", "application/json": "json"}[ct]
-		b.Run("initial-events/"+name, func(b *testing.B) {
-			client := func(cfg *rest.Config) kubernetes.Interface {
-				c := rest.CopyConfig(cfg)
-				c.ContentType, c.AcceptContentTypes = ct, ct
-				return kubernetes.NewForConfigOrDie(c)
-			}
-			direct, gated := client(f.direct), client(f.gated)
-			initial := func(cs kubernetes.Interface, selector string) time.Duration {
-				start := time.Now()
-				w, err := cs.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{
-					LabelSelector: selector, SendInitialEvents: ptr.To(true),
-					ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan, AllowWatchBookmarks: true,
-				})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer w.Stop()
-				n := 0
-				for ev := range w.ResultChan() {
-					if ev.Type == watch.Bookmark {
-						if o, ok := ev.Object.(*corev1.Node); ok && o.Annotations[metav1.InitialEventsAnnotationKey] == "true" {
-							break
-						}
-						continue
-					}
-					n++
-				}
-				if n != nodes {
-					b.Fatalf("%d initial events, want %d", n, nodes)
-				}
-				return time.Since(start)
-			}
-			initial(direct, names.PlatformLabel+"="+platform)
-			initial(gated, "")
-			b.ResetTimer()
-			for range b.N {
-				var d, g []time.Duration
-				for range initialRuns {
-					d = append(d, initial(direct, names.PlatformLabel+"="+platform))
-					g = append(g, initial(gated, ""))
-				}
-				report(b, fmt.Sprintf("WatchList initial events for %d nodes (%s)", nodes, name), d, g)
-			}
+	for _, enc := range encodings {
+		b.Run("initial-events/"+enc.name, func(b *testing.B) {
+			direct, gated := clientIn(f.direct, enc.contentType), clientIn(f.gated, enc.contentType)
+			alternate(b, fmt.Sprintf("WatchList initial events for %d nodes (%s)", nodes, enc.name), initialRuns,
+				func() time.Duration {
+					return initialEvents(b, nodes, names.PlatformLabel+"="+platform, direct.CoreV1().Nodes().Watch)
+				},
+				func() time.Duration { return initialEvents(b, nodes, "", gated.CoreV1().Nodes().Watch) })
 		})
 	}
 

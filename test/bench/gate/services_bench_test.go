@@ -137,26 +137,18 @@ func BenchmarkServiceList5000(b *testing.B) {
 	for _, enc := range encodings {
 		b.Run(enc.name, func(b *testing.B) {
 			direct, gated := clientIn(f.direct, enc.contentType), clientIn(f.gated, enc.contentType)
-			list := func(cs kubernetes.Interface, wantClass bool) time.Duration {
-				start := time.Now()
-				l, err := cs.CoreV1().Services(serviceNS).List(ctx, metav1.ListOptions{})
-				d := time.Since(start)
-				if err != nil || len(l.Items) != services || (l.Items[0].Spec.LoadBalancerClass != nil) != wantClass {
-					b.Fatalf("list: %d Services, %v", len(l.Items), err)
+			list := func(cs kubernetes.Interface, wantClass bool) func() time.Duration {
+				return func() time.Duration {
+					start := time.Now()
+					l, err := cs.CoreV1().Services(serviceNS).List(ctx, metav1.ListOptions{})
+					d := time.Since(start)
+					if err != nil || len(l.Items) != services || (l.Items[0].Spec.LoadBalancerClass != nil) != wantClass {
+						b.Fatalf("list: %d Services, %v", len(l.Items), err)
+					}
+					return d
 				}
-				return d
 			}
-			list(direct, true)
-			list(gated, false)
-			b.ResetTimer()
-			for range b.N {
-				var d, g []time.Duration
-				for range lists {
-					d = append(d, list(direct, true))
-					g = append(g, list(gated, false))
-				}
-				report(b, fmt.Sprintf("list %d Services (%s)", services, enc.name), d, g)
-			}
+			alternate(b, fmt.Sprintf("list %d Services (%s)", services, enc.name), lists, list(direct, true), list(gated, false))
 		})
 	}
 }
@@ -170,41 +162,9 @@ func BenchmarkServiceWatch(b *testing.B) {
 	for _, enc := range encodings {
 		b.Run("initial-events/"+enc.name, func(b *testing.B) {
 			direct, gated := clientIn(f.direct, enc.contentType), clientIn(f.gated, enc.contentType)
-			initial := func(cs kubernetes.Interface) time.Duration {
-				start := time.Now()
-				w, err := cs.CoreV1().Services(serviceNS).Watch(ctx, metav1.ListOptions{
-					SendInitialEvents: ptr.To(true), ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan, AllowWatchBookmarks: true,
-				})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer w.Stop()
-				n := 0
-				for ev := range w.ResultChan() {
-					if ev.Type == watch.Bookmark {
-						if o, ok := ev.Object.(*corev1.Service); ok && o.Annotations[metav1.InitialEventsAnnotationKey] == "true" {
-							break
-						}
-						continue
-					}
-					n++
-				}
-				if n != services {
-					b.Fatalf("%d initial events, want %d", n, services)
-				}
-				return time.Since(start)
-			}
-			initial(direct)
-			initial(gated)
-			b.ResetTimer()
-			for range b.N {
-				var d, g []time.Duration
-				for range initialRuns {
-					d = append(d, initial(direct))
-					g = append(g, initial(gated))
-				}
-				report(b, fmt.Sprintf("WatchList initial events for %d Services (%s)", services, enc.name), d, g)
-			}
+			alternate(b, fmt.Sprintf("WatchList initial events for %d Services (%s)", services, enc.name), initialRuns,
+				func() time.Duration { return initialEvents(b, services, "", direct.CoreV1().Services(serviceNS).Watch) },
+				func() time.Duration { return initialEvents(b, services, "", gated.CoreV1().Services(serviceNS).Watch) })
 		})
 	}
 
