@@ -272,6 +272,22 @@ var reservedPorts = map[int32]string{
 
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
+// validateEnv checks plain variables: C identifiers, each once.
+func validateEnv(fp *field.Path, env []EnvVar) field.ErrorList {
+	var errs field.ErrorList
+	seen := map[string]bool{}
+	for i, e := range env {
+		if !envNameRE.MatchString(e.Name) {
+			errs = append(errs, field.Invalid(fp.Index(i).Child("name"), e.Name, "must be a C identifier"))
+		}
+		if seen[e.Name] {
+			errs = append(errs, field.Duplicate(fp.Index(i).Child("name"), e.Name))
+		}
+		seen[e.Name] = true
+	}
+	return errs
+}
+
 // cloudConfigKeyRE is a cloud-config setting: an INI Section.key, or a key of
 // a JSON or YAML file (lower or camel case, dashes, one level of nesting).
 var cloudConfigKeyRE = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9]*\.)?[A-Za-z][A-Za-z0-9-]*$`)
@@ -323,16 +339,7 @@ func Validate(p *Profile) field.ErrorList {
 		case lb.Controller == "cloud-node-lifecycle" || lb.Controller == "*":
 			errs = append(errs, field.Invalid(fp.Child("controller"), lb.Controller, "must name the service controller only"))
 		}
-		seen := map[string]bool{}
-		for i, e := range lb.Env {
-			if !envNameRE.MatchString(e.Name) {
-				errs = append(errs, field.Invalid(fp.Child("env").Index(i).Child("name"), e.Name, "must be a C identifier"))
-			}
-			if seen[e.Name] {
-				errs = append(errs, field.Duplicate(fp.Child("env").Index(i).Child("name"), e.Name))
-			}
-			seen[e.Name] = true
-		}
+		errs = append(errs, validateEnv(fp.Child("env"), lb.Env)...)
 		if len(lb.CloudConfig) > 0 && p.CCM.CloudConfig == nil {
 			errs = append(errs, field.Invalid(fp.Child("cloudConfig"), lb.CloudConfig, "this CCM is given no cloud-config file (ccm.cloudConfig is not set)"))
 		}
@@ -390,16 +397,7 @@ func validateCCM(fp *field.Path, c *CCM) field.ErrorList {
 			}
 		}
 	}
-	envs := map[string]bool{}
-	for i, e := range c.Env {
-		if !envNameRE.MatchString(e.Name) {
-			errs = append(errs, field.Invalid(fp.Child("env").Index(i).Child("name"), e.Name, "must be a C identifier"))
-		}
-		if envs[e.Name] {
-			errs = append(errs, field.Duplicate(fp.Child("env").Index(i).Child("name"), e.Name))
-		}
-		envs[e.Name] = true
-	}
+	errs = append(errs, validateEnv(fp.Child("env"), c.Env)...)
 	port := fp.Child("securePort")
 	switch {
 	case c.SecurePort < 1024 || c.SecurePort > 65535:

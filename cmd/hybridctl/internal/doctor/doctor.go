@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"sort"
@@ -239,12 +240,7 @@ func (r *Report) checkWorkloads(ctx context.Context, c client.Client) error {
 			leases[k] = append(leases[k], w.Ref)
 		}
 	}
-	keys := make([]string, 0, len(leases))
-	for k := range leases {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(leases)) {
 		if refs := leases[k]; len(refs) > 1 {
 			sort.Strings(refs)
 			r.add(CheckSharedLease, "lease/"+k,
@@ -307,12 +303,7 @@ func (r *Report) checkLoadBalancerClasses(nccms []v1.NativeCCM) {
 			defaults = append(defaults, n.Name)
 		}
 	}
-	classes := make([]string, 0, len(byClass))
-	for c := range byClass {
-		classes = append(classes, c)
-	}
-	sort.Strings(classes)
-	for _, c := range classes {
+	for _, c := range slices.Sorted(maps.Keys(byClass)) {
 		if names := byClass[c]; len(names) > 1 {
 			sort.Strings(names)
 			r.add(CheckLBConflict, "loadbalancerclass/"+c, "give each NativeCCM its own spec.loadBalancers.class (kubectl edit nativeccm "+names[1]+")",
