@@ -150,14 +150,24 @@ func (e *Engine) loadChart(ctx context.Context, req release.Request) (*chart.Cha
 	return ch, nil
 }
 
+// prepare returns the Helm configuration of the request's namespace and its
+// chart, what an install and an upgrade both start from.
+func (e *Engine) prepare(ctx context.Context, req release.Request) (*action.Configuration, *chart.Chart, error) {
+	cfg, err := e.config(req.Namespace)
+	if err != nil {
+		return nil, nil, err
+	}
+	ch, err := e.loadChart(ctx, req)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cfg, ch, nil
+}
+
 // Install installs revision 1 of the release.
 func (e *Engine) Install(ctx context.Context, req release.Request) (*release.Info, error) {
 	const op = "helm/Engine.Install"
-	cfg, err := e.config(req.Namespace)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
-	}
-	ch, err := e.loadChart(ctx, req)
+	cfg, ch, err := e.prepare(ctx, req)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
@@ -185,11 +195,7 @@ const nameInUse = "cannot re-use a name that is still in use"
 // Upgrade makes a new revision of an existing release.
 func (e *Engine) Upgrade(ctx context.Context, req release.Request) (*release.Info, error) {
 	const op = "helm/Engine.Upgrade"
-	cfg, err := e.config(req.Namespace)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
-	}
-	ch, err := e.loadChart(ctx, req)
+	cfg, ch, err := e.prepare(ctx, req)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
