@@ -288,27 +288,11 @@ func TestFence(t *testing.T) {
 	}
 	for _, tc := range checks {
 		t.Run(tc.name, func(t *testing.T) {
-			err := tc.do()
-			if tc.allow {
-				if err != nil {
-					t.Fatalf("want allowed, got %v", err)
-				}
-				return
-			}
-			if !apierrors.IsForbidden(err) {
-				t.Fatalf("want Forbidden by the fence, got %v", err)
-			}
-			msg := err.Error()
-			t.Logf("denied: %s", msg)
 			who := tc.who
 			if who == "" {
 				who = "NativeCCM hcloud"
 			}
-			for _, want := range []string{"hybrid-ccm gate", who, tc.node, tc.reason} {
-				if !strings.Contains(msg, want) {
-					t.Errorf("denial %q does not mention %q", msg, want)
-				}
-			}
+			checkFenceDecision(t, tc.do(), tc.allow, who, tc.node, tc.reason)
 		})
 	}
 
@@ -351,5 +335,28 @@ func TestConfigErrorsAreMarked(t *testing.T) {
 	s := gate.Sidecar{Release: "r", Namespace: "n", Platform: "p", ProxyPort: 1, HealthPort: 2}
 	if err := s.Mutate(&release.Manifests{}); !errors.Is(err, gate.ErrConfig) {
 		t.Fatalf("no image: %v does not wrap ErrConfig", err)
+	}
+}
+
+// checkFenceDecision fails the test unless err is nil where allow is set,
+// and otherwise a Forbidden from the fence whose message mentions every one
+// of want.
+func checkFenceDecision(t *testing.T, err error, allow bool, want ...string) {
+	t.Helper()
+	if allow {
+		if err != nil {
+			t.Fatalf("want allowed, got %v", err)
+		}
+		return
+	}
+	if !apierrors.IsForbidden(err) {
+		t.Fatalf("want Forbidden by the fence, got %v", err)
+	}
+	msg := err.Error()
+	t.Logf("denied: %s", msg)
+	for _, w := range append([]string{"hybrid-ccm gate"}, want...) {
+		if !strings.Contains(msg, w) {
+			t.Errorf("denial %q does not mention %q", msg, w)
+		}
 	}
 }

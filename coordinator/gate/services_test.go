@@ -2,7 +2,6 @@ package gate_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -159,22 +158,7 @@ func TestFenceServices(t *testing.T) {
 	}
 	for _, tc := range checks {
 		t.Run(tc.name, func(t *testing.T) {
-			err := tc.do()
-			if tc.allow {
-				if err != nil {
-					t.Fatalf("want allowed, got %v", err)
-				}
-				return
-			}
-			if !apierrors.IsForbidden(err) {
-				t.Fatalf("want Forbidden by the fence, got %v", err)
-			}
-			t.Logf("denied: %v", err)
-			for _, w := range append([]string{"hybrid-ccm gate"}, tc.want...) {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("denial does not mention %q", w)
-				}
-			}
+			checkFenceDecision(t, tc.do(), tc.allow, tc.want...)
 		})
 	}
 
