@@ -117,6 +117,23 @@ func instances() []fakeec2.Instance {
 
 // cloudConf is the cloud.conf profiles/aws.yaml asks for off EC2: [Global]
 // Region, VPC, SubnetID, KubernetesClusterID and the endpoints of the fake.
+// serveEC2 serves the fake's EC2 API on loopback and its instance metadata
+// service on the address the SDK asks (lo carries it in this network
+// namespace), where every request is recorded, until the test ends.
+func serveEC2(t *testing.T, ec2 *fakeec2.Server) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(ec2)
+	t.Cleanup(srv.Close)
+	imdsLn, err := net.Listen("tcp", net.JoinHostPort(imdsAddr.String(), "80"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	imds := &http.Server{Handler: ec2.IMDS()}
+	go func() { _ = imds.Serve(imdsLn) }()
+	t.Cleanup(func() { _ = imds.Close() })
+	return srv
+}
+
 func cloudConf(url string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "[Global]\nRegion = %s\nVPC = vpc-0fake\nSubnetID = subnet-0fake\nKubernetesClusterID = %s\n", region, clusterID)
@@ -139,17 +156,7 @@ func TestAWSCCMGated(t *testing.T) {
 	t.Cleanup(cancel)
 
 	ec2 := fakeec2.New(instances()...)
-	srv := httptest.NewServer(ec2)
-	t.Cleanup(srv.Close)
-	// Anything asking the instance metadata service reaches the fake (lo
-	// carries its address in this network namespace) and is recorded.
-	imdsLn, err := net.Listen("tcp", net.JoinHostPort(imdsAddr.String(), "80"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	imds := &http.Server{Handler: ec2.IMDS()}
-	go func() { _ = imds.Serve(imdsLn) }()
-	t.Cleanup(func() { _ = imds.Close() })
+	srv := serveEC2(t, ec2)
 
 	// The nodes, as kubelets register them and talos-ccm initializes them.
 	for _, n := range append(slices.Clone(own), foreign...) {

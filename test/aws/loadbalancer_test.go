@@ -3,9 +3,6 @@ package aws
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -105,15 +102,7 @@ func TestAWSCCMLoadBalancers(t *testing.T) {
 	t.Cleanup(cancel)
 
 	ec2 := lbCloud()
-	srv := httptest.NewServer(ec2)
-	t.Cleanup(srv.Close)
-	imdsLn, err := net.Listen("tcp", net.JoinHostPort(imdsAddr.String(), "80"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	imds := &http.Server{Handler: ec2.IMDS()}
-	go func() { _ = imds.Serve(imdsLn) }()
-	t.Cleanup(func() { _ = imds.Close() })
+	srv := serveEC2(t, ec2)
 	conf := cloudConf(srv.URL)
 	secret := map[string][]byte{"access-key-id": []byte(accessKey), "secret-access-key": []byte("fake-secret")}
 
