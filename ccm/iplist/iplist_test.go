@@ -31,18 +31,23 @@ func TestAddrs(t *testing.T) {
 		{name: "a CIDR is not an address", in: "10.0.0.0/24", wantErr: `"10.0.0.0/24"`},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := iplist.Addrs(tt.in)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || got != nil {
-					t.Fatalf("Addrs(%q) = %v, %v; want an error naming %s", tt.in, got, err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil || iplist.Join(got) != strings.Join(tt.want, ",") {
-				t.Fatalf("Addrs(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { checkList(t, "Addrs", iplist.Addrs, tt.in, tt.want, tt.wantErr) })
+	}
+}
+
+// checkList parses in with parse (called name): either the entries want, in
+// order, or an error naming wantErr and no list.
+func checkList[T interface{ String() string }](t *testing.T, name string, parse func(string) ([]T, error), in string, want []string, wantErr string) {
+	t.Helper()
+	got, err := parse(in)
+	if wantErr != "" {
+		if err == nil || !strings.Contains(err.Error(), wantErr) || got != nil {
+			t.Fatalf("%s(%q) = %v, %v; want an error naming %s", name, in, got, err, wantErr)
+		}
+		return
+	}
+	if err != nil || iplist.Join(got) != strings.Join(want, ",") {
+		t.Fatalf("%s(%q) = %v, %v; want %v", name, in, got, err, want)
 	}
 }
 
@@ -63,18 +68,7 @@ func TestPrefixes(t *testing.T) {
 		{name: "length out of range", in: "10.0.0.0/33", wantErr: `"10.0.0.0/33"`},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := iplist.Prefixes(tt.in)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || got != nil {
-					t.Fatalf("Prefixes(%q) = %v, %v; want an error naming %s", tt.in, got, err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil || iplist.Join(got) != strings.Join(tt.want, ",") {
-				t.Fatalf("Prefixes(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { checkList(t, "Prefixes", iplist.Prefixes, tt.in, tt.want, tt.wantErr) })
 	}
 }
 
