@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	corev1 "k8s.io/api/core/v1"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/cloud"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/facts"
-	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/transform"
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
 
@@ -42,16 +40,8 @@ func TestCloudscaleRuleOfTheDocs(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the documented cloudscale rule is refused: %v", err)
 	}
-	ep, err := talosnode.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ep.Stop)
-	client, err := ep.NewClient(t.TempDir(), talos.Options{Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.Close() })
+	ep := talosnode.StartFor(t)
+	client := ep.ClientFor(t)
 	p := facts.NewSource(client, cloud.NewInterpreter(rules), facts.Options{})
 
 	for _, tc := range []struct {

@@ -6,7 +6,6 @@ import (
 	"reflect"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/cloud"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/facts"
-	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/transform"
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
 
@@ -128,22 +126,14 @@ func TestUpstreamConfigExamples(t *testing.T) {
 		},
 	}
 
-	ep, err := talosnode.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ep.Stop)
+	ep := talosnode.StartFor(t)
 	for _, c := range cases {
 		md := c.metadata
 		if _, err := ep.AddNode(c.node, []string{c.ip}, talosnode.Spec{Metadata: &md, System: c.system, Addresses: c.addresses}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	client, err := ep.NewClient(t.TempDir(), talos.Options{Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.Close() })
+	client := ep.ClientFor(t)
 
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -182,11 +172,7 @@ func TestUpstreamConfigExamples(t *testing.T) {
 // addresses are exactly upstream's (the FQDN host name stays InternalDNS, as
 // upstream has it).
 func TestUpstreamAddressesWithoutMetadataDNS(t *testing.T) {
-	ep, err := talosnode.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ep.Stop)
+	ep := talosnode.StartFor(t)
 	if _, err := ep.AddNode("aws-7", []string{"10.0.1.7"}, talosnode.Spec{
 		Metadata: &runtime.PlatformMetadataSpec{Platform: "aws", Hostname: "ip-10-0-1-7.ec2.internal", Zone: "us-east-1a", InstanceID: "i-7",
 			ProviderID: "aws:///us-east-1a/i-7", InternalDNS: "ip-10-0-1-7.ec2.internal", ExternalDNS: "ec2-198-51-100-7.compute-1.amazonaws.com"},
@@ -194,11 +180,7 @@ func TestUpstreamAddressesWithoutMetadataDNS(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	client, err := ep.NewClient(t.TempDir(), talos.Options{Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.Close() })
+	client := ep.ClientFor(t)
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "aws-7",
 		Annotations: map[string]string{cloudproviderapi.AnnotationAlphaProvidedIPAddr: "10.0.1.7"}}}
 	upstream := []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.1.7"}, {Type: corev1.NodeExternalIP, Address: "198.51.100.7"},

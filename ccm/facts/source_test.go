@@ -33,11 +33,7 @@ func newSource(client *talos.Client, opts facts.Options) *facts.Source {
 // Talos API (the machine was replaced, or the address reassigned), the remembered
 // addresses must stop being proof at once, not when the node is deleted.
 func TestIdentityChangeRevokesProof(t *testing.T) {
-	ep, err := talosnode.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ep.Stop)
+	ep := talosnode.StartFor(t)
 	addMachine := func(name string) {
 		t.Helper()
 		if _, err := ep.AddNode(name, []string{"10.90.0.1"}, talosnode.Spec{
@@ -48,11 +44,7 @@ func TestIdentityChangeRevokesProof(t *testing.T) {
 		}
 	}
 	addMachine("web-1")
-	client, err := ep.NewClient(t.TempDir(), talos.Options{Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.Close() })
+	client := ep.ClientFor(t)
 	p := newSource(client, facts.Options{})
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "web-1",
 		Annotations: map[string]string{cloudproviderapi.AnnotationAlphaProvidedIPAddr: "10.90.0.1"}}}
@@ -84,11 +76,7 @@ func TestIdentityChangeRevokesProof(t *testing.T) {
 // that gives up does not end the lookup for the others, and the lookup ends at
 // its own deadline whatever the callers' contexts.
 func TestOneLookupPerNodeInFlight(t *testing.T) {
-	ep, err := talosnode.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ep.Stop)
+	ep := talosnode.StartFor(t)
 	hung, err := ep.AddNode("hung-1", []string{"10.91.0.1"}, talosnode.Spec{
 		Metadata:  &runtime.PlatformMetadataSpec{Platform: "metal", Hostname: "hung-1"},
 		Addresses: []talosnode.Address{{Link: "eth0", Prefix: "10.91.0.1/24"}},
@@ -165,22 +153,14 @@ func TestOneLookupPerNodeInFlight(t *testing.T) {
 // way, which makes k8s.io/cloud-provider's node controller keep the taint and
 // retry. Once initialized, providerID is write-once and no longer compared.
 func TestProviderIDMismatchEstablishesNothing(t *testing.T) {
-	ep, err := talosnode.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ep.Stop)
+	ep := talosnode.StartFor(t)
 	if _, err := ep.AddNode("web-1", []string{"10.92.0.1"}, talosnode.Spec{
 		Metadata:  &runtime.PlatformMetadataSpec{Platform: "hcloud", Hostname: "web-1", InstanceID: "42"},
 		Addresses: []talosnode.Address{{Link: "eth0", Prefix: "10.92.0.1/24"}},
 	}); err != nil {
 		t.Fatal(err)
 	}
-	client, err := ep.NewClient(t.TempDir(), talos.Options{Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.Close() })
+	client := ep.ClientFor(t)
 	p := newSource(client, facts.Options{})
 	provider := cloud.New(p)
 	node := &corev1.Node{
@@ -243,11 +223,7 @@ func (r *recorder) Interpret(node *corev1.Node, rd *facts.Reading) (*facts.Facts
 // afresh. The reading the Interpreter gets names the node IPs in dial order
 // and the one that answered; the facts carry the node's Talos addresses.
 func TestEstablishedIsRemembered(t *testing.T) {
-	ep, err := talosnode.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ep.Stop)
+	ep := talosnode.StartFor(t)
 	machine, err := ep.AddNode("rem-1", []string{"fd00:93::1"}, talosnode.Spec{
 		Metadata:  &runtime.PlatformMetadataSpec{Platform: "metal", Hostname: "rem-1"},
 		Addresses: []talosnode.Address{{Link: "eth0", Prefix: "fd00:93::1/64"}, {Link: "eth0", Prefix: "2001:db8:93::1/64"}},
@@ -255,11 +231,7 @@ func TestEstablishedIsRemembered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := ep.NewClient(t.TempDir(), talos.Options{Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.Close() })
+	client := ep.ClientFor(t)
 	interp := &recorder{Interpreter: cloud.NewInterpreter(nil)}
 	p := facts.NewSource(client, interp, facts.Options{})
 	// the kubelet names an IPv4 address no machine answers on, and the real IPv6 one
@@ -325,16 +297,8 @@ func TestEstablishedIsRemembered(t *testing.T) {
 // kubelet lists more than one per family, gets an error that says so and
 // costs no Talos request.
 func TestNodeIPsAreCheckedBeforeDialling(t *testing.T) {
-	ep, err := talosnode.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ep.Stop)
-	client, err := ep.NewClient(t.TempDir(), talos.Options{Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.Close() })
+	ep := talosnode.StartFor(t)
+	client := ep.ClientFor(t)
 	p := newSource(client, facts.Options{})
 	for _, tt := range []struct {
 		ann  string // provided-node-ip

@@ -20,11 +20,7 @@ import (
 
 func startEndpoint(t *testing.T, role string) (*talosnode.Endpoint, *talos.Client) {
 	t.Helper()
-	ep, err := talosnode.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ep.Stop)
+	ep := talosnode.StartFor(t)
 	path := filepath.Join(t.TempDir(), "talosconfig")
 	if err := ep.WriteClientConfig(path, role); err != nil {
 		t.Fatal(err)

@@ -80,11 +80,7 @@ func TestTalosCCMRunsWithChartRBAC(t *testing.T) {
 	}
 
 	// A simulated Talos node on hcloud, and the talosconfig Talos would mount.
-	ep, err := talosnode.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ep.Stop)
+	ep := talosnode.StartFor(t)
 	const node, nodeIP = "chart-hcloud-1", "10.0.9.10"
 	md := runtime.PlatformMetadataSpec{Platform: "hcloud", Hostname: node, Region: "fsn1", Zone: "fsn1-dc14",
 		InstanceType: "cx22", InstanceID: "4711", ProviderID: "hcloud://4711"}

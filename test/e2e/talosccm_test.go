@@ -201,11 +201,7 @@ func writeRules(t *testing.T, content string) string {
 
 func startEndpoint(t *testing.T) *talosnode.Endpoint {
 	t.Helper()
-	ep, err := talosnode.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ep.Stop)
+	ep := talosnode.StartFor(t)
 	return ep
 }
 

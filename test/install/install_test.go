@@ -85,11 +85,7 @@ func TestInstallAsDocumented(t *testing.T) {
 	t.Cleanup(cancel)
 
 	// The Talos machines, and the fake cloud every native CCM asks.
-	ep, err := talosnode.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ep.Stop)
+	ep := talosnode.StartFor(t)
 	for _, n := range nodes {
 		md := runtime.PlatformMetadataSpec{Platform: n.platform, Hostname: n.name, Region: "eu", Zone: "eu-a", InstanceType: "m1"}
 		if n.providerID != "" {

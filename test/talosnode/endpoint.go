@@ -394,3 +394,35 @@ func (r *router) Update(context.Context, *cosiv1alpha1.UpdateRequest) (*cosiv1al
 func (r *router) Destroy(context.Context, *cosiv1alpha1.DestroyRequest) (*cosiv1alpha1.DestroyResponse, error) {
 	return nil, status.Error(codes.PermissionDenied, "talosnode: resources are read-only through the API")
 }
+
+// T is what StartFor and ClientFor need of a test (a *testing.T or B): this
+// package is linked into the demo, which must not link package testing.
+type T interface {
+	Helper()
+	Fatal(args ...any)
+	Cleanup(func())
+	TempDir() string
+}
+
+// StartFor starts an endpoint for a test and stops it when the test ends.
+func StartFor(t T) *Endpoint {
+	t.Helper()
+	e, err := Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Stop)
+	return e
+}
+
+// ClientFor returns talos-ccm's Talos client of the endpoint (os:reader, 5 s
+// timeout), closed when the test ends.
+func (e *Endpoint) ClientFor(t T) *talos.Client {
+	t.Helper()
+	c, err := e.NewClient(t.TempDir(), talos.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}

@@ -36,11 +36,7 @@ import (
 func TestTalosProviderIsTheProof(t *testing.T) {
 	setup(t)
 	cleanupCSRs(t)
-	ep, err := talosnode.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ep.Stop)
+	ep := talosnode.StartFor(t)
 	metal := func(host string) *runtime.PlatformMetadataSpec {
 		return &runtime.PlatformMetadataSpec{Platform: "metal", Hostname: host}
 	}
@@ -57,11 +53,7 @@ func TestTalosProviderIsTheProof(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	client, err := ep.NewClient(t.TempDir(), talos.Options{Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.Close() })
+	client := ep.ClientFor(t)
 	nodeFacts := facts.NewSource(client, cloud.NewInterpreter(nil), facts.Options{})
 
 	// The kubelets' provided-node-ip (and status.addresses) as they wrote them.
@@ -153,12 +145,9 @@ func metalSpec(name, ip string) talosnode.Spec {
 
 func startHostile(t testing.TB) *hostileSetup {
 	t.Helper()
-	ep, err := talosnode.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ep.Stop)
+	ep := talosnode.StartFor(t)
 	s := &hostileSetup{ep: ep}
+	var err error
 	if s.hung, err = ep.AddNode(hungNode, []string{hungIP}, metalSpec(hungNode, hungIP)); err != nil {
 		t.Fatal(err)
 	}

@@ -365,16 +365,8 @@ func waitMetric(t testing.TB, name string, labels map[string]string, want float6
 // talosEndpoint starts simulated Talos nodes and returns a real client for them.
 func talosEndpoint(t *testing.T) (*talosnode.Endpoint, *talos.Client) {
 	t.Helper()
-	ep, err := talosnode.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ep.Stop)
-	c, err := ep.NewClient(t.TempDir(), talos.Options{Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	ep := talosnode.StartFor(t)
+	c := ep.ClientFor(t)
 	return ep, c
 }
 
