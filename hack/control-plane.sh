@@ -22,57 +22,16 @@ fi
 
 log() { echo "control-plane: $*" >&2; }
 
-minor="${KUBE_VERSION#*.}"; minor="${minor%%.*}"
-staging="v0.${minor}.${KUBE_VERSION##*.}"
-
 work="$(mktemp -d "${TMPDIR:-/tmp}/hybrid-ccm-cp.XXXXXX")"
 trap 'rm -rf "${work}"' EXIT
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib/kube-module.sh"
 cd "${work}"
 
 log "building kube-apiserver v${KUBE_VERSION} + etcd v${ETCD_VERSION} into ${OUT} (cold build takes several minutes)"
-export GOFLAGS=-mod=mod
-go mod download "k8s.io/kubernetes@v${KUBE_VERSION}" >&2
-kmod="$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/v${KUBE_VERSION}.mod"
-
-{
-  echo "module hybridccm.local/controlplane"
-  echo
-  grep -E '^(go|godebug) ' "${kmod}" || true
-  echo
-  echo "require ("
-  echo "  k8s.io/kubernetes v${KUBE_VERSION}"
-  echo "  go.etcd.io/etcd/server/v3 v${ETCD_VERSION}"
-  echo ")"
-  echo
-  echo "replace ("
-  # every staging module of k8s.io/kubernetes' replace block -> published version
-  awk '/^replace \(/{r=1;next} r&&/^\)/{r=0} r&&/=>/{print $1}' "${kmod}" | sort -u | while read -r m; do
-    echo "  ${m} => ${m} ${staging}"
-  done
-  echo ")"
-} > go.mod
-
-cat > tools.go <<'GO'
-//go:build tools
-
-package tools
-
-import (
-	_ "go.etcd.io/etcd/server/v3"
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-)
-GO
-
-go mod tidy -e >&2
-
-ver="v${KUBE_VERSION}"
-ld="-s -w"
-for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  ld+=" -X ${p}.gitVersion=${ver} -X ${p}.gitMajor=1 -X ${p}.gitMinor=${minor} -X ${p}.gitTreeState=clean"
-done
+KUBE_EXTRA_REQUIRE="go.etcd.io/etcd/server/v3 v${ETCD_VERSION}" kube_module go.etcd.io/etcd/server/v3 k8s.io/kubernetes/cmd/kube-apiserver
 
 mkdir -p "${OUT}.tmp"
-CGO_ENABLED=0 go build -trimpath -ldflags "${ld}" -o "${OUT}.tmp/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver >&2
+CGO_ENABLED=0 go build -trimpath -ldflags "${KUBE_LDFLAGS}" -o "${OUT}.tmp/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver >&2
 CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "${OUT}.tmp/etcd" go.etcd.io/etcd/server/v3 >&2
 rm -rf "${OUT}"
 mv "${OUT}.tmp" "${OUT}"
