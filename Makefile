@@ -27,13 +27,21 @@ SHIPFLAGS = $(if $(REGISTRY),--registry=$(REGISTRY)) $(if $(VERSION),--version=$
 
 BINARIES := talos-ccm ccm-coordinator ccm-gate hybridctl
 
-.PHONY: all build test unit fuzz bench lint demo control-plane aws-ccm clean generate verify-generated images release manifests
+.PHONY: all build test unit fuzz bench lint demo control-plane cluster aws-ccm clean generate verify-generated images release manifests
 
 all: build
 
 # Builds (or reuses from the cache) kube-apiserver + etcd and prints their directory.
 control-plane:
 	@hack/control-plane.sh >/dev/null
+
+# The test cluster's other parts (test/cluster): kubelet, kube-controller-manager,
+# kube-scheduler and kube-proxy built (or reused from the cache) at KUBE_VERSION, and
+# containerd, runc, the CNI plugins, iptables and conntrack from Debian's packages
+# (installed with apt-get when missing).
+cluster:
+	@hack/cluster-packages.sh
+	@hack/cluster-binaries.sh >/dev/null
 
 # Builds (or reuses from the cache) the upstream AWS CCM at the version
 # profiles/aws.yaml names (test/aws and the demo run it).
@@ -51,8 +59,8 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-test: control-plane aws-ccm lint
-	KUBEBUILDER_ASSETS=$$(hack/control-plane.sh) $(GO) test -count=1 -timeout 45m $(TEST_FLAGS) ./...
+test: control-plane cluster aws-ccm lint
+	KUBEBUILDER_ASSETS=$$(hack/control-plane.sh) HYBRID_CCM_CLUSTER_BINARIES=$$(hack/cluster-binaries.sh) $(GO) test -count=1 -timeout 45m $(TEST_FLAGS) ./...
 	$(MAKE) fuzz
 
 # Short fuzzing of the security-relevant parsers: a count of inputs each, not a
@@ -65,8 +73,8 @@ fuzz:
 bench: control-plane
 	KUBEBUILDER_ASSETS=$$(hack/control-plane.sh) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./test/bench/... ./ccm/csr/integration
 
-demo: control-plane aws-ccm build
-	KUBEBUILDER_ASSETS=$$(hack/control-plane.sh) bin/hybridctl demo
+demo: control-plane cluster aws-ccm build
+	KUBEBUILDER_ASSETS=$$(hack/control-plane.sh) HYBRID_CCM_CLUSTER_BINARIES=$$(hack/cluster-binaries.sh) bin/hybridctl demo
 
 # Images of talos-ccm, ccm-coordinator, ccm-gate, hybridctl without a Docker
 # daemon: an OCI image layout in bin/images (one image index per image).

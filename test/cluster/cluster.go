@@ -99,6 +99,8 @@ type Cluster struct {
 	pki   *pki
 	state *hostState
 	lock  *os.File // the machine's cluster lock, held until Down
+	// stateMu guards state's lists (nodes boot concurrently with Down).
+	stateMu sync.Mutex
 
 	// Config is an admin rest.Config; Client an admin clientset;
 	// KubeconfigPath an admin kubeconfig for subprocesses (kubectl, helm).
@@ -297,11 +299,15 @@ func (c *Cluster) logDir() string { return filepath.Join(c.work, "logs") }
 
 func checkBinaries(o Options) error {
 	var missing []string
-	for dir, names := range map[string][]string{
-		o.ControlPlaneBinaries: {"kube-apiserver", "etcd"},
-		o.ClusterBinaries:      {"kubelet", "kube-controller-manager", "kube-scheduler", "kube-proxy"},
+	for _, set := range []struct {
+		dir   string
+		names []string
+	}{
+		{o.ControlPlaneBinaries, []string{"kube-apiserver", "etcd"}},
+		{o.ClusterBinaries, []string{"kubelet", "kube-controller-manager", "kube-scheduler", "kube-proxy"}},
 	} {
-		for _, n := range names {
+		dir := set.dir
+		for _, n := range set.names {
 			if dir == "" {
 				missing = append(missing, n)
 				continue

@@ -79,7 +79,7 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 
 func (c *Cluster) startEtcd() error {
 	dir := filepath.Join(c.work, "etcd")
-	p, err := startProc(c.logDir(), "etcd", []string{filepath.Join(c.opts.ControlPlaneBinaries, "etcd"),
+	p, err := c.start("etcd", []string{filepath.Join(c.opts.ControlPlaneBinaries, "etcd"),
 		"--data-dir=" + dir,
 		"--listen-client-urls=http://127.0.0.1:2379", "--advertise-client-urls=http://127.0.0.1:2379",
 		"--listen-peer-urls=http://127.0.0.1:2380", "--initial-advertise-peer-urls=http://127.0.0.1:2380",
@@ -119,7 +119,7 @@ func (c *Cluster) StartAPIServer(ctx context.Context) error {
 		"--allow-privileged=true",
 		"--profiling=false",
 	}
-	proc, err := startProc(c.logDir(), "kube-apiserver", argv, nil)
+	proc, err := c.start("kube-apiserver", argv, nil)
 	if err != nil {
 		return err
 	}
@@ -149,7 +149,7 @@ func (c *Cluster) startControllers() error {
 	p := c.pki
 	kcmConfig := p.path("controller-manager.kubeconfig")
 	allocate := strconv.FormatBool(c.opts.AllocateNodeCIDRs)
-	kcm, err := startProc(c.logDir(), "kube-controller-manager", []string{filepath.Join(c.opts.ClusterBinaries, "kube-controller-manager"),
+	kcm, err := c.start("kube-controller-manager", []string{filepath.Join(c.opts.ClusterBinaries, "kube-controller-manager"),
 		"--kubeconfig=" + kcmConfig, "--authentication-kubeconfig=" + kcmConfig, "--authorization-kubeconfig=" + kcmConfig,
 		"--bind-address=127.0.0.1", "--secure-port=10257",
 		"--leader-elect=false",
@@ -168,7 +168,7 @@ func (c *Cluster) startControllers() error {
 	}
 	c.cp.kcm = kcm
 	schedConfig := p.path("scheduler.kubeconfig")
-	sched, err := startProc(c.logDir(), "kube-scheduler", []string{filepath.Join(c.opts.ClusterBinaries, "kube-scheduler"),
+	sched, err := c.start("kube-scheduler", []string{filepath.Join(c.opts.ClusterBinaries, "kube-scheduler"),
 		"--kubeconfig=" + schedConfig, "--authentication-kubeconfig=" + schedConfig, "--authorization-kubeconfig=" + schedConfig,
 		"--bind-address=127.0.0.1", "--secure-port=10259",
 		"--leader-elect=false",

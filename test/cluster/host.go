@@ -53,6 +53,14 @@ type hostState struct {
 	// every process still in one (containerd's shims outlive their parent) is
 	// killed.
 	MountNamespaces []string `json:"mountNamespaces"`
+	// Processes are the daemons the cluster started (PID and start time):
+	// those still alive are killed.
+	Processes []process `json:"processes"`
+}
+
+type process struct {
+	PID   int    `json:"pid"`
+	Start string `json:"start"`
 }
 
 func (s *hostState) file() string { return filepath.Join(stateDir, strconv.Itoa(s.Owner)+".json") }
@@ -89,6 +97,16 @@ func readSysctls() map[string]string {
 // and the state file. It goes on past errors and returns them all.
 func (s *hostState) undo() error {
 	var errs []error
+	for _, p := range s.Processes {
+		if alive(p.PID, p.Start) {
+			_ = syscall.Kill(p.PID, syscall.SIGKILL)
+		}
+	}
+	for _, p := range s.Processes {
+		for i := 0; i < 100 && alive(p.PID, p.Start); i++ {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 	if err := killNamespaces(s.MountNamespaces); err != nil {
 		errs = append(errs, err)
 	}

@@ -61,8 +61,11 @@ func (c *Cluster) newNode(o NodeOptions, ip netip.Addr) (*Node, error) {
 			return nil, err
 		}
 	}
+	c.stateMu.Lock()
 	c.state.Cgroups = append(c.state.Cgroups, n.cgroup)
-	if err := c.state.save(); err != nil {
+	err := c.state.save()
+	c.stateMu.Unlock()
+	if err != nil {
 		return nil, err
 	}
 	if err := makeCgroup(n.cgroup); err != nil {
@@ -120,7 +123,7 @@ func (n *Node) boot() error {
 	// it dies, the kernel kills every process of the node, containers
 	// included, and unshare kills it when it dies itself (which the
 	// parent-death signal makes it do with the cluster's process).
-	h, err := startProc(n.c.logDir(), n.Name+"-machine", []string{"unshare", "--net", "--mount", "--uts", "--pid", "--fork", "--kill-child=SIGKILL",
+	h, err := n.c.start(n.Name+"-machine", []string{"unshare", "--net", "--mount", "--uts", "--pid", "--fork", "--kill-child=SIGKILL",
 		"--mount-proc", "--propagation", "private", "--", self}, []string{initMarker + "=1"})
 	if err != nil {
 		return err
@@ -145,10 +148,10 @@ func (n *Node) boot() error {
 		h.kill()
 		return fmt.Errorf("namespaces: %w", err)
 	}
-	n.c.mu.Lock()
+	n.c.stateMu.Lock()
 	n.c.state.MountNamespaces = append(n.c.state.MountNamespaces, ns)
 	err = n.c.state.save()
-	n.c.mu.Unlock()
+	n.c.stateMu.Unlock()
 	if err != nil {
 		h.kill()
 		return err
@@ -209,7 +212,7 @@ func (n *Node) Start(ctx context.Context) error {
 	in := n.daemon()
 	var err error
 	if n.containerd == nil {
-		if n.containerd, err = startProc(n.c.logDir(), n.Name+"-containerd", append(in, "containerd", "--config", filepath.Join(n.dir, "containerd.toml")), nil); err != nil {
+		if n.containerd, err = n.c.start(n.Name+"-containerd", append(in, "containerd", "--config", filepath.Join(n.dir, "containerd.toml")), nil); err != nil {
 			return err
 		}
 		sock := filepath.Join(n.dir, "run", "containerd", "containerd.sock")
@@ -224,7 +227,7 @@ func (n *Node) Start(ctx context.Context) error {
 		}
 	}
 	if n.kubelet == nil {
-		if n.kubelet, err = startProc(n.c.logDir(), n.Name+"-kubelet", append(in, filepath.Join(n.c.opts.ClusterBinaries, "kubelet"),
+		if n.kubelet, err = n.c.start(n.Name+"-kubelet", append(in, filepath.Join(n.c.opts.ClusterBinaries, "kubelet"),
 			"--config="+filepath.Join(n.dir, "kubelet.yaml"),
 			"--kubeconfig="+n.c.pki.path("kubelet-"+n.Name+".kubeconfig"),
 			"--node-ip="+n.IP.String(),
@@ -236,7 +239,7 @@ func (n *Node) Start(ctx context.Context) error {
 		}
 	}
 	if n.kubeProxy == nil {
-		if n.kubeProxy, err = startProc(n.c.logDir(), n.Name+"-kube-proxy", append(in, filepath.Join(n.c.opts.ClusterBinaries, "kube-proxy"),
+		if n.kubeProxy, err = n.c.start(n.Name+"-kube-proxy", append(in, filepath.Join(n.c.opts.ClusterBinaries, "kube-proxy"),
 			"--config="+filepath.Join(n.dir, "kube-proxy.yaml"),
 		), nil); err != nil {
 			return err

@@ -124,3 +124,23 @@ func procStart(pid int) (string, error) {
 	}
 	return fields[19], nil // field 22 overall
 }
+
+// start starts a daemon of the cluster (startProc) and records it in the
+// host state, so that Recover kills it if the cluster's process dies first.
+func (c *Cluster) start(name string, argv []string, env []string) (*proc, error) {
+	p, err := startProc(c.logDir(), name, argv, env)
+	if err != nil {
+		return nil, err
+	}
+	st, _ := procStart(p.pid())
+	c.stateMu.Lock()
+	defer c.stateMu.Unlock()
+	if c.state != nil {
+		c.state.Processes = append(c.state.Processes, process{PID: p.pid(), Start: st})
+		if err := c.state.save(); err != nil {
+			p.kill()
+			return nil, fmt.Errorf("record %s: %w", name, err)
+		}
+	}
+	return p, nil
+}
