@@ -65,6 +65,11 @@ const (
 type NodeOptions struct {
 	// Name is the node's (and its kubelet's) name.
 	Name string
+	// ControlPlane makes it a control-plane node as Talos makes one: its
+	// kubelet registers it with the control-plane NoSchedule taint, and the
+	// node-role label (which NodeRestriction forbids the kubelet) is set
+	// after registration with an admin credential.
+	ControlPlane bool
 }
 
 // Options describe a cluster.
@@ -94,11 +99,12 @@ type Options struct {
 
 // Cluster is a running cluster.
 type Cluster struct {
-	opts  Options
-	work  string
-	pki   *pki
-	state *hostState
-	lock  *os.File // the machine's cluster lock, held until Down
+	opts   Options
+	work   string
+	pki    *pki
+	state  *hostState
+	lock   *os.File   // the machine's cluster lock, held until Down
+	downMu sync.Mutex // one Down at a time (a signal may come during one)
 	// stateMu guards state's lists (nodes boot concurrently with Down).
 	stateMu sync.Mutex
 
@@ -166,6 +172,7 @@ func Up(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		_ = os.RemoveAll(work)
 		return nil, fmt.Errorf("cluster: record host state: %w", err)
 	}
+	register(c)
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, c.Down())
@@ -187,33 +194,51 @@ func Up(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := c.startControlPlane(ctx); err != nil {
 		return nil, fmt.Errorf("cluster: control plane: %w", err)
 	}
-	ip := firstNodeIP
-	for _, no := range opts.Nodes {
-		n, err := c.newNode(no, ip)
-		if err != nil {
-			return nil, fmt.Errorf("cluster: node %s: %w", no.Name, err)
-		}
-		c.mu.Lock()
-		c.nodes = append(c.nodes, n)
-		c.mu.Unlock()
-		ip = ip.Next()
-	}
 	rctx, cancel := context.WithCancel(context.Background())
 	c.stopRoutes, c.routesDone = cancel, make(chan struct{})
 	go c.keepRoutes(rctx)
-	for _, n := range c.nodes {
-		c.logf("node %s: %s, containerd, kubelet, kube-proxy", n.Name, n.IP)
-		if err := n.Start(ctx); err != nil {
-			return nil, fmt.Errorf("cluster: node %s: %w", n.Name, err)
-		}
-	}
-	for _, n := range c.nodes {
-		if err := n.waitRegistered(ctx); err != nil {
-			return nil, fmt.Errorf("cluster: node %s: %w", n.Name, err)
+	for _, no := range opts.Nodes {
+		if _, err := c.AddNode(ctx, no); err != nil {
+			return nil, err
 		}
 	}
 	c.logf("cluster up: %d nodes registered; kubeconfig %s", len(c.nodes), c.KubeconfigPath)
 	return c, nil
+}
+
+// AddNode starts one more node (a machine joining the cluster) and returns
+// once it has registered.
+func (c *Cluster) AddNode(ctx context.Context, no NodeOptions) (*Node, error) {
+	c.mu.Lock()
+	ip := firstNodeIP
+	for _, n := range c.nodes {
+		if n.Name == no.Name {
+			c.mu.Unlock()
+			return nil, fmt.Errorf("cluster: node %s exists", no.Name)
+		}
+		if !n.IP.Less(ip) {
+			ip = n.IP.Next()
+		}
+	}
+	c.mu.Unlock()
+	if !bridgePrefix.Contains(ip) || ip == netip.MustParseAddr("10.99.0.255") {
+		return nil, fmt.Errorf("cluster: node %s: no address left on %s", no.Name, bridgePrefix)
+	}
+	n, err := c.newNode(no, ip)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: node %s: %w", no.Name, err)
+	}
+	c.mu.Lock()
+	c.nodes = append(c.nodes, n)
+	c.mu.Unlock()
+	c.logf("node %s: %s, containerd, kubelet, kube-proxy", n.Name, n.IP)
+	if err := n.Start(ctx); err != nil {
+		return nil, fmt.Errorf("cluster: node %s: %w", n.Name, err)
+	}
+	if err := n.waitRegistered(ctx); err != nil {
+		return nil, fmt.Errorf("cluster: node %s: %w", n.Name, err)
+	}
+	return n, nil
 }
 
 // Work is the cluster's work directory (logs under logs/).
@@ -245,6 +270,9 @@ func (c *Cluster) Server() string { return fmt.Sprintf("https://%s:%d", Gateway,
 // Down stops everything and restores the host; it may be called more than
 // once and after a failed Up.
 func (c *Cluster) Down() error {
+	c.downMu.Lock()
+	defer c.downMu.Unlock()
+	defer unregister(c)
 	if c.stopRoutes != nil {
 		c.stopRoutes()
 		<-c.routesDone

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
@@ -28,6 +29,7 @@ type Node struct {
 	Name string
 	IP   netip.Addr
 
+	opts   NodeOptions
 	dir    string // work/nodes/<name>
 	cgroup string // the kubelet's cgroupRoot, without the leading /
 
@@ -54,7 +56,7 @@ func (c *Cluster) newNode(o NodeOptions, ip netip.Addr) (*Node, error) {
 	if o.Name == "" || strings.ContainsAny(o.Name, "/ \t\n") {
 		return nil, fmt.Errorf("bad node name %q", o.Name)
 	}
-	n := &Node{c: c, Name: o.Name, IP: ip, dir: filepath.Join(c.work, "nodes", o.Name),
+	n := &Node{c: c, Name: o.Name, IP: ip, opts: o, dir: filepath.Join(c.work, "nodes", o.Name),
 		cgroup: fmt.Sprintf("hybrid-ccm-%d-%s", os.Getpid(), o.Name)}
 	for _, d := range []string{"var-lib", "var-log", "run", "cgroup"} {
 		if err := os.MkdirAll(filepath.Join(n.dir, d), 0o755); err != nil {
@@ -233,6 +235,7 @@ func (n *Node) Start(ctx context.Context) error {
 			"--node-ip="+n.IP.String(),
 			"--hostname-override="+n.Name,
 			"--cloud-provider=external",
+			"--register-with-taints="+n.taints(),
 			"--v=2",
 		), nil); err != nil {
 			return err
@@ -367,7 +370,19 @@ func listenIn(nsPath, addr string) (net.Listener, error) {
 	return r.lis, r.err
 }
 
-// waitRegistered waits for the node's Node object.
+// taints are what the kubelet registers the node with (besides the
+// uninitialized taint, which --cloud-provider=external adds).
+func (n *Node) taints() string {
+	if n.opts.ControlPlane {
+		return controlPlaneLabel + ":NoSchedule"
+	}
+	return ""
+}
+
+const controlPlaneLabel = "node-role.kubernetes.io/control-plane"
+
+// waitRegistered waits for the node's Node object, and labels a
+// control-plane node as Talos does.
 func (n *Node) waitRegistered(ctx context.Context) error {
 	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		n.mu.Lock()
@@ -378,7 +393,18 @@ func (n *Node) waitRegistered(ctx context.Context) error {
 				return false, fmt.Errorf("kubelet exited: %v (log: %s)", err, filepath.Join(n.c.logDir(), n.Name+"-kubelet.log"))
 			}
 		}
-		_, err := n.c.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		o, err := n.c.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		if !n.opts.ControlPlane {
+			return true, nil
+		}
+		if _, ok := o.Labels[controlPlaneLabel]; ok {
+			return true, nil
+		}
+		patch := []byte(`{"metadata":{"labels":{"` + controlPlaneLabel + `":""}}}`)
+		_, err = n.c.Client.CoreV1().Nodes().Patch(ctx, n.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
 		return err == nil, nil
 	})
 }
@@ -390,3 +416,11 @@ func execOutput(argv ...string) (string, error) {
 	}
 	return string(out), nil
 }
+
+// Kubeconfig is the node's kubelet credential (system:node:<name>), for a
+// test that writes as that kubelet.
+func (n *Node) Kubeconfig() string { return n.c.pki.path("kubelet-" + n.Name + ".kubeconfig") }
+
+// VarLib is where the node's /var/lib is on the host (its disk: it survives
+// Stop and Start).
+func (n *Node) VarLib() string { return filepath.Join(n.dir, "var-lib") }

@@ -100,6 +100,13 @@ func Start() (*Endpoint, error) {
 	return e, nil
 }
 
+// Serve answers on another listener too (a node's own address, port 50000,
+// with a server certificate for that address), until Stop or until the
+// listener is closed.
+func (e *Endpoint) Serve(lis net.Listener) {
+	_ = e.grpc.Serve(lis)
+}
+
 // Addr is the endpoint address (host:port), what a talosconfig lists as endpoint.
 func (e *Endpoint) Addr() string { return e.listener.Addr().String() }
 

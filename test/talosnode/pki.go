@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"sync"
 	"time"
 )
 
@@ -98,11 +99,36 @@ func (p *PKI) serverTLS() (*tls.Config, error) {
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(p.caCert)
+	// A connection to another address than loopback (a node's own, when the
+	// endpoint serves its listener: Endpoint.Serve) gets a certificate for
+	// that address, issued once, as each Talos machine has its own.
+	var mu sync.Mutex
+	byIP := map[string]*tls.Certificate{}
 	return &tls.Config{
-		Certificates: []tls.Certificate{pair},
-		ClientAuth:   tls.RequireAndVerifyClientCert,
-		ClientCAs:    pool,
-		MinVersion:   tls.VersionTLS13,
-		NextProtos:   []string{"h2"},
+		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			addr, ok := hello.Conn.LocalAddr().(*net.TCPAddr)
+			if !ok || addr.IP.IsLoopback() {
+				return &pair, nil
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if c := byIP[addr.IP.String()]; c != nil {
+				return c, nil
+			}
+			c, k, err := p.issue("talos-sim-apid", nil, true, []net.IP{addr.IP}, nil)
+			if err != nil {
+				return nil, err
+			}
+			cert, err := tls.X509KeyPair(c, k)
+			if err != nil {
+				return nil, err
+			}
+			byIP[addr.IP.String()] = &cert
+			return &cert, nil
+		},
+		ClientAuth: tls.RequireAndVerifyClientCert,
+		ClientCAs:  pool,
+		MinVersion: tls.VersionTLS13,
+		NextProtos: []string{"h2"},
 	}, nil
 }
