@@ -49,12 +49,9 @@ type hostState struct {
 	// present in every cgroup v1 hierarchy (and the unified one, where runc
 	// adds them).
 	Cgroups []string `json:"cgroups"`
-	// MountNamespaces identify the nodes' mount namespaces ("mnt:[inode]"):
-	// every process still in one (containerd's shims outlive their parent) is
-	// killed.
-	MountNamespaces []string `json:"mountNamespaces"`
-	// Processes are the daemons the cluster started (PID and start time):
-	// those still alive are killed.
+	// Processes are the daemons the cluster started and the nodes' inits
+	// (PID and start time): those still alive are killed; a node's init
+	// takes every process of its node (containers included) with it.
 	Processes []process `json:"processes"`
 }
 
@@ -106,9 +103,6 @@ func (s *hostState) undo() error {
 		for i := 0; i < 100 && alive(p.PID, p.Start); i++ {
 			time.Sleep(50 * time.Millisecond)
 		}
-	}
-	if err := killNamespaces(s.MountNamespaces); err != nil {
-		errs = append(errs, err)
 	}
 	for _, root := range s.Cgroups {
 		if err := removeCgroup(root); err != nil {
@@ -170,44 +164,6 @@ func Recover() error {
 // mountNamespace is the mount namespace of pid as /proc names it.
 func mountNamespace(pid int) (string, error) {
 	return os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid))
-}
-
-// killNamespaces SIGKILLs every process in the given mount namespaces until
-// none is left (bounded).
-func killNamespaces(ns []string) error {
-	if len(ns) == 0 {
-		return nil
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		pids := inNamespaces(ns)
-		if len(pids) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("processes %v survive SIGKILL", pids)
-		}
-		for _, pid := range pids {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// inNamespaces lists the processes in any of the mount namespaces.
-func inNamespaces(ns []string) []int {
-	entries, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		if m, err := mountNamespace(pid); err == nil && slices.Contains(ns, m) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
 }
 
 // cgroupHierarchies are the mounted cgroup hierarchies (v1 controllers and

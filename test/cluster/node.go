@@ -131,7 +131,6 @@ func (n *Node) boot() error {
 		return err
 	}
 	own, _ := mountNamespace(os.Getpid())
-	var ns string
 	var initPID int
 	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		if done, err := h.exited(); done {
@@ -143,15 +142,23 @@ func (n *Node) boot() error {
 			return false, nil
 		}
 		initPID, _ = strconv.Atoi(f[0])
-		ns, _ = mountNamespace(initPID)
+		ns, _ := mountNamespace(initPID)
 		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", initPID))
 		return exe == self && ns != "" && ns != own, nil
 	}); err != nil {
 		h.kill()
 		return fmt.Errorf("namespaces: %w", err)
 	}
+	// The node's init, by PID and start time: Recover kills it (and with it
+	// the whole node) if this process dies first. Namespace inodes are not
+	// a key: the kernel reuses them.
+	initStart, err := procStart(initPID)
+	if err != nil {
+		h.kill()
+		return err
+	}
 	n.c.stateMu.Lock()
-	n.c.state.MountNamespaces = append(n.c.state.MountNamespaces, ns)
+	n.c.state.Processes = append(n.c.state.Processes, process{PID: initPID, Start: initStart})
 	err = n.c.state.save()
 	n.c.stateMu.Unlock()
 	if err != nil {
