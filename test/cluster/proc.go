@@ -6,8 +6,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -34,7 +36,7 @@ func startProc(logDir, name string, argv []string, env []string) (*proc, error) 
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	if err := spawn(cmd); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
@@ -143,4 +145,34 @@ func (c *Cluster) start(name string, argv []string, env []string) (*proc, error)
 		}
 	}
 	return p, nil
+}
+
+// spawns carries the cluster's process starts to one OS thread that lives as
+// long as the process. The parent-death signal fires when the thread that
+// forked a child exits, not the process, and the Go runtime ends a thread
+// whenever a goroutine locked to it returns (listenIn's does): a daemon
+// forked from such a thread would be killed with it, long before the
+// cluster's process dies.
+var (
+	spawns    = make(chan spawnRequest)
+	spawnOnce sync.Once
+)
+
+type spawnRequest struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+func spawn(cmd *exec.Cmd) error {
+	spawnOnce.Do(func() {
+		go func() {
+			runtime.LockOSThread() // never unlocked: this thread is the daemons' parent
+			for r := range spawns {
+				r.done <- r.cmd.Start()
+			}
+		}()
+	})
+	done := make(chan error, 1)
+	spawns <- spawnRequest{cmd: cmd, done: done}
+	return <-done
 }
