@@ -57,8 +57,11 @@ func TestTalosCCMDeployment(t *testing.T) {
 	if pod.PriorityClassName != "system-cluster-critical" {
 		t.Errorf("priorityClassName = %q", pod.PriorityClassName)
 	}
-	if pod.HostNetwork {
-		t.Error("hostNetwork is on")
+	// No pod network exists before talos-ccm gives the nodes their pod
+	// CIDRs: it runs in the node's network (test/oncluster proves the
+	// bootstrap on real kubelets).
+	if !pod.HostNetwork || pod.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
+		t.Errorf("hostNetwork %v, dnsPolicy %q: want the node's network", pod.HostNetwork, pod.DNSPolicy)
 	}
 	if _, ok := pod.NodeSelector["node-role.kubernetes.io/control-plane"]; !ok {
 		t.Errorf("nodeSelector = %v, want control-plane nodes", pod.NodeSelector)

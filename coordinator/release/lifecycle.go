@@ -94,11 +94,11 @@ func (l Lifecycle) Fingerprint() string {
 	// delegated-authentication bindings, the CCM container's termination
 	// message falls back to its log, flags compared as the CCM parses them;
 	// 4: no lease create, the Lease is created ahead; 5: bound to the
-	// static LifecycleClusterRole).
+	// static LifecycleClusterRole; 6: the leader-election timings).
 	b, _ := json.Marshal(struct {
 		V int
 		L Lifecycle
-	}{V: 5, L: l})
+	}{V: 6, L: l})
 	return fmt.Sprintf("%x", sha256.Sum256(b))[:16]
 }
 
@@ -109,6 +109,22 @@ func (l Lifecycle) ServiceAccountName() string { return l.Release }
 func (l Lifecycle) Username() string {
 	return "system:serviceaccount:" + l.Namespace + ":" + l.ServiceAccountName()
 }
+
+// The leader election of every native CCM. Upstream CCMs exit when they
+// cannot renew their lease within the renew deadline, and the kubelet
+// restarts them with a growing back-off (10 s, 20 s, 40 s, ...): with the
+// Kubernetes defaults (15 s / 10 s / 2 s) an API server restart or upgrade
+// costs each native CCM two or three restarts and about 40 s before it leads
+// again (measured on the real cluster, test/oncluster). A renew deadline of
+// 90 s rides out an API server outage of a minute and more without an exit;
+// the leader renews within a retry period of its return. The price is a
+// slower takeover by a standby when a leader dies without releasing its
+// lease (at most the lease duration); node lifecycle is not in a hurry.
+const (
+	LeaseDuration = "100s"
+	RenewDeadline = "90s"
+	RetryPeriod   = "5s"
+)
 
 // EnforcedArgs are the flags every native CCM runs with; the post-renderer
 // replaces any other spelling of them wherever they appear (args or command).
@@ -123,6 +139,9 @@ func (l Lifecycle) EnforcedArgs() []string {
 		"--leader-elect=true",
 		"--leader-elect-resource-name=" + l.LeaseName,
 		"--leader-elect-resource-namespace=" + l.Namespace,
+		"--leader-elect-lease-duration=" + LeaseDuration,
+		"--leader-elect-renew-deadline=" + RenewDeadline,
+		"--leader-elect-retry-period=" + RetryPeriod,
 		"--secure-port=" + strconv.Itoa(int(l.SecurePort)),
 	}
 }
@@ -358,7 +377,8 @@ func stripEnforced(head, tail []string) ([]string, int32) {
 
 var enforcedFlagNames = []string{
 	"--controllers", "--use-service-account-credentials", "--leader-elect",
-	"--leader-elect-resource-name", "--leader-elect-resource-namespace", "--secure-port",
+	"--leader-elect-resource-name", "--leader-elect-resource-namespace",
+	"--leader-elect-lease-duration", "--leader-elect-renew-deadline", "--leader-elect-retry-period", "--secure-port",
 }
 
 // setFlag replaces every occurrence of arg's flag in args (compared as the
