@@ -110,11 +110,11 @@ func (n *Node) Exec(argv ...string) (string, error) {
 // sysfs, and its disk and /run mounted in place.
 func (n *Node) boot() error {
 	// A fresh /run, as after a reboot.
-	run := filepath.Join(n.dir, "run")
-	if err := os.RemoveAll(run); err != nil {
+	runDir := filepath.Join(n.dir, "run")
+	if err := os.RemoveAll(runDir); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(run, 0o755); err != nil {
+	if err := os.MkdirAll(runDir, 0o755); err != nil {
 		return err
 	}
 	self, err := os.Executable()
@@ -177,6 +177,9 @@ func (n *Node) boot() error {
 	pid := strconv.Itoa(initPID)
 	in := n.nsenter(initPID)
 	gw := Gateway.String()
+	// The previous boot's interface outlives its namespace while anything
+	// still holds that namespace (a connection to one of its services).
+	_ = run("ip", "link", "del", veth)
 	steps := [][]string{
 		{"ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", pid},
 		{"ip", "link", "set", veth, "master", bridgeName, "up"},
@@ -193,7 +196,7 @@ func (n *Node) boot() error {
 		// Its disk and its /run.
 		append(in, "mount", "--bind", filepath.Join(n.dir, "var-lib"), "/var/lib"),
 		append(in, "mount", "--bind", filepath.Join(n.dir, "var-log"), "/var/log"),
-		append(in, "mount", "--bind", run, "/run"),
+		append(in, "mount", "--bind", runDir, "/run"),
 	}
 	for _, s := range steps {
 		if err := runArgv(s); err != nil {
