@@ -10,8 +10,13 @@ import (
 	"strconv"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 )
 
 // controlPlane holds the control plane's processes.
@@ -74,6 +79,9 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 	if c.Client, err = kubernetes.NewForConfig(c.Config); err != nil {
 		return err
 	}
+	if err := c.staticEndpoint(ctx); err != nil {
+		return fmt.Errorf("the kubernetes Service's endpoint: %w", err)
+	}
 	return c.startControllers()
 }
 
@@ -118,6 +126,12 @@ func (c *Cluster) StartAPIServer(ctx context.Context) error {
 		"--enable-admission-plugins=NodeRestriction",
 		"--allow-privileged=true",
 		"--profiling=false",
+		// One API server, restarted and stopped by tests: the kubernetes
+		// Service's endpoint is the cluster's (staticEndpoint), as a
+		// load-balanced control plane's stays while one server restarts,
+		// instead of leaving the Service at each stop and coming back only
+		// when every kube-proxy has relisted.
+		"--endpoint-reconciler-type=none",
 	}
 	proc, err := c.start("kube-apiserver", argv, nil)
 	if err != nil {
@@ -216,6 +230,34 @@ func waitHTTP(ctx context.Context, what, url string, p *proc, k *pki) error {
 	})
 	if err != nil {
 		return fmt.Errorf("%s at %s: %w", what, url, err)
+	}
+	return nil
+}
+
+// staticEndpoint gives the kubernetes Service its endpoint, the API
+// server's address, once (the API server reconciles none: see its flags).
+func (c *Cluster) staticEndpoint(ctx context.Context) error {
+	const name = "kubernetes"
+	port := int32(apiPort)
+	ep := &corev1.Endpoints{ //nolint:staticcheck // kube-proxy reads slices; clients may still read Endpoints
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: metav1.NamespaceDefault},
+		Subsets: []corev1.EndpointSubset{{ //nolint:staticcheck // as above
+			Addresses: []corev1.EndpointAddress{{IP: Gateway.String()}},
+			Ports:     []corev1.EndpointPort{{Name: "https", Port: port, Protocol: corev1.ProtocolTCP}},
+		}},
+	}
+	if _, err := c.Client.CoreV1().Endpoints(metav1.NamespaceDefault).Create(ctx, ep, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: metav1.NamespaceDefault, Labels: map[string]string{
+			discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: "hybrid-ccm-test-cluster"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{Gateway.String()}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: &port, Protocol: ptr.To(corev1.ProtocolTCP)}},
+	}
+	if _, err := c.Client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).Create(ctx, slice, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
 	}
 	return nil
 }
