@@ -59,8 +59,10 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
+# hack/test.sh: the packages without a real cluster first, then those that run
+# one (test/cluster and its users), one at a time.
 test: control-plane cluster aws-ccm lint
-	KUBEBUILDER_ASSETS=$$(hack/control-plane.sh) HYBRID_CCM_CLUSTER_BINARIES=$$(hack/cluster-binaries.sh) $(GO) test -count=1 -timeout 45m $(TEST_FLAGS) ./...
+	KUBEBUILDER_ASSETS=$$(hack/control-plane.sh) HYBRID_CCM_CLUSTER_BINARIES=$$(hack/cluster-binaries.sh) GO_TEST_FLAGS="$(TEST_FLAGS)" hack/test.sh
 	$(MAKE) fuzz
 
 # Short fuzzing of the security-relevant parsers: a count of inputs each, not a
