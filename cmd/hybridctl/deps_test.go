@@ -33,10 +33,11 @@ var testingImportAllowed = map[string]string{
 // (ginkgo, testify) all come in that way. Each finding names the chain of
 // imports from hybridctl that brings it in. (gomega is linked, through
 // fluxcd/pkg/runtime/conditions, which the coordinator uses at run time; it
-// does not import testing. envtest does not either.) The demo and the local simulation kit it runs on (test/testenv,
-// test/podrunner, test/talosnode, test/fakeec2, test/netns) are linked and
-// must stay free of testing; their test helpers take small interfaces that
-// *testing.T satisfies instead.
+// does not import testing. envtest does not either.) The demo and the
+// local simulation kit it runs on (test/fleet, test/cluster, test/registry,
+// test/talosnode, test/fakeec2, test/fakelb, test/testenv, test/netns) are
+// linked and must stay free of testing; their test helpers take small
+// interfaces that *testing.T satisfies instead.
 func TestShippedBinaryLinksNoTesting(t *testing.T) {
 	type target struct {
 		name string

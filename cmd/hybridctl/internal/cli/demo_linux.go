@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 
 	"github.com/hybrid-ccm/hybrid-ccm/cmd/hybridctl/internal/demo"
@@ -19,35 +20,29 @@ import (
 
 func newDemoCommand() *cobra.Command {
 	var (
-		binDir         string
 		nonInteractive bool
 		exitWhenDone   bool
 		timeout        time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Run Hybrid CCM locally: real control plane, simulated Talos nodes of several clouds, real controllers and native CCM pods",
-		Long: "demo starts a real kube-apiserver + etcd (from $KUBEBUILDER_ASSETS, which `make demo` builds),\n" +
-			"a simulated Talos endpoint with nodes on aws, hcloud, gcp and metal speaking the real Talos API,\n" +
-			"a fake cloud API on loopback, talos-ccm and ccm-coordinator as real processes, and a pod runner\n" +
-			"that runs the native CCM pods the coordinator installs (the ccm-gate image built from this\n" +
-			"checkout, test/testccm standing in for the upstream CCM images; both cached under\n" +
-			"${XDG_CACHE_HOME:-~/.cache}/hybrid-ccm/demo). It registers nodes and kubelet-serving CSRs as\n" +
-			"kubelets do and shows them initialized and approved (a forged CSR is denied), the native CCMs\n" +
-			"installed, running (their pods hold their leases) and gated, a foreign-node delete denied by\n" +
-			"the gate; then an outage: a deleted hcloud server's node is deleted by the hcloud CCM, a stopped\n" +
-			"aws instance's node tainted by the aws CCM, a powered-off metal node left alone. It runs in a\n" +
-			"network namespace of its own (loopback only, no port shared with the machine) and needs root\n" +
-			"for that and for the pod runner (mount namespaces, chroot). Ctrl-C stops and cleans up everything.",
+		Short: "Run Hybrid CCM on a real cluster on this machine: Talos machines of several clouds as real nodes, the product installed from its static manifests, an outage",
+		Long: "demo brings up a real cluster on this machine (test/fleet): etcd and kube-apiserver from\n" +
+			"$KUBEBUILDER_ASSETS, kube-controller-manager, kube-scheduler, and nine Talos machines (metal, aws,\n" +
+			"hcloud, gcp) as real nodes from $HYBRID_CCM_CLUSTER_BINARIES: kubelet, containerd and kube-proxy\n" +
+			"each, answering the Talos API on its own address (`make demo` builds and sets both). It runs\n" +
+			"`make release` into a registry the nodes pull from, applies docs/deploy/talos-ccm.yaml and\n" +
+			"docs/deploy/ccm-coordinator.yaml as Talos applies them, and creates NativeCCMs for aws (the real\n" +
+			"upstream AWS CCM, against a fake EC2), hcloud and gcp (test/testccm, against a fake cloud API).\n" +
+			"It shows the nodes initialized with pod CIDRs, the kubelets' serving certificates approved (a\n" +
+			"forged CSR denied), the native CCMs installed, running and gated, a foreign-node delete denied\n" +
+			"by the fence, LoadBalancer Services served by their own cloud; then an outage in which machines\n" +
+			"power off: the hcloud CCM deletes its deleted server's node, the aws CCM deletes its terminated\n" +
+			"instance's node and taints the stopped one, a metal node is left alone. At start it prints how\n" +
+			"to point kubectl at the cluster. It runs in a network namespace of its own (nothing leaves the\n" +
+			"machine) and needs root. Ctrl-C stops and cleans up everything.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if binDir == "" {
-				exe, err := os.Executable()
-				if err != nil {
-					return err
-				}
-				binDir = filepath.Dir(exe)
-			}
 			interactive := !nonInteractive && term.IsTerminal(int(os.Stdout.Fd()))
 			if !cmd.Flags().Changed("exit-when-done") {
 				exitWhenDone = !interactive
@@ -61,11 +56,13 @@ func newDemoCommand() *cobra.Command {
 			}
 			if !netns.Isolated() {
 				// The demo runs in a network namespace of its own: the
-				// native CCM pods take their profiles' fixed ports, which
-				// must not meet another demo, a test or a real CCM on this
-				// machine, and nothing can listen beyond loopback. This
-				// process only waits for it, passing Ctrl-C and SIGTERM on.
-				code, err := netns.Reexec()
+				// cluster's bridge, the API server and every port it
+				// serves must not meet another cluster, a test or a real
+				// CCM on this machine, and nothing can reach beyond it.
+				// This process only waits for it, passing Ctrl-C and
+				// SIGTERM on, and removes its temporary files however it
+				// ended (even killed).
+				code, err := reexecWithTempDir()
 				if err != nil {
 					return err
 				}
@@ -76,7 +73,7 @@ func newDemoCommand() *cobra.Command {
 			ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return demo.Run(ctx, demo.Options{
-				Out: cmd.OutOrStdout(), Interactive: interactive, BinDir: binDir,
+				Out: cmd.OutOrStdout(), Interactive: interactive,
 				ExitWhenDone: exitWhenDone, Timeout: timeout,
 				TerminalSize: func() (int, int) {
 					w, h, err := term.GetSize(int(os.Stdout.Fd()))
@@ -88,9 +85,63 @@ func newDemoCommand() *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().StringVar(&binDir, "bin-dir", "", "directory with the talos-ccm and ccm-coordinator binaries (default: next to hybridctl)")
 	cmd.Flags().BoolVar(&nonInteractive, "non-interactive", false, "print a log line per change instead of a live table (default when stdout is not a terminal)")
 	cmd.Flags().BoolVar(&exitWhenDone, "exit-when-done", false, "exit once the end state is reached, non-zero if it is not as expected (default: true when non-interactive, false on a terminal)")
-	cmd.Flags().DurationVar(&timeout, "timeout", 4*time.Minute, "how long to wait for the end state")
+	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "how long to wait for the end state once the product is installed")
 	return cmd
+}
+
+// runDirPrefix names the directory the demo's own process (in its network
+// namespace) gets as TMPDIR.
+const runDirPrefix = "hybrid-ccm-demo-run-"
+
+// reexecWithTempDir runs the demo in a network namespace of its own
+// (netns.Reexec) with a TMPDIR of its own, which it removes once the demo
+// has ended, whichever way: the cluster's state is undone by the cluster
+// itself (or, after a SIGKILL, by the next cluster), the demo's files by
+// this. A lock held while it runs tells a later demo whether such a
+// directory is left over from one that was killed with its parent; those
+// are removed first.
+func reexecWithTempDir() (int, error) {
+	removeStaleRunDirs()
+	dir, err := os.MkdirTemp("", runDirPrefix)
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	lock, err := os.Create(filepath.Join(dir, ".lock"))
+	if err != nil {
+		return 0, err
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return 0, err
+	}
+	prev, had := os.LookupEnv("TMPDIR")
+	if err := os.Setenv("TMPDIR", dir); err != nil {
+		return 0, err
+	}
+	code, err := netns.Reexec()
+	if had {
+		_ = os.Setenv("TMPDIR", prev)
+	} else {
+		_ = os.Unsetenv("TMPDIR")
+	}
+	return code, err
+}
+
+// removeStaleRunDirs removes the run directories of demos whose first
+// process is gone (its lock is free).
+func removeStaleRunDirs() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), runDirPrefix+"*"))
+	for _, d := range dirs {
+		f, err := os.Open(filepath.Join(d, ".lock"))
+		if err != nil {
+			continue
+		}
+		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
+			_ = os.RemoveAll(d)
+		}
+		f.Close()
+	}
 }

@@ -1,12 +1,12 @@
 package demo_test
 
 import (
-	"bufio"
 	"errors"
-	"io"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,264 +14,199 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
+	"github.com/hybrid-ccm/hybrid-ccm/test/cluster"
 )
 
-// TestDemoCommandInterrupt runs the real `hybridctl demo` binary as `make demo`
-// does (KUBEBUILDER_ASSETS from the environment, binaries next to hybridctl),
-// non-interactively, interrupts it, and checks that it cleans everything up:
-// it exits promptly with status 0 and says so, every process it started
-// (kube-apiserver, etcd, talos-ccm, ccm-coordinator, and the native CCM pods'
-// containers ccm-gate and testccm) is gone, its temporary files are removed
-// (it gets its own TMPDIR, which must end up empty), and it runs in a network
-// namespace of its own, loopback only, that nothing is left in.
+// kubectlHint is the line that says how to point kubectl at the cluster.
+var kubectlHint = regexp.MustCompile(`^\s+(nsenter --net=/proc/(\d+)/ns/net kubectl --kubeconfig=(\S+)) get nodes,nativeccms$`)
+
+// TestDemoCommandInterrupt runs the real `hybridctl demo` binary as `make
+// demo` does, non-interactively, interrupts it, and checks that nothing it
+// started is left: every process (the control plane, the kubelets,
+// containerd and the containers, kube-proxy) is gone, its temporary files
+// are removed (it gets its own TMPDIR, which must end up empty), the host is
+// as the cluster found it, and nothing is left in its network namespace.
 func TestDemoCommandInterrupt(t *testing.T) {
-	assets, err := testenv.AssetsDir()
-	if err != nil {
-		t.Fatal(err)
+	// Ctrl-C on a terminal (SIGINT to the process group) once the native
+	// CCMs run: the demo stops everything in order, says so and exits 0.
+	// Before, the kubectl command it printed works.
+	t.Run("ctrl-c once native CCMs run", func(t *testing.T) {
+		r := startDemo(t, "--non-interactive", "--exit-when-done=false", "--timeout=8m")
+		hint := r.waitFor(t, kubectlHint, 15*time.Minute)
+		inner, _ := strconv.Atoi(hint[2])
+		r.waitFor(t, regexp.MustCompile(`running: release native-ccm-`), 15*time.Minute)
+		checkKubectl(t, hint[1])
+		netns := checkNetns(t, r, inner)
+
+		sent := time.Now()
+		if err := syscall.Kill(-r.pid, syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		err := r.wait(t, 3*time.Minute)
+		t.Logf("exited %v after SIGINT", time.Since(sent).Round(10*time.Millisecond))
+		if err != nil {
+			t.Errorf("demo exited with %v after SIGINT, want status 0:\n%s", err, r.out.String())
+		}
+		text := r.out.String()
+		if !strings.Contains(text, "demo stopped; everything it started is stopped, the host is as before and its temporary files are removed") {
+			t.Errorf("no stopped/cleaned-up message:\n%s", text)
+		}
+		for _, bad := range []string{"cleanup incomplete", "hybridctl:", "taking the cluster down\n"} {
+			if strings.Contains(text, bad) {
+				t.Errorf("output contains %q:\n%s", bad, text)
+			}
+		}
+		r.checkNothingLeft(t, append(clusterProcesses, "containerd-shim", "ccm-gate", "aws-cloud-contr", "testccm", "talos-ccm", "ccm-coordinator")...)
+		checkHostRestored(t, inner)
+		checkNetnsEmpty(t, netns)
+	})
+
+	// SIGINT while the cluster comes up: test/cluster's own handler takes
+	// the cluster down and exits (status 130), or the demo does (0);
+	// either way nothing is left, and the first hybridctl removes the
+	// demo's temporary files.
+	t.Run("sigint while the cluster starts", func(t *testing.T) {
+		r := startDemo(t, "--non-interactive")
+		// the first node is up once the second starts
+		r.waitFor(t, regexp.MustCompile(`cluster: node web-metal1`), 15*time.Minute)
+		inner := innerDemo(t, r)
+		if err := syscall.Kill(-r.pid, syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		err := r.wait(t, 3*time.Minute)
+		var exit *exec.ExitError
+		if err != nil && !(errors.As(err, &exit) && exit.ExitCode() == 130) {
+			t.Errorf("demo exited with %v after SIGINT, want status 0 or 130:\n%s", err, r.out.String())
+		}
+		t.Logf("exited with %v; output:\n%s", err, r.out.String())
+		r.checkNothingLeft(t, "etcd", "kube-apiserver", "kubelet", "containerd")
+		checkHostRestored(t, inner)
+	})
+
+	// SIGKILL of the demo once its cluster is up: nothing can clean up in
+	// it, but every process it started dies with it (parent-death signals),
+	// the first hybridctl removes its temporary files, and the next cluster
+	// (Recover) restores the host.
+	t.Run("sigkill once the cluster is up", func(t *testing.T) {
+		r := startDemo(t, "--non-interactive")
+		hint := r.waitFor(t, kubectlHint, 15*time.Minute)
+		inner, _ := strconv.Atoi(hint[2])
+		if err := syscall.Kill(inner, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		err := r.wait(t, time.Minute)
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 128+int(syscall.SIGKILL) {
+			t.Errorf("hybridctl exited with %v when its demo was killed, want status 137", err)
+		}
+		r.checkNothingLeft(t, clusterProcesses...)
+		if err := cluster.Recover(); err != nil {
+			t.Errorf("Recover after the killed demo: %v", err)
+		}
+		checkHostRestored(t, inner)
+	})
+}
+
+// innerDemo is the demo proper: hybridctl's child in a network namespace of
+// its own.
+func innerDemo(t *testing.T, r *demoRun) int {
+	t.Helper()
+	r.track()
+	for _, p := range r.tracked {
+		if p.comm == "hybridctl" && p.ppid == r.pid && running(p) {
+			return p.pid
+		}
 	}
-	bin := binaries(t)
-	for _, tc := range []struct {
-		name string
-		// the interrupt is sent once a stdout line contains after
-		after string
-		// group sends SIGINT to the process group, as a terminal's Ctrl-C does
-		// (talos-ccm and ccm-coordinator get it too; envtest puts
-		// kube-apiserver and etcd in groups of their own); otherwise only
-		// hybridctl gets it (kill -INT) and must stop every child itself.
-		group bool
-		// processes that must be running when the interrupt is sent
-		want []string
-		// kill sends SIGKILL to hybridctl instead: nothing can clean up, but
-		// the controllers it started must not outlive it
-		kill bool
-	}{
-		{name: "ctrl-c once native CCMs run", after: "running: release native-ccm-", group: true,
-			want: []string{"kube-apiserver", "etcd", "talos-ccm", "ccm-coordinator", "ccm-gate", "testccm"}},
-		{name: "sigint while nodes are initialized", after: "initialized: platform=", group: false,
-			want: []string{"kube-apiserver", "etcd", "talos-ccm", "ccm-coordinator"}},
-		{name: "sigint while starting", after: "starting talos-ccm", group: false,
-			want: []string{"kube-apiserver", "etcd"}},
-		{name: "sigkill once native CCMs run", after: "running: release native-ccm-", kill: true,
-			want: []string{"kube-apiserver", "etcd", "talos-ccm", "ccm-coordinator", "ccm-gate", "testccm"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			interruptDemo(t, bin, assets, tc.after, tc.group, tc.kill, tc.want)
-		})
+	t.Fatalf("no hybridctl below hybridctl (the demo in its network namespace); running: %v", r.tracked)
+	return 0
+}
+
+// checkNetns checks that the demo runs in a network namespace of its own,
+// with loopback, the cluster's bridge and the nodes' links as its only
+// interfaces, and returns it.
+func checkNetns(t *testing.T, r *demoRun, inner int) string {
+	t.Helper()
+	if got := innerDemo(t, r); got != inner {
+		t.Errorf("the kubectl command names process %d, the demo is %d", inner, got)
+	}
+	ns := netNamespace(inner)
+	if ns == "" || ns == netNamespace(os.Getpid()) {
+		t.Errorf("the demo runs in network namespace %q, the test's is %q: want one of its own", ns, netNamespace(os.Getpid()))
+	}
+	for _, i := range interfaces(inner) {
+		if i != "lo" && i != "hccm0" && !strings.HasPrefix(i, "v-") {
+			t.Errorf("the demo's network namespace has interface %s: want lo, the cluster's bridge and the nodes' links only", i)
+		}
+	}
+	return ns
+}
+
+// checkKubectl runs the printed command (as the demo says, in its network
+// namespace) and expects every node.
+func checkKubectl(t *testing.T, command string) {
+	t.Helper()
+	if _, err := exec.LookPath("kubectl"); err != nil {
+		t.Logf("no kubectl on this machine: the printed command %q is not tried", command)
+		return
+	}
+	args := append(strings.Fields(command), "get", "nodes", "-o", "name")
+	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	for _, n := range []string{"cp-metal1", "aws-web-1", "hcloud-app-2", "gcp-batch-1", "db-metal1"} {
+		if !strings.Contains(string(out), "node/"+n+"\n") {
+			t.Errorf("%s: no node %s:\n%s", strings.Join(args, " "), n, out)
+		}
 	}
 }
 
-func interruptDemo(t *testing.T, bin, assets, after string, group, kill bool, want []string) {
-	tmp := filepath.Join(t.TempDir(), "tmp")
-	if err := os.Mkdir(tmp, 0o700); err != nil {
-		t.Fatal(err)
+// checkHostRestored checks what the demo's cluster (made by process inner)
+// changed on the host is undone: its state file and its nodes' cgroups
+// are gone.
+func checkHostRestored(t *testing.T, inner int) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join("/run/hybrid-ccm/clusters", strconv.Itoa(inner)+".json")); err == nil {
+		t.Errorf("the demo's cluster state file is left: its host changes were not undone")
 	}
-	cmd := exec.Command(filepath.Join(bin, "hybridctl"), "demo", "--non-interactive", "--exit-when-done=false", "--timeout=5m")
-	cmd.Env = append(os.Environ(), "KUBEBUILDER_ASSETS="+assets, "TMPDIR="+tmp)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its own group, like a shell job
-	var out testenv.Buffer
-	cmd.Stderr = &out
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
+	cgroups, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/*/hybrid-ccm-%d-*", inner))
+	if len(cgroups) > 0 {
+		t.Errorf("the demo's nodes' cgroups are left: %v", cgroups)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	works, _ := filepath.Glob("/tmp/hybrid-ccm-cluster-*")
+	for _, w := range works {
+		// another package's cluster may run meanwhile: only a work
+		// directory no live cluster owns is a leftover
+		if !ownedByLiveCluster(w) {
+			t.Errorf("cluster work directory left: %s", w)
+		}
 	}
-	pid := cmd.Process.Pid
+}
 
-	// every process seen below hybridctl; on failure none is left behind. A
-	// child first seen between fork and exec still has hybridctl's name, so
-	// the name is refreshed whenever the process is seen again.
-	var tracked []proc
-	track := func() {
-		for _, p := range descendants(pid) {
-			i := slices.IndexFunc(tracked, func(q proc) bool { return q.pid == p.pid && q.start == p.start })
-			if i < 0 {
-				tracked = append(tracked, p)
-			} else {
-				tracked[i].comm = p.comm
-			}
+// ownedByLiveCluster reports whether a cluster state file names work as its
+// work directory.
+func ownedByLiveCluster(work string) bool {
+	files, _ := filepath.Glob("/run/hybrid-ccm/clusters/*.json")
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err == nil && strings.Contains(string(b), strconv.Quote(work)) {
+			return true
 		}
 	}
-	t.Cleanup(func() {
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		for _, p := range tracked {
-			if running(p) {
-				_ = syscall.Kill(p.pid, syscall.SIGKILL)
-			}
-		}
-	})
+	return false
+}
 
-	seen := make(chan struct{})
-	readDone := make(chan struct{})
-	go func() {
-		defer close(readDone)
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 64*1024), 1024*1024)
-		matched := false
-		for sc.Scan() {
-			_, _ = out.Write(append(sc.Bytes(), '\n'))
-			if !matched && strings.Contains(sc.Text(), after) {
-				matched = true
-				close(seen)
-			}
-		}
-		_, _ = io.Copy(&out, stdout)
-	}()
-	exited := make(chan error, 1)
-	go func() { <-readDone; exited <- cmd.Wait() }()
-
-	// wait for the progress, recording the processes as they appear
-	deadline := time.After(6 * time.Minute)
-	poll := time.NewTicker(100 * time.Millisecond)
-	defer poll.Stop()
-wait:
-	for {
-		track()
-		select {
-		case <-seen:
-			break wait
-		case err := <-exited:
-			t.Fatalf("demo exited before %q: %v\n%s", after, err, out.String())
-		case <-deadline:
-			t.Fatalf("no %q in the demo's output within 6m:\n%s", after, out.String())
-		case <-poll.C:
-		}
-	}
-	track()
-	var names []string
-	var alive []proc
-	for _, p := range tracked {
-		if running(p) {
-			names = append(names, p.comm)
-			alive = append(alive, p)
-		}
-	}
-	for _, w := range want {
-		if !slices.Contains(names, w) {
-			t.Errorf("%s not running when the demo is interrupted; running: %v", w, names)
-		}
-	}
-	// The demo proper is hybridctl's child in a network namespace of its
-	// own, with loopback as its only interface.
-	var inner proc
-	for _, p := range alive {
-		if p.comm == "hybridctl" && p.ppid == pid {
-			inner = p
-		}
-	}
-	if inner.pid == 0 {
-		t.Fatalf("no hybridctl below hybridctl (the demo in its network namespace); running: %v", alive)
-	}
-	netns := netNamespace(inner.pid)
-	if netns == "" || netns == netNamespace(os.Getpid()) {
-		t.Errorf("the demo runs in network namespace %q, the test's is %q: want one of its own", netns, netNamespace(os.Getpid()))
-	}
-	if ifs := interfaces(inner.pid); !slices.Equal(ifs, []string{"lo"}) {
-		t.Errorf("the demo's network namespace has interfaces %v, want only lo", ifs)
-	}
-	for _, p := range alive {
-		if p.comm != "kube-apiserver" && p.comm != "etcd" && p.comm != "talos-ccm" && p.comm != "ccm-coordinator" && p.comm != "ccm-gate" && p.comm != "testccm" {
-			continue
-		}
-		if ns := netNamespace(p.pid); ns != netns {
-			t.Errorf("%s runs in network namespace %q, not the demo's %q", p, ns, netns)
-		}
-	}
-	listening := listenersOf(inner.pid, alive)
-	for who, ls := range listening {
-		for _, l := range ls {
-			// The one exception: ccm-gate serves its probes (only "ok") on
-			// the pod IP, so the coordinator renders --health-listen=:<port>;
-			// the namespace has no other interface than loopback.
-			if !l.addr.IsLoopback() && !(strings.HasPrefix(who, "ccm-gate ") && l.addr.IsUnspecified()) {
-				t.Errorf("%s listens on %s: not loopback", who, l)
-			}
-		}
-	}
-	if len(listening[inner.String()]) == 0 {
-		t.Errorf("the demo's hybridctl listens on nothing, but the simulated Talos endpoint runs in it: %v", listening)
-	}
-	t.Logf("interrupting with %d processes running %v, listening on %v", len(alive), alive, listening)
-
-	if kill {
-		// The kernel stops the controllers and the pods' containers with
-		// hybridctl (parent-death signal). kube-apiserver and etcd are
-		// envtest's processes; the cleanup above kills them.
-		if err := cmd.Process.Kill(); err != nil {
-			t.Fatal(err)
-		}
-		<-exited
-		deadline := time.Now().Add(10 * time.Second)
-		for _, p := range tracked {
-			if !slices.Contains([]string{"hybridctl", "talos-ccm", "ccm-coordinator", "ccm-gate", "testccm"}, p.comm) {
-				continue
-			}
-			for running(p) && time.Now().Before(deadline) {
-				time.Sleep(50 * time.Millisecond)
-			}
-			if running(p) {
-				t.Errorf("%s outlived hybridctl's SIGKILL by 10s", p)
-			}
-		}
+// checkNetnsEmpty: no process is left in the demo's network namespace.
+func checkNetnsEmpty(t *testing.T, ns string) {
+	t.Helper()
+	if ns == "" {
 		return
 	}
-	sent := time.Now()
-	if group {
-		err = syscall.Kill(-pid, syscall.SIGINT)
-	} else {
-		err = cmd.Process.Signal(syscall.SIGINT)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err = <-exited:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("demo still running 60s after SIGINT:\n%s", out.String())
-	}
-	took := time.Since(sent)
-	t.Logf("exited %v after SIGINT", took.Round(10*time.Millisecond))
-	if err != nil {
-		t.Errorf("demo exited with %v after SIGINT, want status 0:\n%s", err, out.String())
-	}
-	text := out.String()
-	if !strings.Contains(text, "demo stopped; everything it started is stopped and its temporary files are removed") {
-		t.Errorf("no stopped/cleaned-up message:\n%s", text)
-	}
-	for _, bad := range []string{"cleanup incomplete", "killed", "hybridctl:"} {
-		if strings.Contains(text, bad) {
-			t.Errorf("output contains %q:\n%s", bad, text)
-		}
-	}
-
-	for _, p := range tracked {
-		if running(p) {
-			t.Errorf("%s is still running after the demo exited", p)
-		}
-	}
-	if left := descendants(pid); len(left) > 0 {
-		t.Errorf("processes left below the demo: %v", left)
-	}
-
-	entries, err := os.ReadDir(tmp)
-	if err != nil {
-		t.Fatal(err)
-	}
+	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
-		t.Errorf("left in the demo's TMPDIR: %s", e.Name())
-	}
-
-	// its listening sockets went with its network namespace: no process is
-	// left in it
-	if netns != "" {
-		entries, _ := os.ReadDir("/proc")
-		for _, e := range entries {
-			if pid, err := strconv.Atoi(e.Name()); err == nil && netNamespace(pid) == netns {
-				p, _ := readProc(pid)
-				t.Errorf("%s is still in the demo's network namespace", p)
-			}
+		if pid, err := strconv.Atoi(e.Name()); err == nil && netNamespace(pid) == ns {
+			p, _ := readProc(pid)
+			t.Errorf("%s is still in the demo's network namespace", p)
 		}
 	}
 }
@@ -300,14 +235,14 @@ func TestDemoCommandNeedsRoot(t *testing.T) {
 	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
 		t.Fatalf("hybridctl demo as uid 65534: %v, want exit status 1:\n%s", err, out)
 	}
-	if !strings.Contains(string(out), "needs root") || !strings.Contains(string(out), "pod runner") {
-		t.Errorf("the error does not say that the demo needs root for the pod runner:\n%s", out)
+	if !strings.Contains(string(out), "needs root") || !strings.Contains(string(out), "real cluster") {
+		t.Errorf("the error does not say that the demo needs root for its real cluster:\n%s", out)
 	}
 	// (envtest's port cache, which hybridctl links, makes its directory in
 	// the cache directory when the program starts: not the demo's)
 	entries, _ := os.ReadDir(tmp)
 	for _, e := range entries {
-		if e.Name() != "kubebuilder-envtest" {
+		if !slices.Contains([]string{"kubebuilder-envtest"}, e.Name()) {
 			t.Errorf("the refused demo left %s in its TMPDIR", e.Name())
 		}
 	}

@@ -3,19 +3,15 @@ package demo
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
-
-	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
-	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
 
 // gateProbe is one write attempted as a native CCM's ServiceAccount.
@@ -27,21 +23,20 @@ type gateProbe struct {
 	Message string
 }
 
+// fenceMessage starts every denial of the product's fence.
+const fenceMessage = "hybrid-ccm gate"
+
 // probeGate acts as the hcloud native CCM (impersonating its ServiceAccount, the
 // identity the coordinator gave it): it tries to delete an aws node for real —
 // what an ungated Hetzner CCM does to nodes it cannot find — and, as a dry run,
 // its own hcloud node. The API server's admission policy (the fence) decides.
-func probeGate(ctx context.Context, env *testenv.Env, cs kubernetes.Interface, ownNode, foreignNode string) ([]gateProbe, error) {
+func probeGate(ctx context.Context, admin *rest.Config, cc client.Client, cs kubernetes.Interface, ownNode, foreignNode string) ([]gateProbe, error) {
 	const who = "system:serviceaccount:" + nativeNamespace + ":native-ccm-hcloud"
-	kc, err := ctrlClient(env)
-	if err != nil {
-		return nil, err
-	}
 	// wait until the coordinator has written the fence's parameters for hcloud
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		var obj v1alpha1.NativeCCM
-		err := kc.Get(ctx, client.ObjectKey{Name: "hcloud"}, &obj)
+		err := cc.Get(ctx, client.ObjectKey{Name: "hcloud"}, &obj)
 		if err == nil && obj.Status.Gate != nil && len(obj.Status.Gate.ProviderIDPrefixes) > 0 {
 			break
 		}
@@ -50,25 +45,25 @@ func probeGate(ctx context.Context, env *testenv.Env, cs kubernetes.Interface, o
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	cfg := rest.CopyConfig(env.Config)
+	cfg := rest.CopyConfig(admin)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: who,
 		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + nativeNamespace, "system:authenticated"}}
 	ccm, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	// a new policy takes a moment to become active: retry the dry run of the
-	// foreign delete until the fence answers
+	// the fence takes a moment to become active: retry the dry run of the
+	// foreign delete until the fence itself answers
 	var foreign error
-	for i := 0; i < 100; i++ {
+	for i := 0; i < 300; i++ {
 		foreign = ccm.CoreV1().Nodes().Delete(ctx, foreignNode, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
-		if foreign != nil {
+		if foreign != nil && strings.Contains(foreign.Error(), fenceMessage) {
 			break
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond)
 	}
-	if foreign == nil {
-		return nil, fmt.Errorf("the fence never denied %s deleting node %s", who, foreignNode)
+	if foreign == nil || !strings.Contains(foreign.Error(), fenceMessage) {
+		return nil, fmt.Errorf("the fence never denied %s deleting node %s (last answer: %v)", who, foreignNode, foreign)
 	}
 	// now for real: denied, and the node survives
 	foreign = ccm.CoreV1().Nodes().Delete(ctx, foreignNode, metav1.DeleteOptions{})
@@ -81,29 +76,6 @@ func probeGate(ctx context.Context, env *testenv.Env, cs kubernetes.Interface, o
 		return probes, fmt.Errorf("node %s is gone: %w", foreignNode, err)
 	}
 	return probes, nil
-}
-
-// installFence installs the fence as the ccm-coordinator chart does.
-func installFence(ctx context.Context, env *testenv.Env) error {
-	kc, err := ctrlClient(env)
-	if err != nil {
-		return err
-	}
-	if _, err := gate.EnsureFence(ctx, kc, gate.Fence{Namespace: nativeNamespace}); err != nil {
-		return fmt.Errorf("the fence: %w", err)
-	}
-	return nil
-}
-
-func ctrlClient(env *testenv.Env) (client.Client, error) {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	return client.New(env.Config, client.Options{Scheme: scheme})
 }
 
 func errMessage(err error) string {

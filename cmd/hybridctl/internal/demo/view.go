@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 
 	v1alpha1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
@@ -28,6 +29,8 @@ type view struct {
 	drawn bool
 	// size returns the terminal's width and height (nil or zero: unknown)
 	size func() (width, height int)
+	// kubectl is the command that points kubectl at the cluster (once up).
+	kubectl string
 }
 
 func newView(out io.Writer, interactive bool) *view {
@@ -45,6 +48,17 @@ func (v *view) step(s string) {
 		fmt.Fprintf(v.out, "[%7s] %s\n", v.elapsed(), s)
 	case !v.drawn:
 		fmt.Fprintf(v.out, "  … %s\n", s)
+	}
+}
+
+// detail prints a line of a step's progress (the cluster's, the fleet's)
+// until the live table is drawn.
+func (v *view) detail(s string) {
+	switch {
+	case !v.interactive:
+		fmt.Fprintf(v.out, "[%7s]   %s\n", v.elapsed(), s)
+	case !v.drawn:
+		fmt.Fprintf(v.out, "      %s\n", s)
 	}
 }
 
@@ -114,7 +128,7 @@ func (v *view) render(s *state) {
 			if reason != "" {
 				d += " (" + reason + ")"
 			}
-			v.changed("csr/"+s.csrs[i].Name, d)
+			v.changed("csr/"+s.csrs[i].Name, d+" — filed by "+s.csrs[i].Spec.Username)
 		}
 		for i := range s.natives {
 			v.changed("nativeccm/"+s.natives[i].Name, nativeLine(&s.natives[i]))
@@ -126,24 +140,31 @@ func (v *view) render(s *state) {
 			v.changed("service/"+line[0], line[1])
 		}
 		for _, q := range s.questions {
-			if q.Provider == "aws" && (strings.HasPrefix(q.Node, "elasticloadbalancing:") || awsLoadBalancerCalls[q.Node]) {
-				v.changed("aws-api/"+q.Node, "called by the (upstream) aws CCM's service controller for its Classic ELB")
+			if lbCall(q) {
+				v.changed("aws-api/"+q.About, "called by the (upstream) aws CCM's service controller for its Classic ELB")
 				continue
 			}
 			what := "asked by the " + q.Provider + " CCM: does the instance exist, is it shut down?"
 			if q.Provider == "aws" {
 				what = "asked EC2 by the (upstream) aws CCM: does the instance exist, is it shut down?"
 			}
-			v.changed("cloud/"+q.Provider+"/"+q.Node, what)
+			if q.Foreign {
+				what += " — NOT ITS OWN NODE"
+			}
+			v.changed("cloud/"+q.Provider+"/"+q.About, what)
 		}
 		return
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "Hybrid CCM demo — %s   (Ctrl-C to stop and clean up)\n\n", v.elapsed())
+	fmt.Fprintf(&b, "Hybrid CCM demo — %s   (Ctrl-C to stop and clean up)\n", v.elapsed())
+	if v.kubectl != "" {
+		fmt.Fprintf(&b, "  kubectl (as root): %s get nodes\n", v.kubectl)
+	}
+	b.WriteString("\n")
 	for _, st := range v.steps {
 		fmt.Fprintf(&b, "  ✓ %s\n", st)
 	}
-	fmt.Fprintf(&b, "\n  nodes initialized %s %d/%d    CSRs approved %s %d/%d    denied %d    native CCMs running %s %d/%d\n\n",
+	fmt.Fprintf(&b, "\n  nodes initialized %s %d/%d    serving certificates approved %s %d/%d    CSRs denied %d    native CCMs running %s %d/%d\n\n",
 		bar(initDone, s.expected), initDone, s.expected, bar(approved, s.expected), approved, s.expected, denied,
 		bar(s.readyNatives(), len(demoClouds)), s.readyNatives(), len(demoClouds))
 	tw := tabwriter.NewWriter(&b, 2, 4, 2, ' ', 0)
@@ -174,10 +195,13 @@ func (v *view) render(s *state) {
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "  CSR\tREQUESTOR\tDECISION\tREASON\t\t\t\t")
-	for i := range s.csrs {
-		c := &s.csrs[i]
-		d, reason := csrDecision(c)
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t\t\t\t\n", c.Name, c.Spec.Username, d, reason)
+	for _, r := range csrRows(s) {
+		d, reason := csrDecision(r.csr)
+		name := r.csr.Name
+		if r.earlier > 0 {
+			name += fmt.Sprintf(" (+%d earlier)", r.earlier)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t\t\t\t\n", name, r.csr.Spec.Username, d, reason)
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "  NATIVECCM\tNODES\tRELEASE\tLEADER (POD)\tSTATUS\t\t\t")
@@ -210,9 +234,13 @@ func (v *view) render(s *state) {
 	}
 	if s.outage {
 		fmt.Fprintln(tw)
-		fmt.Fprintln(tw, "  CLOUD API\tASKED ABOUT NODE\tTIMES\t\t\t\t\t")
+		fmt.Fprintln(tw, "  CLOUD API\tASKED ABOUT\tTIMES\t\t\t\t\t")
 		for _, q := range s.questions {
-			fmt.Fprintf(tw, "  %s\t%s\t%d\t\t\t\t\t\n", q.Provider, q.Node, q.Times)
+			about := q.About
+			if q.Foreign {
+				about += " (NOT ITS OWN)"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t\t\t\t\t\n", q.Provider, about, q.Times)
 		}
 		if len(s.questions) == 0 {
 			fmt.Fprintln(tw, "  (none yet)\t\t\t\t\t\t\t")
@@ -349,4 +377,31 @@ func (e nodeEvent) who() string {
 		return e.manager + " " + e.component
 	}
 	return e.component
+}
+
+// csrRow is one line of the table's CSRs: a requestor's newest CSR and how
+// many it filed before (a kubelet files again when its addresses change),
+// or the forged one.
+type csrRow struct {
+	csr     *certificatesv1.CertificateSigningRequest
+	earlier int
+}
+
+// csrRows are the table's CSRs: per requestor its newest (the CSRs are
+// ordered by requestor, then as filed), the forged one on its own.
+func csrRows(s *state) []csrRow {
+	var rows []csrRow
+	row := map[string]int{} // requestor → its row
+	for i := range s.csrs {
+		c := &s.csrs[i]
+		if j, ok := row[c.Spec.Username]; ok && c.Name != forgedCSR {
+			rows[j] = csrRow{csr: c, earlier: rows[j].earlier + 1}
+			continue
+		}
+		if c.Name != forgedCSR {
+			row[c.Spec.Username] = len(rows)
+		}
+		rows = append(rows, csrRow{csr: c})
+	}
+	return rows
 }

@@ -1,0 +1,73 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
+)
+
+// upstreamImages maps the image of each demo cloud's profile to the static
+// binary the fleet's registry serves under that name: the real AWS CCM
+// (awsCCM) for aws, test/testccm (built here, static: it runs in an
+// otherwise empty image) for the clouds whose CCM cannot be built from the
+// Go module proxy. The nodes' containerd pulls them by their upstream names.
+func upstreamImages(ctx context.Context, root, dir, awsCCM string) (map[string]string, error) {
+	testCCM := filepath.Join(dir, "testccm")
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", testCCM, "./test/testccm")
+	build.Dir = root
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("build test/testccm: %w\n%s", err, out)
+	}
+	set, err := profile.Builtin()
+	if err != nil {
+		return nil, err
+	}
+	images := map[string]string{}
+	for _, d := range demoClouds {
+		p, ok := set.Get(d.platform)
+		if !ok {
+			return nil, fmt.Errorf("no built-in profile %q", d.platform)
+		}
+		bin := testCCM
+		if d.platform == "aws" {
+			bin = awsCCM
+		}
+		images[p.CCM.Image.Reference()] = bin
+	}
+	return images, nil
+}
+
+// awsCCMBinary is the upstream AWS CCM that hack/aws-ccm.sh built (`make
+// demo` runs it first) for the version the aws profile's image names, found
+// where the script caches it: ${HYBRID_CCM_CACHE:-${XDG_CACHE_HOME:-~/.cache}/hybrid-ccm}/aws-ccm-<tag>.
+// The demo does not build it: it runs in a network namespace without the Go
+// module proxy.
+func awsCCMBinary() (string, error) {
+	set, err := profile.Builtin()
+	if err != nil {
+		return "", err
+	}
+	p, ok := set.Get("aws")
+	if !ok {
+		return "", errors.New("no built-in aws profile")
+	}
+	root := os.Getenv("HYBRID_CCM_CACHE")
+	if root == "" {
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			return "", err
+		}
+		root = filepath.Join(cache, "hybrid-ccm")
+	}
+	bin := filepath.Join(root, "aws-ccm-"+p.CCM.Image.Tag, "aws-cloud-controller-manager")
+	if fi, err := os.Stat(bin); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("the demo runs the upstream AWS CCM %s, built by hack/aws-ccm.sh, and %s is not there: run `make demo` (it builds it) or hack/aws-ccm.sh first", p.CCM.Image.Tag, bin)
+	}
+	return bin, nil
+}
