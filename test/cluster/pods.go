@@ -58,7 +58,8 @@ type Process struct {
 // its node (by the container's cgroup) and reads what the runtime enforced.
 func (c *Cluster) ContainerProcesses(pod *corev1.Pod, container string) ([]Process, error) {
 	var id string
-	for _, cs := range pod.Status.ContainerStatuses {
+	// Sidecars (restartable init containers) are among the init containers.
+	for _, cs := range append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
 		if cs.Name == container {
 			_, id, _ = strings.Cut(cs.ContainerID, "://")
 		}

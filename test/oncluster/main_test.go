@@ -1,0 +1,151 @@
+// Package oncluster installs the product the user's way on a real cluster
+// (test/cluster, test/fleet): real kubelets and containerd on machines of
+// several platforms, each answering the Talos API on its own address; `make
+// release` into a registry the test runs; `helm install` of the umbrella
+// chart from that OCI registry, as docs/install.md says, with a multi-cloud
+// values file. It asserts what the cluster does with it (nodes initialized,
+// serving certificates approved, native CCMs running gated with their
+// security contexts enforced, the real AWS CCM among them), and then a
+// cluster's daily operations: the API server restarted and stopped, an
+// instance terminated, a node rebooted, the talos-ccm leader lost. Only its
+// tests hold code.
+package oncluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
+	"github.com/hybrid-ccm/hybrid-ccm/hack/ship"
+	"github.com/hybrid-ccm/hybrid-ccm/test/fleet"
+	"github.com/hybrid-ccm/hybrid-ccm/test/netns"
+	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
+)
+
+var (
+	f *fleet.Fleet
+	// version is the release the test makes and installs.
+	version string
+)
+
+// machines of the fleet: two control-plane machines (bare metal, where the
+// product's pods run: talos-ccm's leader and its standby use the host's
+// network, one per machine), two aws instances (one is terminated in TestOperations), an
+// hcloud server, a gcp instance and a second metal machine.
+var machines = []fleet.Machine{
+	{Name: "metal-cp", Platform: "metal", ControlPlane: true},
+	{Name: "metal-cp2", Platform: "metal", ControlPlane: true},
+	{Name: "aws-1", Platform: "aws", ProviderID: "aws:///eu-west-1a/i-0000000000000a001", Region: "eu-west-1", Zone: "eu-west-1a", InstanceType: "m5.large"},
+	{Name: "aws-2", Platform: "aws", ProviderID: "aws:///eu-west-1a/i-0000000000000a002", Region: "eu-west-1", Zone: "eu-west-1a", InstanceType: "m5.large"},
+	{Name: "hcloud-1", Platform: "hcloud", ProviderID: "hcloud://1001", Region: "fsn1", Zone: "fsn1-dc14", InstanceType: "cx22"},
+	{Name: "gcp-1", Platform: "gcp", ProviderID: "gce://prod/europe-west3-a/gcp-1", Region: "europe-west3", Zone: "europe-west3-a", InstanceType: "e2-small"},
+	{Name: "metal-2", Platform: "metal"},
+}
+
+func TestMain(m *testing.M) {
+	// The cluster's bridge, routes and every daemon's port live in a network
+	// namespace of the package's own; nothing it runs can reach beyond it.
+	os.Exit(netns.Main(func() int { return run(m) }))
+}
+
+func run(m *testing.M) int {
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "test/oncluster runs a cluster and needs root")
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	images, err := upstreamImages(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	root := testenv.RepoRoot()
+	if version, err = ship.DefaultVersion(root); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	log := &prefixWriter{}
+	f, err = fleet.Up(ctx, fleet.Options{Machines: machines, Images: images, Log: log})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() {
+		if err := f.Down(); err != nil {
+			fmt.Fprintln(os.Stderr, "down:", err)
+		}
+	}()
+	if err := f.Release(ctx, version); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	code := m.Run()
+	if code != 0 {
+		fmt.Fprintf(os.Stderr, "cluster logs (tails):\n%s\n", f.Logs(3000))
+	}
+	return code
+}
+
+// upstreamImages maps every built-in profile's CCM image to the binary it
+// runs here: the real AWS CCM (hack/aws-ccm.sh builds it, `make test` first)
+// for aws, test/testccm (a CCM on k8s.io/cloud-provider/app that asks a fake
+// cloud) for the clouds whose CCM cannot be built from the module proxy.
+func upstreamImages(ctx context.Context) (map[string]string, error) {
+	root := testenv.RepoRoot()
+	out, err := exec.CommandContext(ctx, filepath.Join(root, "hack", "aws-ccm.sh")).Output()
+	if err != nil {
+		return nil, fmt.Errorf("hack/aws-ccm.sh: %w", err)
+	}
+	awsCCM := strings.TrimSpace(string(out))
+	dir, err := os.MkdirTemp("", "hybrid-ccm-testccm-")
+	if err != nil {
+		return nil, err
+	}
+	testCCM := filepath.Join(dir, "testccm")
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", testCCM, "./test/testccm")
+	build.Dir = root
+	build.Env = append(os.Environ(), "CGO_ENABLED=0") // an image without libc
+	if out, err := build.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("build test/testccm: %v\n%s", err, out)
+	}
+	set, err := profile.Builtin()
+	if err != nil {
+		return nil, err
+	}
+	images := map[string]string{}
+	for _, name := range set.Names() {
+		p, _ := set.Get(name)
+		bin := testCCM
+		if name == "aws" {
+			bin = awsCCM
+		}
+		images[p.CCM.Image.Reference()] = bin
+	}
+	return images, nil
+}
+
+// prefixWriter writes the fleet's steps to standard error with the time.
+type prefixWriter struct{}
+
+func (prefixWriter) Write(p []byte) (int, error) {
+	fmt.Fprintf(os.Stderr, "%s %s", time.Now().Format("15:04:05.000"), p)
+	return len(p), nil
+}
+
+// goBuild builds a static binary of a package of the repository.
+func goBuild(ctx context.Context, out, pkg string) error {
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, pkg)
+	build.Dir = testenv.RepoRoot()
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+	}
+	return nil
+}
