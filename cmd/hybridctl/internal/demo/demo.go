@@ -46,6 +46,7 @@ import (
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/csr/csrtest"
 	v1alpha1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 	"github.com/hybrid-ccm/hybrid-ccm/test/fakeec2"
 	"github.com/hybrid-ccm/hybrid-ccm/test/fakelb"
@@ -988,6 +989,11 @@ func createNativeCCMs(ctx context.Context, c client.Client, cloudURL string, ec2
 				Values: &apiextensionsv1.JSON{Raw: []byte(`{"bindAddress":"127.0.0.1"}`)},
 			},
 		}}
+		// what the fence confines its CCM to, created with the NativeCCM
+		// as the hybrid-ccm chart does
+		if err := gate.EnsureGrant(ctx, c, gate.GrantFor(n, nativeNamespace)); err != nil {
+			return fmt.Errorf("nativeccm %s: %w", d.platform, err)
+		}
 		if err := c.Create(ctx, n); err != nil {
 			return fmt.Errorf("nativeccm %s: %w", d.platform, err)
 		}

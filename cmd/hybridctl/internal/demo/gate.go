@@ -37,7 +37,8 @@ func probeGate(ctx context.Context, env *testenv.Env, cs kubernetes.Interface, o
 	if err != nil {
 		return nil, err
 	}
-	// wait until the coordinator has written the fence's parameters for hcloud
+	// wait until the coordinator has found the fence and hcloud's grant in
+	// place (it records what the fence enforces in status.gate)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		var obj v1alpha1.NativeCCM
@@ -46,7 +47,7 @@ func probeGate(ctx context.Context, env *testenv.Env, cs kubernetes.Interface, o
 			break
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("NativeCCM hcloud has no status.gate (the fence's parameters): %v", err)
+			return nil, fmt.Errorf("NativeCCM hcloud has no status.gate (the coordinator has not found its fence and grant): %v", err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
