@@ -243,7 +243,7 @@ func (f Fence) render(namespace, prefixes string) (*admissionregistrationv1.Vali
 	name := f.name()
 	label := celString(names.PlatformLabel)
 	saPrefix := "system:serviceaccount:" + namespace + ":" + v1.ReleasePrefix
-	verb := `(request.operation == 'DELETE' ? 'delete' : (request.?subResource.orValue('') == '' ? 'change' : 'change the ' + request.subResource + ' of'))`
+	verb := `(request.operation == 'DELETE' ? 'delete' : request.operation == 'CREATE' ? 'create' : (request.?subResource.orValue('') == '' ? 'change' : 'change the ' + request.subResource + ' of'))`
 	kind := `(variables.isService ? 'Service ' + request.namespace + '/' + request.name : 'node ' + request.name)`
 	grant := lit(GrantPrefix) + " + variables.nativeCCM"
 	// node applies a validation to nodes only.

@@ -390,6 +390,110 @@ func TestFence(t *testing.T) {
 	})
 }
 
+// TestFenceOrphanedIdentity: a ServiceAccount native-ccm-<name> of the
+// coordinator's namespace without its NativeCCM (so without its grant), with
+// RBAC for every node and Service write (what a coordinator could bind to any
+// native-ccm-* name), may change no node and no Service (issue 22, item 7:
+// it labelled an aws node control-plane and deleted it).
+func TestFenceOrphanedIdentity(t *testing.T) {
+	e := needEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin := e.Client
+	c, err := gatetest.Client(e.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns, svcNS, sa = "kube-system", "orphan-fence", "native-ccm-orphan"
+	if err := gatetest.InstallFence(ctx, c, ns); err != nil {
+		t.Fatal(err)
+	}
+	if err := gatetest.GrantNativeCCM(ctx, admin, ns, sa); err != nil {
+		t.Fatal(err)
+	}
+	if err := grantServices(ctx, admin, ns, sa); err != nil {
+		t.Fatal(err)
+	}
+	createNodes := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: sa + ":create-nodes"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"create"}}}}
+	if _, err := admin.RbacV1().ClusterRoles().Create(ctx, createNodes, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: createNodes.Name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: createNodes.Name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: ns}}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	cfg, err := gatetest.ServiceAccountUser(e, ns, sa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan := kubernetes.NewForConfigOrDie(cfg)
+	node := gatetest.NodeSpec{Name: "orphan-aws", Platform: "aws", ProviderID: "aws:///eu-west-1a/i-0orphan"}
+	if err := gatetest.CreateNodes(ctx, admin, node); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.CoreV1().Nodes().Delete(context.Background(), node.Name, metav1.DeleteOptions{}) })
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: svcNS}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.CoreV1().Namespaces().Delete(context.Background(), svcNS, metav1.DeleteOptions{}) })
+	class := "hybridccm.io/aws"
+	if _, err := admin.CoreV1().Services(svcNS).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "lb"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class, Ports: []corev1.ServicePort{{Port: 80}}}},
+		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if err := gatetest.WaitFence(ctx, orphan, node.Name, true); err != nil {
+		t.Fatal(err)
+	}
+	dry := []string{metav1.DryRunAll}
+	nodePatch := func(body string, sub ...string) func() error {
+		return func() error {
+			_, err := orphan.CoreV1().Nodes().Patch(ctx, node.Name, types.StrategicMergePatchType, []byte(body), metav1.PatchOptions{DryRun: dry}, sub...)
+			return err
+		}
+	}
+	svcs := orphan.CoreV1().Services(svcNS)
+	for _, tc := range []struct {
+		name, object string
+		do           func() error
+	}{
+		{"label a node control-plane", "node orphan-aws", nodePatch(`{"metadata":{"labels":{"node-role.kubernetes.io/control-plane":""}}}`)},
+		{"delete a node", "node orphan-aws", func() error { return orphan.CoreV1().Nodes().Delete(ctx, node.Name, metav1.DeleteOptions{DryRun: dry}) }},
+		{"taint a node", "node orphan-aws", nodePatch(addShutdownTaint(t, admin, node.Name))},
+		{"status of a node", "node orphan-aws", nodePatch(`{"status":{"conditions":[{"type":"Ready","status":"False","reason":"Probe"}]}}`, "status")},
+		{"create a node", "", func() error {
+			_, err := orphan.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "orphan-new"}}, metav1.CreateOptions{DryRun: dry})
+			return err
+		}},
+		{"status of a Service", "Service orphan-fence/lb", func() error {
+			_, err := svcs.Patch(ctx, "lb", types.StrategicMergePatchType, []byte(`{"status":{"loadBalancer":{"ingress":[{"ip":"192.0.2.1"}]}}}`), metav1.PatchOptions{DryRun: dry}, "status")
+			return err
+		}},
+		{"label a Service", "Service orphan-fence/lb", func() error {
+			_, err := svcs.Patch(ctx, "lb", types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{DryRun: dry})
+			return err
+		}},
+		{"create a Service", "Service orphan-fence/new", func() error {
+			_, err := svcs.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "new"}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}, metav1.CreateOptions{DryRun: dry})
+			return err
+		}},
+		{"delete a Service", "Service orphan-fence/lb", func() error { return svcs.Delete(ctx, "lb", metav1.DeleteOptions{DryRun: dry}) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := []string{"NativeCCM orphan", "holds no fence grant"}
+			if tc.object != "" {
+				want = append(want, tc.object)
+			}
+			if tc.name == "create a node" {
+				want = append(want, "may not create node orphan-new")
+			}
+			checkFenceDecision(t, tc.do(), false, want...)
+		})
+	}
+}
+
 // addShutdownTaint is the patch cloud-provider's taint helper sends: every
 // taint of the node as it is, plus the shutdown taint.
 func addShutdownTaint(t *testing.T, admin kubernetes.Interface, node string) string {
