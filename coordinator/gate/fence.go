@@ -528,6 +528,21 @@ func DeleteFence(ctx context.Context, c client.Client, f Fence) error {
 	return nil
 }
 
+// FenceNamespace is the namespace whose native CCM ServiceAccounts an
+// installed fence policy confines, read from its match condition; "" when it
+// confines none that way (not a fence of this design).
+func FenceNamespace(policy *admissionregistrationv1.ValidatingAdmissionPolicy) string {
+	const head, tail = `request.userInfo.username.startsWith("system:serviceaccount:`, ":" + v1.ReleasePrefix + `")`
+	for _, mc := range policy.Spec.MatchConditions {
+		if ns, ok := strings.CutPrefix(mc.Expression, head); ok {
+			if ns, ok = strings.CutSuffix(ns, tail); ok && len(validation.IsDNS1123Label(ns)) == 0 {
+				return ns
+			}
+		}
+	}
+	return ""
+}
+
 // CheckFence reads the fence's policy and binding (by name: the coordinator
 // may get these two objects and nothing else of admissionregistration) and
 // reports ErrFenceNotInstalled when either is absent, of another version, or

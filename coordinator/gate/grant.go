@@ -77,6 +77,40 @@ const (
 // installed until it is there.
 var ErrFenceNotGranted = errors.New("fence grant missing")
 
+// GrantError is what CheckGrant found missing; it wraps ErrFenceNotGranted.
+type GrantError struct {
+	// Grant is the grant checked.
+	Grant Grant
+	// Missing names what the ServiceAccount is not granted ("platform aws").
+	Missing []string
+	// Wildcard names the resource RBAC grants it for any name, if any.
+	Wildcard string
+}
+
+// Problem says what is wrong, without what to do.
+func (e *GrantError) Problem() string {
+	sa := e.Grant.Namespace + "/" + e.Grant.ServiceAccount()
+	if e.Wildcard != "" {
+		return fmt.Sprintf("ServiceAccount %s holds %s %s for any name (an RBAC rule without resourceNames, or a wildcard such as cluster-admin's), so the fence refuses all its writes",
+			sa, GrantGroup, e.Wildcard)
+	}
+	return fmt.Sprintf("ServiceAccount %s is not granted %s (%s/%s), so the fence refuses its writes", sa, strings.Join(e.Missing, ", "), GrantGroup, GrantVerb)
+}
+
+// Fix says what to do.
+func (e *GrantError) Fix() string {
+	if e.Wildcard != "" {
+		return fmt.Sprintf("bind it only to its grant %s and the roles the coordinator binds", GrantName(e.Grant.NativeCCM))
+	}
+	return fmt.Sprintf("create ClusterRole and ClusterRoleBinding %s with the NativeCCM (the hybrid-ccm chart does for its clouds; docs/gate.md, \"Grants\")", GrantName(e.Grant.NativeCCM))
+}
+
+func (e *GrantError) Error() string {
+	return fmt.Sprintf("%s: %s: %s", ErrFenceNotGranted, e.Problem(), e.Fix())
+}
+
+func (e *GrantError) Unwrap() error { return ErrFenceNotGranted }
+
 // Grant is what the fence lets the ServiceAccount of one NativeCCM change.
 type Grant struct {
 	// NativeCCM is the NativeCCM's name; its ServiceAccount is
@@ -261,10 +295,8 @@ func CheckGrant(ctx context.Context, c client.Client, g Grant) error {
 			missing = append(missing, w.what)
 		}
 	}
-	how := fmt.Sprintf("create ClusterRole and ClusterRoleBinding %s with the NativeCCM (the hybrid-ccm chart does for its clouds; docs/gate.md, \"Grants\")", GrantName(g.NativeCCM))
 	if len(missing) > 0 {
-		return fmt.Errorf("%s: %w: ServiceAccount %s/%s is not granted %s (%s/%s), so the fence refuses its writes: %s",
-			op, ErrFenceNotGranted, g.Namespace, g.ServiceAccount(), strings.Join(missing, ", "), GrantGroup, GrantVerb, how)
+		return fmt.Errorf("%s: %w", op, &GrantError{Grant: g, Missing: missing})
 	}
 	for _, r := range []string{grantPlatforms, grantClasses} {
 		ok, err := allowed(r, wildcardProbe)
@@ -272,8 +304,7 @@ func CheckGrant(ctx context.Context, c client.Client, g Grant) error {
 			return err
 		}
 		if ok {
-			return fmt.Errorf("%s: %w: ServiceAccount %s/%s holds %s %s for any name (an RBAC rule without resourceNames, or a wildcard such as cluster-admin's), so the fence refuses all its writes: bind it only to its grant %s and the roles the coordinator binds",
-				op, ErrFenceNotGranted, g.Namespace, g.ServiceAccount(), GrantGroup, r, GrantName(g.NativeCCM))
+			return fmt.Errorf("%s: %w", op, &GrantError{Grant: g, Wildcard: r})
 		}
 	}
 	return nil
