@@ -231,4 +231,23 @@ func TestUmbrellaSchema(t *testing.T) {
 			}
 		})
 	}
+	// Two clouds whose grants would let both CCMs write the same Services.
+	for _, tc := range []struct{ name, values, want string }{
+		{"one class twice", `clouds: {aws: {enabled: true, loadBalancers: {enabled: true, class: example.com/lb}}, hcloud: {enabled: true, loadBalancers: {enabled: true, class: example.com/lb}}}`,
+			"clouds aws and hcloud both serve load balancer class example.com/lb"},
+		{"a default class twice", `clouds: {hcloud: {enabled: true, loadBalancers: {enabled: true}}, hcloud-fsn: {enabled: true, platform: hcloud, loadBalancers: {enabled: true}}}`,
+			"both serve load balancer class hybridccm.io/hcloud"},
+		{"two defaults", `clouds: {aws: {enabled: true, loadBalancers: {enabled: true, default: true}}, hcloud: {enabled: true, loadBalancers: {enabled: true, default: true}}}`,
+			"clouds aws, hcloud are all the default"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := render(t, hybridCCM, values(t, tc.values)); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("rendered (err %v), want an error saying %q", err, tc.want)
+			}
+		})
+	}
+	// One class each, one default, and a cloud with load balancers off: fine.
+	if _, err := render(t, hybridCCM, values(t, `clouds: {aws: {enabled: true, loadBalancers: {enabled: true, default: true}}, hcloud: {enabled: true, loadBalancers: {enabled: true}}, gcp: {enabled: true, loadBalancers: {enabled: false, default: true}}}`)); err != nil {
+		t.Errorf("distinct classes refused: %v", err)
+	}
 }
