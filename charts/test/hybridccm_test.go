@@ -7,11 +7,14 @@ import (
 
 	"github.com/fluxcd/pkg/apis/meta"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 )
 
 // nativeCCMs decodes the rendered NativeCCMs strictly (an unknown field fails)
@@ -128,6 +131,77 @@ clouds:
 	}
 }
 
+// TestUmbrellaFenceGrants: with every NativeCCM, its fence grant, exactly
+// what the coordinator checks for (gate.GrantFor: its platform, and its class
+// and the default when load balancers are on), bound to the ServiceAccount in
+// the coordinator's namespace; and nothing the coordinator could bind or
+// change (no label it owns).
+func TestUmbrellaFenceGrants(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		vals map[string]any
+		ns   string
+	}{
+		{"multi-cloud", hybridCCM.ciValues(t, "multi-cloud"), "hybrid-ccm-system"},
+		{"own class, own namespace", values(t, `
+ccm-coordinator: {releaseNamespace: ccm-elsewhere}
+clouds:
+  hcloud-fsn: {enabled: true, platform: hcloud, loadBalancers: {enabled: true, class: example.com/fsn}}
+  aws: {enabled: false}
+`), "ccm-elsewhere"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := mustRender(t, hybridCCM, tc.vals)
+			ccms := nativeCCMs(t, m)
+			if len(ccms) == 0 {
+				t.Fatal("no NativeCCMs")
+			}
+			roles, bindings := 0, 0
+			for _, o := range m.find("ClusterRole") {
+				if strings.HasPrefix(o.GetName(), gate.GrantPrefix) {
+					roles++
+				}
+			}
+			for _, o := range m.find("ClusterRoleBinding") {
+				if strings.HasPrefix(o.GetName(), gate.GrantPrefix) {
+					bindings++
+				}
+			}
+			if roles != len(ccms) || bindings != len(ccms) {
+				t.Errorf("%d grant ClusterRoles and %d bindings for %d NativeCCMs", roles, bindings, len(ccms))
+			}
+			for name, n := range ccms {
+				wantRole, wantBinding, err := gate.GrantFor(&n, tc.ns).Objects()
+				if err != nil {
+					t.Fatal(err)
+				}
+				var role rbacv1.ClusterRole
+				var binding rbacv1.ClusterRoleBinding
+				m.one(t, "ClusterRole", gate.GrantName(name), &role)
+				m.one(t, "ClusterRoleBinding", gate.GrantName(name), &binding)
+				for _, c := range []struct {
+					what      string
+					got, want any
+				}{
+					{"rules", role.Rules, wantRole.Rules},
+					{"roleRef", binding.RoleRef, wantBinding.RoleRef},
+					{"subjects", binding.Subjects, wantBinding.Subjects},
+					{"grant label", role.Labels[gate.GrantLabel] + "," + binding.Labels[gate.GrantLabel], name + "," + name},
+				} {
+					if !equality.Semantic.DeepEqual(c.got, c.want) {
+						t.Errorf("grant of %s: %s %+v, want %+v", name, c.what, c.got, c.want)
+					}
+				}
+				for _, l := range []map[string]string{role.Labels, binding.Labels} {
+					if _, ok := l[release.ManagedByLabel]; ok {
+						t.Errorf("grant of %s labelled %s: the coordinator may change what carries it", name, release.ManagedByLabel)
+					}
+				}
+			}
+		})
+	}
+}
+
 // TestUmbrellaSchema: cloud values the coordinator would reject (or that could
 // never become a valid NativeCCM) are refused at install time.
 func TestUmbrellaSchema(t *testing.T) {
@@ -156,5 +230,24 @@ func TestUmbrellaSchema(t *testing.T) {
 				t.Errorf("values accepted (err %v):\n%s", err, tc.values)
 			}
 		})
+	}
+	// Two clouds whose grants would let both CCMs write the same Services.
+	for _, tc := range []struct{ name, values, want string }{
+		{"one class twice", `clouds: {aws: {enabled: true, loadBalancers: {enabled: true, class: example.com/lb}}, hcloud: {enabled: true, loadBalancers: {enabled: true, class: example.com/lb}}}`,
+			"clouds aws and hcloud both serve load balancer class example.com/lb"},
+		{"a default class twice", `clouds: {hcloud: {enabled: true, loadBalancers: {enabled: true}}, hcloud-fsn: {enabled: true, platform: hcloud, loadBalancers: {enabled: true}}}`,
+			"both serve load balancer class hybridccm.io/hcloud"},
+		{"two defaults", `clouds: {aws: {enabled: true, loadBalancers: {enabled: true, default: true}}, hcloud: {enabled: true, loadBalancers: {enabled: true, default: true}}}`,
+			"clouds aws, hcloud are all the default"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := render(t, hybridCCM, values(t, tc.values)); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("rendered (err %v), want an error saying %q", err, tc.want)
+			}
+		})
+	}
+	// One class each, one default, and a cloud with load balancers off: fine.
+	if _, err := render(t, hybridCCM, values(t, `clouds: {aws: {enabled: true, loadBalancers: {enabled: true, default: true}}, hcloud: {enabled: true, loadBalancers: {enabled: true}}, gcp: {enabled: true, loadBalancers: {enabled: false, default: true}}}`)); err != nil {
+		t.Errorf("distinct classes refused: %v", err)
 	}
 }

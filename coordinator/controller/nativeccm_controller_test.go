@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
@@ -59,8 +60,14 @@ func deleteNode(t *testing.T, name string) {
 	}
 }
 
+// createNativeCCM creates the NativeCCM and, as whoever creates a NativeCCM
+// does, its fence grant.
 func createNativeCCM(t *testing.T, obj *v1.NativeCCM) {
 	t.Helper()
+	if err := gate.EnsureGrant(ctxT(t), k8s, gate.GrantFor(obj, releaseNamespace)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gate.DeleteGrant(context.Background(), k8s, obj.Name) })
 	create(t, obj)
 }
 

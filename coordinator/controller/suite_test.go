@@ -153,10 +153,12 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 	// What the ccm-coordinator chart ships: the ClusterRole native CCMs are bound to.
 	must(k8s.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: release.LifecycleClusterRole}, Rules: release.LifecycleRules()}))
 	// What the chart ships too: the fence, for the native CCMs of the release
-	// namespace. The coordinator reads it as a user with exactly the chart's
-	// right (get, by name) whose permission TestTransientFenceErrorIsRetried
-	// takes away for a while.
-	_, err = gate.EnsureFence(ctx, k8s, gate.Fence{Namespace: releaseNamespace})
+	// namespace, with the providerID prefixes of the profiles the coordinator
+	// runs with (the chart renders them from its profileOverrides). The
+	// coordinator reads it as a user with exactly the chart's right (get, by
+	// name) whose permission TestTransientFenceErrorIsRetried takes away for
+	// a while.
+	_, err = gate.EnsureFence(ctx, k8s, gate.Fence{Namespace: releaseNamespace, ProviderIDPrefixes: gate.SetPrefixTable(profiles.set)})
 	must(err)
 	must(k8s.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: fenceReader},
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"admissionregistration.k8s.io"},

@@ -85,8 +85,8 @@ func changeVariables() []admissionregistrationv1.Variable {
 }
 
 // changeValidations deny every change of an own node but the shutdown taint.
-// guard makes a validation apply only to the requester's own NativeCCM; who is
-// a CEL expression naming the requester.
+// guard makes a validation apply to nodes only; who is a CEL expression
+// naming the requester.
 func changeValidations(guard func(string) string, who string) []admissionregistrationv1.Validation {
 	const static = "hybrid-ccm gate: a native CCM may not change "
 	allowed := ": on its own nodes a native CCM may only add or remove the taint " + ShutdownTaintKey + ":" + ShutdownTaintEffect + " and delete them"

@@ -65,7 +65,7 @@ func TestFenceOwnNodeChanges(t *testing.T) {
 	if err := gatetest.InstallFence(ctx, c, ns); err != nil {
 		t.Fatal(err)
 	}
-	remove, err := gatetest.FenceParam(ctx, c, "owned", platform, "hcloud://")
+	remove, err := gatetest.Confine(ctx, c, gate.Fence{Namespace: ns}, "owned", platform, "hcloud://")
 	if remove != nil {
 		t.Cleanup(remove)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 
 	"github.com/fluxcd/pkg/runtime/conditions"
 	corev1 "k8s.io/api/core/v1"
@@ -33,7 +34,9 @@ const (
 //
 //	r.Mutators = gate.Coordinator{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Image: gateImage}.Mutators
 type Coordinator struct {
-	// Client writes the NativeCCM's status.gate (the fence's parameters).
+	// Client writes the NativeCCM's status.gate and asks the API server
+	// (SubjectAccessReviews) whether the release's ServiceAccount holds its
+	// grant.
 	Client client.Client
 	// Reader reads the fence's policy and binding by name (uncached: the
 	// coordinator may get those two objects and nothing else of
@@ -47,12 +50,14 @@ type Coordinator struct {
 	ImagePullPolicy corev1.PullPolicy
 }
 
-// Mutators checks that the fence is installed and current, writes the
-// NativeCCM's status.gate (what the fence enforces for it) before the release
-// is installed or upgraded, and returns the sidecar mutator that adds the
-// view. It records the Gated condition. Errors that wrap ErrConfig need a
-// change of the NativeCCM or profile; others (a missing fence, the API
-// server) are worth a retry.
+// Mutators checks that the fence is installed and current, that it knows
+// the providerID prefixes of the NativeCCM's profile for its platform, and
+// that the release's ServiceAccount holds the NativeCCM's grant (what the
+// fence confines it to); it records status.gate (what the fence enforces for
+// it) and returns the sidecar mutator that adds the view. It records the
+// Gated condition. Errors that wrap ErrConfig need a change of the NativeCCM
+// or profile; others (a missing fence or grant, the API server) are worth a
+// retry.
 func (g Coordinator) Mutators(ctx context.Context, obj *v1.NativeCCM, p *profile.Profile, l release.Lifecycle) ([]release.Mutator, error) {
 	fail := func(err error) ([]release.Mutator, error) {
 		conditions.MarkFalse(obj, v1.GatedCondition, GateFailedReason, "%s", err)
@@ -69,22 +74,35 @@ func (g Coordinator) Mutators(ctx context.Context, obj *v1.NativeCCM, p *profile
 	if reader == nil {
 		reader = g.Client
 	}
-	if err := CheckFence(ctx, reader, f); err != nil {
+	table, err := ReadFence(ctx, reader, f)
+	if err != nil {
+		return fail(err)
+	}
+	// The fence takes the prefixes of the node's platform from its own table,
+	// which the chart renders from the same profiles the coordinator loads.
+	enforced := table[l.Platform]
+	if missing := slices.DeleteFunc(slices.Clone(p.ProviderIDPrefixes), func(x string) bool { return slices.Contains(enforced, x) }); len(missing) > 0 {
+		return fail(fmt.Errorf("%w: the fence knows providerID prefixes %v of platform %s, not %v of profile %s: install the ccm-coordinator chart with the profile overrides the coordinator runs with",
+			ErrFenceNotInstalled, enforced, l.Platform, missing, p.Name))
+	}
+	grant := Grant{NativeCCM: obj.Name, Namespace: l.Namespace, Platform: l.Platform}
+	if lb := l.LoadBalancers; lb != nil {
+		grant.LoadBalancers = &v1.GateLoadBalancers{Class: lb.Class, Default: lb.Default}
+	}
+	if err := CheckGrant(ctx, g.Client, grant); err != nil {
 		return fail(err)
 	}
 	want := &v1.GateStatus{
 		Policy:             f.name(),
 		ServiceAccount:     l.Namespace + "/" + l.ServiceAccountName(),
 		ProviderIDPrefixes: append([]string(nil), p.ProviderIDPrefixes...),
-	}
-	if lb := l.LoadBalancers; lb != nil {
-		want.LoadBalancers = &v1.GateLoadBalancers{Class: lb.Class, Default: lb.Default}
+		LoadBalancers:      grant.LoadBalancers,
 	}
 	if !reflect.DeepEqual(obj.Status.Gate, want) {
 		if err := g.writeGateStatus(ctx, obj, want); err != nil {
 			return fail(err)
 		}
-		ctrl.LoggerFrom(ctx).Info("fence parameters written", "policy", want.Policy, "serviceAccount", want.ServiceAccount, "providerIDPrefixes", want.ProviderIDPrefixes)
+		ctrl.LoggerFrom(ctx).Info("fence status written", "policy", want.Policy, "serviceAccount", want.ServiceAccount, "providerIDPrefixes", want.ProviderIDPrefixes)
 	}
 	s := SidecarFor(l, g.Image)
 	s.ImagePullPolicy = g.ImagePullPolicy
@@ -100,14 +118,15 @@ func (g Coordinator) Mutators(ctx context.Context, obj *v1.NativeCCM, p *profile
 		}
 	}
 	conditions.MarkTrue(obj, v1.GatedCondition, GateEnforcedReason,
-		"admission policy %s lets %s change only nodes labelled %s=%s with providerID %v, and %s; ccm-gate shows it only those",
-		want.Policy, l.Username(), names.PlatformLabel, obj.Spec.Platform, want.ProviderIDPrefixes, services)
+		"admission policy %s lets %s change only nodes labelled %s=%s with providerID %v (grant %s), and %s; ccm-gate shows it only those",
+		want.Policy, l.Username(), names.PlatformLabel, l.Platform, want.ProviderIDPrefixes, GrantName(obj.Name), services)
 	return []release.Mutator{s}, nil
 }
 
-// writeGateStatus patches status.gate alone, now: the fence must know the
-// prefixes before the release's pods start (until then it denies every
-// change). A NativeCCM not yet stored (no UID) only gets the field in memory.
+// writeGateStatus patches status.gate alone: what the fence enforces for the
+// release, for people and tools to read (the fence itself reads no
+// NativeCCM). A NativeCCM not yet stored (no UID) only gets the field in
+// memory.
 func (g Coordinator) writeGateStatus(ctx context.Context, obj *v1.NativeCCM, want *v1.GateStatus) error {
 	obj.Status.Gate = want
 	if obj.UID == "" {

@@ -22,9 +22,10 @@ import (
 )
 
 // TestCoordinatorMutators is the reconciler's hook: for a NativeCCM it checks
-// that the chart's fence is there and current, writes status.gate (the
-// fence's parameters), marks Gated, and hands back the sidecar mutator. The
-// fence then holds for the release's ServiceAccount.
+// that the chart's fence is there and current and that the release's
+// ServiceAccount holds the NativeCCM's grant, writes status.gate (what the
+// fence enforces), marks Gated, and hands back the sidecar mutator. The fence
+// then holds for the release's ServiceAccount.
 func TestCoordinatorMutators(t *testing.T) {
 	e := needEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -92,6 +93,33 @@ func TestCoordinatorMutators(t *testing.T) {
 	}
 
 	if err := gatetest.InstallFence(ctx, c, ns); err != nil {
+		t.Fatal(err)
+	}
+	// No grant (whoever created the NativeCCM did not create it): nothing
+	// may be installed, and the reason names the grant.
+	if _, err := g.Mutators(ctx, obj, p, req.Lifecycle); !errors.Is(err, gate.ErrFenceNotGranted) || errors.Is(err, gate.ErrConfig) ||
+		!strings.Contains(err.Error(), "hybrid-ccm:fence:hcloud") || !strings.Contains(err.Error(), "NativeCCM hcloud, platform hcloud") {
+		t.Fatalf("without a grant: %v, want ErrFenceNotGranted naming what is missing", err)
+	}
+	// A grant of another platform is not the NativeCCM's.
+	if err := gate.EnsureGrant(ctx, c, gate.Grant{NativeCCM: "hcloud", Namespace: ns, Platform: "aws"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gate.DeleteGrant(context.Background(), c, "hcloud") })
+	if _, err := g.Mutators(ctx, obj, p, req.Lifecycle); !errors.Is(err, gate.ErrFenceNotGranted) || !strings.Contains(err.Error(), "not granted platform hcloud") {
+		t.Fatalf("with a grant of platform aws: %v", err)
+	}
+	// A fence that does not know the profile's prefixes would refuse the CCM.
+	if _, err := gate.EnsureFence(ctx, c, gate.Fence{Namespace: ns, ProviderIDPrefixes: map[string][]string{"hcloud": {"hcloud://"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Mutators(ctx, obj, p, req.Lifecycle); !errors.Is(err, gate.ErrFenceNotInstalled) || !strings.Contains(err.Error(), "[hrobot://]") {
+		t.Fatalf("with a fence without the Robot prefix: %v", err)
+	}
+	if _, err := gate.EnsureFence(ctx, c, fence); err != nil {
+		t.Fatal(err)
+	}
+	if err := gate.EnsureGrant(ctx, c, gate.GrantFor(obj, ns)); err != nil {
 		t.Fatal(err)
 	}
 	muts, err := g.Mutators(ctx, obj, p, req.Lifecycle)

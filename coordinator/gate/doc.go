@@ -2,12 +2,15 @@
 //
 // It owns the two halves of the gate as the coordinator deploys them:
 //
-//   - the fence: a ValidatingAdmissionPolicy + binding per NativeCCM, enforced by
-//     the API server itself, that lets the CCM's ServiceAccount update, patch or
-//     delete a Node (and nodes/status) only when the Node already carries the
-//     CCM's platform label and a providerID with one of the profile's prefixes,
-//     and never lets it change that label or the providerID (Fence, Policy,
-//     EnsurePolicy, DeletePolicy);
+//   - the fence: one ValidatingAdmissionPolicy + binding for all native CCMs of
+//     the coordinator's namespace, without parameters, enforced by the API server
+//     itself, that lets a native CCM ServiceAccount update, patch or delete a Node
+//     (and nodes/status) only when the Node already carries a platform label its
+//     grant names and a providerID with one of that platform's prefixes, never
+//     lets it change that label or the providerID, and lets one without a grant
+//     (no NativeCCM) change nothing (Fence, FenceTemplate, CheckFence,
+//     EnsureFence); and the grants, RBAC data the fence asks the authorizer
+//     about (Grant, GrantFor, CheckGrant, EnsureGrant);
 //   - the wiring of the view: a release post-render mutator that adds the
 //     ccm-gate sidecar (coordinator/gate/proxy) to the CCM's pod and points the
 //     CCM at it through a generated loopback kubeconfig (Sidecar, which also

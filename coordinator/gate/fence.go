@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
@@ -42,22 +44,29 @@ const (
 // generated from this type by `make generate`), so the coordinator needs no
 // right to write admission policies: it cannot delete or loosen a fence.
 //
-// The policy takes the NativeCCMs as parameters (paramKind NativeCCM, every
-// NativeCCM selected) and is evaluated once per NativeCCM. An evaluation
-// applies only when the requester is that NativeCCM's ServiceAccount,
-// system:serviceaccount:<Namespace>:native-ccm-<name> (derived from the name,
-// never read from status); it then allows what cloud-node-lifecycle needs on
-// nodes labelled with spec.platform whose providerID starts with one of
-// status.gate.providerIDPrefixes (which the coordinator writes from the
-// profile before it installs anything), and denies everything else with a
-// message naming the NativeCCM, the node and the field. Requests of other
-// identities are not matched at all.
+// The policy has no parameters (no paramKind): nothing it needs can be
+// missing or unsynced in the API server, so it never refuses a request of an
+// identity it does not confine. Its matchConditions select the ServiceAccounts
+// system:serviceaccount:<Namespace>:native-ccm-<name> and nothing else; for
+// those it allows what cloud-node-lifecycle (and the service controller) need,
+// on nodes labelled with a platform the ServiceAccount's grant names (Grant,
+// checked with the API server's authorizer) whose providerID starts with one
+// of that platform's prefixes (ProviderIDPrefixes, in the policy itself), and
+// denies everything else with a message naming the NativeCCM, the object and
+// the field. A ServiceAccount without its grant (no NativeCCM) may change
+// nothing.
 type Fence struct {
 	// Name of the policy and binding; default DefaultFenceName.
 	Name string
 	// Namespace is the coordinator's release namespace, where the native CCMs'
 	// ServiceAccounts live.
 	Namespace string
+	// ProviderIDPrefixes maps each platform to the providerID prefixes of its
+	// nodes: a native CCM granted a platform may change only nodes whose
+	// providerID starts with one of them. Nil: those of the built-in profiles
+	// (BuiltinPrefixes). The chart renders the built-in profiles merged with
+	// its profileOverrides, as the coordinator loads them (PrefixTable).
+	ProviderIDPrefixes map[string][]string
 }
 
 // ErrConfig marks errors that only a change of the NativeCCM, its profile or
@@ -127,49 +136,124 @@ const (
 
 // Objects renders the ValidatingAdmissionPolicy and its binding.
 //
-// The policy matches CREATE, UPDATE (which includes PATCH) and DELETE of nodes
-// and nodes/status, only for requests by native CCM ServiceAccounts of the
-// namespace (matchConditions), with failurePolicy Fail so that an evaluation
-// error denies. It holds the facts verified on real API servers: object
-// is null on DELETE and every object read is guarded; absent labels,
-// providerIDs and status fields are read with CEL optionals.
+// The policy matches CREATE, UPDATE (which includes PATCH) and DELETE of
+// nodes, nodes/status, services and services/status, only for requests by
+// native CCM ServiceAccounts of the namespace (matchConditions), with
+// failurePolicy Fail so that an evaluation error denies. It has no paramKind
+// and its binding no paramRef. It holds the facts verified on real API
+// servers: object is null on DELETE and every object read is guarded; absent
+// labels, providerIDs and status fields are read with CEL optionals.
 func (f Fence) Objects() (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding, error) {
 	if err := f.Validate(); err != nil {
 		return nil, nil, err
 	}
-	p, b := f.render(f.Namespace)
+	table := f.ProviderIDPrefixes
+	if table == nil {
+		var err error
+		if table, err = BuiltinPrefixes(); err != nil {
+			return nil, nil, err
+		}
+	}
+	lit, err := prefixLiteral(table)
+	if err != nil {
+		return nil, nil, err
+	}
+	p, b := f.render(f.Namespace, lit)
 	d := FenceDigest()
 	p.Annotations = map[string]string{DigestAnnotation: d}
 	b.Annotations = map[string]string{DigestAnnotation: d}
 	return p, b, nil
 }
 
-// digestNamespace stands for the namespace in FenceDigest and FenceTemplate.
-const digestNamespace = "@NAMESPACE@"
+// Placeholders of FenceDigest and FenceTemplate: the namespace, and the
+// providerID prefixes of every platform, which the chart fills in.
+const (
+	digestNamespace = "@NAMESPACE@"
+	digestPrefixes  = "@PROVIDER_ID_PREFIXES@"
+)
 
-// FenceDigest identifies the fence's logic, whatever the name and namespace.
+// prefixesVariable names the policy's variable that holds the providerID
+// prefixes of every platform, a CEL map literal written as JSON.
+const prefixesVariable = "providerIDPrefixes"
+
+// FenceDigest identifies the fence's logic, whatever the name, namespace and
+// providerID prefixes.
 func FenceDigest() string {
-	p, b := Fence{Name: DefaultFenceName}.render(digestNamespace)
+	p, b := Fence{Name: DefaultFenceName}.render(digestNamespace, digestPrefixes)
 	buf, _ := json.Marshal([]any{p.Spec, b.Spec})
 	return fmt.Sprintf("%x", sha256.Sum256(buf))[:16]
 }
 
-func (f Fence) render(namespace string) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+// prefixLiteral writes a prefix table as the policy holds it: JSON (which is
+// CEL: a map of string lists), keys sorted, every list sorted and without
+// duplicates, as Helm's toJson writes the chart's table.
+func prefixLiteral(table map[string][]string) (string, error) {
+	norm := make(map[string][]string, len(table))
+	for platform, prefixes := range table {
+		if msgs := validation.IsDNS1123Label(platform); len(msgs) > 0 {
+			return "", fmt.Errorf("%w: providerID prefixes of platform %q: %s", ErrConfig, platform, strings.Join(msgs, "; "))
+		}
+		norm[platform] = sortedUnique(prefixes)
+	}
+	buf, err := json.Marshal(norm)
+	return string(buf), err
+}
+
+func sortedUnique(in []string) []string {
+	out := append([]string{}, in...)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// PrefixTable is the providerID prefixes of every platform that one of the
+// profiles routes: the union of the prefixes of the profiles that route it.
+func PrefixTable(profiles ...*profile.Profile) map[string][]string {
+	table := map[string][]string{}
+	for _, p := range profiles {
+		for _, platform := range p.Platforms {
+			table[platform] = sortedUnique(append(table[platform], p.ProviderIDPrefixes...))
+		}
+	}
+	return table
+}
+
+// SetPrefixTable is PrefixTable of every profile of a set.
+func SetPrefixTable(set *profile.Set) map[string][]string {
+	var all []*profile.Profile
+	for _, n := range set.Names() {
+		p, _ := set.Get(n)
+		all = append(all, p)
+	}
+	return PrefixTable(all...)
+}
+
+// BuiltinPrefixes is the prefix table of the built-in profiles.
+func BuiltinPrefixes() (map[string][]string, error) {
+	set, err := profile.Builtin()
+	if err != nil {
+		return nil, err
+	}
+	return SetPrefixTable(set), nil
+}
+
+// who names the requester in denials.
+const who = "variables.who"
+
+func (f Fence) render(namespace, prefixes string) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
 	name := f.name()
 	label := celString(names.PlatformLabel)
 	saPrefix := "system:serviceaccount:" + namespace + ":" + v1.ReleasePrefix
-	verb := `(request.operation == 'DELETE' ? 'delete' : (request.?subResource.orValue('') == '' ? 'change' : 'change the ' + request.subResource + ' of'))`
-	// Every validation applies only to the evaluation whose parameter is the
-	// requester's own NativeCCM.
-	mine := func(expr string) string { return "!variables.mine || variables.isService || (" + expr + ")" }
-	who := "variables.who"
+	verb := `(request.operation == 'DELETE' ? 'delete' : request.operation == 'CREATE' ? 'create' : (request.?subResource.orValue('') == '' ? 'change' : 'change the ' + request.subResource + ' of'))`
+	kind := `(variables.isService ? 'Service ' + request.namespace + '/' + request.name : 'node ' + request.name)`
+	grant := lit(GrantPrefix) + " + variables.nativeCCM"
+	// node applies a validation to nodes only.
+	node := func(expr string) string { return "variables.isService || (" + expr + ")" }
 
 	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: "ValidatingAdmissionPolicy"},
 		ObjectMeta: meta(name),
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
 			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
-			ParamKind:     &admissionregistrationv1.ParamKind{APIVersion: v1.GroupVersion.String(), Kind: v1.NativeCCMKind},
 			MatchConstraints: &admissionregistrationv1.MatchResources{
 				NamespaceSelector: &metav1.LabelSelector{},
 				ObjectSelector:    &metav1.LabelSelector{},
@@ -188,84 +272,110 @@ func (f Fence) render(namespace string) (*admissionregistrationv1.ValidatingAdmi
 					},
 				}},
 			},
+			// The only identities the fence evaluates. Every other request
+			// (kubelets, talos-ccm, admins) skips it here.
 			MatchConditions: []admissionregistrationv1.MatchCondition{{
 				Name:       "native-ccm-identity",
 				Expression: "request.userInfo.username.startsWith(" + celString(saPrefix) + ")",
 			}},
-			Variables: append([]admissionregistrationv1.Variable{
-				{Name: "mine", Expression: "request.userInfo.username == " + celString(saPrefix) + " + params.metadata.name"},
+			Variables: append(append([]admissionregistrationv1.Variable{
+				// The NativeCCM whose ServiceAccount sends the request.
+				{Name: "nativeCCM", Expression: "request.userInfo.username.substring(size(" + celString(saPrefix) + "))"},
 				{Name: "isService", Expression: "request.resource.resource == 'services'"},
-				{Name: "who", Expression: "'NativeCCM ' + params.metadata.name + ' (' + request.userInfo.username + ')'"},
-				{Name: "platform", Expression: "params.spec.platform"},
-				{Name: "prefixes", Expression: "params.?status.?gate.?providerIDPrefixes.orValue([]).filter(p, size(p) >= " + strconv.Itoa(minPrefix) + ")"},
+				{Name: "who", Expression: "'NativeCCM ' + variables.nativeCCM + ' (' + request.userInfo.username + ')'"},
+				// Its grant (RBAC, asked with the requester's own authorizer).
+				{Name: "granted", Expression: grantCheck(grantNativeCCMs, "variables.nativeCCM")},
+				{Name: "wildcard", Expression: grantCheck(grantPlatforms, lit(wildcardProbe)) + " || " + grantCheck(grantClasses, lit(wildcardProbe))},
 				{Name: "oldPlatform", Expression: "request.operation == 'CREATE' ? '' : oldObject.metadata.?labels[?" + label + "].orValue('')"},
 				{Name: "oldProviderID", Expression: "request.operation == 'CREATE' ? '' : oldObject.?spec.?providerID.orValue('')"},
 				{Name: "newPlatform", Expression: "request.operation == 'UPDATE' ? object.metadata.?labels[?" + label + "].orValue('') : ''"},
 				{Name: "newProviderID", Expression: "request.operation == 'UPDATE' ? object.?spec.?providerID.orValue('') : ''"},
+				{Name: "ownPlatform", Expression: "variables.oldPlatform != '' && " + grantCheck(grantPlatforms, "variables.oldPlatform")},
+				{Name: prefixesVariable, Expression: prefixes},
+				{Name: "prefixes", Expression: "variables." + prefixesVariable + "[?variables.oldPlatform].orValue([]).filter(p, size(p) >= " + strconv.Itoa(minPrefix) + ")"},
 				{Name: "ownProviderID", Expression: "variables.oldProviderID != '' && variables.prefixes.exists(p, variables.oldProviderID.startsWith(p))"},
-			}, append(changeVariables(), serviceVariables()...)...),
-			Validations: append([]admissionregistrationv1.Validation{
+			}, changeVariables()...), serviceVariables()...),
+			Validations: append(append([]admissionregistrationv1.Validation{
 				{
-					Expression:        mine("request.operation != 'CREATE'"),
+					Expression: "variables.granted",
+					Message:    "hybrid-ccm gate: a native CCM ServiceAccount without its grant (no NativeCCM) may change nothing",
+					MessageExpression: cel(lit("hybrid-ccm gate: "), who, lit(" may not "), verb, lit(" "), kind,
+						lit(": its ServiceAccount holds no fence grant for NativeCCM "), "variables.nativeCCM",
+						lit(" (ClusterRoleBinding "), grant, lit(", made with the NativeCCM): a native CCM identity without its NativeCCM may change nothing")),
+					Reason: ptr.To(metav1.StatusReasonForbidden),
+				},
+				{
+					Expression: "!variables.wildcard",
+					Message:    "hybrid-ccm gate: a native CCM ServiceAccount that RBAC grants every platform or load balancer class (a wildcard) may change nothing",
+					MessageExpression: cel(lit("hybrid-ccm gate: "), who, lit(" may not "), verb, lit(" "), kind,
+						lit(": RBAC grants it "+GrantGroup+" for any name (a rule without resourceNames, or a wildcard such as cluster-admin's), so the fence cannot tell its platform: bind it only to its grant "), grant),
+					Reason: ptr.To(metav1.StatusReasonForbidden),
+				},
+				{
+					Expression:        node("request.operation != 'CREATE'"),
 					Message:           "hybrid-ccm gate: a native CCM may not create nodes",
 					MessageExpression: cel(lit("hybrid-ccm gate: "), who, lit(" may not create nodes")),
 					Reason:            ptr.To(metav1.StatusReasonForbidden),
 				},
 				{
-					Expression: mine("size(variables.prefixes) > 0"),
-					Message:    "hybrid-ccm gate: the fence knows no providerID prefixes for this native CCM yet, so it may change no node",
-					MessageExpression: cel(lit("hybrid-ccm gate: "), who, lit(" may not "), verb, lit(" node "), "request.name",
-						lit(": the NativeCCM has no providerID prefixes in status.gate yet (the coordinator writes them before it installs the CCM)")),
-					Reason: ptr.To(metav1.StatusReasonForbidden),
-				},
-				{
-					Expression: mine("variables.oldPlatform == variables.platform"),
+					Expression: node("variables.ownPlatform"),
 					Message:    "hybrid-ccm gate: a native CCM may only change nodes labelled with its platform (" + names.PlatformLabel + ")",
 					MessageExpression: cel(lit("hybrid-ccm gate: "), who, lit(" may not "), verb, lit(" node "), "request.name",
 						lit(": its label "+names.PlatformLabel+" is "),
-						"(variables.oldPlatform == '' ? 'missing' : '\"' + variables.oldPlatform + '\"')",
-						lit(", not \""), "variables.platform", lit("\"")),
+						"(variables.oldPlatform == '' ? 'missing' : '\"' + variables.oldPlatform + '\", a platform its grant "+GrantPrefix+"' + variables.nativeCCM + ' does not name')"),
 					Reason: ptr.To(metav1.StatusReasonForbidden),
 				},
 				{
-					Expression: mine("variables.ownProviderID"),
-					Message:    "hybrid-ccm gate: a native CCM may only change nodes whose providerID starts with one of its profile's prefixes",
+					Expression: node("size(variables.prefixes) > 0"),
+					Message:    "hybrid-ccm gate: the fence knows no providerID prefixes of this platform, so a native CCM may change none of its nodes",
+					MessageExpression: cel(lit("hybrid-ccm gate: "), who, lit(" may not "), verb, lit(" node "), "request.name",
+						lit(": the fence knows no providerID prefixes of platform "), "variables.oldPlatform",
+						lit(" (the ccm-coordinator chart renders them from its profiles and profileOverrides)")),
+					Reason: ptr.To(metav1.StatusReasonForbidden),
+				},
+				{
+					Expression: node("variables.ownProviderID"),
+					Message:    "hybrid-ccm gate: a native CCM may only change nodes whose providerID starts with one of its platform's prefixes",
 					MessageExpression: cel(lit("hybrid-ccm gate: "), who, lit(" may not "), verb, lit(" node "), "request.name", lit(": "),
 						"(variables.oldProviderID == '' ? "+lit("it has no providerID (an empty providerID is never proof)")+
 							" : "+cel(lit("its providerID \""), "variables.oldProviderID", lit("\" does not start with "), "variables.prefixes.join(' or ')")+")"),
 					Reason: ptr.To(metav1.StatusReasonForbidden),
 				},
 				{
-					Expression:        mine("request.operation != 'UPDATE' || variables.newPlatform == variables.platform"),
+					Expression:        node("request.operation != 'UPDATE' || variables.newPlatform == variables.oldPlatform"),
 					Message:           "hybrid-ccm gate: a native CCM may not change the label " + names.PlatformLabel,
 					MessageExpression: cel(lit("hybrid-ccm gate: "), who, lit(" may not change the label "+names.PlatformLabel+" of node "), "request.name"),
 					Reason:            ptr.To(metav1.StatusReasonForbidden),
 				},
 				{
-					Expression:        mine("request.operation != 'UPDATE' || variables.newProviderID == variables.oldProviderID"),
+					Expression:        node("request.operation != 'UPDATE' || variables.newProviderID == variables.oldProviderID"),
 					Message:           "hybrid-ccm gate: a native CCM may not set or change a providerID",
 					MessageExpression: cel(lit("hybrid-ccm gate: "), who, lit(" may not set or change the providerID of node "), "request.name"),
 					Reason:            ptr.To(metav1.StatusReasonForbidden),
 				},
-			}, append(changeValidations(mine, who), serviceValidations(who)...)...),
+			}, changeValidations(node, who)...), serviceValidations(who)...),
 		},
 	}
 	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
 		TypeMeta:   metav1.TypeMeta{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: "ValidatingAdmissionPolicyBinding"},
 		ObjectMeta: meta(name),
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
-			PolicyName: name,
-			// Every NativeCCM is a parameter. With none there is no native CCM
-			// to confine; Deny would be checked before matchConditions and so
-			// refuse every node write of every identity (kubelets too).
-			ParamRef: &admissionregistrationv1.ParamRef{
-				Selector:                &metav1.LabelSelector{},
-				ParameterNotFoundAction: ptr.To(admissionregistrationv1.AllowAction),
-			},
+			PolicyName:        name,
 			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
 		},
 	}
 	return policy, binding
+}
+
+// grantCheck is a CEL expression: does the requester's grant (RBAC, asked
+// with the API server's authorizer) let it "fence" resource name of
+// GrantGroup? name is a CEL string expression; empty: no name.
+func grantCheck(resource, name string) string {
+	expr := "authorizer.group(" + lit(GrantGroup) + ").resource(" + lit(resource) + ")"
+	if name != "" {
+		expr += ".name(" + name + ")"
+	}
+	return expr + ".check(" + lit(GrantVerb) + ").allowed()"
 }
 
 func meta(name string) metav1.ObjectMeta {
@@ -276,8 +386,8 @@ func meta(name string) metav1.ObjectMeta {
 }
 
 // celString quotes s as a CEL string literal (Go's double-quoted escapes are a
-// subset of CEL's). Every value that does not come from the request or the
-// parameter enters an expression only through it.
+// subset of CEL's). Every value that does not come from the request enters an
+// expression only through it.
 func celString(s string) string { return strconv.Quote(s) }
 
 // lit is celString, short for message expressions.
@@ -287,16 +397,52 @@ func lit(s string) string { return celString(s) }
 func cel(parts ...string) string { return "(" + strings.Join(parts, " + ") + ")" }
 
 // FenceTemplate is the ccm-coordinator chart's templates/fence.yaml: the
-// policy and binding of Fence{} with the release namespace filled in by Helm.
-// A test checks that the file is this and that the chart renders what Objects
-// renders for the same namespace.
+// policy and binding of Fence{} with the release namespace and the providerID
+// prefixes filled in by Helm: those of the built-in profiles (written into the
+// template here) merged with the chart's profileOverrides as the coordinator's
+// profile loader merges them (a name selects the profile to change, lists
+// replace). A test checks that the file is this and that the chart renders
+// what Objects renders for the same namespace and profiles.
 func FenceTemplate() ([]byte, error) {
-	p, b := Fence{}.render(digestNamespace)
+	p, b := Fence{}.render(digestNamespace, digestPrefixes)
+	set, err := profile.Builtin()
+	if err != nil {
+		return nil, err
+	}
+	builtin := map[string]map[string][]string{}
+	for _, n := range set.Names() {
+		pr, _ := set.Get(n)
+		builtin[n] = map[string][]string{"platforms": pr.Platforms, "providerIDPrefixes": pr.ProviderIDPrefixes}
+	}
+	builtinJSON, err := json.Marshal(builtin)
+	if err != nil {
+		return nil, err
+	}
+	if bytes.ContainsAny(builtinJSON, "`") {
+		return nil, errors.New("gate.FenceTemplate: a built-in profile contains a backquote")
+	}
 	var out bytes.Buffer
 	out.WriteString("{{- /* Generated by `make generate` from coordinator/gate/fence.go (gate.FenceTemplate). Do not edit. */ -}}\n")
 	out.WriteString("{{- $ns := include \"ccm-coordinator.releaseNamespace\" . }}\n")
+	// The profiles as the coordinator loads them: built-in, then each
+	// override in file-name order (Helm ranges over a map in key order).
+	fmt.Fprintf(&out, "{{- $profiles := `%s` | fromJson }}\n", builtinJSON)
+	out.WriteString(`{{- range $file, $o := .Values.profileOverrides }}
+{{- $base := get $profiles $o.name | default dict }}
+{{- $platforms := hasKey $o "platforms" | ternary $o.platforms $base.platforms }}
+{{- $prefixes := hasKey $o "providerIDPrefixes" | ternary $o.providerIDPrefixes $base.providerIDPrefixes }}
+{{- $_ := set $profiles $o.name (dict "platforms" ($platforms | default list) "providerIDPrefixes" ($prefixes | default list)) }}
+{{- end }}
+{{- $table := dict }}
+{{- range $name, $p := $profiles }}
+{{- range $platform := $p.platforms }}
+{{- $_ := set $table $platform (concat (get $table $platform | default list) $p.providerIDPrefixes | uniq | sortAlpha) }}
+{{- end }}
+{{- end }}
+`)
 	out.WriteString("# The fence: what every native CCM of this coordinator may change on nodes\n")
-	out.WriteString("# (docs/gate.md). The coordinator only reads it; see docs/security.md.\n")
+	out.WriteString("# and Services (docs/gate.md). No paramKind: it never refuses anyone but a\n")
+	out.WriteString("# native CCM. The coordinator only reads it; see docs/security.md.\n")
 	for i, o := range []struct {
 		kind string
 		spec any
@@ -309,6 +455,13 @@ func FenceTemplate() ([]byte, error) {
 			return nil, errors.New("gate.FenceTemplate: the fence contains template delimiters")
 		}
 		spec = bytes.ReplaceAll(spec, []byte(digestNamespace), []byte("{{ $ns }}"))
+		// The prefix table is the whole expression of its variable, a JSON
+		// string (which is a YAML double-quoted scalar) of the JSON table.
+		quoted := []byte("expression: '" + digestPrefixes + "'")
+		if i == 0 && !bytes.Contains(spec, quoted) {
+			return nil, errors.New("gate.FenceTemplate: the prefix table's placeholder is not a plain expression")
+		}
+		spec = bytes.ReplaceAll(spec, quoted, []byte("expression: {{ $table | toJson | toJson }}"))
 		if i > 0 {
 			out.WriteString("---\n")
 		}
@@ -375,15 +528,36 @@ func DeleteFence(ctx context.Context, c client.Client, f Fence) error {
 	return nil
 }
 
+// FenceNamespace is the namespace whose native CCM ServiceAccounts an
+// installed fence policy confines, read from its match condition; "" when it
+// confines none that way (not a fence of this design).
+func FenceNamespace(policy *admissionregistrationv1.ValidatingAdmissionPolicy) string {
+	const head, tail = `request.userInfo.username.startsWith("system:serviceaccount:`, ":" + v1.ReleasePrefix + `")`
+	for _, mc := range policy.Spec.MatchConditions {
+		if ns, ok := strings.CutPrefix(mc.Expression, head); ok {
+			if ns, ok = strings.CutSuffix(ns, tail); ok && len(validation.IsDNS1123Label(ns)) == 0 {
+				return ns
+			}
+		}
+	}
+	return ""
+}
+
 // CheckFence reads the fence's policy and binding (by name: the coordinator
 // may get these two objects and nothing else of admissionregistration) and
 // reports ErrFenceNotInstalled when either is absent, of another version, or
-// not binding the policy to every NativeCCM with Deny, or made for another
-// namespace.
+// not binding the policy with Deny, or made for another namespace.
 func CheckFence(ctx context.Context, r client.Reader, f Fence) error {
+	_, err := ReadFence(ctx, r, f)
+	return err
+}
+
+// ReadFence is CheckFence, and returns the providerID prefixes of every
+// platform that the installed fence enforces.
+func ReadFence(ctx context.Context, r client.Reader, f Fence) (map[string][]string, error) {
 	const op = "gate.CheckFence"
 	if err := f.Validate(); err != nil {
-		return fmt.Errorf("%s: %w", op, err)
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	name, want := f.name(), FenceDigest()
 	var policy admissionregistrationv1.ValidatingAdmissionPolicy
@@ -395,22 +569,36 @@ func CheckFence(ctx context.Context, r client.Reader, f Fence) error {
 		err := r.Get(ctx, client.ObjectKey{Name: name}, o.obj)
 		switch {
 		case apierrors.IsNotFound(err):
-			return fmt.Errorf("%s: %w: %s %s does not exist (the ccm-coordinator chart installs it)", op, ErrFenceNotInstalled, o.kind, name)
+			return nil, fmt.Errorf("%s: %w: %s %s does not exist (the ccm-coordinator chart installs it)", op, ErrFenceNotInstalled, o.kind, name)
 		case err != nil:
-			return fmt.Errorf("%s: %s %s: %w", op, o.kind, name, err)
+			return nil, fmt.Errorf("%s: %s %s: %w", op, o.kind, name, err)
 		}
 		if got := o.obj.GetAnnotations()[DigestAnnotation]; got != want {
-			return fmt.Errorf("%s: %w: %s %s has fence digest %q, this coordinator expects %q (install the ccm-coordinator chart of the coordinator's version)", op, ErrFenceNotInstalled, o.kind, name, got, want)
+			return nil, fmt.Errorf("%s: %w: %s %s has fence digest %q, this coordinator expects %q (install the ccm-coordinator chart of the coordinator's version)", op, ErrFenceNotInstalled, o.kind, name, got, want)
 		}
 	}
-	wantPolicy, wantBinding := f.render(f.Namespace)
+	// The prefix table is data of the installed fence; everything else must
+	// be exactly this coordinator's fence for its namespace.
+	var table map[string][]string
+	for _, v := range policy.Spec.Variables {
+		if v.Name == prefixesVariable {
+			if err := json.Unmarshal([]byte(v.Expression), &table); err != nil {
+				return nil, fmt.Errorf("%s: %w: ValidatingAdmissionPolicy %s: the providerID prefixes are not a table (%v)", op, ErrFenceNotInstalled, name, err)
+			}
+		}
+	}
+	lit, err := prefixLiteral(table)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w: ValidatingAdmissionPolicy %s: %w", op, ErrFenceNotInstalled, name, err)
+	}
+	wantPolicy, wantBinding := f.render(f.Namespace, lit)
 	if !equalJSON(policy.Spec, wantPolicy.Spec) {
-		return fmt.Errorf("%s: %w: ValidatingAdmissionPolicy %s is not the fence for the native CCMs of namespace %s (installed for another namespace, or changed after install)", op, ErrFenceNotInstalled, name, f.Namespace)
+		return nil, fmt.Errorf("%s: %w: ValidatingAdmissionPolicy %s is not the fence for the native CCMs of namespace %s (installed for another namespace, or changed after install)", op, ErrFenceNotInstalled, name, f.Namespace)
 	}
 	if !equalJSON(binding.Spec, wantBinding.Spec) {
-		return fmt.Errorf("%s: %w: ValidatingAdmissionPolicyBinding %s does not bind the fence to every NativeCCM with Deny (changed after install)", op, ErrFenceNotInstalled, name)
+		return nil, fmt.Errorf("%s: %w: ValidatingAdmissionPolicyBinding %s does not bind the fence with Deny (changed after install)", op, ErrFenceNotInstalled, name)
 	}
-	return nil
+	return table, nil
 }
 
 func spec(o client.Object) any {

@@ -10,6 +10,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/gatetest"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
@@ -80,8 +82,13 @@ func TestPolicyShape(t *testing.T) {
 	if got := *p.Spec.FailurePolicy; got != admissionregistrationv1.Fail {
 		t.Errorf("failurePolicy %s, want Fail (Ignore lets evaluation errors through)", got)
 	}
-	if pk := p.Spec.ParamKind; pk == nil || pk.Kind != "NativeCCM" || pk.APIVersion != "hybridccm.io/v1alpha1" {
-		t.Errorf("paramKind %+v, want NativeCCM", pk)
+	// A param kind the API server cannot resolve or has not synced refuses
+	// every request the rules match, before matchConditions, of everyone.
+	if pk := p.Spec.ParamKind; pk != nil {
+		t.Errorf("paramKind %+v, want none", pk)
+	}
+	if r := b.Spec.ParamRef; r != nil {
+		t.Errorf("paramRef %+v, want none", r)
 	}
 	res := p.Spec.MatchConstraints.ResourceRules[0].Resources
 	if strings.Join(res, ",") != "nodes,nodes/status,services,services/status" {
@@ -90,27 +97,49 @@ func TestPolicyShape(t *testing.T) {
 	if b.Spec.PolicyName != p.Name || len(b.Spec.ValidationActions) != 1 || b.Spec.ValidationActions[0] != admissionregistrationv1.Deny {
 		t.Errorf("binding %+v does not deny with policy %s", b.Spec, p.Name)
 	}
-	if r := b.Spec.ParamRef; r == nil || r.Selector == nil || len(r.Selector.MatchLabels)+len(r.Selector.MatchExpressions) != 0 ||
-		r.ParameterNotFoundAction == nil || *r.ParameterNotFoundAction != admissionregistrationv1.AllowAction {
-		// Deny is checked before matchConditions: it would refuse every node
-		// write of every identity while no NativeCCM exists.
-		t.Errorf("paramRef %+v, want every NativeCCM, and Allow without one", r)
+	if len(p.Spec.MatchConditions) != 1 || p.Spec.MatchConditions[0].Expression != `request.userInfo.username.startsWith("system:serviceaccount:hybrid-ccm-system:native-ccm-")` {
+		t.Errorf("matchConditions %+v do not select exactly the namespace's native CCM ServiceAccounts", p.Spec.MatchConditions)
 	}
-	if got := p.Spec.MatchConditions[0].Expression; !strings.Contains(got, `"system:serviceaccount:hybrid-ccm-system:native-ccm-"`) {
-		t.Errorf("matchCondition %s does not confine the namespace's native CCM ServiceAccounts", got)
-	}
-	// The confined identity comes from the parameter's name, never its status.
+	// Nothing the coordinator writes: no NativeCCM, no params.
 	for _, v := range p.Spec.Variables {
-		if v.Name == "mine" && (!strings.Contains(v.Expression, "params.metadata.name") || strings.Contains(v.Expression, "status")) {
-			t.Errorf("variable mine = %s", v.Expression)
+		if strings.Contains(v.Expression, "params") {
+			t.Errorf("variable %s reads params: %s", v.Name, v.Expression)
+		}
+	}
+	for _, v := range p.Spec.Validations {
+		if strings.Contains(v.Expression, "params") || strings.Contains(v.MessageExpression, "params") {
+			t.Errorf("validation %s reads params", v.Expression)
 		}
 	}
 	if p.Annotations[gate.DigestAnnotation] != gate.FenceDigest() || b.Annotations[gate.DigestAnnotation] != gate.FenceDigest() {
 		t.Errorf("digest annotations %v %v, want %s", p.Annotations, b.Annotations, gate.FenceDigest())
 	}
-	other, _, err := gate.Fence{Name: "other.example.com", Namespace: "elsewhere"}.Objects()
+	other, _, err := gate.Fence{Name: "other.example.com", Namespace: "elsewhere", ProviderIDPrefixes: map[string][]string{"x": {"x://"}}}.Objects()
 	if err != nil || other.Annotations[gate.DigestAnnotation] != gate.FenceDigest() {
-		t.Errorf("the digest depends on name or namespace: %v %v", other.Annotations, err)
+		t.Errorf("the digest depends on name, namespace or prefixes: %v %v", other.Annotations, err)
+	}
+}
+
+func TestPrefixTable(t *testing.T) {
+	builtin, err := gate.BuiltinPrefixes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for platform, want := range map[string][]string{"hcloud": {"hcloud://", "hrobot://"}, "aws": {"aws://"}, "oracle": {"oci://", "ocid1."}} {
+		if got := builtin[platform]; strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Errorf("built-in prefixes of %s: %v, want %v", platform, got, want)
+		}
+	}
+	// Two profiles of one platform: the union, sorted, once each.
+	table := gate.PrefixTable(
+		&profile.Profile{Platforms: []string{"hcloud"}, ProviderIDPrefixes: []string{"hrobot://", "hcloud://"}},
+		&profile.Profile{Platforms: []string{"hcloud", "robot"}, ProviderIDPrefixes: []string{"robot://", "hrobot://"}},
+	)
+	if got := strings.Join(table["hcloud"], ","); got != "hcloud://,hrobot://,robot://" {
+		t.Errorf("hcloud: %s", got)
+	}
+	if got := strings.Join(table["robot"], ","); got != "hrobot://,robot://" {
+		t.Errorf("robot: %s", got)
 	}
 }
 
@@ -164,6 +193,9 @@ func TestFence(t *testing.T) {
 	})
 
 	fence := gate.Fence{Namespace: ns}
+	if err := gate.DeleteFence(ctx, c, fence); err != nil {
+		t.Fatal(err)
+	}
 	changed, err := gate.EnsureFence(ctx, c, fence)
 	if err != nil || !changed {
 		t.Fatalf("EnsureFence: changed=%v err=%v, want a new policy", changed, err)
@@ -175,14 +207,13 @@ func TestFence(t *testing.T) {
 	if changed, err := gate.EnsureFence(ctx, c, fence); err != nil || changed {
 		t.Fatalf("second EnsureFence: changed=%v err=%v, want no write", changed, err)
 	}
-	// The parameters, as the coordinator leaves them. "bare" has no
-	// status.gate yet; "aws" is another native CCM the hcloud one must not
-	// touch and that must not touch hcloud's.
-	for _, p := range []struct {
-		name, platform string
-		prefixes       []string
-	}{{"hcloud", "hcloud", []string{"hcloud://", "hrobot://"}}, {"aws", "aws", []string{"aws://"}}, {"bare", "hcloud", nil}} {
-		remove, err := gatetest.FenceParam(ctx, c, p.name, p.platform, p.prefixes...)
+	// The NativeCCMs and their grants, as an admin (or the hybrid-ccm chart)
+	// leaves them; the prefixes of hcloud and aws are the built-in profiles'.
+	// "aws" is another native CCM the hcloud one must not touch and that must
+	// not touch hcloud's. "bare" has RBAC for nodes but no NativeCCM, so no
+	// grant: an orphaned identity.
+	for _, p := range []struct{ name, platform string }{{"hcloud", "hcloud"}, {"aws", "aws"}} {
+		remove, err := gatetest.Confine(ctx, c, fence, p.name, p.platform)
 		if remove != nil {
 			t.Cleanup(remove)
 		}
@@ -198,8 +229,37 @@ func TestFence(t *testing.T) {
 		t.Fatal(err)
 	}
 	bare := kubernetes.NewForConfigOrDie(bareCfg)
+	// "wild" has its grant, and cluster-admin besides: RBAC then grants it
+	// every platform, which the fence refuses.
+	remove, err := gatetest.Confine(ctx, c, fence, "wild", "hcloud")
+	t.Cleanup(remove)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "fence-test-wild-admin"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "native-ccm-wild", Namespace: ns}},
+	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = admin.RbacV1().ClusterRoleBindings().Delete(context.Background(), "fence-test-wild-admin", metav1.DeleteOptions{})
+	})
+	wildCfg, err := gatetest.ServiceAccountUser(e, ns, "native-ccm-wild")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wild := kubernetes.NewForConfigOrDie(wildCfg)
 	if err := gatetest.WaitFence(ctx, ccm, "fence-aws", true); err != nil {
 		t.Fatalf("fence never became active: %v", err)
+	}
+	// ...with the prefixes just written (an older fence may linger for a
+	// moment): the Robot node is hcloud's.
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		return ccm.CoreV1().Nodes().Delete(ctx, "fence-own-robot", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}) == nil, nil
+	}); err != nil {
+		t.Fatalf("the fence never let hcloud's CCM delete its Robot node: %v", err)
 	}
 
 	taint := `{"spec":{"taints":[{"key":"node.cloudprovider.kubernetes.io/shutdown","effect":"NoSchedule"}]}}`
@@ -280,8 +340,11 @@ func TestFence(t *testing.T) {
 
 		{name: "aws CCM may not taint hcloud node", do: func() error { return patch(awsCCM, "fence-own", taint) }, node: "fence-own", who: "NativeCCM aws"},
 		{name: "aws CCM may not delete hcloud node", do: func() error { return del(awsCCM, "fence-own") }, node: "fence-own", who: "NativeCCM aws"},
-		{name: "no status.gate: own node not deletable", do: func() error { return del(bare, "fence-own") }, node: "fence-own", who: "NativeCCM bare", reason: "status.gate"},
-		{name: "no status.gate: own node not taintable", do: func() error { return patch(bare, "fence-own", addShutdownTaint(t, admin, "fence-own")) }, node: "fence-own", who: "NativeCCM bare", reason: "status.gate"},
+		{name: "no NativeCCM: a node not deletable", do: func() error { return del(bare, "fence-own") }, node: "fence-own", who: "NativeCCM bare", reason: "holds no fence grant"},
+		{name: "no NativeCCM: a node not taintable", do: func() error { return patch(bare, "fence-own", addShutdownTaint(t, admin, "fence-own")) }, node: "fence-own", who: "NativeCCM bare", reason: "holds no fence grant"},
+		{name: "no NativeCCM: no status", do: func() error { return patch(bare, "fence-aws", condition, "status") }, node: "fence-aws", who: "NativeCCM bare", reason: "holds no fence grant"},
+		{name: "wildcard RBAC: own node not deletable", do: func() error { return del(wild, "fence-own") }, node: "fence-own", who: "NativeCCM wild", reason: "for any name"},
+		{name: "wildcard RBAC: foreign node not deletable", do: func() error { return del(wild, "fence-aws") }, node: "fence-aws", who: "NativeCCM wild", reason: "for any name"},
 
 		{name: "other identities are not fenced (admin deletes aws node)", do: func() error { return del(admin, "fence-aws") }, allow: true},
 		{name: "aws CCM may taint its own node", do: func() error { return patch(awsCCM, "fence-aws", addShutdownTaint(t, admin, "fence-aws")) }, allow: true},
@@ -296,11 +359,14 @@ func TestFence(t *testing.T) {
 		})
 	}
 
-	// A changed parameter takes effect: hcloud's CCM loses the Robot prefix.
-	t.Run("parameter changed", func(t *testing.T) {
-		if _, err := gatetest.FenceParam(ctx, c, "hcloud", "hcloud", "hcloud://"); err != nil {
+	// Changed prefixes take effect: hcloud's nodes lose the Robot prefix.
+	t.Run("prefixes changed", func(t *testing.T) {
+		f := fence
+		f.ProviderIDPrefixes = map[string][]string{"hcloud": {"hcloud://"}, "aws": {"aws://"}}
+		if _, err := gate.EnsureFence(ctx, c, f); err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { _, _ = gate.EnsureFence(context.Background(), c, fence) })
 		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 			err := del(ccm, "fence-own-robot")
 			return apierrors.IsForbidden(err) && strings.Contains(err.Error(), `does not start with hcloud://`), nil
@@ -309,7 +375,123 @@ func TestFence(t *testing.T) {
 			t.Fatalf("the Robot node stayed deletable after the prefix went: %v", err)
 		}
 	})
+	// A grant taken away takes effect: the NativeCCM is gone.
+	t.Run("grant removed", func(t *testing.T) {
+		if err := gate.DeleteGrant(ctx, c, "aws"); err != nil {
+			t.Fatal(err)
+		}
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			err := patch(awsCCM, "fence-aws", addShutdownTaint(t, admin, "fence-aws"))
+			return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "holds no fence grant"), nil
+		})
+		if err != nil {
+			t.Fatalf("aws's CCM kept its own node after its grant went: %v", err)
+		}
+	})
+}
 
+// TestFenceOrphanedIdentity: a ServiceAccount native-ccm-<name> of the
+// coordinator's namespace without its NativeCCM (so without its grant), with
+// RBAC for every node and Service write (what a coordinator could bind to any
+// native-ccm-* name), may change no node and no Service (issue 22, item 7:
+// it labelled an aws node control-plane and deleted it).
+func TestFenceOrphanedIdentity(t *testing.T) {
+	e := needEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin := e.Client
+	c, err := gatetest.Client(e.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns, svcNS, sa = "kube-system", "orphan-fence", "native-ccm-orphan"
+	if err := gatetest.InstallFence(ctx, c, ns); err != nil {
+		t.Fatal(err)
+	}
+	if err := gatetest.GrantNativeCCM(ctx, admin, ns, sa); err != nil {
+		t.Fatal(err)
+	}
+	if err := grantServices(ctx, admin, ns, sa); err != nil {
+		t.Fatal(err)
+	}
+	createNodes := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: sa + ":create-nodes"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"create"}}}}
+	if _, err := admin.RbacV1().ClusterRoles().Create(ctx, createNodes, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: createNodes.Name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: createNodes.Name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: ns}}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	cfg, err := gatetest.ServiceAccountUser(e, ns, sa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan := kubernetes.NewForConfigOrDie(cfg)
+	node := gatetest.NodeSpec{Name: "orphan-aws", Platform: "aws", ProviderID: "aws:///eu-west-1a/i-0orphan"}
+	if err := gatetest.CreateNodes(ctx, admin, node); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.CoreV1().Nodes().Delete(context.Background(), node.Name, metav1.DeleteOptions{}) })
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: svcNS}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.CoreV1().Namespaces().Delete(context.Background(), svcNS, metav1.DeleteOptions{}) })
+	class := "hybridccm.io/aws"
+	if _, err := admin.CoreV1().Services(svcNS).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "lb"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class, Ports: []corev1.ServicePort{{Port: 80}}}},
+		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if err := gatetest.WaitFence(ctx, orphan, node.Name, true); err != nil {
+		t.Fatal(err)
+	}
+	dry := []string{metav1.DryRunAll}
+	nodePatch := func(body string, sub ...string) func() error {
+		return func() error {
+			_, err := orphan.CoreV1().Nodes().Patch(ctx, node.Name, types.StrategicMergePatchType, []byte(body), metav1.PatchOptions{DryRun: dry}, sub...)
+			return err
+		}
+	}
+	svcs := orphan.CoreV1().Services(svcNS)
+	for _, tc := range []struct {
+		name, object string
+		do           func() error
+	}{
+		{"label a node control-plane", "node orphan-aws", nodePatch(`{"metadata":{"labels":{"node-role.kubernetes.io/control-plane":""}}}`)},
+		{"delete a node", "node orphan-aws", func() error { return orphan.CoreV1().Nodes().Delete(ctx, node.Name, metav1.DeleteOptions{DryRun: dry}) }},
+		{"taint a node", "node orphan-aws", nodePatch(addShutdownTaint(t, admin, node.Name))},
+		{"status of a node", "node orphan-aws", nodePatch(`{"status":{"conditions":[{"type":"Ready","status":"False","reason":"Probe"}]}}`, "status")},
+		{"create a node", "", func() error {
+			_, err := orphan.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "orphan-new"}}, metav1.CreateOptions{DryRun: dry})
+			return err
+		}},
+		{"status of a Service", "Service orphan-fence/lb", func() error {
+			_, err := svcs.Patch(ctx, "lb", types.StrategicMergePatchType, []byte(`{"status":{"loadBalancer":{"ingress":[{"ip":"192.0.2.1"}]}}}`), metav1.PatchOptions{DryRun: dry}, "status")
+			return err
+		}},
+		{"label a Service", "Service orphan-fence/lb", func() error {
+			_, err := svcs.Patch(ctx, "lb", types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{DryRun: dry})
+			return err
+		}},
+		{"create a Service", "Service orphan-fence/new", func() error {
+			_, err := svcs.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "new"}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}, metav1.CreateOptions{DryRun: dry})
+			return err
+		}},
+		{"delete a Service", "Service orphan-fence/lb", func() error { return svcs.Delete(ctx, "lb", metav1.DeleteOptions{DryRun: dry}) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := []string{"NativeCCM orphan", "holds no fence grant"}
+			if tc.object != "" {
+				want = append(want, tc.object)
+			}
+			if tc.name == "create a node" {
+				want = append(want, "may not create node orphan-new")
+			}
+			checkFenceDecision(t, tc.do(), false, want...)
+		})
+	}
 }
 
 // addShutdownTaint is the patch cloud-provider's taint helper sends: every

@@ -4,8 +4,6 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-
-	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 )
 
 // What a native CCM may change on Services, derived from what the unmodified
@@ -26,24 +24,22 @@ const (
 )
 
 // serviceVariables are the fence's CEL variables about Services. Every object
-// read is guarded by the operation and optional.
+// read is guarded by the operation and optional. What the native CCM serves
+// comes from its grant (RBAC, asked with the authorizer): load balancers at
+// all, a class, and the Services without a class.
 func serviceVariables() []admissionregistrationv1.Variable {
 	update := "(request.operation == 'UPDATE')"
 	return []admissionregistrationv1.Variable{
-		// What the NativeCCM asks for (spec, written by an admin)...
-		{Name: "lbEnabled", Expression: "params.spec.?loadBalancers.?enabled.orValue(false)"},
-		{Name: "lbClass", Expression: "params.spec.?loadBalancers.?class.orValue('') != '' ? params.spec.loadBalancers.class : " + celString(v1.LoadBalancerClassPrefix) + " + params.spec.platform"},
-		// ...and what the coordinator granted after resolving conflicts
-		// between NativeCCMs (status can only withhold).
-		{Name: "lbGranted", Expression: "variables.lbEnabled && params.?status.?gate.?loadBalancers.?class.orValue('') == variables.lbClass"},
-		{Name: "lbDefault", Expression: "variables.lbGranted && params.spec.?loadBalancers.?default.orValue(false) && params.?status.?gate.?loadBalancers.?default.orValue(false)"},
 		{Name: "svcClass", Expression: "request.operation == 'CREATE' ? '' : oldObject.spec.?loadBalancerClass.orValue('')"},
 		{Name: "svcLB", Expression: "request.operation != 'CREATE' && oldObject.spec.?type.orValue('') == 'LoadBalancer'"},
+		{Name: "servesLoadBalancers", Expression: grantCheck(grantLoadBalancers, "")},
+		{Name: "servesClass", Expression: "variables.svcClass != '' && " + grantCheck(grantClasses, "variables.svcClass")},
+		{Name: "servesDefault", Expression: grantCheck(grantDefault, "")},
 		// A Service that stopped being a LoadBalancer lost its class (the API
 		// server clears it) but keeps the cleanup finalizer until its load
 		// balancer is gone: every CCM serving load balancers sees it (ccm-gate)
 		// and may clear it, since nothing says whose it was.
-		{Name: "ownService", Expression: "variables.lbGranted && (variables.svcLB ? (variables.svcClass == '' ? variables.lbDefault : variables.svcClass == variables.lbClass) : " +
+		{Name: "ownService", Expression: "variables.servesLoadBalancers && (variables.svcLB ? (variables.svcClass == '' ? variables.servesDefault : variables.servesClass) : " +
 			"(variables.svcClass == '' && request.operation != 'CREATE' && oldObject.metadata.?finalizers.orValue([]).exists(f, f == " + celString(LoadBalancerCleanupFinalizer) + ")))"},
 		{Name: "changedFinalizers", Expression: "!" + update + " ? [] : " +
 			"object.metadata.?finalizers.orValue([]).filter(f, !(f in oldObject.metadata.?finalizers.orValue([]))) + " +
@@ -54,7 +50,7 @@ func serviceVariables() []admissionregistrationv1.Variable {
 // serviceValidations deny every Service write of a native CCM but the status
 // and the cleanup finalizer of its own Services, through services/status.
 func serviceValidations(who string) []admissionregistrationv1.Validation {
-	guard := func(expr string) string { return "!variables.mine || !variables.isService || (" + expr + ")" }
+	guard := func(expr string) string { return "!variables.isService || (" + expr + ")" }
 	svc := "(request.namespace + '/' + request.name)"
 	deny := func(expr, static string, msg ...string) admissionregistrationv1.Validation {
 		return admissionregistrationv1.Validation{
@@ -64,18 +60,21 @@ func serviceValidations(who string) []admissionregistrationv1.Validation {
 			Reason:            ptr.To(metav1.StatusReasonForbidden),
 		}
 	}
-	serves := "(!variables.lbEnabled ? 'it serves no load balancers (spec.loadBalancers is off)' : " +
-		"(!variables.lbGranted ? 'it serves no load balancers (the coordinator withholds class ' + variables.lbClass + ': see its Conflict condition)' : " +
-		"'it serves class ' + variables.lbClass + (variables.lbDefault ? ' and Services without a class' : '')))"
+	// Message expressions get no authorizer (the API server evaluates them
+	// without one): they may not read what the grant says, only the request.
+	grant := lit(GrantPrefix) + " + variables.nativeCCM"
 	return []admissionregistrationv1.Validation{
 		deny("request.operation == 'UPDATE'", "may not create or delete Services",
 			lit(" may not "), "(request.operation == 'CREATE' ? 'create' : 'delete')", lit(" Service "), svc),
 		deny("request.?subResource.orValue('') == 'status'", "may change Services only through services/status",
 			lit(" may not change Service "), svc, lit(": a native CCM changes Services only through services/status, as the service controller does")),
+		deny("variables.servesLoadBalancers", "may change no Service unless it serves load balancers",
+			lit(" may not change Service "), svc, lit(": it serves no load balancers (its grant "), grant, lit(" names none: spec.loadBalancers is off)")),
 		deny("variables.ownService", "may only change Services of type LoadBalancer of its own class",
 			lit(" may not change Service "), svc, lit(": "),
-			"(!variables.svcLB ? 'it is not of type LoadBalancer' : (variables.svcClass == '' ? 'it has no load balancer class' : 'its load balancer class is ' + variables.svcClass))",
-			lit(", and "), serves),
+			"(!variables.svcLB ? 'it is not of type LoadBalancer' : (variables.svcClass == '' ? "+
+				"'it has no load balancer class, and its grant ' + "+grant+" + ' does not make it the default for Services without a class' : "+
+				"'its load balancer class is ' + variables.svcClass + ', which its grant ' + "+grant+" + ' does not name'))"),
 		deny("size(variables.changedLabels) == 0 && size(variables.changedAnnotations) == 0 && "+
 			"(request.operation != 'UPDATE' || object.metadata.?ownerReferences.orValue([]) == oldObject.metadata.?ownerReferences.orValue([])) && "+
 			"variables.changedFinalizers.all(f, f == "+celString(LoadBalancerCleanupFinalizer)+")",

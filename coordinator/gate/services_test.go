@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
@@ -44,13 +45,12 @@ func TestFenceServices(t *testing.T) {
 	for _, p := range []struct {
 		name, platform string
 		lb             *v1.LoadBalancers
-		granted        *v1.GateLoadBalancers
 	}{
-		{"aws", "aws", &v1.LoadBalancers{Enabled: true, Default: true}, &v1.GateLoadBalancers{Class: "hybridccm.io/aws", Default: true}},
-		{"hcloud", "hcloud", &v1.LoadBalancers{Enabled: true}, &v1.GateLoadBalancers{Class: "hybridccm.io/hcloud"}},
-		{"gcp", "gcp", nil, nil},
+		{"aws", "aws", &v1.LoadBalancers{Enabled: true, Default: true}},
+		{"hcloud", "hcloud", &v1.LoadBalancers{Enabled: true}},
+		{"gcp", "gcp", nil},
 	} {
-		remove, err := gatetest.FenceParam(ctx, c, p.name, p.platform, p.platform+"://")
+		remove, err := gatetest.Confine(ctx, c, gate.Fence{Namespace: ns}, p.name, p.platform)
 		if remove != nil {
 			t.Cleanup(remove)
 		}
@@ -58,7 +58,7 @@ func TestFenceServices(t *testing.T) {
 			t.Fatal(err)
 		}
 		if p.lb != nil {
-			if err := gatetest.FenceLoadBalancers(ctx, c, p.name, *p.lb, p.granted); err != nil {
+			if err := gatetest.FenceLoadBalancers(ctx, c, ns, p.name, *p.lb); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -133,10 +133,10 @@ func TestFenceServices(t *testing.T) {
 		{name: "gcp (load balancers off): the finalizer of a Service that stopped being a LoadBalancer",
 			do: statusPatch("gcp", "svc-was-lb", `{"metadata":{"$deleteFromPrimitiveList/finalizers":["`+gate.LoadBalancerCleanupFinalizer+`"]}}`), want: []string{"NativeCCM gcp", "spec.loadBalancers is off"}},
 
-		{name: "aws: hcloud's class", do: statusPatch("aws", "svc-hcloud", asController), want: []string{"NativeCCM aws", "lb-fence/svc-hcloud", "its load balancer class is hybridccm.io/hcloud", "it serves class hybridccm.io/aws and Services without a class"}},
+		{name: "aws: hcloud's class", do: statusPatch("aws", "svc-hcloud", asController), want: []string{"NativeCCM aws", "lb-fence/svc-hcloud", "its load balancer class is hybridccm.io/hcloud, which its grant hybrid-ccm:fence:aws does not name"}},
 		{name: "aws: a class nobody serves", do: statusPatch("aws", "svc-other", asController), want: []string{"lb-fence/svc-other", "example.com/other"}},
 		{name: "aws: a ClusterIP Service", do: statusPatch("aws", "svc-clusterip", `{"metadata":{"finalizers":["`+gate.LoadBalancerCleanupFinalizer+`"]}}`), want: []string{"svc-clusterip", "not of type LoadBalancer"}},
-		{name: "hcloud: no class, it is not the default", do: statusPatch("hcloud", "svc-none", asController), want: []string{"NativeCCM hcloud", "no load balancer class", "it serves class hybridccm.io/hcloud"}},
+		{name: "hcloud: no class, it is not the default", do: statusPatch("hcloud", "svc-none", asController), want: []string{"NativeCCM hcloud", "no load balancer class", "does not make it the default"}},
 		{name: "gcp: load balancers off", do: statusPatch("gcp", "svc-none", asController), want: []string{"NativeCCM gcp", "spec.loadBalancers is off"}},
 		{name: "aws: another finalizer", do: statusPatch("aws", "svc-aws", `{"metadata":{"finalizers":["example.com/keep"]}}`), want: []string{"finalizers of Service lb-fence/svc-aws"}},
 		{name: "aws: a label through status", do: statusPatch("aws", "svc-aws", `{"metadata":{"labels":{"x":"y"}}}`), want: []string{"labels, annotations, owners or finalizers"}},
@@ -162,10 +162,10 @@ func TestFenceServices(t *testing.T) {
 		})
 	}
 
-	// The coordinator withholds the default (another NativeCCM is older):
-	// Services without a class are no longer aws's, whatever its spec says.
-	t.Run("default withheld", func(t *testing.T) {
-		if err := gatetest.FenceLoadBalancers(ctx, c, "aws", v1.LoadBalancers{Enabled: true, Default: true}, &v1.GateLoadBalancers{Class: "hybridccm.io/aws"}); err != nil {
+	// The admin takes the default away (another NativeCCM is to serve
+	// Services without a class): they are no longer aws's.
+	t.Run("default taken away", func(t *testing.T) {
+		if err := gatetest.FenceLoadBalancers(ctx, c, ns, "aws", v1.LoadBalancers{Enabled: true}); err != nil {
 			t.Fatal(err)
 		}
 		if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
@@ -177,15 +177,16 @@ func TestFenceServices(t *testing.T) {
 			t.Fatalf("its own class: %v", err)
 		}
 	})
-	// Status cannot grant what the spec does not ask for.
-	t.Run("status cannot widen the spec", func(t *testing.T) {
-		if err := gatetest.FenceLoadBalancers(ctx, c, "hcloud", v1.LoadBalancers{Enabled: true}, &v1.GateLoadBalancers{Class: "hybridccm.io/hcloud", Default: true}); err != nil {
-			t.Fatal(err)
+	// Nothing the coordinator writes widens a grant: a NativeCCM's status
+	// claiming a class and the default changes nothing.
+	t.Run("status cannot widen the grant", func(t *testing.T) {
+		for _, name := range []string{"hcloud", "gcp"} {
+			body := `{"status":{"gate":{"loadBalancers":{"class":"hybridccm.io/` + name + `","default":true}}}}`
+			if err := c.Status().Patch(ctx, &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: name}}, client.RawPatch(types.MergePatchType, []byte(body))); err != nil {
+				t.Fatal(err)
+			}
 		}
-		if err := gatetest.FenceLoadBalancers(ctx, c, "gcp", v1.LoadBalancers{Enabled: false}, &v1.GateLoadBalancers{Class: "hybridccm.io/gcp", Default: true}); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(time.Second) // parameters reach the policy within about a second; the requests must stay denied
+		time.Sleep(time.Second) // what the fence read would reach it within about a second; the requests must stay denied
 		for _, ccm := range []string{"hcloud", "gcp"} {
 			if err := statusPatch(ccm, "svc-none", asController)(); !apierrors.IsForbidden(err) {
 				t.Errorf("%s changes a classless Service on the strength of status alone: %v", ccm, err)

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	fencepkg "github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/gatetest"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
@@ -188,12 +189,12 @@ func TestAWSCCMLoadBalancers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// The fence, with the NativeCCM as the coordinator leaves it:
-		// class hybridccm.io/aws and the default, granted.
+		// The fence, with the NativeCCM and its grant as an admin leaves
+		// them: class hybridccm.io/aws and the default.
 		if err := gatetest.InstallFence(ctx, c, ccmNamespace); err != nil {
 			t.Fatal(err)
 		}
-		remove, err := gatetest.FenceParam(ctx, c, name, "aws", "aws://")
+		remove, err := gatetest.Confine(ctx, c, fencepkg.Fence{Namespace: ccmNamespace}, name, "aws")
 		if remove != nil {
 			t.Cleanup(remove)
 		}
@@ -201,7 +202,7 @@ func TestAWSCCMLoadBalancers(t *testing.T) {
 			t.Fatal(err)
 		}
 		lbs := v1.LoadBalancers{Enabled: true, Class: awsClass, Default: true}
-		if err := gatetest.FenceLoadBalancers(ctx, c, name, lbs, &v1.GateLoadBalancers{Class: awsClass, Default: true}); err != nil {
+		if err := gatetest.FenceLoadBalancers(ctx, c, ccmNamespace, name, lbs); err != nil {
 			t.Fatal(err)
 		}
 		token := grantRelease(t, ctx, sa)

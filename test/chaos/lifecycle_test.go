@@ -164,15 +164,17 @@ func TestLifecycleChaos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The fence's parameter for native-ccm-hcloud, as the coordinator leaves it.
-	remove, err := gatetest.FenceParam(ctx, crc, "hcloud", "hcloud", "hcloud://", "hrobot://")
+	// NativeCCM hcloud and its grant for native-ccm-hcloud, as an admin
+	// leaves them (the fence knows hcloud's prefixes from the built-in
+	// profile).
+	fence := gate.Fence{Namespace: ccmNamespace}
+	remove, err := gatetest.Confine(ctx, crc, fence, "hcloud", "hcloud")
 	if remove != nil {
 		t.Cleanup(remove)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	fence := gate.Fence{Namespace: ccmNamespace}
 
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
@@ -404,7 +406,7 @@ func TestLifecycleShutdownTaintWithCoordinatorRBAC(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = gate.DeleteFence(context.Background(), crc, fence) })
-	remove, err := gatetest.FenceParam(ctx, crc, "hcloud", "hcloud", "hcloud://", "hrobot://")
+	remove, err := gatetest.Confine(ctx, crc, fence, "hcloud", "hcloud")
 	if remove != nil {
 		t.Cleanup(remove)
 	}

@@ -92,7 +92,7 @@ func TestCloudscaleNodesAreRoutedEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = gate.DeleteFence(context.Background(), c, fence) })
-	remove, err := gatetest.FenceParam(ctx, c, "cloudscale", p.Platforms[0], p.ProviderIDPrefixes...)
+	remove, err := gatetest.Confine(ctx, c, fence, "cloudscale", p.Platforms[0], p.ProviderIDPrefixes...)
 	if remove != nil {
 		t.Cleanup(remove)
 	}

@@ -42,6 +42,10 @@ func TestCoordinatorPrivileges(t *testing.T) {
 	user := "system:serviceaccount:" + ns + ":ccm-coordinator"
 	managed := map[string]string{release.ManagedByLabel: release.ManagedByValue}
 
+	privGrant, privGrantBinding, err := gate.Grant{NativeCCM: "priv", Namespace: ns, Platform: "priv"}.Objects()
+	if err != nil {
+		t.Fatal(err)
+	}
 	// What exists in a cluster: kube-system's Secrets and talos-ccm, a
 	// credentials Secret in the coordinator's namespace, objects there it did
 	// not create, someone else's admission policy and a node.
@@ -58,6 +62,10 @@ func TestCoordinatorPrivileges(t *testing.T) {
 			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "someone"}}},
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "priv-node-1"}},
 		&v1alpha1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "priv"}, Spec: v1alpha1.NativeCCMSpec{Platform: "priv", Install: v1alpha1.InstallNever}},
+		// an admin's grant for NativeCCM priv, and one for another cloud's
+		privGrant, privGrantBinding,
+		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: gate.GrantName("priv-aws")}, Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{gate.GrantGroup}, Resources: []string{"platforms"}, ResourceNames: []string{"aws"}, Verbs: []string{gate.GrantVerb}}}},
 	} {
 		if err := admin.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
@@ -215,6 +223,29 @@ func TestCoordinatorPrivileges(t *testing.T) {
 		{"delete a NativeCCM", func(ctx context.Context) error {
 			return coord.Delete(ctx, &v1alpha1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "priv"}}, client.DryRunAll)
 		}},
+		// The fence's grants: what it confines each native CCM to.
+		{"bind another cloud's fence grant to a native CCM", func(ctx context.Context) error {
+			return coord.Create(ctx, crb(gate.GrantName("priv-aws"), nativeSA), dry...)
+		}},
+		{"create a ClusterRole of fence grants", func(ctx context.Context) error {
+			return coord.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "native-ccm-priv", Labels: managed}, Rules: []rbacv1.PolicyRule{
+				{APIGroups: []string{gate.GrantGroup}, Resources: []string{"platforms"}, ResourceNames: []string{"aws"}, Verbs: []string{gate.GrantVerb}}}}, dry...)
+		}},
+		{"create a Role of fence grants", func(ctx context.Context) error {
+			return coord.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "native-ccm-priv", Namespace: ns, Labels: managed}, Rules: []rbacv1.PolicyRule{
+				leaseRule, {APIGroups: []string{gate.GrantGroup}, Resources: []string{"platforms"}, ResourceNames: []string{"aws"}, Verbs: []string{gate.GrantVerb}}}}, dry...)
+		}},
+		{"move a NativeCCM's grant to another platform", func(ctx context.Context) error {
+			return coord.Patch(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: gate.GrantName("priv")}},
+				client.RawPatch(types.MergePatchType, []byte(`{"rules":[{"apiGroups":["`+gate.GrantGroup+`"],"resources":["platforms"],"resourceNames":["aws"],"verbs":["fence"]}]}`)), client.DryRunAll)
+		}},
+		{"give a NativeCCM's grant to another ServiceAccount", func(ctx context.Context) error {
+			return coord.Patch(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: gate.GrantName("priv")}},
+				client.RawPatch(types.MergePatchType, []byte(`{"subjects":[{"kind":"ServiceAccount","name":"native-ccm-other","namespace":"`+ns+`"}]}`)), client.DryRunAll)
+		}},
+		{"delete a NativeCCM's grant", func(ctx context.Context) error {
+			return coord.Delete(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: gate.GrantName("priv")}}, client.DryRunAll)
+		}},
 		{"write a Lease in kube-system", func(ctx context.Context) error {
 			return coord.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "native-ccm-priv", Namespace: "kube-system", Labels: managed}}, dry...)
 		}},
@@ -275,6 +306,9 @@ func TestCoordinatorPrivileges(t *testing.T) {
 		}},
 		{"read the fence", func(ctx context.Context) error {
 			return gate.CheckFence(ctx, coord, gate.Fence{Namespace: ns})
+		}},
+		{"ask whether a native CCM holds its grant", func(ctx context.Context) error {
+			return gate.CheckGrant(ctx, coord, gate.Grant{NativeCCM: "priv", Namespace: ns, Platform: "priv"})
 		}},
 		{"add its finalizer to a NativeCCM", func(ctx context.Context) error {
 			return coord.Patch(ctx, &v1alpha1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "priv"}},

@@ -181,6 +181,11 @@ func TestCoordinatorWorksWithItsChartRBAC(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = c.Delete(context.Background(), n) })
 	nccm := &v1alpha1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "hcloud"}, Spec: v1alpha1.NativeCCMSpec{Platform: "hcloud"}}
+	// its fence grant, made with it (as the hybrid-ccm chart does)
+	if err := gate.EnsureGrant(ctx, c, gate.GrantFor(nccm, ns)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gate.DeleteGrant(context.Background(), c, "hcloud") })
 	if err := c.Create(ctx, nccm); err != nil {
 		t.Fatal(err)
 	}
@@ -205,8 +210,9 @@ func TestCoordinatorWorksWithItsChartRBAC(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: got.ReleaseName()}, &dep); err != nil {
 		t.Fatalf("release Deployment: %v", err)
 	}
-	// the gate came with it: the fence's parameters written with this
-	// identity (the fence itself is the chart's), the sidecar in the pod
+	// the gate came with it: the fence and the grant checked with this
+	// identity, status.gate written (the fence itself is the chart's), the
+	// sidecar in the pod
 	if g := apimeta.FindStatusCondition(got.Status.Conditions, v1alpha1.GatedCondition); g == nil || g.Status != metav1.ConditionTrue {
 		t.Fatalf("Gated condition: %+v", g)
 	}

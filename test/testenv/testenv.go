@@ -23,6 +23,9 @@ import (
 // Env is a running control plane.
 type Env struct {
 	env *envtest.Environment
+	// certDir is the API server's certificate directory when it is kept
+	// across restarts (Options.Restartable); removed by Stop.
+	certDir string
 	// Config is an admin rest.Config for the API server.
 	Config *rest.Config
 	// Client is an admin clientset.
@@ -39,6 +42,10 @@ type Options struct {
 	// replacing envtest's, e.g. a wider service-cluster-ip-range for
 	// thousands of Services.
 	APIServerFlags map[string]string
+	// Restartable keeps the API server's serving certificate, keys and port
+	// across RestartAPIServer, so that every client made before a restart
+	// works after it.
+	Restartable bool
 }
 
 // RepoRoot returns the repository root (the directory holding go.mod).
@@ -76,8 +83,18 @@ func Start(opts Options) (*Env, error) {
 	for k, v := range opts.APIServerFlags {
 		e.ControlPlane.GetAPIServer().Configure().Set(k, v)
 	}
+	var certDir string
+	if opts.Restartable {
+		// A directory envtest did not make is one it neither empties nor
+		// replaces when the API server stops.
+		if certDir, err = os.MkdirTemp("", "hybrid-ccm-apiserver-*"); err != nil {
+			return nil, err
+		}
+		e.ControlPlane.GetAPIServer().CertDir = certDir
+	}
 	cfg, err := e.Start()
 	if err != nil {
+		_ = os.RemoveAll(certDir)
 		return nil, fmt.Errorf("start control plane from %s: %w", dir, err)
 	}
 	cfg.QPS, cfg.Burst = -1, -1 // tests measure the server, not a client-side limiter
@@ -96,7 +113,28 @@ func Start(opts Options) (*Env, error) {
 		return nil, err
 	}
 	_ = kc.Close()
-	return &Env{env: e, Config: cfg, Client: cs, KubeconfigPath: kc.Name()}, nil
+	return &Env{env: e, certDir: certDir, Config: cfg, Client: cs, KubeconfigPath: kc.Name()}, nil
+}
+
+// RestartAPIServer stops kube-apiserver (etcd keeps running), calls down
+// while it is stopped (nil: nothing), and starts it again with the same
+// flags, certificates and port; it returns once the API server reports
+// healthy. It needs Options.Restartable.
+func (e *Env) RestartAPIServer(down func()) error {
+	if e.certDir == "" {
+		return fmt.Errorf("testenv: RestartAPIServer needs Options.Restartable")
+	}
+	s := e.env.ControlPlane.GetAPIServer()
+	if err := s.Stop(); err != nil {
+		return fmt.Errorf("stop kube-apiserver: %w", err)
+	}
+	if down != nil {
+		down()
+	}
+	if err := s.Start(); err != nil {
+		return fmt.Errorf("start kube-apiserver again: %w", err)
+	}
+	return nil
 }
 
 // Stop stops the control plane and removes temporary files.
@@ -105,7 +143,11 @@ func (e *Env) Stop() error {
 		return nil
 	}
 	_ = os.Remove(e.KubeconfigPath)
-	return e.env.Stop()
+	err := e.env.Stop()
+	if e.certDir != "" {
+		_ = os.RemoveAll(e.certDir)
+	}
+	return err
 }
 
 // AddUser creates an authenticated user (client certificate) and returns its rest.Config.

@@ -173,11 +173,13 @@ type LeaderStatus struct {
 	LeaseDurationSeconds int32 `json:"leaseDurationSeconds,omitempty"`
 }
 
-// GateStatus is what the fence enforces for the native CCM. The fence (one
-// ValidatingAdmissionPolicy the ccm-coordinator chart ships, with the
-// NativeCCMs as its parameters) reads spec.platform and these prefixes; the
-// ServiceAccount it keys on is derived from the NativeCCM's name, never from
-// status.
+// GateStatus is what the fence enforces for the native CCM, as the
+// coordinator found it before the last install or upgrade: for people and
+// tools. The fence (one ValidatingAdmissionPolicy the ccm-coordinator chart
+// ships, without parameters) reads no NativeCCM: it confines the
+// ServiceAccount native-ccm-<name> to what its grant (ClusterRole and
+// ClusterRoleBinding hybrid-ccm:fence:<name>, made with the NativeCCM) names,
+// with the providerID prefixes of the platform it holds itself.
 type GateStatus struct {
 	// Policy is the name of the fence's ValidatingAdmissionPolicy.
 	// +optional
@@ -188,22 +190,23 @@ type GateStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=317
 	ServiceAccount string `json:"serviceAccount,omitempty"`
-	// ProviderIDPrefixes are the profile's providerID prefixes: the native CCM
-	// may change only nodes whose providerID starts with one of them (and that
-	// carry its platform label). None: the fence lets it change no node.
+	// ProviderIDPrefixes are the profile's providerID prefixes, which the
+	// fence knows for the platform: the native CCM may change only nodes whose
+	// providerID starts with one of the platform's prefixes (and that carry
+	// its platform label).
 	// +optional
 	// +kubebuilder:validation:MaxItems=8
 	// +kubebuilder:validation:items:MinLength=4
 	// +kubebuilder:validation:items:MaxLength=64
 	ProviderIDPrefixes []string `json:"providerIDPrefixes,omitempty"`
-	// LoadBalancers is what the fence lets the CCM change on Services: absent
-	// while spec.loadBalancers is off or in conflict with another NativeCCM.
+	// LoadBalancers are the Services the CCM serves: absent while
+	// spec.loadBalancers is off or in conflict with another NativeCCM.
 	// +optional
 	LoadBalancers *GateLoadBalancers `json:"loadBalancers,omitempty"`
 }
 
-// GateLoadBalancers are the Services a native CCM may serve. The fence also
-// requires spec.loadBalancers to ask for them: status can only withhold.
+// GateLoadBalancers are the Services a native CCM serves (its grant must name
+// them too).
 type GateLoadBalancers struct {
 	// Class of the Services it serves.
 	// +kubebuilder:validation:MaxLength=253

@@ -19,8 +19,7 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
 
-// CRDs is the directory of the NativeCCM CRD, which the fence takes its
-// parameters from: a control plane that runs the fence installs it.
+// CRDs is the directory of the NativeCCM CRD.
 func CRDs() string {
 	return filepath.Join(testenv.RepoRoot(), "charts", "ccm-coordinator", "crds")
 }
@@ -38,18 +37,38 @@ func Client(cfg *rest.Config) (client.Client, error) {
 }
 
 // InstallFence installs the fence for the native CCMs of namespace, as the
-// ccm-coordinator chart does.
+// ccm-coordinator chart does: with the providerID prefixes of the built-in
+// profiles, and those Confine added to a fence already there.
 func InstallFence(ctx context.Context, c client.Client, namespace string) error {
-	_, err := gate.EnsureFence(ctx, c, gate.Fence{Namespace: namespace})
+	return installFence(ctx, c, gate.Fence{Namespace: namespace}, "", nil)
+}
+
+// installFence (re)writes the fence with the prefix table it has (the
+// built-in profiles' when it is absent or of another namespace) plus
+// prefixes for platform.
+func installFence(ctx context.Context, c client.Client, f gate.Fence, platform string, prefixes []string) error {
+	table, err := gate.ReadFence(ctx, c, f)
+	if err != nil {
+		if table, err = gate.BuiltinPrefixes(); err != nil {
+			return err
+		}
+	}
+	if platform != "" {
+		table[platform] = append(table[platform], prefixes...)
+	}
+	f.ProviderIDPrefixes = table
+	_, err = gate.EnsureFence(ctx, c, f)
 	return err
 }
 
-// FenceParam makes NativeCCM name the fence's parameter for the ServiceAccount
-// native-ccm-<name>, as the coordinator leaves it: spec.platform, and
-// status.gate with the providerID prefixes (none: status.gate stays empty).
-// The NativeCCM has install Never, so that a running coordinator leaves it
-// alone. It returns a function that deletes it.
-func FenceParam(ctx context.Context, c client.Client, name, platform string, prefixes ...string) (func(), error) {
+// Confine makes NativeCCM name one the fence confines, as an admin (or the
+// hybrid-ccm chart) and the ccm-coordinator chart leave it: the NativeCCM
+// with spec.platform, its grant for the ServiceAccount native-ccm-<name> of
+// the fence's namespace, and the fence itself (installed if absent) knowing
+// prefixes as the platform's providerID prefixes besides those it has. The
+// NativeCCM has install Never, so that a running coordinator leaves it alone.
+// It returns a function that deletes the NativeCCM and its grant.
+func Confine(ctx context.Context, c client.Client, f gate.Fence, name, platform string, prefixes ...string) (func(), error) {
 	obj := &v1.NativeCCM{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec:       v1.NativeCCMSpec{Platform: platform, Install: v1.InstallNever},
@@ -57,26 +76,31 @@ func FenceParam(ctx context.Context, c client.Client, name, platform string, pre
 	if err := c.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, fmt.Errorf("NativeCCM %s: %w", name, err)
 	}
-	remove := func() { _ = c.Delete(context.Background(), &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: name}}) }
+	remove := func() {
+		_ = gate.DeleteGrant(context.Background(), c, name)
+		_ = c.Delete(context.Background(), &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	}
+	if err := gate.EnsureGrant(ctx, c, gate.Grant{NativeCCM: name, Namespace: f.Namespace, Platform: platform}); err != nil {
+		return remove, err
+	}
 	if len(prefixes) > 0 {
-		body, err := json.Marshal(map[string]any{"status": map[string]any{"gate": v1.GateStatus{
-			Policy: gate.DefaultFenceName, ProviderIDPrefixes: prefixes,
-		}}})
-		if err != nil {
+		if err := installFence(ctx, c, f, platform, prefixes); err != nil {
 			return remove, err
-		}
-		if err := c.Status().Patch(ctx, obj, client.RawPatch(types.MergePatchType, body)); err != nil {
-			return remove, fmt.Errorf("NativeCCM %s status.gate: %w", name, err)
 		}
 	}
 	return remove, nil
 }
 
-// FenceLoadBalancers sets spec.loadBalancers of NativeCCM name (what an admin
-// asks for) and status.gate.loadBalancers (what the coordinator grants; nil:
-// nothing granted).
-func FenceLoadBalancers(ctx context.Context, c client.Client, name string, lb v1.LoadBalancers, granted *v1.GateLoadBalancers) error {
-	spec, err := json.Marshal(map[string]any{"spec": map[string]any{"loadBalancers": lb}})
+// FenceLoadBalancers sets spec.loadBalancers of NativeCCM name and its grant
+// (for the ServiceAccount of namespace) to match, as an admin (or the
+// hybrid-ccm chart) does.
+func FenceLoadBalancers(ctx context.Context, c client.Client, namespace, name string, lb v1.LoadBalancers) error {
+	// Every field spelled out: a merge patch keeps what it does not mention.
+	var class any
+	if lb.Class != "" {
+		class = lb.Class
+	}
+	spec, err := json.Marshal(map[string]any{"spec": map[string]any{"loadBalancers": map[string]any{"enabled": lb.Enabled, "class": class, "default": lb.Default}}})
 	if err != nil {
 		return err
 	}
@@ -84,17 +108,5 @@ func FenceLoadBalancers(ctx context.Context, c client.Client, name string, lb v1
 	if err := c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, spec)); err != nil {
 		return fmt.Errorf("NativeCCM %s spec.loadBalancers: %w", name, err)
 	}
-	// Every field spelled out: a merge patch keeps what it does not mention.
-	var g any
-	if granted != nil {
-		g = map[string]any{"class": granted.Class, "default": granted.Default}
-	}
-	status, err := json.Marshal(map[string]any{"status": map[string]any{"gate": map[string]any{"loadBalancers": g}}})
-	if err != nil {
-		return err
-	}
-	if err := c.Status().Patch(ctx, obj, client.RawPatch(types.MergePatchType, status)); err != nil {
-		return fmt.Errorf("NativeCCM %s status.gate.loadBalancers: %w", name, err)
-	}
-	return nil
+	return gate.EnsureGrant(ctx, c, gate.GrantFor(obj, namespace))
 }

@@ -26,8 +26,10 @@ func newDoctorCommand() *cobra.Command {
 		Short: "Report what needs fixing in a cluster running Hybrid CCM",
 		Long: "doctor reads the cluster and reports: nodes uninitialized for too long, initialized nodes without\n" +
 			"the platform label or a providerID, CCMs not managed by Hybrid CCM that run cloud-node or share a\n" +
-			"leader-election lease, NativeCCMs that are not Ready, undecided kubelet-serving CSRs and pod CIDR\n" +
-			"overlaps. It exits non-zero when it found something.",
+			"leader-election lease, NativeCCMs that are not Ready, undecided kubelet-serving CSRs, pod CIDR\n" +
+			"overlaps, a fence the API server does not enforce, NativeCCMs without their fence grant, native CCM\n" +
+			"identities and grants whose NativeCCM is gone, and node rights granted to identities no fence\n" +
+			"confines. It exits non-zero when it found something.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			rules := clientcmd.NewDefaultClientConfigLoadingRules()

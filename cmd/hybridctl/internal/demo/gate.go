@@ -32,7 +32,8 @@ const fenceMessage = "hybrid-ccm gate"
 // its own hcloud node. The API server's admission policy (the fence) decides.
 func probeGate(ctx context.Context, admin *rest.Config, cc client.Client, cs kubernetes.Interface, ownNode, foreignNode string) ([]gateProbe, error) {
 	const who = "system:serviceaccount:" + nativeNamespace + ":native-ccm-hcloud"
-	// wait until the coordinator has written the fence's parameters for hcloud
+	// wait until the coordinator has found the fence and hcloud's grant in
+	// place (it records what the fence enforces in status.gate)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		var obj v1alpha1.NativeCCM
@@ -41,7 +42,7 @@ func probeGate(ctx context.Context, admin *rest.Config, cc client.Client, cs kub
 			break
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("NativeCCM hcloud has no status.gate (the fence's parameters): %v", err)
+			return nil, fmt.Errorf("NativeCCM hcloud has no status.gate (the coordinator has not found its fence and grant): %v", err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

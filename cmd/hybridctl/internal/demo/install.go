@@ -21,6 +21,7 @@ import (
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/csr/csrtest"
 	v1alpha1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
 	"github.com/hybrid-ccm/hybrid-ccm/test/cluster"
 	"github.com/hybrid-ccm/hybrid-ccm/test/fleet"
 )
@@ -197,6 +198,11 @@ func createNativeCCMs(ctx context.Context, c client.Client, clouds *fleet.Clouds
 		}}
 		if len(env) > 0 {
 			n.Spec.Overrides = &v1alpha1.Overrides{Env: env}
+		}
+		// what the fence confines its CCM to, created with the NativeCCM as
+		// the hybrid-ccm chart does
+		if err := gate.EnsureGrant(ctx, c, gate.GrantFor(n, nativeNamespace)); err != nil {
+			return fmt.Errorf("nativeccm %s: %w", d.platform, err)
 		}
 		if err := c.Create(ctx, n); err != nil {
 			return fmt.Errorf("nativeccm %s: %w", d.platform, err)

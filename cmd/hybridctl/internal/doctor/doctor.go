@@ -3,8 +3,12 @@
 // routing label or providerID), cloud-controller-managers that would fight
 // (foreign cloud-node controllers, shared leader-election leases), NativeCCMs
 // that are not Ready or whose installed CCM is not running, kubelet-serving
-// CSRs nobody decides, pod CIDR overlaps, and grants of the native CCMs' node
-// rights that the fence does not confine.
+// CSRs nobody decides, pod CIDR overlaps, a fence the API server does not
+// enforce (absent, not denying, or an older one with a paramKind that refuses
+// every node write after each API server start), NativeCCMs whose CCM the
+// fence refuses everything (no grant), orphaned native CCM identities and
+// grants, and grants of the native CCMs' node rights that the fence does not
+// confine.
 //
 // It only reads. Every finding names the object and says how to fix it.
 package doctor
@@ -20,6 +24,7 @@ import (
 	"strings"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -34,6 +39,7 @@ import (
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/controller"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
@@ -52,6 +58,10 @@ const (
 	CheckPodCIDROverlap  = "PodCIDROverlap"
 	CheckUnfenced        = "UnfencedNodeLifecycleGrant"
 	CheckLBConflict      = "LoadBalancerClassConflict"
+	CheckFence           = "FenceNotEnforced"
+	CheckFenceGrant      = "FenceGrantMissing"
+	CheckOrphanIdentity  = "OrphanedNativeCCMIdentity"
+	CheckOrphanGrant     = "OrphanedFenceGrant"
 )
 
 // Finding is one problem.
@@ -261,7 +271,17 @@ func (r *Report) checkNativeCCMs(ctx context.Context, c client.Client) error {
 		return fmt.Errorf("list nativeccms: %w", err)
 	}
 	r.NativeCCMs = len(list.Items)
-	if err := r.checkLifecycleGrants(ctx, c, list.Items); err != nil {
+	ns, err := r.checkFence(ctx, c)
+	if err != nil {
+		return err
+	}
+	if err := r.checkGrants(ctx, c, ns, list.Items); err != nil {
+		return err
+	}
+	if err := r.checkOrphans(ctx, c, ns, list.Items); err != nil {
+		return err
+	}
+	if err := r.checkLifecycleGrants(ctx, c, ns); err != nil {
 		return err
 	}
 	r.checkLoadBalancerClasses(list.Items)
@@ -317,11 +337,144 @@ func (r *Report) checkLoadBalancerClasses(nccms []v1.NativeCCM) {
 	}
 }
 
+// checkFence reads the fence (the ccm-coordinator chart's admission policy)
+// and reports it when the API server does not enforce it as this version
+// does: absent, bound without Deny, failing open, with a paramKind (the
+// fence before issue 22, which refuses every node write of everyone while its
+// param kind is unknown: after each API server start), or confining no
+// namespace. It returns the namespace whose native-ccm-* ServiceAccounts the
+// fence confines, "" when none.
+func (r *Report) checkFence(ctx context.Context, c client.Client) (string, error) {
+	obj := "validatingadmissionpolicy/" + gate.DefaultFenceName
+	const install = "install (or upgrade to) the ccm-coordinator chart of your coordinator's version: it ships the fence"
+	var policy admissionregistrationv1.ValidatingAdmissionPolicy
+	var binding admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	for _, o := range []struct {
+		kind string
+		obj  client.Object
+	}{{"validatingadmissionpolicy", &policy}, {"validatingadmissionpolicybinding", &binding}} {
+		err := c.Get(ctx, client.ObjectKey{Name: gate.DefaultFenceName}, o.obj)
+		switch {
+		case isForbidden(err):
+			r.Notes = append(r.Notes, "cannot read the fence ("+gate.DefaultFenceName+"): not checked")
+			return "", nil
+		case isNotFound(err):
+			r.add(CheckFence, o.kind+"/"+gate.DefaultFenceName, install, "does not exist: the API server confines no native CCM")
+			return "", nil
+		case err != nil:
+			return "", fmt.Errorf("get the fence: %w", err)
+		}
+	}
+	if pk := policy.Spec.ParamKind; pk != nil {
+		r.add(CheckFence, obj, install,
+			"has paramKind %s %s: an older fence, which refuses every node write of every identity (kubelets too) while the API server does not know that kind: for about 30 s after each API server start, and while the CRD is missing or new",
+			pk.APIVersion, pk.Kind)
+	}
+	if !slices.Contains(binding.Spec.ValidationActions, admissionregistrationv1.Deny) || binding.Spec.PolicyName != policy.Name {
+		r.add(CheckFence, "validatingadmissionpolicybinding/"+gate.DefaultFenceName, install,
+			"does not bind the fence with Deny (validationActions %v, policy %q): its denials are not enforced", binding.Spec.ValidationActions, binding.Spec.PolicyName)
+	}
+	if fp := policy.Spec.FailurePolicy; fp != nil && *fp != admissionregistrationv1.Fail {
+		r.add(CheckFence, obj, install, "has failurePolicy %s: an evaluation error lets a native CCM's write through", *fp)
+	}
+	ns := gate.FenceNamespace(&policy)
+	if ns == "" {
+		if policy.Spec.ParamKind == nil {
+			r.add(CheckFence, obj, install, "confines no namespace's native CCM ServiceAccounts (its match condition is not the fence's)")
+		}
+		return "", nil
+	}
+	if err := gate.CheckFence(ctx, c, gate.Fence{Namespace: ns}); err != nil {
+		r.Notes = append(r.Notes, fmt.Sprintf("the fence is not the one this hybridctl knows (another version, or changed): %v", err))
+	}
+	return ns, nil
+}
+
+// checkGrants asks the API server, for every NativeCCM, whether its CCM's
+// ServiceAccount holds the grant the fence confines it to: without it the
+// fence refuses all its writes (and the coordinator installs nothing).
+func (r *Report) checkGrants(ctx context.Context, c client.Client, ns string, nccms []v1.NativeCCM) error {
+	if ns == "" {
+		return nil
+	}
+	for i := range nccms {
+		n := &nccms[i]
+		if !n.DeletionTimestamp.IsZero() {
+			continue
+		}
+		err := gate.CheckGrant(ctx, c, gate.GrantFor(n, ns))
+		var ge *gate.GrantError
+		switch {
+		case err == nil:
+		case errors.As(err, &ge):
+			r.add(CheckFenceGrant, "nativeccm/"+n.Name, ge.Fix(), "%s", ge.Problem())
+		case isForbidden(err):
+			r.Notes = append(r.Notes, "cannot create SubjectAccessReviews: the NativeCCMs' fence grants not checked")
+			return nil
+		case errors.Is(err, gate.ErrConfig):
+			// the NativeCCM itself is invalid; NativeCCMNotReady says why
+		default:
+			return err
+		}
+	}
+	return nil
+}
+
+// checkOrphans finds native CCM identities without their NativeCCM:
+// ServiceAccounts native-ccm-<name> of the fence's namespace (the fence
+// refuses them every node and Service write; nothing should run as them),
+// and fence grants whose NativeCCM is gone (a ServiceAccount of that name
+// would be confined to the grant's platform rather than refused).
+func (r *Report) checkOrphans(ctx context.Context, c client.Client, ns string, nccms []v1.NativeCCM) error {
+	exists := map[string]bool{}
+	for _, n := range nccms {
+		exists[n.Name] = true
+	}
+	if ns != "" {
+		var sas corev1.ServiceAccountList
+		err := c.List(ctx, &sas, client.InNamespace(ns))
+		switch {
+		case isForbidden(err):
+			r.Notes = append(r.Notes, "cannot list ServiceAccounts of "+ns+": orphaned native CCM identities not checked")
+		case err != nil:
+			return fmt.Errorf("list serviceaccounts: %w", err)
+		}
+		for _, sa := range sas.Items {
+			name, ok := strings.CutPrefix(sa.Name, v1.ReleasePrefix)
+			if !ok || exists[name] {
+				continue
+			}
+			r.add(CheckOrphanIdentity, "serviceaccount/"+ns+"/"+sa.Name,
+				fmt.Sprintf("find what runs as it (kubectl -n %s get pods -o wide --field-selector spec.serviceAccountName=%s) and delete it, or recreate NativeCCM %s", ns, sa.Name, name),
+				"is the identity of NativeCCM %s, which does not exist: the fence refuses it every node and Service write", name)
+		}
+	}
+	var roles rbacv1.ClusterRoleList
+	err := c.List(ctx, &roles, client.HasLabels{gate.GrantLabel})
+	switch {
+	case isForbidden(err):
+		r.Notes = append(r.Notes, "cannot list ClusterRoles: orphaned fence grants not checked")
+		return nil
+	case err != nil:
+		return fmt.Errorf("list clusterroles: %w", err)
+	}
+	for _, role := range roles.Items {
+		name := role.Labels[gate.GrantLabel]
+		if exists[name] {
+			continue
+		}
+		r.add(CheckOrphanGrant, "clusterrole/"+role.Name,
+			fmt.Sprintf("delete ClusterRole and ClusterRoleBinding %s, or recreate NativeCCM %s", role.Name, name),
+			"is the fence grant of NativeCCM %s, which does not exist: a ServiceAccount %s%s is confined to what it grants instead of refused everything", name, v1.ReleasePrefix, name)
+	}
+	return nil
+}
+
 // checkLifecycleGrants finds bindings of the native CCMs' node rights
 // (ClusterRole hybrid-ccm:native-ccm-lifecycle) to anyone the fence does not
-// confine: the fence confines a ServiceAccount native-ccm-<name> only while the
-// NativeCCM <name> exists, and nothing else at all.
-func (r *Report) checkLifecycleGrants(ctx context.Context, c client.Client, nccms []v1.NativeCCM) error {
+// confine: it confines the ServiceAccounts native-ccm-* of its namespace ns
+// (refusing those without a grant everything), and nothing else at all.
+func (r *Report) checkLifecycleGrants(ctx context.Context, c client.Client, ns string) error {
 	var bindings rbacv1.ClusterRoleBindingList
 	if err := c.List(ctx, &bindings); err != nil {
 		if isForbidden(err) {
@@ -330,23 +483,21 @@ func (r *Report) checkLifecycleGrants(ctx context.Context, c client.Client, nccm
 		}
 		return fmt.Errorf("list clusterrolebindings: %w", err)
 	}
-	exists := map[string]bool{}
-	for _, n := range nccms {
-		exists[n.ReleaseName()] = true
-	}
 	for _, b := range bindings.Items {
 		if b.RoleRef.Kind != "ClusterRole" || b.RoleRef.Name != release.LifecycleClusterRole {
 			continue
 		}
 		for _, s := range b.Subjects {
+			native := s.Kind == rbacv1.ServiceAccountKind && strings.HasPrefix(s.Name, v1.ReleasePrefix)
 			switch {
-			case s.Kind == rbacv1.ServiceAccountKind && strings.HasPrefix(s.Name, v1.ReleasePrefix) && exists[s.Name]:
+			case native && (ns == "" || s.Namespace == ns):
+				// confined by the fence (or no fence at all: FenceNotEnforced says so)
 				continue
-			case s.Kind == rbacv1.ServiceAccountKind && strings.HasPrefix(s.Name, v1.ReleasePrefix):
+			case native:
 				r.add(CheckUnfenced, "clusterrolebinding/"+b.Name,
-					fmt.Sprintf("delete the binding (kubectl delete clusterrolebinding %s) or recreate NativeCCM %s", b.Name, strings.TrimPrefix(s.Name, v1.ReleasePrefix)),
-					"grants %s to ServiceAccount %s/%s, but NativeCCM %s does not exist, so the fence does not confine it: it may change and delete any node",
-					release.LifecycleClusterRole, s.Namespace, s.Name, strings.TrimPrefix(s.Name, v1.ReleasePrefix))
+					fmt.Sprintf("delete the binding (kubectl delete clusterrolebinding %s): native CCMs run in the coordinator's namespace %s", b.Name, ns),
+					"grants %s to ServiceAccount %s/%s, but the fence confines only the native CCMs of namespace %s: it may change and delete any node",
+					release.LifecycleClusterRole, s.Namespace, s.Name, ns)
 			default:
 				r.add(CheckUnfenced, "clusterrolebinding/"+b.Name, "delete the binding: only native CCM ServiceAccounts (native-ccm-<NativeCCM>) should hold this role",
 					"grants %s to %s %s, which no fence confines: it may change and delete any node", release.LifecycleClusterRole, s.Kind, subjectName(s))

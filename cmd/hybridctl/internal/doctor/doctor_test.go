@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -24,6 +25,7 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/cmd/hybridctl/internal/cli"
 	"github.com/hybrid-ccm/hybrid-ccm/cmd/hybridctl/internal/doctor"
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 
@@ -63,10 +65,25 @@ func ccmDeployment(name string, labels map[string]string, image string, args ...
 	}
 }
 
+// coordinatorNS is the coordinator's namespace, whose native CCMs the fence
+// confines.
+const coordinatorNS = "hybrid-ccm-system"
+
+// grant creates NativeCCM n's fence grant, as the hybrid-ccm chart does.
+func grant(t *testing.T, c client.Client, n *v1.NativeCCM) {
+	t.Helper()
+	if err := gate.EnsureGrant(context.Background(), c, gate.GrantFor(n, coordinatorNS)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func nativeCCM(t *testing.T, c client.Client, name string, ready metav1.ConditionStatus, reason, msg string) {
 	t.Helper()
 	ctx := context.Background()
 	n := &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.NativeCCMSpec{Platform: name}}
+	if name != "aws" { // aws's grant is missing
+		grant(t, c, n)
+	}
 	if err := c.Create(ctx, n); err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +119,11 @@ func TestDoctor(t *testing.T) {
 	}
 	later := doctor.Options{UninitializedAfter: 10 * time.Minute, CSRPendingAfter: 5 * time.Minute, Now: time.Now().Add(time.Hour)}
 
-	// a healthy cluster: initialized node, talos-ccm, a lifecycle-only CCM with its own lease, a Ready NativeCCM
+	// a healthy cluster: the fence, initialized node, talos-ccm, a
+	// lifecycle-only CCM with its own lease, a Ready NativeCCM with its grant
+	if _, err := gate.EnsureFence(ctx, c, gate.Fence{Namespace: coordinatorNS}); err != nil {
+		t.Fatal(err)
+	}
 	create(t, c,
 		node("good-1", "hcloud", "hcloud://1", false, "10.244.0.0/24"),
 		ccmDeployment("talos-ccm", nil, "ghcr.io/hybrid-ccm/talos-ccm:v0.1.0", "--cloud-provider=talos", "--leader-elect-resource-name=talos-ccm"),
@@ -134,7 +155,8 @@ func TestDoctor(t *testing.T) {
 	)
 	nativeCCM(t, c, "aws", metav1.ConditionFalse, "CredentialsMissing", "secret kube-system/aws-credentials not found")
 	// the native CCMs' node rights: hcloud's own (fenced), one left behind
-	// by a NativeCCM that is gone, and one given to a user
+	// by a NativeCCM that is gone (fenced: refused everything), one of a
+	// namespace the fence does not confine, and one given to a user
 	lifecycle := func(name string, s rbacv1.Subject) *rbacv1.ClusterRoleBinding {
 		return &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: release.LifecycleClusterRole},
@@ -142,17 +164,26 @@ func TestDoctor(t *testing.T) {
 	}
 	// two NativeCCMs that both want to be the default for classless Services
 	for _, n := range []string{"lb-one", "lb-two"} {
-		create(t, c, &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: n}, Spec: v1.NativeCCMSpec{Platform: n, Suspend: true,
-			LoadBalancers: &v1.LoadBalancers{Enabled: true, Default: true}}})
+		obj := &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: n}, Spec: v1.NativeCCMSpec{Platform: n, Suspend: true,
+			LoadBalancers: &v1.LoadBalancers{Enabled: true, Default: true}}}
+		grant(t, c, obj)
+		create(t, c, obj)
 	}
 	create(t, c,
-		lifecycle("native-ccm-hcloud", rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: "native-ccm-hcloud", Namespace: "hybrid-ccm-system"}),
-		lifecycle("native-ccm-gone", rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: "native-ccm-gone", Namespace: "hybrid-ccm-system"}),
+		lifecycle("native-ccm-hcloud", rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: "native-ccm-hcloud", Namespace: coordinatorNS}),
+		lifecycle("native-ccm-gone", rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: "native-ccm-gone", Namespace: coordinatorNS}),
+		lifecycle("native-ccm-elsewhere", rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: "native-ccm-elsewhere", Namespace: "kube-system"}),
 		lifecycle("someones", rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "mallory"}),
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: coordinatorNS}},
+		// NativeCCM gone's identity and grant, left behind
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "native-ccm-gone", Namespace: coordinatorNS}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "native-ccm-hcloud", Namespace: coordinatorNS}},
 	)
+	grant(t, c, &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "gone"}, Spec: v1.NativeCCMSpec{Platform: "hcloud"}})
 	// installed, Helm content, but the CCM exits at start (issue 17)
 	const forbidden = `unable to load configmap based request-header-client-ca-file: configmaps "extension-apiserver-authentication" is forbidden`
 	crashing := &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "gcp"}, Spec: v1.NativeCCMSpec{Platform: "gcp"}}
+	grant(t, c, crashing)
 	create(t, c, crashing)
 	crashing.Status.Release = &v1.ReleaseStatus{Name: "native-ccm-gcp", Namespace: "kube-system", Revision: 1}
 	for _, ct := range []string{"Ready", v1.HealthyCondition} {
@@ -178,6 +209,7 @@ func TestDoctor(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
+		"FenceGrantMissing nativeccm/aws",
 		"ForeignCloudNodeController Deployment/kube-system/aws-cloud-controller-manager",
 		"KubeletServingCSRPending csr/stuck-1-serving",
 		"LoadBalancerClassConflict loadbalancerclass/(none)",
@@ -186,9 +218,11 @@ func TestDoctor(t *testing.T) {
 		"NodeUninitialized node/stuck-1",
 		"NodeWithoutPlatformLabel node/nolabel-1",
 		"NodeWithoutProviderID node/noid-1",
+		"OrphanedFenceGrant clusterrole/hybrid-ccm:fence:gone",
+		"OrphanedNativeCCMIdentity serviceaccount/hybrid-ccm-system/native-ccm-gone",
 		"PodCIDROverlap node/overlap-b",
 		"SharedLeaderLease lease/kube-system/cloud-controller-manager",
-		"UnfencedNodeLifecycleGrant clusterrolebinding/native-ccm-gone",
+		"UnfencedNodeLifecycleGrant clusterrolebinding/native-ccm-elsewhere",
 		"UnfencedNodeLifecycleGrant clusterrolebinding/someones",
 	}
 	if got := findings(rep); fmt.Sprint(got) != fmt.Sprint(want) {
@@ -214,7 +248,12 @@ func TestDoctor(t *testing.T) {
 	if !errors.Is(err, cli.ErrFindings) {
 		t.Fatalf("want ErrFindings, got %v\n%s", err, out)
 	}
-	for _, s := range []string{"12 problem(s)", "NativeCCMs lb-one, lb-two are all the default", "NativeCCM gone does not exist, so the fence does not confine it", "aws-cloud-controller-manager", "How to fix:", "overlaps 10.244.1.0/24 of node overlap-a",
+	for _, s := range []string{"15 problem(s)", "NativeCCMs lb-one, lb-two are all the default",
+		"NativeCCM gone, which does not exist: the fence refuses it every node and Service write",
+		"a ServiceAccount native-ccm-gone is confined to what it grants instead of refused everything",
+		"ServiceAccount hybrid-ccm-system/native-ccm-aws is not granted NativeCCM aws, platform aws (fence.hybridccm.io/fence), so the fence refuses its writes",
+		"create ClusterRole and ClusterRoleBinding hybrid-ccm:fence:aws with the NativeCCM",
+		"the fence confines only the native CCMs of namespace hybrid-ccm-system", "aws-cloud-controller-manager", "How to fix:", "overlaps 10.244.1.0/24 of node overlap-a",
 		"its CCM is not running: CrashLooping", forbidden, "logs -l hybridccm.io/native-ccm=native-ccm-gcp --all-containers --previous"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("output lacks %q:\n%s", s, out)
@@ -230,4 +269,67 @@ func runDoctor(args ...string) (string, error) {
 	cmd.SetArgs(append([]string{"doctor", "--kubeconfig", env.KubeconfigPath}, args...))
 	err := cmd.ExecuteContext(context.Background())
 	return buf.String(), err
+}
+
+// TestDoctorFence: a fence the API server does not enforce as this version
+// does is a finding: an older one with a paramKind (it refuses every node
+// write of everyone after each API server start), one bound without Deny,
+// one that is gone.
+func TestDoctorFence(t *testing.T) {
+	ctx := context.Background()
+	c, err := doctor.NewClient(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fence := gate.Fence{Namespace: coordinatorNS}
+	fenceFindings := func() []string {
+		t.Helper()
+		rep, err := doctor.Run(ctx, c, doctor.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, f := range rep.Findings {
+			if f.Check == doctor.CheckFence {
+				out = append(out, f.Object+": "+f.Message)
+			}
+		}
+		return out
+	}
+	if _, err := gate.EnsureFence(ctx, c, fence); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = gate.EnsureFence(context.Background(), c, fence) })
+	if got := fenceFindings(); len(got) != 0 {
+		t.Fatalf("the current fence: %q", got)
+	}
+	var binding admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	if err := c.Get(ctx, client.ObjectKey{Name: gate.DefaultFenceName}, &binding); err != nil {
+		t.Fatal(err)
+	}
+	binding.Spec.ValidationActions = []admissionregistrationv1.ValidationAction{admissionregistrationv1.Warn}
+	if err := c.Update(ctx, &binding); err != nil {
+		t.Fatal(err)
+	}
+	if got := fenceFindings(); len(got) != 1 || !strings.Contains(got[0], "does not bind the fence with Deny") {
+		t.Fatalf("a fence that only warns: %q", got)
+	}
+	// the fence of the previous design: paramKind NativeCCM
+	var policy admissionregistrationv1.ValidatingAdmissionPolicy
+	if err := c.Get(ctx, client.ObjectKey{Name: gate.DefaultFenceName}, &policy); err != nil {
+		t.Fatal(err)
+	}
+	policy.Spec.ParamKind = &admissionregistrationv1.ParamKind{APIVersion: v1.GroupVersion.String(), Kind: v1.NativeCCMKind}
+	if err := c.Update(ctx, &policy); err != nil {
+		t.Fatal(err)
+	}
+	if got := fenceFindings(); len(got) != 2 || !strings.Contains(strings.Join(got, "\n"), "has paramKind hybridccm.io/v1alpha1 NativeCCM: an older fence, which refuses every node write of every identity") {
+		t.Fatalf("a fence with a paramKind: %q", got)
+	}
+	if err := gate.DeleteFence(ctx, c, fence); err != nil {
+		t.Fatal(err)
+	}
+	if got := fenceFindings(); len(got) != 1 || !strings.Contains(got[0], "does not exist: the API server confines no native CCM") {
+		t.Fatalf("no fence: %q", got)
+	}
 }
