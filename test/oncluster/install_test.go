@@ -47,6 +47,9 @@ const (
 	awsCluster   = "hybrid-test"
 )
 
+// nativeCCMs are the NativeCCMs the install runs.
+var nativeCCMs = []string{"aws", "hcloud", "gcp"}
+
 // clouds are the fake cloud APIs the native CCMs ask, on the cluster's
 // gateway: EC2 for the real AWS CCM, the instance API of test/testccm for
 // the others.
