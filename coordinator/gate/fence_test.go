@@ -542,3 +542,73 @@ func checkFenceDecision(t *testing.T, err error, allow bool, want ...string) {
 		}
 	}
 }
+
+// BenchmarkFencedWrite: a dry-run shutdown taint on its own node by a native
+// CCM, which the fence evaluates in full (three authorizer checks), next to
+// the same request by a ServiceAccount with the same RBAC that the fence does
+// not match (the difference is the fence's cost), and by an admin.
+func BenchmarkFencedWrite(b *testing.B) {
+	if env == nil {
+		b.Skip("no control plane: set KUBEBUILDER_ASSETS=$(hack/control-plane.sh)")
+	}
+	ctx := context.Background()
+	admin := env.Client
+	c, err := gatetest.Client(env.Config)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const ns = "kube-system"
+	fence := gate.Fence{Namespace: ns}
+	if _, err := gate.EnsureFence(ctx, c, fence); err != nil {
+		b.Fatal(err)
+	}
+	remove, err := gatetest.Confine(ctx, c, fence, "bench", "hcloud")
+	b.Cleanup(remove)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := gatetest.GrantNativeCCM(ctx, admin, ns, "native-ccm-bench"); err != nil {
+		b.Fatal(err)
+	}
+	cfg, err := gatetest.ServiceAccountUser(env, ns, "native-ccm-bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ccm := kubernetes.NewForConfigOrDie(cfg)
+	if err := gatetest.GrantNativeCCM(ctx, admin, ns, "bench-unfenced"); err != nil {
+		b.Fatal(err)
+	}
+	cfg, err = gatetest.ServiceAccountUser(env, ns, "bench-unfenced")
+	if err != nil {
+		b.Fatal(err)
+	}
+	unfenced := kubernetes.NewForConfigOrDie(cfg)
+	node := gatetest.NodeSpec{Name: "bench-own", Platform: "hcloud", ProviderID: "hcloud://5005"}
+	if err := gatetest.CreateNodes(ctx, admin, node); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = admin.CoreV1().Nodes().Delete(context.Background(), node.Name, metav1.DeleteOptions{}) })
+	n, err := admin.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: gate.ShutdownTaintKey, Effect: corev1.TaintEffectNoSchedule})
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := ccm.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err == nil, nil
+	}); err != nil {
+		b.Fatalf("the fence never let the CCM taint its own node: %v", err)
+	}
+	for _, who := range []struct {
+		name string
+		cs   kubernetes.Interface
+	}{{"admin", admin}, {"serviceaccount", unfenced}, {"fenced", ccm}} {
+		b.Run(who.name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := who.cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
