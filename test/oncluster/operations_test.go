@@ -1,0 +1,369 @@
+package oncluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/hybrid-ccm/hybrid-ccm/charts/test/chartstest"
+	"github.com/hybrid-ccm/hybrid-ccm/test/fakeec2"
+	"github.com/hybrid-ccm/hybrid-ccm/test/fleet"
+)
+
+// TestOperations does to the installed cluster what a cluster goes through
+// every day, one operation after the other, and checks the product through
+// each: the API server restarted and stopped, an instance terminated, a
+// node rebooted, the talos-ccm leader's pod lost while a machine joins.
+func TestOperations(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	defer cancel()
+	cl := install(t)
+	for _, name := range nativeCCMs {
+		chartstest.WaitNativeCCMRunning(t, ctx, f.Config, name)
+	}
+
+	t.Run("APIServerRestart", func(t *testing.T) {
+		w := startWriters(t, ctx)
+		if err := f.RestartAPIServer(ctx); err != nil {
+			t.Fatal(err)
+		}
+		back := time.Now()
+		w.writeUntil(t, ctx, 40*time.Second) // the ~30 s the first fence refused everything
+		w.stop(t)
+		kubeletsNotRefused(t)
+		nativeCCMsRecover(t, ctx, back)
+	})
+
+	t.Run("APIServerStopped60s", func(t *testing.T) {
+		w := startWriters(t, ctx)
+		stopped := time.Now()
+		f.StopAPIServer() // SIGTERM: it stops listening at once, exits within 30 s
+		time.Sleep(time.Until(stopped.Add(60 * time.Second))) // the outage itself, not a wait for a result
+		if err := f.StartAPIServer(ctx); err != nil {
+			t.Fatal(err)
+		}
+		back := time.Now()
+		w.writeUntil(t, ctx, 40*time.Second)
+		w.stop(t)
+		kubeletsNotRefused(t)
+		nativeCCMsRecover(t, ctx, back)
+	})
+
+	t.Run("InstanceTerminated", func(t *testing.T) {
+		// aws-2 is terminated in EC2 (its machine goes away); metal-2 and
+		// hcloud-1 are powered off, their machines exist.
+		untouched := map[string]types.UID{}
+		for _, name := range []string{"metal-2", "hcloud-1", "aws-1", "gcp-1"} {
+			o, err := f.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			untouched[name] = o.UID
+		}
+		if !cl.ec2.SetState(instanceID("aws-2"), fakeec2.Terminated) {
+			t.Fatal("fake EC2 has no instance for aws-2")
+		}
+		for _, name := range []string{"aws-2", "metal-2", "hcloud-1"} {
+			if err := f.PowerOff(name); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The real AWS CCM deletes the terminated instance's node once it
+		// is NotReady (node-monitor grace period 20 s).
+		if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+			_, err := f.Client.CoreV1().Nodes().Get(ctx, "aws-2", metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		}); err != nil {
+			t.Fatalf("node aws-2 of the terminated instance was not deleted; EC2 calls %v", cl.ec2.Calls())
+		}
+		// The other powered-off nodes are NotReady as long; none is deleted.
+		for _, name := range []string{"metal-2", "hcloud-1"} {
+			waitNode(t, ctx, name, "NotReady", func(o *corev1.Node) bool { return !ready(o) })
+		}
+		for name, uid := range untouched {
+			o, err := f.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil || o.UID != uid {
+				t.Errorf("node %s was deleted or replaced: %v", name, err)
+			}
+		}
+		for _, name := range []string{"metal-2", "hcloud-1"} {
+			if err := f.PowerOn(ctx, name); err != nil {
+				t.Fatal(err)
+			}
+			waitNode(t, ctx, name, "Ready again", ready)
+		}
+	})
+
+	t.Run("NodeReboot", func(t *testing.T) {
+		n := f.Node("aws-1")
+		before, err := f.Client.CoreV1().Nodes().Get(ctx, "aws-1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The kubelet asks for a new serving certificate after the reboot
+		// (as when its certificate is due): remove the one on its disk.
+		certs, _ := filepath.Glob(filepath.Join(n.VarLib(), "kubelet", "pki", "kubelet-server-*"))
+		for _, c := range certs {
+			if err := os.Remove(c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rebooted := metav1.NewTime(time.Now().Truncate(time.Second)) // CSRs carry whole seconds
+		f.Talos.Node("aws-1").SetUnreachable(true, false)
+		if err := f.PowerOff("aws-1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.PowerOn(ctx, "aws-1"); err != nil {
+			t.Fatal(err)
+		}
+		o := waitNode(t, ctx, "aws-1", "Ready again, from the new boot", func(o *corev1.Node) bool {
+			return ready(o) && heartbeat(o).After(rebooted.Time)
+		})
+		if o.UID != before.UID || !initialized(o) || o.Spec.ProviderID != before.Spec.ProviderID {
+			t.Errorf("aws-1 after the reboot: uid %s (was %s), taints %v, providerID %q", o.UID, before.UID, o.Spec.Taints, o.Spec.ProviderID)
+		}
+		csr := waitServingCSRSince(t, ctx, "aws-1", rebooted)
+		t.Logf("aws-1 after the reboot: serving CSR %s %s", csr.Name, csr.Status.Conditions[0].Reason)
+		// Its pod runs again: a container started after the reboot, Ready.
+		var p *corev1.Pod
+		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+			var err error
+			p, err = f.Client.CoreV1().Pods("default").Get(ctx, "probe-aws-1", metav1.GetOptions{})
+			if err != nil || len(p.Status.ContainerStatuses) == 0 {
+				return false, nil
+			}
+			cs := p.Status.ContainerStatuses[0]
+			return cs.Ready && cs.State.Running != nil && cs.State.Running.StartedAt.After(rebooted.Time), nil
+		}); err != nil {
+			t.Fatalf("probe-aws-1 did not run again after the reboot: %+v", p)
+		}
+		if logs, err := f.PodLogs(ctx, "default", p.Name, "probe"); err != nil || !strings.Contains(logs, "probe serving") {
+			t.Errorf("logs of %s after the reboot: %v %q", p.Name, err, logs)
+		}
+	})
+
+	t.Run("TalosCCMLeaderPodDeleted", func(t *testing.T) {
+		lease, err := f.Client.CoordinationV1().Leases(namespace).Get(ctx, "talos-ccm", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pods, err := f.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=talos-ccm"})
+		if err != nil || len(pods.Items) < 2 {
+			t.Fatalf("talos-ccm pods %v %v: the install runs a standby", pods, err)
+		}
+		// In the node's network a pod's hostname is its node's: the holder
+		// identity names the node.
+		leader := ""
+		for _, p := range pods.Items {
+			if p.Spec.NodeName == holderPod(lease) || p.Name == holderPod(lease) {
+				leader = p.Name
+			}
+		}
+		if leader == "" {
+			t.Fatalf("no talos-ccm pod holds the lease (holder %v)", lease.Spec.HolderIdentity)
+		}
+		leaderNode := holderPod(lease)
+		if err := f.Client.CoreV1().Pods(namespace).Delete(ctx, leader, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+			l, err := f.Client.CoordinationV1().Leases(namespace).Get(ctx, "talos-ccm", metav1.GetOptions{})
+			return err == nil && holderPod(l) != "" && holderPod(l) != leaderNode, nil
+		}); err != nil {
+			t.Fatalf("no standby took the talos-ccm lease from %s", leader)
+		}
+		// A machine joins; the new leader initializes it.
+		m := fleet.Machine{Name: "metal-3", Platform: "metal"}
+		if err := f.AddMachine(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		o := waitNode(t, ctx, m.Name, "initialized with pod CIDRs", func(o *corev1.Node) bool { return initialized(o) && len(o.Spec.PodCIDRs) > 0 })
+		t.Logf("metal-3 joined: %s, pod CIDRs %v", o.Spec.ProviderID, o.Spec.PodCIDRs)
+	})
+}
+
+// heartbeat is the node's last Ready heartbeat.
+func heartbeat(o *corev1.Node) time.Time {
+	for _, c := range o.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.LastHeartbeatTime.Time
+		}
+	}
+	return time.Time{}
+}
+
+// holderPod is the pod name in a Lease's holder identity ("<pod>_<uuid>").
+func holderPod(l *coordinationv1.Lease) string {
+	if l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	pod, _, _ := strings.Cut(*l.Spec.HolderIdentity, "_")
+	return pod
+}
+
+func instanceID(node string) string {
+	for _, m := range machines {
+		if m.Name == node {
+			return m.ProviderID[strings.LastIndex(m.ProviderID, "/")+1:]
+		}
+	}
+	return ""
+}
+
+// writers write nodes as a kubelet (its own Node), as talos-ccm and as an
+// admin, over and over, and keep every refusal by an admission policy.
+type writers struct {
+	cancel  context.CancelFunc
+	done    sync.WaitGroup
+	mu      sync.Mutex
+	refused []string
+	writes  map[string]int
+	// failed counts the other errors by identity and kind (the API server
+	// away, its authorizer not yet synced after a start).
+	failed map[string]int
+}
+
+func startWriters(t *testing.T, ctx context.Context) *writers {
+	t.Helper()
+	kubelet, err := clientcmd.BuildConfigFromFlags("", f.Node("aws-1").Kubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	talosCCM := rest.CopyConfig(f.Config)
+	talosCCM.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:kube-system:talos-ccm"}
+	identities := map[string]*rest.Config{"kubelet aws-1": kubelet, "talos-ccm": talosCCM, "admin": f.Config}
+	wctx, cancel := context.WithCancel(ctx)
+	w := &writers{cancel: cancel, writes: map[string]int{}, failed: map[string]int{}}
+	for who, cfg := range identities {
+		cfg = rest.CopyConfig(cfg)
+		cfg.Timeout = 5 * time.Second
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.done.Add(1)
+		go func() {
+			defer w.done.Done()
+			for i := 0; wctx.Err() == nil; i++ {
+				// NodeRestriction lets a kubelet change its own Node's annotations.
+				patch := fmt.Sprintf(`{"metadata":{"annotations":{"test.hybridccm.io/%s":"%d"}}}`, strings.ReplaceAll(who, " ", "-"), i)
+				_, err := cs.CoreV1().Nodes().Patch(wctx, "aws-1", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+				w.record(who, err)
+				select {
+				case <-wctx.Done():
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+		}()
+	}
+	return w
+}
+
+func (w *writers) record(who string, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err == nil {
+		w.writes[who]++
+		return
+	}
+	// Connection errors while the API server is away are expected, and so
+	// is a short RBAC refusal right after it starts (its authorizer's cache
+	// syncing); a refusal by an admission policy never is.
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "ValidatingAdmissionPolicy") || strings.Contains(msg, "admission"):
+		w.refused = append(w.refused, who+": "+msg)
+	case apierrors.IsForbidden(err):
+		w.failed[who+" forbidden"]++
+	default:
+		w.failed[who+" unavailable"]++
+	}
+}
+
+// writeUntil lets the writers go on for d after the API server is back.
+func (w *writers) writeUntil(t *testing.T, ctx context.Context, d time.Duration) {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+func (w *writers) stop(t *testing.T) {
+	t.Helper()
+	w.cancel()
+	w.done.Wait()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t.Logf("node writes that succeeded: %v; failed otherwise: %v", w.writes, w.failed)
+	for who, n := range w.writes {
+		if n == 0 {
+			t.Errorf("%s never wrote: the check could not fail", who)
+		}
+	}
+	if len(w.refused) > 0 {
+		t.Errorf("%d node writes refused by admission, first: %s", len(w.refused), w.refused[0])
+	}
+}
+
+// kubeletsNotRefused reads every kubelet's log for a write the product's
+// admission policies refused.
+func kubeletsNotRefused(t *testing.T) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(f.Work(), "logs", "*-kubelet.log"))
+	for _, file := range files {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, "ValidatingAdmissionPolicy") {
+				t.Errorf("%s: %s", filepath.Base(file), l)
+				break
+			}
+		}
+	}
+}
+
+// nativeCCMsRecover waits until every native CCM renews its lease after
+// back (the API server's return) and reports how long it took against the
+// lease's duration.
+func nativeCCMsRecover(t *testing.T, ctx context.Context, back time.Time) {
+	t.Helper()
+	for _, name := range nativeCCMs {
+		var l *coordinationv1.Lease
+		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+			var err error
+			l, err = f.Client.CoordinationV1().Leases(ccmNamespace).Get(ctx, "native-ccm-"+name, metav1.GetOptions{})
+			return err == nil && l.Spec.RenewTime != nil && l.Spec.RenewTime.After(back), nil
+		}); err != nil {
+			t.Errorf("native-ccm-%s did not renew its lease after the API server came back", name)
+			continue
+		}
+		took := l.Spec.RenewTime.Sub(back)
+		duration := time.Duration(0)
+		if l.Spec.LeaseDurationSeconds != nil {
+			duration = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+		}
+		t.Logf("native-ccm-%s renewed its lease %s after the API server was back (lease duration %s)", name, took.Round(time.Millisecond), duration)
+		if duration > 0 && took > duration {
+			t.Errorf("native-ccm-%s took %s to renew, more than its lease duration %s", name, took, duration)
+		}
+		chartstest.WaitNativeCCMRunning(t, ctx, f.Config, name)
+	}
+}
