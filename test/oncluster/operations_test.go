@@ -52,7 +52,7 @@ func TestOperations(t *testing.T) {
 	t.Run("APIServerStopped60s", func(t *testing.T) {
 		w := startWriters(t, ctx)
 		stopped := time.Now()
-		f.StopAPIServer() // SIGTERM: it stops listening at once, exits within 30 s
+		f.StopAPIServer()                                     // SIGTERM: it stops listening at once, exits within 30 s
 		time.Sleep(time.Until(stopped.Add(60 * time.Second))) // the outage itself, not a wait for a result
 		if err := f.StartAPIServer(ctx); err != nil {
 			t.Fatal(err)
