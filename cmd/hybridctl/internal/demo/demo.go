@@ -39,6 +39,7 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -223,6 +224,12 @@ func Run(ctx context.Context, o Options) (err error) {
 	}
 	defer logFile.Close()
 	log := &stepLog{f: logFile, v: v}
+	// client-go's warnings and klog lines (the cluster's clients) go to the
+	// log file: on a terminal they would tear the live table
+	rest.SetDefaultWarningHandler(rest.NoWarnings{})
+	klog.LogToStderr(false)
+	klog.SetOutput(logFile)
+	defer klog.SetOutput(io.Discard)
 
 	root := testenv.RepoRoot()
 	awsCCM, err := awsCCMBinary()
