@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 	"github.com/hybrid-ccm/hybrid-ccm/test/cluster"
 	"github.com/hybrid-ccm/hybrid-ccm/test/netns"
 	"github.com/hybrid-ccm/hybrid-ccm/test/registry"
@@ -100,7 +101,7 @@ func TestCluster(t *testing.T) {
 	// provider) and become Ready once they have pod CIDRs.
 	for _, n := range c.Nodes() {
 		o := waitNode(t, ctx, c, n.Name, func(o *corev1.Node) bool { return ready(o) })
-		if !slices.ContainsFunc(o.Spec.Taints, func(t corev1.Taint) bool { return t.Key == "node.cloudprovider.kubernetes.io/uninitialized" }) {
+		if !slices.ContainsFunc(o.Spec.Taints, func(t corev1.Taint) bool { return t.Key == names.UninitializedTaint }) {
 			t.Errorf("node %s registered without the uninitialized taint: %v", n.Name, o.Spec.Taints)
 		}
 	}
