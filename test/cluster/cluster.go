@@ -32,6 +32,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -346,7 +347,7 @@ func checkBinaries(o Options) error {
 		}
 	}
 	for _, n := range []string{"containerd", "containerd-shim-runc-v2", "runc", "iptables", "conntrack", "ip", "nsenter", "unshare", "mount"} {
-		if _, err := lookPath(n); err != nil {
+		if _, err := exec.LookPath(n); err != nil {
 			missing = append(missing, n)
 		}
 	}

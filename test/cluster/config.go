@@ -3,11 +3,8 @@ package cluster
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 )
-
-var execCommand = exec.Command
 
 // cniTemplate is the CNI configuration containerd writes once the kubelet
 // passes on the node's pod CIDRs (CRI UpdateRuntimeConfig): a bridge with

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -23,8 +22,6 @@ import (
 type controlPlane struct {
 	etcd, apiserver, kcm, scheduler *proc
 }
-
-func lookPath(name string) (string, error) { return exec.LookPath(name) }
 
 // setupBridge creates the nodes' bridge in the caller's network namespace.
 func setupBridge() error {

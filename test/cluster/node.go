@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -199,14 +200,12 @@ func (n *Node) boot() error {
 		append(in, "mount", "--bind", runDir, "/run"),
 	}
 	for _, s := range steps {
-		if err := runArgv(s); err != nil {
+		if err := run(s...); err != nil {
 			return err
 		}
 	}
 	return nil
 }
-
-func runArgv(argv []string) error { return run(argv...) }
 
 // Start boots the machine if it is off, then starts containerd, the kubelet
 // and kube-proxy, and the node's services (ServeTCP).
@@ -420,7 +419,7 @@ func (n *Node) waitRegistered(ctx context.Context) error {
 }
 
 func execOutput(argv ...string) (string, error) {
-	out, err := execCommand(argv[0], argv[1:]...).CombinedOutput()
+	out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("%q: %w", argv, err)
 	}
