@@ -68,9 +68,9 @@ func newDemoCommand() *cobra.Command {
 				}
 				os.Exit(code)
 			}
-			// Ctrl-C (SIGINT) or SIGTERM cancels ctx; demo.Run then stops
-			// everything it started and returns nil.
-			ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+			// Ctrl-C (SIGINT), SIGTERM or SIGHUP cancels ctx; demo.Run
+			// then stops everything it started and returns nil.
+			ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 			defer stop()
 			return demo.Run(ctx, demo.Options{
 				Out: cmd.OutOrStdout(), Interactive: interactive,

@@ -154,7 +154,7 @@ var ErrNotRoot = errors.New("the demo needs root: it runs a real cluster (kubele
 // Run runs the demo until the end state (ExitWhenDone) or until ctx ends; it
 // always cleans up what it started.
 //
-// When ctx is cancelled or SIGINT or SIGTERM arrive (Ctrl-C), Run stops
+// When ctx is cancelled or SIGINT, SIGTERM or SIGHUP arrive (Ctrl-C), Run stops
 // whatever it has started so far, in reverse order, and returns nil: an
 // interrupted demo is a normal way to end it, wherever it was. Its last line
 // says whether everything was cleaned up. (While the cluster comes up, the
@@ -335,7 +335,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	if err := waitNativeCCMKind(ctx, cc); err != nil {
 		return err
 	}
-	v.step("creating NativeCCMs aws, gcp, hcloud and their credentials Secrets, as a user does with kubectl")
+	v.step("creating NativeCCMs aws, gcp, hcloud with their fence grants and credentials Secrets, as a user does with kubectl")
 	if err := createNativeCCMs(ctx, cc, clouds); err != nil {
 		return err
 	}
@@ -380,8 +380,11 @@ func Run(ctx context.Context, o Options) (err error) {
 			}
 			if !reached {
 				reached = true
-				v.note("end state reached: " + st.pending() + " (Ctrl-C stops the demo)")
+				if !o.Interactive {
+					v.note("end state reached: " + st.pending() + " (Ctrl-C stops the demo)")
+				}
 			}
+			v.reached = st.pending()
 		}
 		select {
 		case <-ctx.Done():
@@ -396,13 +399,14 @@ func Run(ctx context.Context, o Options) (err error) {
 	}
 }
 
-// takeSignals takes SIGINT and SIGTERM for the returned context (which ends
-// with either), from every handler before: test/cluster's, which takes the
-// cluster down and exits at once. Ignoring them first means no signal finds
-// the default action (exit without cleanup) in between.
+// takeSignals takes SIGINT, SIGTERM and SIGHUP (the terminal closed) for the
+// returned context (which ends with any), from every handler before:
+// test/cluster's, which takes the cluster down and exits at once. Ignoring
+// them first means no signal finds the default action (exit without
+// cleanup) in between.
 func takeSignals(ctx context.Context) (context.Context, context.CancelFunc) {
-	signal.Ignore(os.Interrupt, syscall.SIGTERM)
-	return signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	signal.Ignore(os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	return signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 }
 
 // startOutage takes the machines down in their clouds, then powers them off,

@@ -31,6 +31,9 @@ type view struct {
 	size func() (width, height int)
 	// kubectl is the command that points kubectl at the cluster (once up).
 	kubectl string
+	// reached is the end state, once reached (the demo then runs on until
+	// Ctrl-C).
+	reached string
 }
 
 func newView(out io.Writer, interactive bool) *view {
@@ -164,6 +167,9 @@ func (v *view) render(s *state) {
 	for _, st := range v.steps {
 		fmt.Fprintf(&b, "  ✓ %s\n", st)
 	}
+	if v.reached != "" {
+		fmt.Fprintf(&b, "\n  END STATE REACHED (Ctrl-C stops the demo and cleans up): %s\n", v.reached)
+	}
 	fmt.Fprintf(&b, "\n  nodes initialized %s %d/%d    serving certificates approved %s %d/%d    CSRs denied %d    native CCMs running %s %d/%d\n\n",
 		bar(initDone, s.expected), initDone, s.expected, bar(approved, s.expected), approved, s.expected, denied,
 		bar(s.readyNatives(), len(demoClouds)), s.readyNatives(), len(demoClouds))
@@ -186,12 +192,14 @@ func (v *view) render(s *state) {
 			n.Spec.ProviderID, n.Labels["topology.kubernetes.io/zone"], n.Labels["node.kubernetes.io/instance-type"],
 			strings.Join(n.Spec.PodCIDRs, ","), nodeStatus(n), strings.Join(extra, ","))
 	}
+	// who deleted a node goes in the last column: in STATUS it would widen
+	// that column for every row
 	for _, name := range s.deleted() {
-		st := "deleted"
+		by := ""
 		if ev, ok := s.deleting[name]; ok {
-			st += " by " + ev.who() + " (not in its cloud)"
+			by = "by " + ev.who() + " (not in its cloud)"
 		}
-		fmt.Fprintf(tw, "  %s\t\t(gone)\t\t\t\t%s\t\n", name, st)
+		fmt.Fprintf(tw, "  %s\t\t(gone)\t\t\t\tdeleted\t%s\n", name, by)
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "  CSR\tREQUESTOR\tDECISION\tREASON\t\t\t\t")
