@@ -100,12 +100,15 @@ type Options struct {
 
 // Cluster is a running cluster.
 type Cluster struct {
-	opts   Options
-	work   string
-	pki    *pki
-	state  *hostState
-	lock   *os.File   // the machine's cluster lock, held until Down
-	downMu sync.Mutex // one Down at a time (a signal may come during one)
+	opts  Options
+	work  string
+	pki   *pki
+	state *hostState
+	lock  *os.File // the machine's cluster lock, held until Down
+	// before and after are the host as Up found it and as Down left it,
+	// both read under the lock.
+	before, after HostSnapshot
+	downMu        sync.Mutex // one Down at a time (a signal may come during one)
 	// stateMu guards state's lists (nodes boot concurrently with Down).
 	stateMu sync.Mutex
 
@@ -144,6 +147,12 @@ func Up(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := Recover(); err != nil {
 		return nil, fmt.Errorf("cluster: undo a previous cluster: %w", err)
 	}
+	// The host as this cluster finds it, under the lock: no other cluster
+	// of this machine changes it until Down has taken the after-snapshot.
+	before, err := TakeHostSnapshot()
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
 	if opts.ControlPlaneBinaries == "" {
 		opts.ControlPlaneBinaries = os.Getenv("KUBEBUILDER_ASSETS")
 	}
@@ -168,7 +177,7 @@ func Up(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{opts: opts, work: work, lock: lock, state: &hostState{Owner: os.Getpid(), OwnerStart: start, Work: work, Sysctls: readSysctls()}}
+	c := &Cluster{opts: opts, work: work, lock: lock, before: before, state: &hostState{Owner: os.Getpid(), OwnerStart: start, Work: work, Sysctls: readSysctls()}}
 	if err := c.state.save(); err != nil {
 		_ = os.RemoveAll(work)
 		return nil, fmt.Errorf("cluster: record host state: %w", err)
@@ -296,12 +305,21 @@ func (c *Cluster) Down() error {
 	}
 	err := c.state.undo()
 	c.state = nil
+	if after, serr := TakeHostSnapshot(); serr == nil {
+		c.after = after
+	} else {
+		err = errors.Join(err, serr)
+	}
 	if c.lock != nil {
 		c.lock.Close()
 		c.lock = nil
 	}
 	return err
 }
+
+// HostSnapshots are the host as Up found it and as Down left it, read while
+// the cluster held the machine's cluster lock (after is zero before Down).
+func (c *Cluster) HostSnapshots() (before, after HostSnapshot) { return c.before, c.after }
 
 // Logs returns the last max bytes of every daemon's log, for a failed test.
 func (c *Cluster) Logs(max int) string {

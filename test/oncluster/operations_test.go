@@ -177,16 +177,22 @@ func TestOperations(t *testing.T) {
 		if leader == "" {
 			t.Fatalf("no talos-ccm pod holds the lease (holder %v)", lease.Spec.HolderIdentity)
 		}
-		leaderNode := holderPod(lease)
+		oldIdentity := *lease.Spec.HolderIdentity
 		if err := f.Client.CoreV1().Pods(namespace).Delete(ctx, leader, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
+		// A new process leads: the standby, or the Deployment's replacement
+		// of the deleted pod if it wins the race (an identity is the host
+		// name and a per-process ID).
+		var next *coordinationv1.Lease
 		if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-			l, err := f.Client.CoordinationV1().Leases(namespace).Get(ctx, "talos-ccm", metav1.GetOptions{})
-			return err == nil && holderPod(l) != "" && holderPod(l) != leaderNode, nil
+			var err error
+			next, err = f.Client.CoordinationV1().Leases(namespace).Get(ctx, "talos-ccm", metav1.GetOptions{})
+			return err == nil && next.Spec.HolderIdentity != nil && holderPod(next) != "" && *next.Spec.HolderIdentity != oldIdentity, nil
 		}); err != nil {
-			t.Fatalf("no standby took the talos-ccm lease from %s", leader)
+			t.Fatalf("nobody took the talos-ccm lease from %s (%s)", leader, oldIdentity)
 		}
+		t.Logf("talos-ccm lease: %s, then %s", oldIdentity, *next.Spec.HolderIdentity)
 		// A machine joins; the new leader initializes it.
 		m := fleet.Machine{Name: "metal-3", Platform: "metal"}
 		if err := f.AddMachine(ctx, m); err != nil {
