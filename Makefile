@@ -1,7 +1,7 @@
 # Hybrid CCM — build, test, demo.
 #
-#   make demo    local real control plane + simulated Talos nodes + native CCM pods, watch it work (as root)
-#   make test    all tests (unit + integration against a real kube-apiserver/etcd)
+#   make demo    a real cluster on this machine (Talos machines of several platforms as real nodes), watch it work (as root)
+#   make test    all tests (unit, integration against a real kube-apiserver/etcd, the real cluster)
 #   make bench   benchmarks with baselines measured in the same run
 #   make build   binaries into bin/
 #   make lint    go vet + gofmt check
