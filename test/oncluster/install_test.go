@@ -21,12 +21,9 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
-	"k8s.io/client-go/dynamic"
 	cloudproviderapi "k8s.io/cloud-provider/api"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
@@ -121,7 +118,9 @@ func doInstall(t *testing.T) (*clouds, error) {
 		}
 	}
 	// Talos answers the chart's talos.dev ServiceAccount with a Secret.
-	if err := answerTalosServiceAccount(ctx); err != nil {
+	actx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := f.AnswerTalosServiceAccount(actx, namespace, "talos-ccm-talos"); err != nil {
 		return nil, err
 	}
 	return cl, nil
@@ -197,36 +196,6 @@ func helmConfig() (*action.Configuration, *cli.EnvSettings, error) {
 	settings := cli.New()
 	settings.RepositoryCache = filepath.Join(f.Work(), "helm-cache")
 	return cfg, settings, nil
-}
-
-// answerTalosServiceAccount does what Talos does for the chart's
-// talos.dev/v1alpha1 ServiceAccount: a Secret of the same name holding a
-// talosconfig for its role, whose endpoints are the machines.
-func answerTalosServiceAccount(ctx context.Context) error {
-	dyn, err := dynamic.NewForConfig(f.Config)
-	if err != nil {
-		return err
-	}
-	gvr := schema.GroupVersionResource{Group: "talos.dev", Version: "v1alpha1", Resource: "serviceaccounts"}
-	var list *unstructured.UnstructuredList
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err = dyn.Resource(gvr).Namespace(namespace).List(ctx, metav1.ListOptions{})
-		return err == nil && len(list.Items) == 1, nil
-	}); err != nil {
-		return fmt.Errorf("the chart's talos.dev ServiceAccount: %v %v", list, err)
-	}
-	sa := list.Items[0]
-	roles, _, _ := unstructured.NestedStringSlice(sa.Object, "spec", "roles")
-	if len(roles) != 1 {
-		return fmt.Errorf("talos.dev ServiceAccount %s roles %v", sa.GetName(), roles)
-	}
-	config, err := f.TalosConfig(roles[0])
-	if err != nil {
-		return err
-	}
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: sa.GetName(), Namespace: namespace}, Data: map[string][]byte{"config": config}}
-	_, err = f.Client.CoreV1().Secrets(namespace).Create(ctx, s, metav1.CreateOptions{})
-	return err
 }
 
 // awsCloudConf is the cloud.conf profiles/aws.yaml asks for off EC2.
