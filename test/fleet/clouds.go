@@ -90,6 +90,7 @@ func (f *Fleet) StartClouds(opts CloudOptions) (*Clouds, error) {
 	if err := c.serve(cluster.Gateway.String()); err != nil {
 		return nil, err
 	}
+	f.clouds = append(f.clouds, c)
 	return c, nil
 }
 
@@ -127,18 +128,9 @@ func newClouds(machines []Machine, ips map[string]string, opts CloudOptions) (*C
 	c.opts = opts
 	owned := map[string]string{"kubernetes.io/cluster/" + opts.AWSClusterID: "owned"}
 	for _, m := range machines {
-		if m.Platform != "aws" {
-			continue
+		if err := c.putInstance(m, ips[m.Name]); err != nil {
+			return nil, err
 		}
-		md := m.metadata()
-		ip := ips[m.Name]
-		if md.InstanceID == "" || ip == "" {
-			return nil, fmt.Errorf("fleet: clouds: aws machine %s has no instance ID or no address", m.Name)
-		}
-		dns := "ip-" + strings.ReplaceAll(ip, ".", "-") + "." + opts.AWSRegion + ".compute.internal"
-		c.EC2.Put(fakeec2.Instance{ID: md.InstanceID, State: fakeec2.Running, Zone: md.Zone, Type: md.InstanceType,
-			PrivateIP: ip, PrivateDNSName: dns, VPC: AWSVPC, Subnet: AWSSubnet, SecurityGroups: []string{AWSSecurityGroup}, Tags: owned})
-		c.instance[md.InstanceID], c.instance[dns] = m.Name, m.Name
 	}
 	// What the AWS CCM's Classic ELBs need: a public subnet for load
 	// balancers and the nodes' security group, tagged for the cluster.
@@ -146,6 +138,41 @@ func newClouds(machines []Machine, ips map[string]string, opts CloudOptions) (*C
 		Tags: map[string]string{"kubernetes.io/cluster/" + opts.AWSClusterID: "shared", "kubernetes.io/role/elb": "1"}})
 	c.EC2.PutSecurityGroup(fakeec2.SecurityGroup{ID: AWSSecurityGroup, Name: opts.AWSClusterID + "-nodes", Description: "nodes", VPC: AWSVPC, Tags: owned})
 	return c, nil
+}
+
+// add makes a machine that joins the fleet later (Fleet.AddMachine) an
+// instance of its cloud, running.
+func (c *Clouds) add(m Machine, ip string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.machines[m.Name]; ok {
+		return fmt.Errorf("fleet: clouds: machine %s is there already", m.Name)
+	}
+	if err := c.putInstance(m, ip); err != nil {
+		return err
+	}
+	c.machines[m.Name] = m
+	return nil
+}
+
+// putInstance makes an aws machine (at address ip) an EC2 instance of the
+// fleet's VPC, running, tagged for the cluster (c.mu held or c not shared
+// yet). Machines of other platforms need nothing: test/testccm's clouds
+// answer from c.machines.
+func (c *Clouds) putInstance(m Machine, ip string) error {
+	if m.Platform != "aws" {
+		return nil
+	}
+	md := m.metadata()
+	if md.InstanceID == "" || ip == "" {
+		return fmt.Errorf("fleet: clouds: aws machine %s has no instance ID or no address", m.Name)
+	}
+	dns := "ip-" + strings.ReplaceAll(ip, ".", "-") + "." + c.opts.AWSRegion + ".compute.internal"
+	c.EC2.Put(fakeec2.Instance{ID: md.InstanceID, State: fakeec2.Running, Zone: md.Zone, Type: md.InstanceType,
+		PrivateIP: ip, PrivateDNSName: dns, VPC: AWSVPC, Subnet: AWSSubnet, SecurityGroups: []string{AWSSecurityGroup},
+		Tags: map[string]string{"kubernetes.io/cluster/" + c.opts.AWSClusterID: "owned"}})
+	c.instance[md.InstanceID], c.instance[dns] = m.Name, m.Name
+	return nil
 }
 
 // serve starts the two APIs on host (an address; ports are picked).

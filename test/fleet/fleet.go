@@ -75,8 +75,9 @@ type Fleet struct {
 	Talos    *talosnode.Endpoint
 	Machines []Machine
 
-	work string
-	log  io.Writer
+	work   string
+	log    io.Writer
+	clouds []*Clouds // StartClouds's: machines that join become their instances
 }
 
 // Up brings the cluster up with one node per machine, starts the registry
@@ -154,14 +155,20 @@ func (f *Fleet) answerTalos(m Machine) error {
 	return nil
 }
 
-// AddMachine starts one more machine: it answers the Talos API, then its
-// kubelet registers (as a Talos machine joining a cluster).
+// AddMachine starts one more machine as a Talos machine joins a cluster: its
+// kubelet registers; the clouds StartClouds started know its instance, before
+// it answers the Talos API (so before talos-ccm can initialize its node, and
+// so before its native CCM can see it). Not safe for concurrent use.
 func (f *Fleet) AddMachine(ctx context.Context, m Machine) error {
 	n, err := f.Cluster.AddNode(ctx, cluster.NodeOptions{Name: m.Name, ControlPlane: m.ControlPlane})
 	if err != nil {
 		return err
 	}
-	_ = n
+	for _, c := range f.clouds {
+		if err := c.add(m, n.IP.String()); err != nil {
+			return err
+		}
+	}
 	f.Machines = append(f.Machines, m)
 	return f.answerTalos(m)
 }

@@ -14,16 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"helm.sh/helm/v3/pkg/action"
-	"helm.sh/helm/v3/pkg/chart/loader"
-	"helm.sh/helm/v3/pkg/cli"
-	helmregistry "helm.sh/helm/v3/pkg/registry"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	cloudproviderapi "k8s.io/cloud-provider/api"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
@@ -101,7 +96,7 @@ func doInstall(t *testing.T) (*clouds, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := helmInstall(ctx, "hybrid-ccm", f.ChartRef("hybrid-ccm"), version, values); err != nil {
+	if err := f.HelmInstall(ctx, namespace, "hybrid-ccm", f.ChartRef("hybrid-ccm"), version, values); err != nil {
 		return nil, err
 	}
 
@@ -157,45 +152,6 @@ func installValues(cloudURL string) (map[string]any, error) {
 		c.(map[string]any)["overrides"] = map[string]any{"env": []any{map[string]any{"name": "TESTCCM_CLOUD_URL", "value": cloudURL}}}
 	}
 	return values, nil
-}
-
-// helmInstall is `helm install release ref --version v -n kube-system
-// --values values` with Helm's own SDK: the chart pulled from the registry.
-func helmInstall(ctx context.Context, release, ref, version string, values map[string]any) error {
-	cfg, settings, err := helmConfig()
-	if err != nil {
-		return err
-	}
-	in := action.NewInstall(cfg)
-	in.ReleaseName, in.Namespace, in.Version = release, namespace, version
-	path, err := in.ChartPathOptions.LocateChart(ref, settings)
-	if err != nil {
-		return fmt.Errorf("helm pull %s: %w", ref, err)
-	}
-	ch, err := loader.Load(path)
-	if err != nil {
-		return err
-	}
-	if _, err := in.RunWithContext(ctx, ch, values); err != nil {
-		return fmt.Errorf("helm install %s %s: %w", release, ref, err)
-	}
-	return nil
-}
-
-func helmConfig() (*action.Configuration, *cli.EnvSettings, error) {
-	kubeconfig, ns := f.KubeconfigPath, namespace
-	cfg := &action.Configuration{}
-	if err := cfg.Init(&genericclioptions.ConfigFlags{KubeConfig: &kubeconfig, Namespace: &ns}, namespace, "secret", func(string, ...any) {}); err != nil {
-		return nil, nil, err
-	}
-	rc, err := helmregistry.NewClient(helmregistry.ClientOptHTTPClient(f.Registry.HTTPClient()))
-	if err != nil {
-		return nil, nil, err
-	}
-	cfg.RegistryClient = rc
-	settings := cli.New()
-	settings.RepositoryCache = filepath.Join(f.Work(), "helm-cache")
-	return cfg, settings, nil
 }
 
 // awsCloudConf is the cloud.conf profiles/aws.yaml asks for off EC2.

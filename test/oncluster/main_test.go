@@ -21,7 +21,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/hack/ship"
 	"github.com/hybrid-ccm/hybrid-ccm/test/fleet"
 	"github.com/hybrid-ccm/hybrid-ccm/test/netns"
@@ -94,41 +93,19 @@ func run(m *testing.M) int {
 }
 
 // upstreamImages maps every built-in profile's CCM image to the binary it
-// runs here: the real AWS CCM (hack/aws-ccm.sh builds it, `make test` first)
-// for aws, test/testccm (a CCM on k8s.io/cloud-provider/app that asks a fake
-// cloud) for the clouds whose CCM cannot be built from the module proxy.
+// runs here (fleet.UpstreamImages): the real AWS CCM (hack/aws-ccm.sh builds
+// it, `make test` first) for aws, test/testccm for the others.
 func upstreamImages(ctx context.Context) (map[string]string, error) {
 	root := testenv.RepoRoot()
 	out, err := exec.CommandContext(ctx, filepath.Join(root, "hack", "aws-ccm.sh")).Output()
 	if err != nil {
 		return nil, fmt.Errorf("hack/aws-ccm.sh: %w", err)
 	}
-	awsCCM := strings.TrimSpace(string(out))
 	dir, err := os.MkdirTemp("", "hybrid-ccm-testccm-")
 	if err != nil {
 		return nil, err
 	}
-	testCCM := filepath.Join(dir, "testccm")
-	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", testCCM, "./test/testccm")
-	build.Dir = root
-	build.Env = append(os.Environ(), "CGO_ENABLED=0") // an image without libc
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("build test/testccm: %v\n%s", err, out)
-	}
-	set, err := profile.Builtin()
-	if err != nil {
-		return nil, err
-	}
-	images := map[string]string{}
-	for _, name := range set.Names() {
-		p, _ := set.Get(name)
-		bin := testCCM
-		if name == "aws" {
-			bin = awsCCM
-		}
-		images[p.CCM.Image.Reference()] = bin
-	}
-	return images, nil
+	return fleet.UpstreamImages(ctx, root, dir, strings.TrimSpace(string(out)))
 }
 
 // prefixWriter writes the fleet's steps to standard error with the time.

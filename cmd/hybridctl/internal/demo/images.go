@@ -5,42 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
+	"github.com/hybrid-ccm/hybrid-ccm/test/fleet"
 )
 
 // upstreamImages maps the image of each demo cloud's profile to the static
-// binary the fleet's registry serves under that name: the real AWS CCM
-// (awsCCM) for aws, test/testccm (built here, static: it runs in an
-// otherwise empty image) for the clouds whose CCM cannot be built from the
-// Go module proxy. The nodes' containerd pulls them by their upstream names.
+// binary the fleet's registry serves under that name (fleet.UpstreamImages).
 func upstreamImages(ctx context.Context, root, dir, awsCCM string) (map[string]string, error) {
-	testCCM := filepath.Join(dir, "testccm")
-	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", testCCM, "./test/testccm")
-	build.Dir = root
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("build test/testccm: %w\n%s", err, out)
-	}
-	set, err := profile.Builtin()
-	if err != nil {
-		return nil, err
-	}
-	images := map[string]string{}
+	var platforms []string
 	for _, d := range demoClouds {
-		p, ok := set.Get(d.platform)
-		if !ok {
-			return nil, fmt.Errorf("no built-in profile %q", d.platform)
-		}
-		bin := testCCM
-		if d.platform == "aws" {
-			bin = awsCCM
-		}
-		images[p.CCM.Image.Reference()] = bin
+		platforms = append(platforms, d.platform)
 	}
-	return images, nil
+	return fleet.UpstreamImages(ctx, root, dir, awsCCM, platforms...)
 }
 
 // awsCCMBinary is the upstream AWS CCM that hack/aws-ccm.sh built (`make

@@ -1,0 +1,86 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/cli"
+	helmregistry "helm.sh/helm/v3/pkg/registry"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+)
+
+// HelmInstall is `helm install release ref --version version -n namespace
+// --values values` with Helm's own SDK, the chart pulled from the fleet's
+// registry (ref: ChartRef).
+func (f *Fleet) HelmInstall(ctx context.Context, namespace, release, ref, version string, values map[string]any) error {
+	cfg, settings, err := f.helm(namespace)
+	if err != nil {
+		return err
+	}
+	in := action.NewInstall(cfg)
+	in.ReleaseName, in.Namespace, in.Version = release, namespace, version
+	ch, err := locate(&in.ChartPathOptions, settings, ref)
+	if err != nil {
+		return err
+	}
+	if _, err := in.RunWithContext(ctx, ch, values); err != nil {
+		return fmt.Errorf("helm install %s %s --version %s: %w", release, ref, version, err)
+	}
+	return nil
+}
+
+// HelmUpgrade is `helm upgrade release ref --version version -n namespace
+// --values values` (no --wait: what the upgrade starts, the cluster
+// finishes). It returns the chart it pulled: its crds/ are the caller's to
+// apply, as docs/install.md says (Helm never updates them).
+func (f *Fleet) HelmUpgrade(ctx context.Context, namespace, release, ref, version string, values map[string]any) (*chart.Chart, error) {
+	cfg, settings, err := f.helm(namespace)
+	if err != nil {
+		return nil, err
+	}
+	up := action.NewUpgrade(cfg)
+	up.Namespace, up.Version = namespace, version
+	ch, err := locate(&up.ChartPathOptions, settings, ref)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := up.RunWithContext(ctx, release, ch, values); err != nil {
+		return nil, fmt.Errorf("helm upgrade %s %s --version %s: %w", release, ref, version, err)
+	}
+	return ch, nil
+}
+
+// helm is Helm's configuration for namespace: releases stored in Secrets,
+// the registry client trusting the fleet's registry.
+func (f *Fleet) helm(namespace string) (*action.Configuration, *cli.EnvSettings, error) {
+	kubeconfig, ns := f.KubeconfigPath, namespace
+	cfg := &action.Configuration{}
+	if err := cfg.Init(&genericclioptions.ConfigFlags{KubeConfig: &kubeconfig, Namespace: &ns}, namespace, "secret", func(string, ...any) {}); err != nil {
+		return nil, nil, err
+	}
+	rc, err := helmregistry.NewClient(helmregistry.ClientOptHTTPClient(f.Registry.HTTPClient()))
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.RegistryClient = rc
+	settings := cli.New()
+	settings.RepositoryCache = filepath.Join(f.work, "helm-cache")
+	return cfg, settings, nil
+}
+
+// locate pulls the chart ref at the options' version and loads it.
+func locate(o *action.ChartPathOptions, settings *cli.EnvSettings, ref string) (*chart.Chart, error) {
+	path, err := o.LocateChart(ref, settings)
+	if err != nil {
+		return nil, fmt.Errorf("helm pull %s --version %s: %w", ref, o.Version, err)
+	}
+	ch, err := loader.Load(path)
+	if err != nil {
+		return nil, fmt.Errorf("helm pull %s --version %s: %w", ref, o.Version, err)
+	}
+	return ch, nil
+}
