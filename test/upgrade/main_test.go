@@ -1,0 +1,98 @@
+// Package upgrade upgrades the product on a real cluster (test/cluster,
+// test/fleet) the way a platform team does: the previous release — charts
+// and images built by `make release` from an earlier commit of this
+// repository — installed with `helm install` from a registry, then `helm
+// upgrade` to the release of this tree while Talos machines join. It asserts
+// what must hold through it: no node left uninitialized, each CCM with at
+// most one leader at any time, no foreign node touched, no CSR denied. Only
+// its tests hold code.
+package upgrade
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hybrid-ccm/hybrid-ccm/test/fleet"
+	"github.com/hybrid-ccm/hybrid-ccm/test/netns"
+	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
+)
+
+var f *fleet.Fleet
+
+// machines the previous release is installed on: two control-plane machines
+// (bare metal: talos-ccm's leader and its standby, one per machine, in the
+// host's network), an aws instance and an hcloud server.
+var machines = []fleet.Machine{
+	{Name: "metal-cp", Platform: "metal", ControlPlane: true},
+	{Name: "metal-cp2", Platform: "metal", ControlPlane: true},
+	{Name: "aws-1", Platform: "aws", ProviderID: "aws:///eu-west-1a/i-0000000000000b001", Region: "eu-west-1", Zone: "eu-west-1a", InstanceType: "m5.large"},
+	{Name: "hcloud-1", Platform: "hcloud", ProviderID: "hcloud://2001", Region: "fsn1", Zone: "fsn1-dc14", InstanceType: "cx22"},
+}
+
+// joining are the machines that join while the upgrade runs.
+var joining = []fleet.Machine{
+	{Name: "aws-2", Platform: "aws", ProviderID: "aws:///eu-west-1a/i-0000000000000b002", Region: "eu-west-1", Zone: "eu-west-1a", InstanceType: "m5.large"},
+	{Name: "hcloud-2", Platform: "hcloud", ProviderID: "hcloud://2002", Region: "fsn1", Zone: "fsn1-dc14", InstanceType: "cx22"},
+	{Name: "metal-3", Platform: "metal"},
+}
+
+func TestMain(m *testing.M) {
+	// The cluster's bridge, routes and every daemon's port live in a network
+	// namespace of the package's own; nothing it runs can reach beyond it.
+	os.Exit(netns.Main(func() int { return run(m) }))
+}
+
+func run(m *testing.M) int {
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "test/upgrade runs a cluster and needs root")
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	root := testenv.RepoRoot()
+	out, err := exec.CommandContext(ctx, filepath.Join(root, "hack", "aws-ccm.sh")).Output()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "hack/aws-ccm.sh:", err)
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "hybrid-ccm-upgrade-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	images, err := fleet.UpstreamImages(ctx, root, dir, strings.TrimSpace(string(out)), "aws", "hcloud")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	f, err = fleet.Up(ctx, fleet.Options{Machines: machines, Images: images, Log: logWriter{}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() {
+		if err := f.Down(); err != nil {
+			fmt.Fprintln(os.Stderr, "down:", err)
+		}
+	}()
+	code := m.Run()
+	if code != 0 {
+		fmt.Fprintf(os.Stderr, "cluster logs (tails):\n%s\n", f.Logs(3000))
+	}
+	return code
+}
+
+// logWriter writes the fleet's steps to standard error with the time.
+type logWriter struct{}
+
+func (logWriter) Write(p []byte) (int, error) {
+	fmt.Fprintf(os.Stderr, "%s %s", time.Now().Format("15:04:05.000"), p)
+	return len(p), nil
+}

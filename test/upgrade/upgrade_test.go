@@ -1,0 +1,538 @@
+package upgrade
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/Masterminds/semver/v3"
+	"helm.sh/helm/v3/pkg/chart"
+	appsv1 "k8s.io/api/apps/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+	cloudproviderapi "k8s.io/cloud-provider/api"
+	"sigs.k8s.io/yaml"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
+	"github.com/hybrid-ccm/hybrid-ccm/charts/test/chartstest"
+	"github.com/hybrid-ccm/hybrid-ccm/hack/ship"
+	"github.com/hybrid-ccm/hybrid-ccm/test/fleet"
+	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
+)
+
+// previous is the commit the previous release is built from: main as it
+// landed at the first stop of 2026-11-26 (CI green; the fence with grants,
+// talos-ccm in the host's network). Move it forward to the last release's
+// commit when releases are tagged.
+const previous = "0a96d34508b294ee552387f6c775db8b9fccb6d4"
+
+const (
+	// talosNamespace is where the umbrella release and talos-ccm live.
+	talosNamespace = "kube-system"
+	// ccmNamespace is the coordinator's own (the chart's default).
+	ccmNamespace = "hybrid-ccm-system"
+	release      = "hybrid-ccm"
+)
+
+// nativeCCMs are the NativeCCMs of testdata/values.yaml.
+var nativeCCMs = []string{"aws", "hcloud"}
+
+// TestUpgradeWhileNodesJoin installs the previous release as docs/install.md
+// says, then runs `helm upgrade` to this tree's release while three machines
+// join (an aws instance, an hcloud server, a metal machine), and applies the
+// NativeCCM CRD of the new chart as the docs say. Through all of it, from
+// before the upgrade to the end, it watches the cluster: no Node deleted and
+// none re-tainted or re-labelled to another platform, no CSR denied, every
+// leader-election Lease handed over only after its holder released it or let
+// it expire (so never two leaders), one Lease per native CCM. At the end
+// every Deployment of the product runs the new release, every node is
+// initialized with its serving certificate issued, every NativeCCM is Ready
+// with a leader of the new release, and no cloud was asked about a machine
+// not its own.
+func TestUpgradeWhileNodesJoin(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	root := testenv.RepoRoot()
+	prevRoot := checkout(t, ctx, root, previous)
+	prevVersion, curVersion := versions(t, prevRoot, root)
+	t.Logf("previous release %s (commit %.12s), current %s", prevVersion, previous, curVersion)
+	if err := f.ReleaseFrom(ctx, prevRoot, prevVersion); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Release(ctx, curVersion); err != nil {
+		t.Fatal(err)
+	}
+	clouds, err := f.StartClouds(fleet.CloudOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = clouds.Close() })
+
+	// The previous release, installed as documented.
+	values := installValues(t, clouds.TestCCMURL())
+	if err := f.HelmInstall(ctx, talosNamespace, release, f.ChartRef("hybrid-ccm"), prevVersion, values); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string]map[string]string{
+		"hcloud":  {"token": "test-token"},
+		"aws-ccm": {"access-key-id": "AKIAFAKEHYBRIDCCM", "secret-access-key": "fake-secret", "cloud.conf": clouds.AWSCloudConf()},
+	} {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ccmNamespace}, StringData: data}
+		if _, err := f.Client.CoreV1().Secrets(ccmNamespace).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.AnswerTalosServiceAccount(ctx, talosNamespace, "talos-ccm-talos"); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range machines {
+		waitNode(t, ctx, m, "initialized and Ready", func(n *corev1.Node) bool { return initialized(n) && ready(n) })
+	}
+	for _, name := range nativeCCMs {
+		chartstest.WaitNativeCCMRunning(t, ctx, f.Config, name)
+	}
+	t.Logf("previous release %s running: %d nodes initialized, NativeCCMs %v Ready", prevVersion, len(machines), nativeCCMs)
+
+	// From here to the end, the watch.
+	w := startWatch(t, ctx)
+
+	// Machines join while the upgrade runs.
+	joined := make(chan error, 1)
+	go func() {
+		for _, m := range joining {
+			if err := f.AddMachine(ctx, m); err != nil {
+				joined <- fmt.Errorf("machine %s: %w", m.Name, err)
+				return
+			}
+		}
+		joined <- nil
+	}()
+	start := time.Now()
+	ch, err := f.HelmUpgrade(ctx, talosNamespace, release, f.ChartRef("hybrid-ccm"), curVersion, values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Helm never updates crds/: apply the new chart's, as docs/install.md says.
+	if err := applyCRDs(ctx, ch.Dependencies()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-joined; err != nil {
+		t.Fatal(err)
+	}
+
+	// Every Deployment of the product rolled out to the new release: talos-ccm
+	// and the coordinator by the upgrade, each native CCM by the new
+	// coordinator (its gate sidecar's image is of the new release).
+	for _, ns := range []string{talosNamespace, ccmNamespace} {
+		deployments, err := f.Client.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range deployments.Items {
+			if ns == talosNamespace && d.Labels["app.kubernetes.io/instance"] != release {
+				continue // the cluster's own (none today)
+			}
+			waitRolledOut(t, ctx, ns, d.Name, curVersion)
+		}
+	}
+	for _, name := range nativeCCMs {
+		waitRolledOut(t, ctx, ccmNamespace, "native-ccm-"+name, curVersion)
+	}
+	t.Logf("upgrade rolled out in %s", time.Since(start).Round(time.Second))
+
+	all := append(slices.Clone(machines), joining...)
+	for _, m := range all {
+		n := waitNode(t, ctx, m, "initialized and Ready", func(n *corev1.Node) bool { return initialized(n) && ready(n) })
+		if n.Labels[names.PlatformLabel] != m.Platform || (m.ProviderID != "" && n.Spec.ProviderID != m.ProviderID) {
+			t.Errorf("node %s: platform %q providerID %q, want %q %q", m.Name, n.Labels[names.PlatformLabel], n.Spec.ProviderID, m.Platform, m.ProviderID)
+		}
+	}
+	for _, m := range joining {
+		waitServingCSR(t, ctx, m.Name)
+	}
+	for _, name := range nativeCCMs {
+		o := chartstest.WaitNativeCCMRunning(t, ctx, f.Config, name)
+		pod, err := f.Client.CoreV1().Pods(ccmNamespace).Get(ctx, o.Status.Leader.Pod, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("NativeCCM %s: leader pod: %v", name, err)
+		}
+		if img := gateImage(pod.Spec); !strings.HasSuffix(img, ":"+curVersion) {
+			t.Errorf("NativeCCM %s: leader %s runs gate %q, not the new release's", name, pod.Name, img)
+		}
+	}
+
+	w.stop()
+	for _, e := range w.errors() {
+		t.Error(e)
+	}
+	for lease, holders := range w.holders() {
+		t.Logf("lease %s: holders %v", lease, holders)
+	}
+	for _, q := range clouds.Questions() {
+		if q.Foreign {
+			t.Errorf("the %s cloud was asked about %s, a machine of another platform (%d times)", q.Provider, q.About, q.Times)
+		}
+	}
+}
+
+// checkout extracts commit of the repository at root into a new directory
+// (git archive: the tree as committed, no .git).
+func checkout(t *testing.T, ctx context.Context, root, commit string) string {
+	t.Helper()
+	if out, err := exec.CommandContext(ctx, "git", "-C", root, "cat-file", "-e", commit+"^{commit}").CombinedOutput(); err != nil {
+		t.Fatalf("the previous release's commit %s is not in this clone (%v %s): a shallow clone lacks it; `git fetch --unshallow` brings it", commit, err, out)
+	}
+	dir := t.TempDir()
+	archive := exec.CommandContext(ctx, "git", "-C", root, "archive", "--format=tar", commit)
+	extract := exec.CommandContext(ctx, "tar", "-x", "-C", dir)
+	pipe, err := archive.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	extract.Stdin = pipe
+	var stderr strings.Builder
+	archive.Stderr, extract.Stderr = &stderr, &stderr
+	if err := extract.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := archive.Run(); err != nil {
+		t.Fatalf("git archive %s: %v %s", commit, err, stderr.String())
+	}
+	if err := extract.Wait(); err != nil {
+		t.Fatalf("tar -x: %v %s", err, stderr.String())
+	}
+	return dir
+}
+
+// versions are the previous release's version (its charts' appVersion) and
+// the current one's: this tree's, or the next patch release when the tree has
+// not moved its version on from the previous release's.
+func versions(t *testing.T, prevRoot, root string) (string, string) {
+	t.Helper()
+	prev, err := ship.DefaultVersion(prevRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, err := ship.DefaultVersion(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := semver.StrictNewVersion(prev)
+	if err != nil {
+		t.Fatalf("previous release version %q: %v", prev, err)
+	}
+	c, err := semver.StrictNewVersion(cur)
+	if err != nil {
+		t.Fatalf("version %q: %v", cur, err)
+	}
+	if !c.GreaterThan(p) {
+		cur = p.IncPatch().String()
+	}
+	return prev, cur
+}
+
+// installValues are testdata/values.yaml with the stand-in hcloud CCM
+// pointed at its fake cloud.
+func installValues(t *testing.T, cloudURL string) map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values map[string]any
+	if err := yaml.Unmarshal(b, &values); err != nil {
+		t.Fatal(err)
+	}
+	hcloud := values["clouds"].(map[string]any)["hcloud"].(map[string]any)
+	hcloud["overrides"] = map[string]any{"env": []any{map[string]any{"name": "TESTCCM_CLOUD_URL", "value": cloudURL}}}
+	return values
+}
+
+// applyCRDs applies the CRDs of the charts (the umbrella's dependencies)
+// with server-side apply, as `kubectl apply --server-side -f
+// charts/ccm-coordinator/crds/` does.
+func applyCRDs(ctx context.Context, charts []*chart.Chart) error {
+	var data []byte
+	for _, ch := range charts {
+		for _, crd := range ch.CRDObjects() {
+			data = append(append(data, crd.File.Data...), []byte("\n---\n")...)
+		}
+	}
+	if len(data) == 0 {
+		return errors.New("the new chart has no CRDs")
+	}
+	objs, err := fleet.DecodeManifests(data)
+	if err != nil {
+		return err
+	}
+	return f.ApplyManifests(ctx, objs)
+}
+
+// waitRolledOut waits until the Deployment has rolled out its current
+// template (every replica updated and available, no old pod left) and every
+// container of the product in it runs an image of version.
+func waitRolledOut(t *testing.T, ctx context.Context, ns, name, version string) {
+	t.Helper()
+	var last *appsv1.Deployment
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
+		d, err := f.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		last = d
+		want := int32(1)
+		if d.Spec.Replicas != nil {
+			want = *d.Spec.Replicas
+		}
+		s := d.Status
+		return productImagesAt(d.Spec.Template.Spec, version) && s.ObservedGeneration == d.Generation &&
+			s.UpdatedReplicas == want && s.AvailableReplicas == want && s.Replicas == want, nil
+	}); err != nil {
+		t.Fatalf("Deployment %s/%s not rolled out to %s: images %v status %+v", ns, name, version, images(last), statusOfDeployment(last))
+	}
+}
+
+// productImagesAt: every image of the release's registry in spec is at
+// version (the upstream CCM images keep theirs).
+func productImagesAt(spec corev1.PodSpec, version string) bool {
+	n := 0
+	for _, img := range images(&appsv1.Deployment{Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{Spec: spec}}}) {
+		if strings.HasPrefix(img, f.Registry.ReleaseRegistry()+"/") || strings.HasPrefix(img, ship.DefaultRegistry+"/") {
+			if !strings.HasSuffix(img, ":"+version) {
+				return false
+			}
+			n++
+		}
+	}
+	return n > 0
+}
+
+func images(d *appsv1.Deployment) []string {
+	if d == nil {
+		return nil
+	}
+	var out []string
+	for _, c := range append(slices.Clone(d.Spec.Template.Spec.InitContainers), d.Spec.Template.Spec.Containers...) {
+		out = append(out, c.Image)
+	}
+	return out
+}
+
+func statusOfDeployment(d *appsv1.Deployment) appsv1.DeploymentStatus {
+	if d == nil {
+		return appsv1.DeploymentStatus{}
+	}
+	return d.Status
+}
+
+// gateImage is the image of a native CCM pod's ccm-gate container.
+func gateImage(spec corev1.PodSpec) string {
+	for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
+		if c.Name == "ccm-gate" {
+			return c.Image
+		}
+	}
+	return ""
+}
+
+func initialized(n *corev1.Node) bool {
+	return n.Labels[names.PlatformLabel] != "" &&
+		!slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == cloudproviderapi.TaintExternalCloudProvider })
+}
+
+func ready(n *corev1.Node) bool {
+	return slices.ContainsFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool {
+		return c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue
+	})
+}
+
+func waitNode(t *testing.T, ctx context.Context, m fleet.Machine, what string, cond func(*corev1.Node) bool) *corev1.Node {
+	t.Helper()
+	var last *corev1.Node
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		n, err := f.Client.CoreV1().Nodes().Get(ctx, m.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		last = n
+		return cond(n), nil
+	}); err != nil {
+		if last == nil {
+			t.Fatalf("node %s: not %s: never registered", m.Name, what)
+		}
+		t.Fatalf("node %s: not %s: labels %v taints %v conditions %+v", m.Name, what, last.Labels, last.Spec.Taints, last.Status.Conditions)
+	}
+	return last
+}
+
+// waitServingCSR waits for a kubelet-serving CSR of the node approved and
+// issued.
+func waitServingCSR(t *testing.T, ctx context.Context, node string) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := f.Client.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		return slices.ContainsFunc(list.Items, func(c certificatesv1.CertificateSigningRequest) bool {
+			return c.Spec.SignerName == certificatesv1.KubeletServingSignerName && c.Spec.Username == "system:node:"+node && len(c.Status.Certificate) > 0
+		}), nil
+	}); err != nil {
+		t.Fatalf("node %s: no serving certificate issued", node)
+	}
+}
+
+// watch records what must never happen while the upgrade runs.
+type watch struct {
+	stopCh chan struct{}
+	mu     sync.Mutex
+	errs   []string
+	seen   map[string][]string // lease → holders in order
+	leases map[string]map[string]bool
+}
+
+// startWatch watches Nodes, CSRs and Leases until stop.
+func startWatch(t *testing.T, ctx context.Context) *watch {
+	t.Helper()
+	w := &watch{stopCh: make(chan struct{}), seen: map[string][]string{}, leases: map[string]map[string]bool{}}
+	factory := informers.NewSharedInformerFactory(f.Client, 0)
+	nodes := factory.Core().V1().Nodes().Informer()
+	_, _ = nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(o, n any) { w.node(o.(*corev1.Node), n.(*corev1.Node)) },
+		DeleteFunc: func(o any) { w.fail("node %s deleted", nameOf(o)) },
+	})
+	csrs := factory.Certificates().V1().CertificateSigningRequests().Informer()
+	_, _ = csrs.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { w.csr(o.(*certificatesv1.CertificateSigningRequest)) },
+		UpdateFunc: func(_, n any) { w.csr(n.(*certificatesv1.CertificateSigningRequest)) },
+	})
+	leases := factory.Coordination().V1().Leases().Informer()
+	_, _ = leases.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { w.lease(nil, o.(*coordinationv1.Lease)) },
+		UpdateFunc: func(o, n any) { w.lease(o.(*coordinationv1.Lease), n.(*coordinationv1.Lease)) },
+	})
+	factory.Start(w.stopCh)
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			t.Fatalf("watch: %v not synced", typ)
+		}
+	}
+	return w
+}
+
+func (w *watch) stop() { close(w.stopCh) }
+
+func (w *watch) fail(format string, args ...any) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.errs = append(w.errs, time.Now().Format("15:04:05.000")+" "+fmt.Sprintf(format, args...))
+}
+
+func (w *watch) errors() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := slices.Clone(w.errs)
+	// One Lease per native CCM: a second would be a second leader.
+	for _, name := range nativeCCMs {
+		if n := len(w.leases[name]); n > 1 {
+			out = append(out, fmt.Sprintf("native CCM %s held %d leases: %v", name, n, w.leases[name]))
+		}
+	}
+	return out
+}
+
+func (w *watch) holders() map[string][]string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.seen
+}
+
+// node: an initialized node stays initialized, on its platform, with its
+// providerID.
+func (w *watch) node(o, n *corev1.Node) {
+	if !initialized(o) {
+		return
+	}
+	switch {
+	case !initialized(n):
+		w.fail("node %s: initialized, then not: labels %v taints %v", n.Name, n.Labels, n.Spec.Taints)
+	case n.Labels[names.PlatformLabel] != o.Labels[names.PlatformLabel]:
+		w.fail("node %s: platform %q became %q", n.Name, o.Labels[names.PlatformLabel], n.Labels[names.PlatformLabel])
+	case n.Spec.ProviderID != o.Spec.ProviderID:
+		w.fail("node %s: providerID %q became %q", n.Name, o.Spec.ProviderID, n.Spec.ProviderID)
+	}
+}
+
+// csr: every CSR here is an honest kubelet's; none is denied or fails.
+func (w *watch) csr(c *certificatesv1.CertificateSigningRequest) {
+	for _, cond := range c.Status.Conditions {
+		if cond.Type == certificatesv1.CertificateDenied || cond.Type == certificatesv1.CertificateFailed {
+			w.fail("CSR %s of %s: %s %s: %s", c.Name, c.Spec.Username, cond.Type, cond.Reason, cond.Message)
+		}
+	}
+}
+
+// lease: a holder takes a Lease over only from no holder (released) or
+// from a holder whose lease expired (renewTime + leaseDurationSeconds) — as
+// client-go's leader election does; a takeover while the old holder's lease
+// ran means two processes led at once.
+func (w *watch) lease(o, n *coordinationv1.Lease) {
+	key := n.Namespace + "/" + n.Name
+	holder := ptrString(n.Spec.HolderIdentity)
+	w.mu.Lock()
+	if h := w.seen[key]; holder != "" && (len(h) == 0 || h[len(h)-1] != holder) {
+		w.seen[key] = append(h, holder)
+	}
+	if pod, _, _ := strings.Cut(holder, "_"); strings.HasPrefix(pod, "native-ccm-") {
+		for _, name := range nativeCCMs {
+			if strings.HasPrefix(pod, "native-ccm-"+name+"-") {
+				if w.leases[name] == nil {
+					w.leases[name] = map[string]bool{}
+				}
+				w.leases[name][key] = true
+			}
+		}
+	}
+	w.mu.Unlock()
+	if o == nil {
+		return
+	}
+	old := ptrString(o.Spec.HolderIdentity)
+	if old == "" || holder == "" || old == holder || o.Spec.RenewTime == nil || o.Spec.LeaseDurationSeconds == nil {
+		return
+	}
+	expires := o.Spec.RenewTime.Add(time.Duration(*o.Spec.LeaseDurationSeconds) * time.Second)
+	if acquired := n.Spec.AcquireTime; acquired == nil || acquired.Before(&metav1.MicroTime{Time: expires}) {
+		w.fail("lease %s: %s took it over at %v from %s, whose lease ran until %v", key, holder, n.Spec.AcquireTime, old, expires)
+	}
+}
+
+func ptrString(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func nameOf(o any) string {
+	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		return d.Key
+	}
+	if m, ok := o.(metav1.Object); ok {
+		return m.GetName()
+	}
+	return fmt.Sprint(o)
+}
