@@ -1,10 +1,12 @@
 // Package aws proves the promise "unmodified upstream CCMs, lifecycle-only,
 // gated" with a real one: k8s.io/cloud-provider-aws's
 // aws-cloud-controller-manager, built from source at the version
-// profiles/aws.yaml names (hack/aws-ccm.sh), installed by the coordinator from
-// its profile through the umbrella chart and run by the pod runner with its
-// ccm-gate sidecar and exactly the RBAC its release grants, against a real API
-// server and a loopback fake of the EC2 API (test/fakeec2); and, with its
+// profiles/aws.yaml names (hack/aws-ccm.sh), run with the container the
+// coordinator renders from its profile, behind a ccm-gate process and with
+// exactly the RBAC its release grants, against a real API server and a
+// loopback fake of the EC2 API (test/fakeec2), one node per EC2 state the
+// lifecycle controller acts on (test/oncluster runs it as the coordinator's
+// pod on real kubelets); and, with its
 // service controller on, that it serves LoadBalancer Services from the fake's
 // Classic ELB API, behind the gate only those of its class
 // (loadbalancer_test.go). Everything runs in a network namespace with only lo
@@ -25,23 +27,21 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	cloudproviderapi "k8s.io/cloud-provider/api"
 
-	"github.com/hybrid-ccm/hybrid-ccm/charts/test/chartstest"
-	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	fencepkg "github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/gatetest"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/test/fakeec2"
-	"github.com/hybrid-ccm/hybrid-ccm/test/podrunner"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
@@ -145,12 +145,15 @@ func cloudConf(url string) string {
 	return b.String()
 }
 
-// TestAWSCCMGated installs the AWS CCM as the umbrella chart and the
-// coordinator do, and checks the lifecycle controller's every decision on the
-// real binary: the terminated and the absent instances' nodes deleted, the
-// stopped instance's node tainted, every foreign node untouched and never
-// asked about. Then the same binary runs with the same RBAC but without the
-// gate (Ungated), showing what the gate prevents.
+// TestAWSCCMGated runs the real AWS CCM as the coordinator's release runs it
+// — the CCM container rendered from the built-in aws profile (lifecycle-only,
+// cloud.conf, no metadata service), behind ccm-gate for platform aws, with
+// exactly the release's RBAC and the fence confining its identity — and
+// checks the lifecycle controller's every decision: the terminated and the
+// absent instances' nodes deleted, the stopped instance's node tainted, every
+// foreign node untouched and never asked about. Then the same binary runs
+// with the same RBAC but without the gate (Ungated), showing what the gate
+// prevents. (The coordinator installing it on real kubelets is test/oncluster's.)
 func TestAWSCCMGated(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -171,21 +174,16 @@ func TestAWSCCMGated(t *testing.T) {
 		before[n.name] = o.ResourceVersion
 	}
 
-	// helm install hybrid-ccm charts/hybrid-ccm with AWS enabled.
-	chartstest.InstallUmbrella(t, ctx, env.KubeconfigPath, namespace, "hybrid-ccm", map[string]any{
-		"components": map[string]any{"talos-ccm": false},
-		"clouds":     map[string]any{"aws": map[string]any{"enabled": true, "credentials": map[string]any{"secretName": "aws-ccm"}}},
-	})
-
-	// Then the credentials, in the namespace the chart made for the
-	// coordinator and its CCMs (docs/install.md, docs/profiles.md).
+	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ccmNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	// The credentials, as docs/profiles.md names their keys.
 	conf := cloudConf(srv.URL)
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "aws-ccm", Namespace: ccmNamespace},
 		StringData: map[string]string{"access-key-id": accessKey, "secret-access-key": "fake-secret", "cloud.conf": conf}}
 	if _, err := env.Client.CoreV1().Secrets(ccmNamespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-
 	set, err := profile.Builtin()
 	if err != nil {
 		t.Fatal(err)
@@ -194,30 +192,41 @@ func TestAWSCCMGated(t *testing.T) {
 	if !ok {
 		t.Fatal("no built-in aws profile")
 	}
-	im, err := podrunner.LayoutImages(layout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	im.Map(p.CCM.Image.Reference(), awsCCM)
-	logs := &testenv.Buffer{}
-	runner := podrunner.New(t, podrunner.Options{Config: env.Config, Images: im, NodeName: "cp-1", Log: logs})
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("pod logs (tail):\n%s", tail(logs.String(), 30000))
-		}
-	})
-	if err := runner.Manage(ctx, ccmNamespace, ""); err != nil {
-		t.Fatal(err)
-	}
-	chartstest.WaitNativeCCMRunning(t, ctx, env.Config, "aws")
+	// The container is the profile's: the upstream image, lifecycle-only, the
+	// cloud.conf from the Secret, no metadata service.
+	ccm := renderCCM(t, ctx, "native-ccm-aws", nil)
+	checkCCMContainer(t, ccm, p.CCM.Image.Reference())
 
-	// The pod is the profile's: the upstream image, lifecycle-only, the
-	// cloud.conf from the Secret, no metadata service, the gate in front.
-	dep, err := env.Client.AppsV1().Deployments(ccmNamespace).Get(ctx, "native-ccm-aws", metav1.GetOptions{})
+	// The fence confines NativeCCM aws's identity; the release's RBAC.
+	const name = "aws"
+	sa := "native-ccm-" + name
+	c, err := gatetest.Client(env.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ccm := checkPodSpec(t, dep, p.CCM.Image.Reference())
+	if err := gatetest.InstallFence(ctx, c, ccmNamespace); err != nil {
+		t.Fatal(err)
+	}
+	remove, err := gatetest.Confine(ctx, c, fencepkg.Fence{Namespace: ccmNamespace}, name, "aws")
+	if remove != nil {
+		t.Cleanup(remove)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := grantRelease(t, ctx, sa, false)
+	direct := &rest.Config{Host: env.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: env.Config.CAData}, BearerToken: token}
+
+	// ccm-gate as the coordinator's sidecar runs it, the CCM behind it.
+	gated, stopGated := context.WithCancel(ctx)
+	gate, err := gatetest.StartGate(gateBin, t.TempDir(), "aws", env.Config, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(gate.Stop)
+	startCCM(t, gated, ccmProcess{container: ccm, conf: conf, secret: map[string][]byte{"access-key-id": []byte(accessKey), "secret-access-key": []byte("fake-secret")},
+		kubeconfig:     writeTokenKubeconfig(t, gate.Config, token),
+		authKubeconfig: writeTokenKubeconfig(t, direct, token)})
 
 	// The lifecycle controller's decisions, on its own nodes.
 	gone(t, ctx, "aws-terminated", ec2)
@@ -274,7 +283,10 @@ func TestAWSCCMGated(t *testing.T) {
 		}
 	}
 
-	t.Run("Ungated", func(t *testing.T) { ungated(t, ctx, dep, ccm, conf, ec2) })
+	// The gated CCM stops.
+	stopGated()
+	gate.Stop()
+	t.Run("Ungated", func(t *testing.T) { ungated(t, ctx, sa, ccm, conf, ec2) })
 
 	// The profile's AWS_EC2_METADATA_DISABLED is what keeps it off the
 	// metadata service: without it the SDK asks IMDS at every start.
@@ -294,29 +306,13 @@ func TestAWSCCMGated(t *testing.T) {
 	})
 }
 
-// ungated stops the gated CCM and runs the same binary with the same
-// arguments, environment and RBAC, but straight against the API server under
-// an identity the fence does not know: what the gate prevents.
-func ungated(t *testing.T, ctx context.Context, dep *appsv1.Deployment, ccm corev1.Container, conf string, ec2 *fakeec2.Server) {
-	sa := dep.Spec.Template.Spec.ServiceAccountName
+// ungated runs the same binary as the gated CCM (stopped) with the same
+// arguments, environment and RBAC (those of ServiceAccount sa), but straight
+// against the API server under an identity the fence does not know: what the
+// gate prevents.
+func ungated(t *testing.T, ctx context.Context, sa string, ccm corev1.Container, conf string, ec2 *fakeec2.Server) {
 	const ungatedSA = "aws-ccm-ungated"
 	copyRBAC(t, ctx, sa, ungatedSA)
-
-	// The gated release goes.
-	dyn, err := dynamic.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := dyn.Resource(v1.GroupVersion.WithResource("nativeccms")).Delete(ctx, "aws", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	poll(t, ctx, "the gated CCM's pods gone", func() bool {
-		pods, err := env.Client.CoreV1().Pods(ccmNamespace).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false
-		}
-		return !slices.ContainsFunc(pods.Items, func(p corev1.Pod) bool { return strings.HasPrefix(p.Name, "native-ccm-aws") })
-	})
 	// The same cluster again: the deleted nodes re-registered.
 	for _, n := range own {
 		if n.name == "aws-terminated" || n.name == "aws-absent" {
@@ -435,19 +431,11 @@ func startCCM(t *testing.T, ctx context.Context, p ccmProcess) *testenv.Buffer {
 	return out
 }
 
-// checkPodSpec returns the CCM container after checking the pod template
-// against the profile.
-func checkPodSpec(t *testing.T, dep *appsv1.Deployment, image string) corev1.Container {
+// checkCCMContainer checks the rendered CCM container against the profile.
+func checkCCMContainer(t *testing.T, ccm corev1.Container, image string) {
 	t.Helper()
-	spec := dep.Spec.Template.Spec
-	var ccm *corev1.Container
-	for i := range spec.Containers {
-		if spec.Containers[i].Image == image {
-			ccm = &spec.Containers[i]
-		}
-	}
-	if ccm == nil {
-		t.Fatalf("no container runs %s: %+v", image, spec.Containers)
+	if ccm.Image != image {
+		t.Errorf("CCM image %q, want the profile's %q", ccm.Image, image)
 	}
 	for _, want := range []string{"--cloud-provider=aws", "--controllers=cloud-node-lifecycle", "--cloud-config=/etc/kubernetes/cloud-config/cloud.conf", "--configure-cloud-routes=false"} {
 		if !slices.Contains(ccm.Args, want) {
@@ -457,10 +445,6 @@ func checkPodSpec(t *testing.T, dep *appsv1.Deployment, image string) corev1.Con
 	if !slices.ContainsFunc(ccm.Env, func(e corev1.EnvVar) bool { return e.Name == "AWS_EC2_METADATA_DISABLED" && e.Value == "true" }) {
 		t.Errorf("CCM env %v lacks AWS_EC2_METADATA_DISABLED=true", ccm.Env)
 	}
-	if !slices.ContainsFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == "ccm-gate" }) {
-		t.Errorf("no ccm-gate sidecar: %+v", spec.InitContainers)
-	}
-	return *ccm
 }
 
 // copyRBAC binds a new ServiceAccount to copies of every Role and ClusterRole

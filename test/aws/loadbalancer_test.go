@@ -115,7 +115,7 @@ func TestAWSCCMLoadBalancers(t *testing.T) {
 	for _, n := range lbNodes {
 		register(t, ctx, n)
 	}
-	ccm := renderCCM(t, ctx)
+	ccm := renderCCM(t, ctx, "native-ccm-aws-lb", &release.LoadBalancerSettings{Class: awsClass, Default: true})
 
 	// A Service of each cloud's class; the aws one waits for the gate.
 	awsSvc := createService(t, ctx, "web-aws", awsClass)
@@ -124,7 +124,7 @@ func TestAWSCCMLoadBalancers(t *testing.T) {
 	t.Run("Direct", func(t *testing.T) {
 		ec2.Reset()
 		const sa = "aws-lb-direct"
-		token := grantRelease(t, ctx, sa)
+		token := grantRelease(t, ctx, sa, true)
 		kubeconfig := writeTokenKubeconfig(t, &rest.Config{Host: env.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: env.Config.CAData}}, token)
 		out := startCCM(t, ctx, ccmProcess{container: ccm, conf: conf, kubeconfig: kubeconfig, authKubeconfig: kubeconfig, secret: secret})
 		calls := &callLog{ec2: ec2}
@@ -205,7 +205,7 @@ func TestAWSCCMLoadBalancers(t *testing.T) {
 		if err := gatetest.FenceLoadBalancers(ctx, c, ccmNamespace, name, lbs); err != nil {
 			t.Fatal(err)
 		}
-		token := grantRelease(t, ctx, sa)
+		token := grantRelease(t, ctx, sa, true)
 		direct := &rest.Config{Host: env.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: env.Config.CAData}, BearerToken: token}
 		waitServiceFence(t, ctx, direct, hcloudSvc)
 
@@ -271,9 +271,9 @@ func TestAWSCCMLoadBalancers(t *testing.T) {
 }
 
 // renderCCM returns the CCM container of the release the coordinator installs
-// for NativeCCM aws-lb with spec.loadBalancers {enabled, class
-// hybridccm.io/aws, default}, rendered from the built-in aws profile.
-func renderCCM(t *testing.T, ctx context.Context) corev1.Container {
+// for a NativeCCM of the built-in aws profile as releaseName, with
+// spec.loadBalancers as lbs (nil: lifecycle only), rendered from the profile.
+func renderCCM(t *testing.T, ctx context.Context, releaseName string, lbs *release.LoadBalancerSettings) corev1.Container {
 	t.Helper()
 	set, err := profile.Builtin()
 	if err != nil {
@@ -283,8 +283,7 @@ func renderCCM(t *testing.T, ctx context.Context) corev1.Container {
 	if !ok {
 		t.Fatal("no built-in aws profile")
 	}
-	req, err := release.FromProfile(p, release.Instance{ReleaseName: "native-ccm-aws-lb", Namespace: ccmNamespace, Platform: "aws",
-		LoadBalancers: &release.LoadBalancerSettings{Class: awsClass, Default: true}})
+	req, err := release.FromProfile(p, release.Instance{ReleaseName: releaseName, Namespace: ccmNamespace, Platform: "aws", LoadBalancers: lbs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,8 +300,12 @@ func renderCCM(t *testing.T, ctx context.Context) corev1.Container {
 			if c.Image != p.CCM.Image.Reference() {
 				continue
 			}
-			if !slices.Contains(c.Args, "--controllers=cloud-node-lifecycle,service") {
-				t.Fatalf("rendered CCM args %v lack --controllers=cloud-node-lifecycle,service", c.Args)
+			controllers := "--controllers=cloud-node-lifecycle"
+			if lbs != nil {
+				controllers += ",service"
+			}
+			if !slices.Contains(c.Args, controllers) {
+				t.Fatalf("rendered CCM args %v lack %s", c.Args, controllers)
 			}
 			t.Logf("rendered CCM args: %s", strings.Join(c.Args, " "))
 			return c
@@ -313,10 +316,10 @@ func renderCCM(t *testing.T, ctx context.Context) corev1.Container {
 }
 
 // grantRelease creates the ServiceAccount sa with what the release of a
-// NativeCCM with load balancers binds it to — release.LifecycleRules (and
-// its lease), release.LoadBalancerRules, the delegated authentication of its
+// NativeCCM binds it to — release.LifecycleRules (and its lease), with load
+// balancers release.LoadBalancerRules, the delegated authentication of its
 // secure port — and returns a token for it.
-func grantRelease(t *testing.T, ctx context.Context, sa string) string {
+func grantRelease(t *testing.T, ctx context.Context, sa string, loadBalancers bool) string {
 	t.Helper()
 	token, err := gatetest.ServiceAccountToken(ctx, env.Client, ccmNamespace, sa)
 	if err != nil {
@@ -327,11 +330,15 @@ func grantRelease(t *testing.T, ctx context.Context, sa string) string {
 	}
 	rbac := env.Client.RbacV1()
 	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: ccmNamespace}}
-	lbRole := sa + release.LoadBalancerSuffix
-	if _, err := rbac.ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: lbRole}, Rules: release.LoadBalancerRules()}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	bindings := map[string]string{release.AuthDelegatorClusterRole: sa + release.AuthDelegatorSuffix}
+	if loadBalancers {
+		lbRole := sa + release.LoadBalancerSuffix
+		if _, err := rbac.ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: lbRole}, Rules: release.LoadBalancerRules()}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		bindings[lbRole] = lbRole
 	}
-	for role, binding := range map[string]string{lbRole: lbRole, release.AuthDelegatorClusterRole: sa + release.AuthDelegatorSuffix} {
+	for role, binding := range bindings {
 		if _, err := rbac.ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: binding}, Subjects: subjects,
 			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)

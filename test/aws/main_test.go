@@ -1,7 +1,6 @@
 package aws
 
 import (
-	"context"
 	"fmt"
 	"net/netip"
 	"os"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/hybrid-ccm/hybrid-ccm/charts/test/chartstest"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/gatetest"
-	"github.com/hybrid-ccm/hybrid-ccm/hack/ship"
 	"github.com/hybrid-ccm/hybrid-ccm/test/netns"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
@@ -26,20 +24,18 @@ var (
 	env *testenv.Env
 	// awsCCM is the upstream AWS CCM binary (hack/aws-ccm.sh).
 	awsCCM string
-	// layout is the OCI image layout of ccm-coordinator and ccm-gate.
-	layout string
 	// gateBin is the ccm-gate binary.
 	gateBin string
 )
 
 // TestMain builds what the test runs (that needs the Go module proxy), then
 // re-executes the test binary in a network namespace that has only lo, where
-// the control plane, the fake AWS APIs and every pod run.
+// the control plane, the fake AWS APIs, the gate and the CCM run.
 func TestMain(m *testing.M) {
 	if os.Geteuid() != 0 {
-		// Network and mount namespaces, chroot and setuid. Not a skip: CI and
-		// developers run the tests as root.
-		fmt.Fprintln(os.Stderr, "test/aws runs pods in a network namespace and needs root")
+		// A network namespace. Not a skip: CI and developers run the tests
+		// as root.
+		fmt.Fprintln(os.Stderr, "test/aws runs in a network namespace and needs root")
 		os.Exit(1)
 	}
 	if !netns.Isolated() {
@@ -65,14 +61,13 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		awsCCM, layout, gateBin = os.Getenv("HYBRID_CCM_TEST_AWS_CCM"), os.Getenv("HYBRID_CCM_TEST_LAYOUT"), os.Getenv("HYBRID_CCM_TEST_GATE")
+		awsCCM, gateBin = os.Getenv("HYBRID_CCM_TEST_AWS_CCM"), os.Getenv("HYBRID_CCM_TEST_GATE")
 		return testenv.Run(m, testenv.Options{CRDDirectoryPaths: chartstest.CRDDirectoryPaths()}, func(e *testenv.Env) { env = e })
 	}))
 }
 
-// build builds the AWS CCM (hack/aws-ccm.sh), the ccm-coordinator and
-// ccm-gate images and the ccm-gate binary into dir and passes their paths to
-// the re-executed binary.
+// build builds the AWS CCM (hack/aws-ccm.sh) and the ccm-gate binary into
+// dir and passes their paths to the re-executed binary.
 func build(dir string) error {
 	root := testenv.RepoRoot()
 	cmd := exec.Command(filepath.Join(root, "hack", "aws-ccm.sh"))
@@ -81,17 +76,11 @@ func build(dir string) error {
 	if err != nil {
 		return fmt.Errorf("hack/aws-ccm.sh: %w", err)
 	}
-	images := filepath.Join(dir, "images")
-	if _, err := ship.Build(context.Background(), ship.Options{Platforms: []string{ship.HostPlatform()},
-		Images: []string{"ccm-coordinator", "ccm-gate"}, Out: images}); err != nil {
-		return fmt.Errorf("build images: %w", err)
-	}
 	gate, err := gatetest.BuildGate(dir)
 	if err != nil {
 		return err
 	}
 	os.Setenv("HYBRID_CCM_TEST_AWS_CCM", strings.TrimSpace(string(out)))
-	os.Setenv("HYBRID_CCM_TEST_LAYOUT", images)
 	os.Setenv("HYBRID_CCM_TEST_GATE", gate)
 	return nil
 }
