@@ -23,6 +23,7 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/hybrid-ccm/hybrid-ccm/cmd/internal/version"
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/controller"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
@@ -40,6 +41,16 @@ import (
 // defaultGateImage is the --gate-image default. Image builds (hack/ship) set
 // it with -X to the ccm-gate image built beside this binary.
 var defaultGateImage = "ghcr.io/hybrid-ccm/ccm-gate:0.1.0"
+
+// chartVersion is the version the embedded native-ccm chart is installed at:
+// the release's (set at link time), or the chart's own in a build that is
+// not a release.
+func chartVersion() string {
+	if version.Released() {
+		return version.Version
+	}
+	return ""
+}
 
 func main() {
 	var (
@@ -62,6 +73,7 @@ func main() {
 		listProfiles = flag.Bool("list-profiles", false, "Print the resolved profile names and exit.")
 		gateImage    = flag.String("gate-image", defaultGateImage, "Image of the ccm-gate sidecar added to every native CCM.")
 		gatePull     = flag.String("gate-image-pull-policy", "", "Pull policy of the ccm-gate image (default: Kubernetes' default).")
+		printVersion = flag.Bool("version", false, "Print the version and exit.")
 	)
 	logOpts.BindFlags(flag.CommandLine)
 	leaderOpts.BindFlags(flag.CommandLine)
@@ -72,6 +84,10 @@ func main() {
 	// it: $KUBECONFIG, in-cluster, ~/.kube/config)
 	flag.CommandLine.AddGoFlagSet(goflag.CommandLine)
 	flag.Parse()
+	if *printVersion {
+		fmt.Println(version.Line("ccm-coordinator"))
+		return
+	}
 
 	log := logger.NewLogger(logOpts)
 	ctrl.SetLogger(log)
@@ -127,6 +143,7 @@ func main() {
 		Metrics:       runtimectrl.NewMetrics(mgr, recorder, v1.Finalizer),
 		Engine: helm.NewEngine(restConfig, helm.Options{
 			Wait: *helmWait, Timeout: *helmTimeout, Log: log.WithName("helm"),
+			BuiltinChartVersion: chartVersion(),
 		}),
 		Profiles: profiles,
 		// The gate: every release gets the ccm-gate sidecar (the view) and an

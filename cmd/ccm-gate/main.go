@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
+	"github.com/hybrid-ccm/hybrid-ccm/cmd/internal/version"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy"
 )
 
@@ -28,10 +29,15 @@ func main() {
 	opts := proxy.DefaultServerOptions()
 	fs := pflag.NewFlagSet("ccm-gate", pflag.ExitOnError)
 	opts.BindFlags(fs)
+	printVersion := fs.Bool("version", false, "Print the version and exit.")
 	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlagSet(klogFlags)
 	_ = fs.Parse(os.Args[1:])
+	if *printVersion {
+		fmt.Println(version.Line("ccm-gate"))
+		return
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -51,6 +51,12 @@ const VersionChart = "talos-ccm"
 // --gate-image default; image builds set it to the ccm-gate image they build.
 const GateImageSymbol = "main.defaultGateImage"
 
+// VersionSymbol is the string variable every binary reports as its version
+// (cmd/internal/version.Version; --version, and the version ccm-coordinator
+// installs its embedded native-ccm chart at); image builds set it to the
+// release's.
+const VersionSymbol = "github.com/hybrid-ccm/hybrid-ccm/cmd/internal/version.Version"
+
 // FindRoot returns the repository root: the nearest directory at or above the
 // working directory that holds go.mod.
 func FindRoot() (string, error) {

@@ -186,7 +186,8 @@ const ReleaseTags = "nodemo"
 // invocation (the packages they share are compiled once).
 func goBuild(ctx context.Context, o Options, osName, arch, dir string) error {
 	ldflags := []string{"-s", "-w", "-buildid=",
-		"-X", GateImageSymbol + "=" + ImageRef(o.Registry, "ccm-gate", o.Version)}
+		"-X", GateImageSymbol + "=" + ImageRef(o.Registry, "ccm-gate", o.Version),
+		"-X", VersionSymbol + "=" + o.Version}
 	// nodemo: hybridctl without the demo, which links a control-plane
 	// starter that needs a writable cache directory at start-up.
 	args := []string{"build", "-trimpath", "-buildvcs=false", "-tags=" + ReleaseTags, "-ldflags=" + strings.Join(ldflags, " "), "-o", dir + string(filepath.Separator)}

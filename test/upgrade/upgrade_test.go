@@ -2,6 +2,7 @@ package upgrade
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -19,6 +20,7 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
@@ -28,6 +30,7 @@ import (
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 	"github.com/hybrid-ccm/hybrid-ccm/charts/test/chartstest"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/hack/ship"
 	"github.com/hybrid-ccm/hybrid-ccm/test/fleet"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
@@ -163,14 +166,27 @@ func TestUpgradeWhileNodesJoin(t *testing.T) {
 	for _, m := range joining {
 		waitServingCSR(t, ctx, m.Name)
 	}
+	// Each native CCM is led by a pod of the new release: the old leader's
+	// lease is released or expires (one lease duration, 100 s), then a new
+	// pod takes it and the coordinator reports it.
 	for _, name := range nativeCCMs {
-		o := chartstest.WaitNativeCCMRunning(t, ctx, f.Config, name)
-		pod, err := f.Client.CoreV1().Pods(ccmNamespace).Get(ctx, o.Status.Leader.Pod, metav1.GetOptions{})
-		if err != nil {
-			t.Fatalf("NativeCCM %s: leader pod: %v", name, err)
+		o := waitNativeCCMLeader(t, ctx, name, curVersion)
+		// The new coordinator installs its embedded chart at the release's
+		// version, not at the one its Chart.yaml had when it was built.
+		if want := "native-ccm@" + curVersion; o.Status.Release == nil || o.Status.Release.Chart != want {
+			t.Errorf("NativeCCM %s: release %+v, want chart %s", name, o.Status.Release, want)
 		}
-		if img := gateImage(pod.Spec); !strings.HasSuffix(img, ":"+curVersion) {
-			t.Errorf("NativeCCM %s: leader %s runs gate %q, not the new release's", name, pod.Name, img)
+	}
+
+	// What `hybridctl version` tells the user: every component at the new
+	// release.
+	components := hybridctlVersion(t, ctx)
+	if len(components) != 2+len(nativeCCMs) {
+		t.Errorf("hybridctl version shows %d components, want talos-ccm, ccm-coordinator and %d native CCMs: %+v", len(components), len(nativeCCMs), components)
+	}
+	for _, c := range components {
+		if len(c.Versions) == 0 || slices.ContainsFunc(c.Versions, func(v string) bool { return v != curVersion }) {
+			t.Errorf("hybridctl version: %s/%s (%s) at %v, want %s", c.Namespace, c.Name, c.Component, c.Versions, curVersion)
 		}
 	}
 
@@ -186,6 +202,58 @@ func TestUpgradeWhileNodesJoin(t *testing.T) {
 			t.Errorf("the %s cloud was asked about %s, a machine of another platform (%d times)", q.Provider, q.About, q.Times)
 		}
 	}
+}
+
+// waitNativeCCMLeader waits until the NativeCCM is Ready with a leader pod
+// whose gate runs version, and returns it.
+func waitNativeCCMLeader(t *testing.T, ctx context.Context, name, version string) *v1alpha1.NativeCCM {
+	t.Helper()
+	var last *v1alpha1.NativeCCM
+	var img string
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
+		last = chartstest.NativeCCM(t, ctx, f.Config, name)
+		if !apimeta.IsStatusConditionTrue(last.Status.Conditions, "Ready") || last.Status.Leader == nil {
+			return false, nil
+		}
+		pod, err := f.Client.CoreV1().Pods(ccmNamespace).Get(ctx, last.Status.Leader.Pod, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		img = gateImage(pod.Spec)
+		return strings.HasSuffix(img, ":"+version), nil
+	}); err != nil {
+		t.Fatalf("NativeCCM %s: no leader of release %s (last leader's gate %q): %+v", name, version, img, last.Status)
+	}
+	return last
+}
+
+// hybridctlVersion runs `hybridctl version -o json` (built from this tree)
+// against the cluster and returns the components it shows.
+func hybridctlVersion(t *testing.T, ctx context.Context) []struct {
+	Namespace, Name, Component string
+	Versions                   []string
+} {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "hybridctl")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/hybridctl")
+	build.Dir = testenv.RepoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/hybridctl: %v\n%s", err, out)
+	}
+	out, err := exec.CommandContext(ctx, bin, "version", "-o", "json", "--kubeconfig", f.KubeconfigPath).Output()
+	if err != nil {
+		t.Fatalf("hybridctl version: %v\n%s", err, out)
+	}
+	var rep struct {
+		Components []struct {
+			Namespace, Name, Component string
+			Versions                   []string
+		}
+	}
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("hybridctl version -o json: %v\n%s", err, out)
+	}
+	return rep.Components
 }
 
 // checkout extracts commit of the repository at root into a new directory

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/Masterminds/semver/v3"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/registry"
@@ -46,8 +47,12 @@ func loadBuiltinFiles() {
 	})
 }
 
-// BuiltinChart loads the embedded generic chart charts/native-ccm.
-func BuiltinChart() (*chart.Chart, error) {
+// BuiltinChart loads the embedded generic chart charts/native-ccm. A
+// non-empty version (the coordinator's release version) becomes the chart's
+// version and appVersion, so that a release's native CCM releases carry the
+// version the user released, whatever charts/native-ccm/Chart.yaml said when
+// the binary was built; it must be a semantic version.
+func BuiltinChart(version string) (*chart.Chart, error) {
 	loadBuiltinFiles()
 	if builtinErr != nil {
 		return nil, fmt.Errorf("embedded native-ccm chart: %w", builtinErr)
@@ -58,13 +63,23 @@ func BuiltinChart() (*chart.Chart, error) {
 	for i, f := range builtinFiles {
 		files[i] = &loader.BufferedFile{Name: f.Name, Data: bytes.Clone(f.Data)}
 	}
-	return loader.LoadFiles(files)
+	ch, err := loader.LoadFiles(files)
+	if err != nil || version == "" {
+		return ch, err
+	}
+	if _, err := semver.StrictNewVersion(version); err != nil {
+		return nil, fmt.Errorf("embedded native-ccm chart: version %q: %w", version, err)
+	}
+	ch.Metadata.Version, ch.Metadata.AppVersion = version, version
+	return ch, nil
 }
 
 // chartSource fetches charts from the embedded chart, HTTP chart repositories
 // and OCI registries. Downloaded archives are cached by URL and digest.
 type chartSource struct {
-	http     *http.Client
+	// builtinVersion is Options.BuiltinChartVersion.
+	builtinVersion string
+	http           *http.Client
 	registry func() (*registry.Client, error)
 
 	mu    sync.Mutex
@@ -74,7 +89,7 @@ type chartSource struct {
 func (s *chartSource) load(ctx context.Context, c profile.Chart) (*chart.Chart, error) {
 	switch c.Source {
 	case profile.ChartBuiltin:
-		return BuiltinChart()
+		return BuiltinChart(s.builtinVersion)
 	case profile.ChartRepository:
 		data, err := s.fromRepository(ctx, c)
 		if err != nil {

@@ -45,6 +45,9 @@ type Options struct {
 	RegistryPlainHTTP bool
 	// Log receives Helm's debug output at V(4).
 	Log logr.Logger
+	// BuiltinChartVersion, when set, is the version and appVersion of the
+	// embedded native-ccm chart (BuiltinChart): the coordinator's release.
+	BuiltinChartVersion string
 }
 
 // Engine runs Helm actions against one cluster.
@@ -72,7 +75,7 @@ func NewEngine(cfg *rest.Config, opts Options) *Engine {
 		opts.Log = logr.Discard()
 	}
 	e := &Engine{rest: cfg, opts: opts, configs: map[string]*action.Configuration{}}
-	e.charts = &chartSource{http: opts.HTTPClient, registry: e.registryClient}
+	e.charts = &chartSource{builtinVersion: opts.BuiltinChartVersion, http: opts.HTTPClient, registry: e.registryClient}
 	return e
 }
 

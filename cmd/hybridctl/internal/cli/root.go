@@ -10,6 +10,8 @@ package cli
 
 import (
 	"github.com/spf13/cobra"
+
+	"github.com/hybrid-ccm/hybrid-ccm/cmd/internal/version"
 )
 
 // NewRootCommand returns the hybridctl command with all its subcommands.
@@ -27,7 +29,9 @@ func NewRootCommand() *cobra.Command {
 		newTransformCommand(),
 		newDemoCommand(),
 		newDoctorCommand(),
-		// Add further subcommands (doctor, demo, profiles) here.
+		newVersionCommand(),
 	)
+	root.Version = version.Version
+	root.SetVersionTemplate(version.Line("hybridctl") + "\n")
 	return root
 }
