@@ -224,10 +224,15 @@ func TestOperations(t *testing.T) {
 
 	// NativeCCM Ready follows the native CCM's pods and lease, not Helm:
 	// the leader's pod deleted, Ready turns False; a new pod of the release
-	// takes the lease, Ready again.
+	// takes the lease, Ready again. The aws one: the upstream binary's
+	// leader election, and it still has a node (since hcloud-1 went, the
+	// hcloud release only waits out its uninstall grace period).
 	t.Run("NativeCCMLeaderPodDeleted", func(t *testing.T) {
-		const name = "hcloud"
+		const name = "aws"
 		o := chartstest.WaitNativeCCMRunning(t, ctx, f.Config, name)
+		if o.Status.Nodes == 0 {
+			t.Fatalf("NativeCCM %s has no node: %+v", name, o.Status)
+		}
 		old := o.Status.Leader.Pod
 		if err := f.Client.CoreV1().Pods(ccmNamespace).Delete(ctx, old, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
