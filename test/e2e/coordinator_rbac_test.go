@@ -195,7 +195,7 @@ func TestCoordinatorWorksWithItsChartRBAC(t *testing.T) {
 			return false, nil
 		}
 		// Installed with the chart's RBAC; Ready needs the CCM's pods running
-		// (no kubelet here: test/install runs them), so it says which it waits for.
+		// (no kubelet here: test/oncluster runs them), so it says which it waits for.
 		i := apimeta.FindStatusCondition(got.Status.Conditions, v1alpha1.InstalledCondition)
 		r := apimeta.FindStatusCondition(got.Status.Conditions, "Ready")
 		return i != nil && i.Status == metav1.ConditionTrue && got.Status.Release != nil &&

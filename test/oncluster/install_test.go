@@ -2,10 +2,7 @@ package oncluster
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +13,7 @@ import (
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -25,8 +23,6 @@ import (
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 	"github.com/hybrid-ccm/hybrid-ccm/charts/test/chartstest"
-	"github.com/hybrid-ccm/hybrid-ccm/test/cluster"
-	"github.com/hybrid-ccm/hybrid-ccm/test/fakeec2"
 	"github.com/hybrid-ccm/hybrid-ccm/test/fleet"
 	"github.com/hybrid-ccm/hybrid-ccm/test/registry"
 )
@@ -42,93 +38,61 @@ const (
 // nativeCCMs are the NativeCCMs the install runs.
 var nativeCCMs = []string{"aws", "hcloud", "gcp"}
 
-// clouds are the fake cloud APIs the native CCMs ask, on the cluster's
-// gateway: EC2 for the real AWS CCM, the instance API of test/testccm for
-// the others.
-type clouds struct {
-	ec2      *fakeec2.Server
-	ec2URL   string
-	other    *fakeCloud
-	otherURL string
-}
-
 var (
-	installed     *clouds
+	// clouds are the fake cloud APIs the native CCMs ask (test/fleet's), on
+	// the cluster's gateway: EC2 and ELB for the real AWS CCM, the instance
+	// and load-balancer API of test/testccm for the others.
+	clouds        *fleet.Clouds
 	installedOnce sync.Once
 	installErr    error
 )
 
 // install runs the documented install once for the package's tests.
-func install(t *testing.T) *clouds {
+func install(t *testing.T) *fleet.Clouds {
 	t.Helper()
-	installedOnce.Do(func() { installed, installErr = doInstall(t) })
+	installedOnce.Do(func() { clouds, installErr = doInstall() })
 	if installErr != nil {
 		t.Fatalf("install: %v", installErr)
 	}
-	return installed
+	return clouds
 }
 
-func doInstall(t *testing.T) (*clouds, error) {
+func doInstall() (*fleet.Clouds, error) {
 	ctx := context.Background()
-	cl := &clouds{other: &fakeCloud{log: map[string]int{}}}
-	var instances []fakeec2.Instance
-	for i, m := range machines {
-		if m.Platform != "aws" {
-			continue
-		}
-		id := m.ProviderID[strings.LastIndex(m.ProviderID, "/")+1:]
-		instances = append(instances, fakeec2.Instance{ID: id, State: fakeec2.Running, Zone: m.Zone, Type: m.InstanceType,
-			PrivateIP: f.Node(m.Name).IP.String(), PrivateDNSName: fmt.Sprintf("ip-10-99-0-%d.%s.compute.internal", 11+i, awsRegion),
-			Tags: map[string]string{"kubernetes.io/cluster/" + awsCluster: "owned"}})
-	}
-	cl.ec2 = fakeec2.New(instances...)
-	var err error
-	if cl.ec2URL, err = serve(cl.ec2); err != nil {
-		return nil, err
-	}
-	if cl.otherURL, err = serve(cl.other); err != nil {
+	cl, err := f.StartClouds(fleet.CloudOptions{AWSRegion: awsRegion, AWSClusterID: awsCluster})
+	if err != nil {
 		return nil, err
 	}
 
 	// helm install hybrid-ccm oci://<registry>/charts/hybrid-ccm --version <v>
 	// -n kube-system -f multi-cloud.yaml
-	values, err := installValues(cl.otherURL)
+	values, err := installValues(cl.TestCCMURL())
 	if err != nil {
-		return nil, err
+		return cl, err
 	}
 	if err := f.HelmInstall(ctx, namespace, "hybrid-ccm", f.ChartRef("hybrid-ccm"), version, values); err != nil {
-		return nil, err
+		return cl, err
 	}
 
 	// The clouds' credentials, in the coordinator's namespace the chart made
 	// (docs/profiles.md names the keys).
 	for name, data := range map[string]map[string]string{
 		"hcloud":  {"token": "test-token"},
-		"aws-ccm": {"access-key-id": "AKIAFAKEHYBRIDCCM", "secret-access-key": "fake-secret", "cloud.conf": awsCloudConf(cl.ec2URL)},
+		"aws-ccm": {"access-key-id": "AKIAFAKEHYBRIDCCM", "secret-access-key": "fake-secret", "cloud.conf": cl.AWSCloudConf()},
 		"gcp-ccm": {"credentials.json": "{}", "gce.conf": "[global]\nproject-id = prod\n"},
 	} {
 		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ccmNamespace}, StringData: data}
 		if _, err := f.Client.CoreV1().Secrets(ccmNamespace).Create(ctx, s, metav1.CreateOptions{}); err != nil {
-			return nil, err
+			return cl, err
 		}
 	}
 	// Talos answers the chart's talos.dev ServiceAccount with a Secret.
 	actx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := f.AnswerTalosServiceAccount(actx, namespace, "talos-ccm-talos"); err != nil {
-		return nil, err
+		return cl, err
 	}
 	return cl, nil
-}
-
-// serve serves h on the cluster's gateway (pods reach it there).
-func serve(h http.Handler) (string, error) {
-	lis, err := net.Listen("tcp", net.JoinHostPort(cluster.Gateway.String(), "0"))
-	if err != nil {
-		return "", err
-	}
-	go func() { _ = http.Serve(lis, h) }()
-	return "http://" + lis.Addr().String(), nil
 }
 
 // installValues are testdata/multi-cloud.yaml, with talos-ccm's standby and
@@ -152,18 +116,6 @@ func installValues(cloudURL string) (map[string]any, error) {
 		c.(map[string]any)["overrides"] = map[string]any{"env": []any{map[string]any{"name": "TESTCCM_CLOUD_URL", "value": cloudURL}}}
 	}
 	return values, nil
-}
-
-// awsCloudConf is the cloud.conf profiles/aws.yaml asks for off EC2.
-func awsCloudConf(url string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "[Global]\nRegion = %s\nVPC = vpc-0fake\nSubnetID = subnet-0fake\nKubernetesClusterID = %s\n", awsRegion, awsCluster)
-	for i, s := range []struct{ service, path string }{
-		{"EC2", "ec2"}, {"Elastic Load Balancing", "elasticloadbalancing"}, {"Elastic Load Balancing v2", "elasticloadbalancingv2"}, {"KMS", "kms"}, {"STS", "sts"},
-	} {
-		fmt.Fprintf(&b, "\n[ServiceOverride %q]\nService = %s\nRegion = %s\nURL = %s/%s\nSigningRegion = %s\n", fmt.Sprint(i+1), s.service, awsRegion, url, s.path, awsRegion)
-	}
-	return b.String()
 }
 
 // TestInstallAsDocumented follows the life of real nodes after the
@@ -254,17 +206,137 @@ func TestInstallAsDocumented(t *testing.T) {
 		t.Errorf("suspended NativeCCM digital-ocean has release %+v", o.Status.Release)
 	}
 
-	// Nothing asked a cloud about a node not its own.
-	for _, a := range installed.other.asked() {
-		provider, node, _ := strings.Cut(a, "/")
-		if want := map[string]string{"hcloud": "hcloud", "gce": "gcp"}[provider]; !strings.HasPrefix(node, want+"-") {
-			t.Errorf("the %s CCM asked its cloud about %s", provider, node)
+	// The product stays up: every native CCM renews its lease several times
+	// while no container of the product restarts; every pod of the product
+	// is Ready, each runs as its own ServiceAccount with no admin power.
+	renewals(t, ctx, nativeCCMs, 3)
+	pods := productPods(t, ctx)
+	var running []string
+	for _, p := range pods {
+		running = append(running, p.Labels["app.kubernetes.io/name"]+"/"+p.Spec.ServiceAccountName)
+		for _, cs := range append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...) {
+			done := cs.State.Terminated != nil && cs.State.Terminated.ExitCode == 0 // an init container that ran
+			if cs.RestartCount != 0 || (!cs.Ready && !done) {
+				t.Errorf("pod %s container %s: ready %v, %d restarts, last state %+v", p.Name, cs.Name, cs.Ready, cs.RestartCount, cs.LastTerminationState.Terminated)
+			}
 		}
 	}
-	for _, c := range installed.ec2.Calls() {
-		for _, m := range machines {
-			if m.Platform != "aws" && strings.Contains(c.String(), m.Name) {
-				t.Errorf("the AWS CCM asked EC2 about %s: %s", m.Name, c)
+	slices.Sort(running)
+	t.Logf("pods of the product: %v", running)
+	// talos-ccm and its standby, ccm-coordinator, one pod per native CCM.
+	if len(running) != 2+1+len(nativeCCMs) {
+		t.Errorf("pods of the product %v, want two of talos-ccm, ccm-coordinator and one per native CCM %v", running, nativeCCMs)
+	}
+	noAdminCredentials(t, ctx, pods)
+
+	// Nothing asked a cloud about a node not its own.
+	noForeignQuestions(t)
+
+	// LoadBalancer Services: each of the hcloud and aws CCMs (their service
+	// controllers behind their gates) serves its own class, aws also those
+	// without a class; each load balancer targets only its cloud's nodes.
+	t.Run("LoadBalancers", func(t *testing.T) { loadBalancers(t, ctx) })
+}
+
+// noForeignQuestions fails the test for every question a cloud was asked
+// about a node of another platform (test/fleet's clouds record them: what a
+// gated CCM never asks).
+func noForeignQuestions(t *testing.T) {
+	t.Helper()
+	for _, q := range clouds.Questions() {
+		if q.Foreign {
+			t.Errorf("the %s CCM asked its cloud about %s, a node not its own (%d times)", q.Provider, q.About, q.Times)
+		}
+	}
+}
+
+// productPods are the pods of the product: the chart's (talos-ccm in
+// kube-system, ccm-coordinator) and the native CCMs', not being deleted.
+func productPods(t *testing.T, ctx context.Context) []corev1.Pod {
+	t.Helper()
+	var out []corev1.Pod
+	for _, ns := range []string{namespace, ccmNamespace} {
+		list, err := f.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range list.Items {
+			if p.DeletionTimestamp == nil {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// renewals waits until every native CCM's lease was renewed n more times.
+func renewals(t *testing.T, ctx context.Context, ccms []string, n int) {
+	t.Helper()
+	seen := map[string][]time.Time{}
+	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		done := true
+		for _, name := range ccms {
+			l, err := f.Client.CoordinationV1().Leases(ccmNamespace).Get(ctx, "native-ccm-"+name, metav1.GetOptions{})
+			if err != nil || l.Spec.RenewTime == nil {
+				return false, nil
+			}
+			ts := seen[name]
+			if len(ts) == 0 || !ts[len(ts)-1].Equal(l.Spec.RenewTime.Time) {
+				seen[name] = append(ts, l.Spec.RenewTime.Time)
+			}
+			done = done && len(seen[name]) > n
+		}
+		return done, nil
+	}); err != nil {
+		t.Errorf("native CCM leases not renewed %d times: %v", n, seen)
+	}
+}
+
+// noAdminCredentials: no pod of the product runs as the default
+// ServiceAccount, mounts a host path or another identity's token Secret,
+// and no pod's ServiceAccount is bound to cluster-admin, admin or edit.
+func noAdminCredentials(t *testing.T, ctx context.Context, pods []corev1.Pod) {
+	t.Helper()
+	crbs, err := f.Client.RbacV1().ClusterRoleBindings().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rbs, err := f.Client.RbacV1().RoleBindings("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	powerful := map[string]bool{"cluster-admin": true, "admin": true, "edit": true, "system:controller:clusterrole-aggregation-controller": true}
+	type binding struct {
+		name, role string
+		subjects   []rbacv1.Subject
+	}
+	var bindings []binding
+	for _, b := range crbs.Items {
+		bindings = append(bindings, binding{"ClusterRoleBinding " + b.Name, b.RoleRef.Name, b.Subjects})
+	}
+	for _, b := range rbs.Items {
+		if b.RoleRef.Kind == "ClusterRole" {
+			bindings = append(bindings, binding{"RoleBinding " + b.Namespace + "/" + b.Name, b.RoleRef.Name, b.Subjects})
+		}
+	}
+	for _, p := range pods {
+		sa := p.Spec.ServiceAccountName
+		if sa == "" || sa == "default" {
+			t.Errorf("pod %s runs as ServiceAccount %q: every component has its own", p.Name, sa)
+		}
+		for _, v := range p.Spec.Volumes {
+			if v.HostPath != nil {
+				t.Errorf("pod %s mounts host path %s", p.Name, v.HostPath.Path)
+			}
+			if v.Secret != nil && strings.Contains(v.Secret.SecretName, "token") {
+				t.Errorf("pod %s mounts Secret %s", p.Name, v.Secret.SecretName)
+			}
+		}
+		for _, b := range bindings {
+			for _, s := range b.subjects {
+				if s.Kind == rbacv1.ServiceAccountKind && s.Name == sa && s.Namespace == p.Namespace && powerful[b.role] {
+					t.Errorf("pod %s: ServiceAccount %s is bound to %s by %s", p.Name, sa, b.role, b.name)
+				}
 			}
 		}
 	}
@@ -421,30 +493,4 @@ func statusOf(n *corev1.Node) corev1.NodeStatus {
 		return corev1.NodeStatus{}
 	}
 	return n.Status
-}
-
-// fakeCloud answers test/testccm's instance questions: every instance
-// exists and runs; it records who asked about what.
-type fakeCloud struct {
-	mu  sync.Mutex
-	log map[string]int
-}
-
-func (c *fakeCloud) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	provider, node := r.URL.Query().Get("provider"), r.URL.Query().Get("node")
-	c.mu.Lock()
-	c.log[provider+"/"+node]++
-	c.mu.Unlock()
-	_ = json.NewEncoder(w).Encode(map[string]bool{"exists": true, "shutdown": false})
-}
-
-func (c *fakeCloud) asked() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []string
-	for k := range c.log {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }

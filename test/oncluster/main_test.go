@@ -1,14 +1,20 @@
 // Package oncluster installs the product the user's way on a real cluster
 // (test/cluster, test/fleet): real kubelets and containerd on machines of
-// several platforms, each answering the Talos API on its own address; `make
-// release` into a registry the test runs; `helm install` of the umbrella
-// chart from that OCI registry, as docs/install.md says, with a multi-cloud
-// values file. It asserts what the cluster does with it (nodes initialized,
-// serving certificates approved, native CCMs running gated with their
-// security contexts enforced, the real AWS CCM among them), and then a
-// cluster's daily operations: the API server restarted and stopped, an
-// instance terminated, a node rebooted, the talos-ccm leader lost. Only its
-// tests hold code.
+// several platforms, each answering the Talos API on its own address, in
+// fake clouds (test/fleet's: EC2 and ELB for the real AWS CCM, test/testccm's
+// instance and load-balancer API for the other clouds); `make release` into
+// a registry the test runs; `helm install` of the umbrella chart from that
+// OCI registry, as docs/install.md says, with a multi-cloud values file. It
+// asserts what the cluster does with it (nodes initialized, serving
+// certificates approved, native CCMs running gated with their security
+// contexts enforced, the real AWS CCM among them, holding no API credential,
+// renewing their leases without a restart; no pod of the product with an
+// admin credential; no cloud asked about another cloud's node; LoadBalancer
+// Services served by the cloud of their class, targeting only its nodes),
+// and then a cluster's daily operations: the API server restarted and
+// stopped, instances gone in their clouds and machines powered off, a node
+// rebooted, the talos-ccm leader lost, a native CCM's leader pod lost. Only
+// its tests hold code.
 package oncluster
 
 import (
@@ -35,8 +41,9 @@ var (
 
 // machines of the fleet: two control-plane machines (bare metal, where the
 // product's pods run: talos-ccm's leader and its standby use the host's
-// network, one per machine), two aws instances (one is terminated in TestOperations), an
-// hcloud server, a gcp instance and a second metal machine.
+// network, one per machine), two aws instances (TestOperations terminates
+// one), an hcloud server (TestOperations deletes it), a gcp instance and a
+// second metal machine.
 var machines = []fleet.Machine{
 	{Name: "metal-cp", Platform: "metal", ControlPlane: true},
 	{Name: "metal-cp2", Platform: "metal", ControlPlane: true},
@@ -86,6 +93,11 @@ func run(m *testing.M) int {
 		return 1
 	}
 	code := m.Run()
+	if clouds != nil {
+		if err := clouds.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "clouds:", err)
+		}
+	}
 	if code != 0 {
 		fmt.Fprintf(os.Stderr, "cluster logs (tails):\n%s\n", f.Logs(3000))
 	}

@@ -13,26 +13,32 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/hybrid-ccm/hybrid-ccm/charts/test/chartstest"
-	"github.com/hybrid-ccm/hybrid-ccm/test/fakeec2"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/test/fleet"
 )
 
 // TestOperations does to the installed cluster what a cluster goes through
 // every day, one operation after the other, and checks the product through
-// each: the API server restarted and stopped, an instance terminated, a
-// node rebooted, the talos-ccm leader's pod lost while a machine joins.
+// each: the API server restarted and stopped, instances terminated and
+// machines powered off, a node rebooted, the talos-ccm leader's pod lost
+// while a machine joins, a native CCM's leader pod lost.
 func TestOperations(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
-	cl := install(t)
+	install(t)
 	for _, name := range nativeCCMs {
 		chartstest.WaitNativeCCMRunning(t, ctx, f.Config, name)
 	}
@@ -65,34 +71,40 @@ func TestOperations(t *testing.T) {
 	})
 
 	t.Run("InstanceTerminated", func(t *testing.T) {
-		// aws-2 is terminated in EC2 (its machine goes away); metal-2 and
-		// hcloud-1 are powered off, their machines exist.
+		// aws-2 is terminated in EC2 and the server of hcloud-1 deleted in
+		// its cloud (their machines go away); metal-2 and gcp-1 are powered
+		// off, their machines exist.
 		untouched := map[string]types.UID{}
-		for _, name := range []string{"metal-2", "hcloud-1", "aws-1", "gcp-1"} {
+		for _, name := range []string{"metal-2", "gcp-1", "aws-1"} {
 			o, err := f.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			untouched[name] = o.UID
 		}
-		if !cl.ec2.SetState(instanceID("aws-2"), fakeec2.Terminated) {
-			t.Fatal("fake EC2 has no instance for aws-2")
+		for _, name := range []string{"aws-2", "hcloud-1"} {
+			if err := clouds.Terminate(name); err != nil {
+				t.Fatal(err)
+			}
 		}
-		for _, name := range []string{"aws-2", "metal-2", "hcloud-1"} {
+		for _, name := range []string{"aws-2", "hcloud-1", "metal-2", "gcp-1"} {
 			if err := f.PowerOff(name); err != nil {
 				t.Fatal(err)
 			}
 		}
-		// The real AWS CCM deletes the terminated instance's node once it
-		// is NotReady (node-monitor grace period 20 s).
-		if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-			_, err := f.Client.CoreV1().Nodes().Get(ctx, "aws-2", metav1.GetOptions{})
-			return apierrors.IsNotFound(err), nil
-		}); err != nil {
-			t.Fatalf("node aws-2 of the terminated instance was not deleted; EC2 calls %v", cl.ec2.Calls())
+		// The real AWS CCM and the hcloud stand-in, through their gates,
+		// delete the gone instances' nodes once they are NotReady
+		// (node-monitor grace period 20 s).
+		for _, name := range []string{"aws-2", "hcloud-1"} {
+			if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+				_, err := f.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+				return apierrors.IsNotFound(err), nil
+			}); err != nil {
+				t.Fatalf("node %s of the gone instance was not deleted; the clouds were asked %+v", name, clouds.Questions())
+			}
 		}
 		// The other powered-off nodes are NotReady as long; none is deleted.
-		for _, name := range []string{"metal-2", "hcloud-1"} {
+		for _, name := range []string{"metal-2", "gcp-1"} {
 			waitNode(t, ctx, name, "NotReady", func(o *corev1.Node) bool { return !ready(o) })
 		}
 		for name, uid := range untouched {
@@ -101,7 +113,15 @@ func TestOperations(t *testing.T) {
 				t.Errorf("node %s was deleted or replaced: %v", name, err)
 			}
 		}
-		for _, name := range []string{"metal-2", "hcloud-1"} {
+		// Each cloud was asked about its own gone or down machine, and
+		// about no other cloud's.
+		for _, q := range []struct{ provider, node string }{{"aws", "aws-2"}, {"hcloud", "hcloud-1"}} {
+			if clouds.Asked(q.provider, q.node) == 0 {
+				t.Errorf("the %s CCM never asked its cloud about %s", q.provider, q.node)
+			}
+		}
+		noForeignQuestions(t)
+		for _, name := range []string{"metal-2", "gcp-1"} {
 			if err := f.PowerOn(ctx, name); err != nil {
 				t.Fatal(err)
 			}
@@ -201,6 +221,37 @@ func TestOperations(t *testing.T) {
 		o := waitNode(t, ctx, m.Name, "initialized with pod CIDRs", func(o *corev1.Node) bool { return initialized(o) && len(o.Spec.PodCIDRs) > 0 })
 		t.Logf("metal-3 joined: %s, pod CIDRs %v", o.Spec.ProviderID, o.Spec.PodCIDRs)
 	})
+
+	// NativeCCM Ready follows the native CCM's pods and lease, not Helm:
+	// the leader's pod deleted, Ready turns False; a new pod of the release
+	// takes the lease, Ready again. The aws one: the upstream binary's
+	// leader election, and it still has a node (since hcloud-1 went, the
+	// hcloud release only waits out its uninstall grace period).
+	t.Run("NativeCCMLeaderPodDeleted", func(t *testing.T) {
+		const name = "aws"
+		o := chartstest.WaitNativeCCMRunning(t, ctx, f.Config, name)
+		if o.Status.Nodes == 0 {
+			t.Fatalf("NativeCCM %s has no node: %+v", name, o.Status)
+		}
+		old := o.Status.Leader.Pod
+		if err := f.Client.CoreV1().Pods(ccmNamespace).Delete(ctx, old, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// Every status the coordinator writes from here on, in order.
+		w := watchNativeCCM(t, ctx, name, o.ResourceVersion)
+		o = w.until(t, "Ready=False: the leader's pod is gone", func(o *v1alpha1.NativeCCM) bool {
+			return apimeta.IsStatusConditionFalse(o.Status.Conditions, "Ready")
+		})
+		t.Logf("leader pod %s deleted: Ready=False %s", old, conditionText(o, "Ready"))
+		o = w.until(t, "Ready and Healthy, led by a new pod", func(o *v1alpha1.NativeCCM) bool {
+			return apimeta.IsStatusConditionTrue(o.Status.Conditions, "Ready") && apimeta.IsStatusConditionTrue(o.Status.Conditions, v1alpha1.HealthyCondition) &&
+				o.Status.Leader != nil && o.Status.Leader.Pod != "" && o.Status.Leader.Pod != old
+		})
+		t.Logf("new leader %s: Ready=True %s", o.Status.Leader.Pod, conditionText(o, "Ready"))
+		if _, err := f.Client.CoreV1().Pods(ccmNamespace).Get(ctx, o.Status.Leader.Pod, metav1.GetOptions{}); err != nil {
+			t.Errorf("the new leader pod %s: %v", o.Status.Leader.Pod, err)
+		}
+	})
 }
 
 // heartbeat is the node's last Ready heartbeat.
@@ -220,15 +271,6 @@ func holderPod(l *coordinationv1.Lease) string {
 	}
 	pod, _, _ := strings.Cut(*l.Spec.HolderIdentity, "_")
 	return pod
-}
-
-func instanceID(node string) string {
-	for _, m := range machines {
-		if m.Name == node {
-			return m.ProviderID[strings.LastIndex(m.ProviderID, "/")+1:]
-		}
-	}
-	return ""
 }
 
 // writers write nodes as a kubelet (its own Node), as talos-ccm and as an
@@ -372,4 +414,75 @@ func nativeCCMsRecover(t *testing.T, ctx context.Context, back time.Time) {
 		}
 		chartstest.WaitNativeCCMRunning(t, ctx, f.Config, name)
 	}
+}
+
+// nativeCCMWatch is a watch of one NativeCCM from a resource version: it
+// sees every status written after it, however briefly one held.
+type nativeCCMWatch struct {
+	ctx  context.Context
+	name string
+	rv   string
+	last *v1alpha1.NativeCCM
+}
+
+func watchNativeCCM(t *testing.T, ctx context.Context, name, rv string) *nativeCCMWatch {
+	t.Helper()
+	return &nativeCCMWatch{ctx: ctx, name: name, rv: rv}
+}
+
+// until reads the NativeCCM's updates until one satisfies cond, for at most
+// 4 minutes (a lease of 100 s expiring, then a new leader), re-watching
+// from the last version seen when the API server ends a watch.
+func (w *nativeCCMWatch) until(t *testing.T, what string, cond func(*v1alpha1.NativeCCM) bool) *v1alpha1.NativeCCM {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(w.ctx, 4*time.Minute)
+	defer cancel()
+	dyn, err := dynamic.NewForConfig(f.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := dyn.Resource(v1alpha1.GroupVersion.WithResource("nativeccms"))
+	for ctx.Err() == nil {
+		wi, err := res.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + w.name, ResourceVersion: w.rv})
+		if err != nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second): // the API server away; retry
+			}
+			continue
+		}
+		for ev := range wi.ResultChan() {
+			if ev.Type == watch.Error {
+				t.Fatalf("NativeCCM %s: watch from %s: %v", w.name, w.rv, apierrors.FromObject(ev.Object))
+			}
+			u, ok := ev.Object.(*unstructured.Unstructured)
+			if !ok || (ev.Type != watch.Added && ev.Type != watch.Modified) {
+				continue
+			}
+			o := &v1alpha1.NativeCCM{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, o); err != nil {
+				t.Fatal(err)
+			}
+			w.rv, w.last = o.ResourceVersion, o
+			if cond(o) {
+				wi.Stop()
+				return o
+			}
+		}
+		wi.Stop()
+	}
+	var status any
+	if w.last != nil {
+		status = w.last.Status
+	}
+	t.Fatalf("NativeCCM %s: not %s; last seen %+v", w.name, what, status)
+	return nil
+}
+
+// conditionText is a condition's reason and message.
+func conditionText(o *v1alpha1.NativeCCM, ctype string) string {
+	if c := apimeta.FindStatusCondition(o.Status.Conditions, ctype); c != nil {
+		return c.Reason + ": " + c.Message
+	}
+	return ""
 }
