@@ -7,11 +7,13 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -253,6 +255,115 @@ func TestCoordinatorWritesOnlySafeWorkloads(t *testing.T) {
 	unsafePod.HostNetwork = true
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "host-network", Namespace: ns}, Spec: unsafePod}
 	checkRefusal(t, "a hostNetwork pod created by an admin", admin.Create(ctx, pod, dry), "violates PodSecurity", "host namespaces")
+}
+
+// TestCoordinatorHostNetworkOnlyWhereAProfileDeclaresIt: with the chart
+// rendered for a profile override that declares ccm.hostNetwork for hcloud,
+// the coordinator's admission policy lets the hcloud native CCM the
+// coordinator renders run on the host network, and still refuses the host
+// network to any other platform and every other host access to hcloud's.
+func TestCoordinatorHostNetworkOnlyWhereAProfileDeclaresIt(t *testing.T) {
+	ctx := context.Background()
+	admin, err := controllerClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, cfg := applyCoordinatorChart(t, admin)
+	coord, err := client.New(cfg, client.Options{Scheme: controller.NewScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// the policy as the chart renders it with the override, in place of the
+	// default one (put back for the package's other tests)
+	override := map[string]any{"profileOverrides": map[string]any{"hcloud.yaml": map[string]any{"name": "hcloud", "ccm": map[string]any{"hostNetwork": true}}}}
+	var rendered *admissionregistrationv1.ValidatingAdmissionPolicy
+	for _, o := range renderChartWith(t, "ccm-coordinator", "kube-system", override) {
+		if o.GetKind() == "ValidatingAdmissionPolicy" && o.GetName() == "ccm-coordinator.hybridccm.io" {
+			rendered = &admissionregistrationv1.ValidatingAdmissionPolicy{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, rendered); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if rendered == nil {
+		t.Fatal("the chart renders no policy ccm-coordinator.hybridccm.io")
+	}
+	var policy admissionregistrationv1.ValidatingAdmissionPolicy
+	if err := admin.Get(ctx, client.ObjectKey{Name: rendered.Name}, &policy); err != nil {
+		t.Fatal(err)
+	}
+	original := policy.Spec
+	policy.Spec = rendered.Spec
+	if err := admin.Update(ctx, &policy); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		var p admissionregistrationv1.ValidatingAdmissionPolicy
+		if err := admin.Get(ctx, client.ObjectKey{Name: rendered.Name}, &p); err != nil {
+			t.Errorf("put back the default policy: %v", err)
+			return
+		}
+		p.Spec = original
+		if err := admin.Update(ctx, &p); err != nil {
+			t.Errorf("put back the default policy: %v", err)
+			return
+		}
+		// until the API server enforces it again, it would let the next
+		// test's hcloud pod on the host network
+		hn := safePod("native-ccm-x")
+		hn.HostNetwork = true
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			return apierrors.IsForbidden(coord.Create(ctx, nativeWorkload("Deployment", ns, hn), client.DryRunAll)), nil
+		})
+		if err != nil {
+			t.Errorf("the default policy is not enforced again: %v", err)
+		}
+	})
+
+	set, err := profile.Builtin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := set.Get("hcloud")
+	p.CCM.HostNetwork = true
+	req, err := release.FromProfile(p, release.Instance{ReleaseName: "native-ccm-hcloud", Namespace: ns, Platform: "hcloud"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Mutators = []release.Mutator{gate.SidecarFor(req.Lifecycle, "ghcr.io/hybrid-ccm/ccm-gate:test")}
+	out, err := helm.NewEngine(nil, helm.Options{}).Render(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := release.ParseManifests([]byte(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps := m.Find("Deployment")
+	if len(deps) != 1 {
+		t.Fatalf("rendered %d Deployments", len(deps))
+	}
+	if hn, _, _ := unstructured.NestedBool(deps[0].Object, "spec", "template", "spec", "hostNetwork"); !hn {
+		t.Fatal("the hcloud native CCM with ccm.hostNetwork does not run on the host network")
+	}
+	// the new policy takes the API server a moment: until then it refuses
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		return coord.Create(ctx, deps[0].DeepCopy(), client.DryRunAll) == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("the coordinator may not write hcloud's native CCM on the host network: %v", coord.Create(ctx, deps[0].DeepCopy(), client.DryRunAll))
+	}
+	other := safePod("native-ccm-x")
+	other.HostNetwork = true
+	aws := nativeWorkload("Deployment", ns, other)
+	aws.GetLabels()[release.PlatformLabel] = "aws"
+	aws.(*appsv1.Deployment).Spec.Template.Labels[release.PlatformLabel] = "aws"
+	checkRefusal(t, "an aws native CCM on the host network", coord.Create(ctx, aws, client.DryRunAll),
+		"spec.template.spec.hostNetwork", "hybridccm.io/platform: aws", "only the profiles of hcloud do")
+	hostPID := safePod("native-ccm-x")
+	hostPID.HostNetwork, hostPID.HostPID = true, true
+	checkRefusal(t, "the hcloud native CCM with hostPID", coord.Create(ctx, nativeWorkload("Deployment", ns, hostPID), client.DryRunAll), "spec.template.spec.hostPID")
 }
 
 // checkRefusal fails unless err is a refusal (403) that says every part of want.
