@@ -94,11 +94,12 @@ func (l Lifecycle) Fingerprint() string {
 	// delegated-authentication bindings, the CCM container's termination
 	// message falls back to its log, flags compared as the CCM parses them;
 	// 4: no lease create, the Lease is created ahead; 5: bound to the
-	// static LifecycleClusterRole; 6: the leader-election timings).
+	// static LifecycleClusterRole; 6: the leader-election timings; 7: the
+	// pod hardened (hardenPod), Services dropped).
 	b, _ := json.Marshal(struct {
 		V int
 		L Lifecycle
-	}{V: 6, L: l})
+	}{V: 7, L: l})
 	return fmt.Sprintf("%x", sha256.Sum256(b))[:16]
 }
 
@@ -180,6 +181,13 @@ func (l Lifecycle) Mutate(m *Manifests) error {
 		switch o.GetKind() {
 		// Identity and permissions come only from us.
 		case "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
+			return true
+		// A lifecycle-only CCM serves nothing anyone reaches through a
+		// Service (its metrics and health are on its secure port, read by
+		// the kubelet), and the coordinator may write no Services: a chart's
+		// Service could publish external IPs, a node port or a load balancer
+		// (docs/security.md).
+		case "Service":
 			return true
 		}
 		for i, d := range l.Drop {
@@ -268,6 +276,7 @@ func (l Lifecycle) enforceWorkload(w *unstructured.Unstructured) error {
 	if err := l.checkPodSecurity(spec); err != nil {
 		return err
 	}
+	hardenPod(spec)
 
 	if tpl.Labels == nil {
 		tpl.Labels = map[string]string{}

@@ -11,8 +11,14 @@ import (
 
 // upstreamLike is what an upstream CCM chart typically renders: default
 // controllers, default lease, its own ServiceAccount bound to a broad role,
-// flags in two-token form, and a node-manager DaemonSet.
+// flags in two-token form, a node-manager DaemonSet and a metrics Service
+// published on every node.
 const upstreamLike = `
+apiVersion: v1
+kind: Service
+metadata: {name: cloud-controller-manager-metrics, namespace: kube-system}
+spec: {type: NodePort, selector: {app: ccm}, ports: [{port: 10258}]}
+---
 apiVersion: v1
 kind: ServiceAccount
 metadata: {name: cloud-controller-manager, namespace: kube-system}
@@ -85,6 +91,8 @@ func TestLifecycleEnforcesOnUpstreamManifests(t *testing.T) {
 	}{
 		{"node-manager DaemonSet dropped", len(d.DaemonSets) == 0},
 		{"cluster-admin binding dropped", !strings.Contains(rendered, "cluster-admin")},
+		{"Service dropped", !strings.Contains(rendered, "kind: Service\n")},
+		{"pod hardened", len(release.PodSecurityProblems(&d.Deployments[0].Spec.Template.Spec, true)) == 0},
 		{"foreign ServiceAccount dropped", len(d.ServiceAccounts) == 1 && d.ServiceAccounts[0].Name == "native-ccm-azure"},
 		{"command keeps binary and non-enforced flags", strings.Join(c.Command, " ") == "/bin/ccm --cloud-provider=x"},
 		{"two-token --controllers value removed", !strings.Contains(strings.Join(c.Command, " "), "*")},

@@ -88,8 +88,9 @@ func TestCoordinatorPrivileges(t *testing.T) {
 				Selector: &metav1.LabelSelector{MatchLabels: sel},
 				Template: corev1.PodTemplateSpec{
 					ObjectMeta: metav1.ObjectMeta{Labels: tplLabels},
-					Spec: corev1.PodSpec{ServiceAccountName: sa,
-						Containers: []corev1.Container{{Name: "ccm", Image: "example.com/ccm:1"}}},
+					// as the coordinator renders a native CCM's pod (no
+					// host access, no root: TestCoordinatorWritesOnlySafeWorkloads)
+					Spec: safePod(sa),
 				},
 			},
 		}

@@ -42,11 +42,17 @@ import (
 // engine, as `helm template` does) and returns the objects.
 func renderChart(t *testing.T, name, namespace string) []*unstructured.Unstructured {
 	t.Helper()
+	return renderChartWith(t, name, namespace, map[string]any{})
+}
+
+// renderChartWith renders a chart of charts/ with values.
+func renderChartWith(t *testing.T, name, namespace string, values map[string]any) []*unstructured.Unstructured {
+	t.Helper()
 	ch, err := loader.Load(filepath.Join(testenv.RepoRoot(), "charts", name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	vals, err := chartutil.ToRenderValues(ch, map[string]any{},
+	vals, err := chartutil.ToRenderValues(ch, values,
 		chartutil.ReleaseOptions{Name: name, Namespace: namespace, IsInstall: true}, chartutil.DefaultCapabilities)
 	if err != nil {
 		t.Fatal(err)

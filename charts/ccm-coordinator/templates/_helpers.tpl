@@ -22,3 +22,29 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
+
+{{/* The platforms whose native CCM may run on the host network: those of the
+profiles that declare ccm.hostNetwork, the built-in ones (profiles/*.yaml; the
+table below is checked against them by charts/test) with profileOverrides
+merged over them as the coordinator merges them (maps merge, lists replace).
+A JSON list of strings: templates use it as data (policy.yaml as a CEL list
+constant, namespace.yaml to choose the Pod Security level), never as text. */}}
+{{- define "ccm-coordinator.hostNetworkPlatforms" -}}
+{{- $profiles := `{"aws":{"hostNetwork":false,"platforms":["aws"]},"azure":{"hostNetwork":false,"platforms":["azure"]},"cloudscale":{"hostNetwork":false,"platforms":["cloudscale"]},"digital-ocean":{"hostNetwork":false,"platforms":["digital-ocean"]},"gcp":{"hostNetwork":false,"platforms":["gcp"]},"hcloud":{"hostNetwork":false,"platforms":["hcloud"]},"openstack":{"hostNetwork":false,"platforms":["openstack"]},"oracle":{"hostNetwork":false,"platforms":["oracle"]},"scaleway":{"hostNetwork":false,"platforms":["scaleway"]}}` | fromJson }}
+{{- range $file, $o := .Values.profileOverrides }}
+{{- $base := get $profiles (toString $o.name) | default dict }}
+{{- $platforms := hasKey $o "platforms" | ternary $o.platforms $base.platforms }}
+{{- $ccm := kindIs "map" $o.ccm | ternary $o.ccm dict }}
+{{- $hostNetwork := hasKey $ccm "hostNetwork" | ternary $ccm.hostNetwork $base.hostNetwork }}
+{{- $_ := set $profiles (toString $o.name) (dict "platforms" ($platforms | default list) "hostNetwork" (eq (toString $hostNetwork) "true")) }}
+{{- end }}
+{{- $out := list }}
+{{- range $name, $p := $profiles }}
+{{- if $p.hostNetwork }}
+{{- range $platform := $p.platforms }}
+{{- $out = append $out (toString $platform) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $out | uniq | sortAlpha | toJson }}
+{{- end -}}

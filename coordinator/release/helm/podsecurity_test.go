@@ -77,6 +77,10 @@ func TestUnsafePodIsRefused(t *testing.T) {
 		{name: "privileged init container", extraPod: map[string]any{"initContainers": []any{map[string]any{"name": "x", "image": "i", "securityContext": map[string]any{"privileged": true}}}}, field: "spec.template.spec.initContainers[0].securityContext.privileged"},
 		{name: "capabilities", extraPod: map[string]any{"initContainers": []any{map[string]any{"name": "x", "image": "i", "securityContext": map[string]any{"capabilities": map[string]any{"add": []any{"SYS_ADMIN"}}}}}}, field: "spec.template.spec.initContainers[0].securityContext.capabilities.add"},
 		{name: "hostPort", extraPod: map[string]any{"initContainers": []any{map[string]any{"name": "x", "image": "i", "ports": []any{map[string]any{"containerPort": int64(80), "hostPort": int64(80)}}}}}, field: "spec.template.spec.initContainers[0].ports[0].hostPort"},
+		{name: "root pod", extraPod: map[string]any{"securityContext": map[string]any{"runAsUser": int64(0)}}, field: "spec.template.spec.securityContext.runAsUser"},
+		{name: "pod that may run as root", extraPod: map[string]any{"securityContext": map[string]any{"runAsNonRoot": false}}, field: "spec.template.spec.securityContext.runAsNonRoot"},
+		{name: "root init container", extraPod: map[string]any{"initContainers": []any{map[string]any{"name": "x", "image": "i", "securityContext": map[string]any{"runAsUser": int64(0)}}}}, field: "spec.template.spec.initContainers[0].securityContext.runAsUser"},
+		{name: "unconfined init container", extraPod: map[string]any{"initContainers": []any{map[string]any{"name": "x", "image": "i", "securityContext": map[string]any{"seccompProfile": map[string]any{"type": "Unconfined"}}}}}, field: "spec.template.spec.initContainers[0].securityContext.seccompProfile.type"},
 		{name: "plain", extraPod: map[string]any{"volumes": []any{map[string]any{"name": "tmp", "emptyDir": map[string]any{}}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -116,6 +120,65 @@ func TestUnsafePodIsRefused(t *testing.T) {
 			}
 			checkRefused(t, err, tc.field)
 		})
+	}
+}
+
+// TestRenderedPodsAreHardened: what a chart leaves unset, the post-renderer
+// sets: the pod of every built-in profile, and a chart's init container,
+// has nothing the coordinator's admission policy refuses (a non-root user,
+// no privilege escalation, no capabilities), and a user the chart names
+// stays.
+func TestRenderedPodsAreHardened(t *testing.T) {
+	set, err := profile.Builtin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range set.Names() {
+		p, _ := set.Get(name)
+		req, err := release.FromProfile(p, release.Instance{ReleaseName: "native-ccm-" + name, Namespace: "hybrid-ccm-system", Platform: p.Platforms[0]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := renderWith(req)
+		if err != nil {
+			t.Fatalf("profile %s: %v", name, err)
+		}
+		d := releasetest.Decode(t, out)
+		for _, dep := range d.Deployments {
+			if problems := release.PodSecurityProblems(&dep.Spec.Template.Spec, p.CCM.HostNetwork); len(problems) > 0 {
+				t.Errorf("profile %s: %v", name, problems)
+			}
+		}
+	}
+	// a chart's own init container, and its own user
+	req := hcloudRequest(t, nil)
+	rendered, err := renderWith(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := release.ParseManifests([]byte(rendered))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range m.Find("Deployment") {
+		spec := d.Object["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+		spec["initContainers"] = []any{map[string]any{"name": "x", "image": "i"}}
+		spec["securityContext"] = map[string]any{"runAsUser": int64(1000)}
+	}
+	if err := req.Lifecycle.Mutate(m); err != nil {
+		t.Fatal(err)
+	}
+	out, err := m.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := releasetest.Decode(t, string(out))
+	spec := d.Deployments[0].Spec.Template.Spec
+	if problems := release.PodSecurityProblems(&spec, false); len(problems) > 0 {
+		t.Errorf("after the post-renderer: %v", problems)
+	}
+	if u := spec.SecurityContext.RunAsUser; u == nil || *u != 1000 {
+		t.Errorf("the chart's user became %v", u)
 	}
 }
 

@@ -7,14 +7,17 @@
 // enforce (absent, not denying, or an older one with a paramKind that refuses
 // every node write after each API server start), NativeCCMs whose CCM the
 // fence refuses everything (no grant), orphaned native CCM identities and
-// grants, and grants of the native CCMs' node rights that the fence does not
-// confine.
+// grants, grants of the native CCMs' node rights that the fence does not
+// confine, and in the coordinator's namespace: workloads with host access,
+// privileges or a root user, Services that publish something, and a Pod
+// Security level below restricted.
 //
 // It only reads. Every finding names the object and says how to fix it.
 package doctor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -62,6 +65,9 @@ const (
 	CheckFenceGrant      = "FenceGrantMissing"
 	CheckOrphanIdentity  = "OrphanedNativeCCMIdentity"
 	CheckOrphanGrant     = "OrphanedFenceGrant"
+	CheckUnsafeWorkload  = "UnsafeWorkloadInCoordinatorNamespace"
+	CheckPublishedSvc    = "PublishingServiceInCoordinatorNamespace"
+	CheckPodSecurity     = "CoordinatorNamespacePodSecurity"
 )
 
 // Finding is one problem.
@@ -282,6 +288,9 @@ func (r *Report) checkNativeCCMs(ctx context.Context, c client.Client) error {
 		return err
 	}
 	if err := r.checkLifecycleGrants(ctx, c, ns); err != nil {
+		return err
+	}
+	if err := r.checkCoordinatorNamespace(ctx, c, ns); err != nil {
 		return err
 	}
 	r.checkLoadBalancerClasses(list.Items)
@@ -505,6 +514,153 @@ func (r *Report) checkLifecycleGrants(ctx context.Context, c client.Client, ns s
 		}
 	}
 	return nil
+}
+
+// checkCoordinatorNamespace looks at the coordinator's namespace ns (the
+// fence's): what the coordinator's admission policy refuses it to write,
+// whoever wrote it: Deployments, DaemonSets, StatefulSets and bare pods with
+// host access, privileges or a root user (release.PodSecurityProblems; the
+// host network only for the platforms the policy lets have it), Services
+// with external IPs, a node port or a load balancer (the coordinator writes
+// none), and a namespace whose Pod Security enforcement is below restricted
+// although no profile needs the host network.
+func (r *Report) checkCoordinatorNamespace(ctx context.Context, c client.Client, ns string) error {
+	if ns == "" {
+		return nil
+	}
+	hostNetwork, found, err := coordinatorHostNetworkPlatforms(ctx, c)
+	switch {
+	case isForbidden(err):
+		r.Notes = append(r.Notes, "cannot read the coordinator's admission policy: host network taken as declared by no profile")
+	case err != nil:
+		return err
+	case !found:
+		r.Notes = append(r.Notes, "no admission policy of a ccm-coordinator chart found: the API server does not refuse the coordinator unsafe workloads (install the chart of your coordinator's version)")
+	}
+	fix := func(kind, name string) string {
+		return fmt.Sprintf("find who wrote it (kubectl -n %s get %s %s --show-managed-fields) and delete it; the coordinator of this version renders native CCMs without host access as a non-root user, and its admission policy refuses it anything else", ns, strings.ToLower(kind), name)
+	}
+	report := func(kind string, o client.Object, tplLabels map[string]string, spec *corev1.PodSpec) {
+		problems := release.PodSecurityProblems(spec, slices.Contains(hostNetwork, tplLabels[release.PlatformLabel]))
+		if len(problems) == 0 {
+			return
+		}
+		msgs := make([]string, len(problems))
+		for i, p := range problems {
+			msgs[i] = p.Field + ": " + p.Reason
+		}
+		r.add(CheckUnsafeWorkload, strings.ToLower(kind)+"/"+ns+"/"+o.GetName(), fix(kind, o.GetName()),
+			"runs pods with host access, privileges or a root user in the coordinator's namespace: %s", strings.Join(msgs, "; "))
+	}
+	lists := []struct {
+		kind string
+		list client.ObjectList
+		each func(client.ObjectList)
+	}{
+		{"Deployment", &appsv1.DeploymentList{}, func(l client.ObjectList) {
+			for i := range l.(*appsv1.DeploymentList).Items {
+				o := &l.(*appsv1.DeploymentList).Items[i]
+				report("Deployment", o, o.Spec.Template.Labels, &o.Spec.Template.Spec)
+			}
+		}},
+		{"DaemonSet", &appsv1.DaemonSetList{}, func(l client.ObjectList) {
+			for i := range l.(*appsv1.DaemonSetList).Items {
+				o := &l.(*appsv1.DaemonSetList).Items[i]
+				report("DaemonSet", o, o.Spec.Template.Labels, &o.Spec.Template.Spec)
+			}
+		}},
+		{"StatefulSet", &appsv1.StatefulSetList{}, func(l client.ObjectList) {
+			for i := range l.(*appsv1.StatefulSetList).Items {
+				o := &l.(*appsv1.StatefulSetList).Items[i]
+				report("StatefulSet", o, o.Spec.Template.Labels, &o.Spec.Template.Spec)
+			}
+		}},
+		{"Pod", &corev1.PodList{}, func(l client.ObjectList) {
+			for i := range l.(*corev1.PodList).Items {
+				o := &l.(*corev1.PodList).Items[i]
+				if len(o.OwnerReferences) == 0 { // a workload's pods are its findings
+					report("Pod", o, o.Labels, &o.Spec)
+				}
+			}
+		}},
+		{"Service", &corev1.ServiceList{}, func(l client.ObjectList) {
+			for _, s := range l.(*corev1.ServiceList).Items {
+				var what string
+				switch {
+				case len(s.Spec.ExternalIPs) > 0:
+					what = "has spec.externalIPs " + strings.Join(s.Spec.ExternalIPs, ", ") + ": it captures traffic to those addresses in the cluster (CVE-2020-8554)"
+				case s.Spec.Type == corev1.ServiceTypeNodePort:
+					what = "is of type NodePort: it is published on every node"
+				case s.Spec.Type == corev1.ServiceTypeLoadBalancer:
+					what = "is of type LoadBalancer"
+					if s.Spec.LoadBalancerClass != nil {
+						what += " (class " + *s.Spec.LoadBalancerClass + ")"
+					}
+					what += ": a cloud load balancer publishes it"
+				default:
+					continue
+				}
+				r.add(CheckPublishedSvc, "service/"+ns+"/"+s.Name, fix("Service", s.Name),
+					"%s; the coordinator writes no Services and no native CCM needs one", what)
+			}
+		}},
+	}
+	for _, l := range lists {
+		err := c.List(ctx, l.list, client.InNamespace(ns))
+		switch {
+		case isForbidden(err):
+			r.Notes = append(r.Notes, fmt.Sprintf("cannot list %ss of %s: not checked for host access or publishing", l.kind, ns))
+			continue
+		case err != nil:
+			return fmt.Errorf("list %ss of %s: %w", strings.ToLower(l.kind), ns, err)
+		}
+		l.each(l.list)
+	}
+
+	var namespace corev1.Namespace
+	err = c.Get(ctx, client.ObjectKey{Name: ns}, &namespace)
+	switch {
+	case isForbidden(err):
+		r.Notes = append(r.Notes, "cannot read namespace "+ns+": its Pod Security level not checked")
+		return nil
+	case isNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("get namespace %s: %w", ns, err)
+	}
+	const enforce = "pod-security.kubernetes.io/enforce"
+	if level := namespace.Labels[enforce]; len(hostNetwork) == 0 && level != "restricted" {
+		if level == "" {
+			level = "none (label " + enforce + " not set: the cluster's default, usually privileged)"
+		}
+		r.add(CheckPodSecurity, "namespace/"+ns, fmt.Sprintf("kubectl label namespace %s %s=restricted --overwrite (the ccm-coordinator chart does, when it creates the namespace)", ns, enforce),
+			"enforces Pod Security level %s: every pod there, the native CCMs' too, meets restricted, and no profile needs the host network", level)
+	}
+	return nil
+}
+
+// coordinatorHostNetworkPlatforms reads the platforms the coordinator's
+// admission policies (of the ccm-coordinator chart) let run on the host
+// network: their variable hostNetworkPlatforms, a JSON list. found says
+// whether there is such a policy.
+func coordinatorHostNetworkPlatforms(ctx context.Context, c client.Client) (platforms []string, found bool, err error) {
+	var policies admissionregistrationv1.ValidatingAdmissionPolicyList
+	if err := c.List(ctx, &policies, client.MatchingLabels{"app.kubernetes.io/name": "ccm-coordinator"}); err != nil {
+		return nil, false, err
+	}
+	for _, p := range policies.Items {
+		for _, v := range p.Spec.Variables {
+			if v.Name != "hostNetworkPlatforms" {
+				continue
+			}
+			found = true
+			var list []string
+			if err := json.Unmarshal([]byte(v.Expression), &list); err == nil {
+				platforms = append(platforms, list...)
+			}
+		}
+	}
+	return platforms, found, nil
 }
 
 func subjectName(s rbacv1.Subject) string {

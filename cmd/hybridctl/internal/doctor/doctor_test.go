@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -19,7 +22,9 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cloudproviderapi "k8s.io/cloud-provider/api"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/csr/csrtest"
 	"github.com/hybrid-ccm/hybrid-ccm/cmd/hybridctl/internal/cli"
@@ -174,7 +179,7 @@ func TestDoctor(t *testing.T) {
 		lifecycle("native-ccm-gone", rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: "native-ccm-gone", Namespace: coordinatorNS}),
 		lifecycle("native-ccm-elsewhere", rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: "native-ccm-elsewhere", Namespace: "kube-system"}),
 		lifecycle("someones", rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "mallory"}),
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: coordinatorNS}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: coordinatorNS, Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}},
 		// NativeCCM gone's identity and grant, left behind
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "native-ccm-gone", Namespace: coordinatorNS}},
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "native-ccm-hcloud", Namespace: coordinatorNS}},
@@ -332,4 +337,183 @@ func TestDoctorFence(t *testing.T) {
 	if got := fenceFindings(); len(got) != 1 || !strings.Contains(got[0], "does not exist: the API server confines no native CCM") {
 		t.Fatalf("no fence: %q", got)
 	}
+}
+
+// coordinatorPolicy is the coordinator's admission policy as the
+// ccm-coordinator chart renders it with values.
+func coordinatorPolicy(t *testing.T, values map[string]any) *admissionregistrationv1.ValidatingAdmissionPolicy {
+	t.Helper()
+	ch, err := loader.Load(filepath.Join(testenv.RepoRoot(), "charts", "ccm-coordinator"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals, err := chartutil.ToRenderValues(ch, values, chartutil.ReleaseOptions{Name: "ccm-coordinator", Namespace: "kube-system", IsInstall: true}, chartutil.DefaultCapabilities)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := engine.Render(ch, vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p admissionregistrationv1.ValidatingAdmissionPolicy
+	for _, doc := range strings.Split(files["ccm-coordinator/templates/policy.yaml"], "\n---") {
+		if err := yaml.Unmarshal([]byte(doc), &p); err != nil {
+			t.Fatal(err)
+		}
+		if p.Kind == "ValidatingAdmissionPolicy" {
+			return &p
+		}
+	}
+	t.Fatal("the chart renders no ValidatingAdmissionPolicy in policy.yaml")
+	return nil
+}
+
+// TestDoctorCoordinatorNamespace (issue 22): in the coordinator's
+// namespace, a workload with host access, privileges or a root user, a
+// Service that publishes something, and a Pod Security level below
+// restricted are findings that name the fields; the host network of a
+// platform whose profile declares it (per the coordinator's admission
+// policy as its chart renders it) is not.
+func TestDoctorCoordinatorNamespace(t *testing.T) {
+	ctx := context.Background()
+	c, err := doctor.NewClient(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gate.EnsureFence(ctx, c, gate.Fence{Namespace: coordinatorNS}); err != nil {
+		t.Fatal(err)
+	}
+	// the namespace (TestDoctor's, or new), for now without Pod Security
+	var ns corev1.Namespace
+	if err := c.Get(ctx, client.ObjectKey{Name: coordinatorNS}, &ns); err != nil {
+		ns = corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: coordinatorNS}}
+		create(t, c, &ns)
+	}
+	labels := ns.Labels
+	ns.Labels = nil
+	if err := c.Update(ctx, &ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		var ns corev1.Namespace
+		if err := c.Get(context.Background(), client.ObjectKey{Name: coordinatorNS}, &ns); err == nil {
+			ns.Labels = labels
+			_ = c.Update(context.Background(), &ns)
+		}
+	})
+	policy := coordinatorPolicy(t, map[string]any{})
+	create(t, c, policy)
+	t.Cleanup(func() { _ = c.Delete(context.Background(), policy) })
+
+	safe := corev1.PodSpec{
+		SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true)},
+		Containers:      []corev1.Container{{Name: "ccm", Image: "example.com/ccm:1", SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false)}}},
+	}
+	workload := func(kind, name, platform string, edit func(*corev1.PodSpec)) client.Object {
+		spec := *safe.DeepCopy()
+		if edit != nil {
+			edit(&spec)
+		}
+		sel := map[string]string{"app": name}
+		tpl := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name, release.PlatformLabel: platform}}, Spec: spec}
+		meta := metav1.ObjectMeta{Name: name, Namespace: coordinatorNS}
+		if kind == "DaemonSet" {
+			return &appsv1.DaemonSet{ObjectMeta: meta, Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: sel}, Template: tpl}}
+		}
+		return &appsv1.Deployment{ObjectMeta: meta, Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: sel}, Template: tpl}}
+	}
+	service := func(name string, spec corev1.ServiceSpec) *corev1.Service {
+		spec.Ports = []corev1.ServicePort{{Port: 80}}
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: coordinatorNS}, Spec: spec}
+	}
+	objs := []client.Object{
+		workload("DaemonSet", "native-ccm-x", "hcloud", func(s *corev1.PodSpec) {
+			s.HostPID, s.HostNetwork, s.HostIPC = true, true, true
+			s.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true), RunAsUser: ptr.To[int64](0),
+				Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"SYS_ADMIN"}}}
+			s.Volumes = []corev1.Volume{{Name: "root", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}}
+		}),
+		workload("Deployment", "native-ccm-root", "hcloud", func(s *corev1.PodSpec) { s.SecurityContext = nil }),
+		workload("DaemonSet", "native-ccm-metal", "metal", func(s *corev1.PodSpec) { s.HostNetwork = true }),
+		workload("Deployment", "native-ccm-safe", "hcloud", nil),
+		service("open", corev1.ServiceSpec{ExternalIPs: []string{"10.0.0.10", "8.8.8.8"}}),
+		service("nodeport", corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort}),
+		service("lb", corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: ptr.To("hybridccm.io/aws")}),
+		service("internal", corev1.ServiceSpec{}),
+	}
+	create(t, c, objs...)
+	for _, o := range objs {
+		t.Cleanup(func() { _ = c.Delete(context.Background(), o) })
+	}
+	namespaceFindings := func() map[string]string {
+		t.Helper()
+		rep, err := doctor.Run(ctx, c, doctor.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, f := range rep.Findings {
+			switch f.Check {
+			case doctor.CheckUnsafeWorkload, doctor.CheckPublishedSvc, doctor.CheckPodSecurity:
+				if f.Message == "" || f.Fix == "" {
+					t.Errorf("finding %s %s lacks message or fix", f.Check, f.Object)
+				}
+				out[f.Check+" "+f.Object] = f.Message
+			}
+		}
+		return out
+	}
+	got := namespaceFindings()
+	want := map[string][]string{
+		"UnsafeWorkloadInCoordinatorNamespace daemonset/hybrid-ccm-system/native-ccm-x": {
+			"spec.template.spec.hostPID", "spec.template.spec.hostIPC", "spec.template.spec.hostNetwork", "volumes[0].hostPath", `host path "/"`,
+			"containers[0].securityContext.privileged", "containers[0].securityContext.capabilities.add", "SYS_ADMIN", "containers[0].securityContext.runAsUser"},
+		"UnsafeWorkloadInCoordinatorNamespace deployment/hybrid-ccm-system/native-ccm-root": {"containers[0].securityContext.runAsNonRoot"},
+		// no profile declares the host network yet
+		"UnsafeWorkloadInCoordinatorNamespace daemonset/hybrid-ccm-system/native-ccm-metal": {"spec.template.spec.hostNetwork"},
+		"PublishingServiceInCoordinatorNamespace service/hybrid-ccm-system/open":            {"spec.externalIPs 10.0.0.10, 8.8.8.8", "CVE-2020-8554"},
+		"PublishingServiceInCoordinatorNamespace service/hybrid-ccm-system/nodeport":        {"NodePort"},
+		"PublishingServiceInCoordinatorNamespace service/hybrid-ccm-system/lb":              {"LoadBalancer (class hybridccm.io/aws)"},
+		"CoordinatorNamespacePodSecurity namespace/hybrid-ccm-system":                       {"enforces Pod Security level none"},
+	}
+	checkFindings := func(got map[string]string, want map[string][]string) {
+		t.Helper()
+		for k, parts := range want {
+			msg, ok := got[k]
+			if !ok {
+				t.Errorf("no finding %s (got %q)", k, got)
+				continue
+			}
+			for _, p := range parts {
+				if !strings.Contains(msg, p) {
+					t.Errorf("finding %s does not say %q: %s", k, p, msg)
+				}
+			}
+		}
+		for k, msg := range got {
+			if _, ok := want[k]; !ok {
+				t.Errorf("unexpected finding %s: %s", k, msg)
+			}
+		}
+	}
+	checkFindings(got, want)
+
+	// a profile declares the host network for metal (the chart renders the
+	// policy with the override): metal's pod is no finding, and the
+	// namespace's Pod Security level must let it run
+	declared := coordinatorPolicy(t, map[string]any{"profileOverrides": map[string]any{"metal.yaml": map[string]any{
+		"apiVersion": "hybridccm.io/v1alpha1", "kind": "Profile", "name": "metal", "platforms": []any{"metal"}, "providerIDPrefixes": []any{"metal://"},
+		"ccm":         map[string]any{"image": map[string]any{"repository": "example.com/metal", "tag": "v1"}, "cloudProvider": "metal", "securePort": 10299, "hostNetwork": true},
+		"credentials": map[string]any{"none": true}, "chart": map[string]any{"source": "builtin"}}}})
+	var current admissionregistrationv1.ValidatingAdmissionPolicy
+	if err := c.Get(ctx, client.ObjectKey{Name: policy.Name}, &current); err != nil {
+		t.Fatal(err)
+	}
+	current.Spec = declared.Spec
+	if err := c.Update(ctx, &current); err != nil {
+		t.Fatal(err)
+	}
+	delete(want, "UnsafeWorkloadInCoordinatorNamespace daemonset/hybrid-ccm-system/native-ccm-metal")
+	delete(want, "CoordinatorNamespacePodSecurity namespace/hybrid-ccm-system")
+	checkFindings(namespaceFindings(), want)
 }
