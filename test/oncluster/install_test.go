@@ -24,6 +24,7 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 	"github.com/hybrid-ccm/hybrid-ccm/charts/test/chartstest"
 	"github.com/hybrid-ccm/hybrid-ccm/test/fleet"
+	"github.com/hybrid-ccm/hybrid-ccm/test/fleet/fleethelm"
 	"github.com/hybrid-ccm/hybrid-ccm/test/registry"
 )
 
@@ -70,7 +71,7 @@ func doInstall() (*fleet.Clouds, error) {
 	if err != nil {
 		return cl, err
 	}
-	if err := f.HelmInstall(ctx, namespace, "hybrid-ccm", f.ChartRef("hybrid-ccm"), version, values); err != nil {
+	if err := fleethelm.Install(ctx, f, namespace, "hybrid-ccm", f.ChartRef("hybrid-ccm"), version, values); err != nil {
 		return cl, err
 	}
 

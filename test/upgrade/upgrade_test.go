@@ -33,6 +33,7 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/hack/ship"
 	"github.com/hybrid-ccm/hybrid-ccm/test/fleet"
+	"github.com/hybrid-ccm/hybrid-ccm/test/fleet/fleethelm"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
 
@@ -86,7 +87,7 @@ func TestUpgradeWhileNodesJoin(t *testing.T) {
 
 	// The previous release, installed as documented.
 	values := installValues(t, clouds.TestCCMURL())
-	if err := f.HelmInstall(ctx, talosNamespace, release, f.ChartRef("hybrid-ccm"), prevVersion, values); err != nil {
+	if err := fleethelm.Install(ctx, f, talosNamespace, release, f.ChartRef("hybrid-ccm"), prevVersion, values); err != nil {
 		t.Fatal(err)
 	}
 	for name, data := range map[string]map[string]string{
@@ -124,7 +125,7 @@ func TestUpgradeWhileNodesJoin(t *testing.T) {
 		joined <- nil
 	}()
 	start := time.Now()
-	ch, err := f.HelmUpgrade(ctx, talosNamespace, release, f.ChartRef("hybrid-ccm"), curVersion, values)
+	ch, err := fleethelm.Upgrade(ctx, f, talosNamespace, release, f.ChartRef("hybrid-ccm"), curVersion, values)
 	if err != nil {
 		t.Fatal(err)
 	}

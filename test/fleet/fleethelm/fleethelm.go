@@ -1,4 +1,8 @@
-package fleet
+// Package fleethelm installs and upgrades charts from a fleet's registry with
+// Helm's own SDK, as a user's `helm install`/`helm upgrade` does. Apart from
+// test/fleet: the demo links test/fleet, and only coordinator/release/helm may
+// link Helm in the product's binaries.
+package fleethelm
 
 import (
 	"context"
@@ -11,13 +15,15 @@ import (
 	"helm.sh/helm/v3/pkg/cli"
 	helmregistry "helm.sh/helm/v3/pkg/registry"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+
+	"github.com/hybrid-ccm/hybrid-ccm/test/fleet"
 )
 
-// HelmInstall is `helm install release ref --version version -n namespace
+// Install is `helm install release ref --version version -n namespace
 // --values values` with Helm's own SDK, the chart pulled from the fleet's
-// registry (ref: ChartRef).
-func (f *Fleet) HelmInstall(ctx context.Context, namespace, release, ref, version string, values map[string]any) error {
-	cfg, settings, err := f.helm(namespace)
+// registry (ref: f.ChartRef).
+func Install(ctx context.Context, f *fleet.Fleet, namespace, release, ref, version string, values map[string]any) error {
+	cfg, settings, err := config(f, namespace)
 	if err != nil {
 		return err
 	}
@@ -33,12 +39,12 @@ func (f *Fleet) HelmInstall(ctx context.Context, namespace, release, ref, versio
 	return nil
 }
 
-// HelmUpgrade is `helm upgrade release ref --version version -n namespace
+// Upgrade is `helm upgrade release ref --version version -n namespace
 // --values values` (no --wait: what the upgrade starts, the cluster
 // finishes). It returns the chart it pulled: its crds/ are the caller's to
 // apply, as docs/install.md says (Helm never updates them).
-func (f *Fleet) HelmUpgrade(ctx context.Context, namespace, release, ref, version string, values map[string]any) (*chart.Chart, error) {
-	cfg, settings, err := f.helm(namespace)
+func Upgrade(ctx context.Context, f *fleet.Fleet, namespace, release, ref, version string, values map[string]any) (*chart.Chart, error) {
+	cfg, settings, err := config(f, namespace)
 	if err != nil {
 		return nil, err
 	}
@@ -54,9 +60,9 @@ func (f *Fleet) HelmUpgrade(ctx context.Context, namespace, release, ref, versio
 	return ch, nil
 }
 
-// helm is Helm's configuration for namespace: releases stored in Secrets,
+// config is Helm's configuration for namespace: releases stored in Secrets,
 // the registry client trusting the fleet's registry.
-func (f *Fleet) helm(namespace string) (*action.Configuration, *cli.EnvSettings, error) {
+func config(f *fleet.Fleet, namespace string) (*action.Configuration, *cli.EnvSettings, error) {
 	kubeconfig, ns := f.KubeconfigPath, namespace
 	cfg := &action.Configuration{}
 	if err := cfg.Init(&genericclioptions.ConfigFlags{KubeConfig: &kubeconfig, Namespace: &ns}, namespace, "secret", func(string, ...any) {}); err != nil {
@@ -68,7 +74,7 @@ func (f *Fleet) helm(namespace string) (*action.Configuration, *cli.EnvSettings,
 	}
 	cfg.RegistryClient = rc
 	settings := cli.New()
-	settings.RepositoryCache = filepath.Join(f.work, "helm-cache")
+	settings.RepositoryCache = filepath.Join(f.Work(), "helm-cache")
 	return cfg, settings, nil
 }
 
