@@ -132,7 +132,7 @@ func (s Sidecar) Fingerprint() string {
 	b, _ := json.Marshal(struct {
 		V int
 		S Sidecar
-	}{V: 3, S: s})
+	}{V: 4, S: s})
 	return fmt.Sprintf("%x", sha256.Sum256(b))[:16]
 }
 
@@ -273,10 +273,18 @@ func (s Sidecar) editPod(tpl *corev1.PodTemplateSpec, kubeconfig []byte) error {
 	if len(ccm.Command) > 1 {
 		ccm.Command = append(ccm.Command[:1:1], stripFlags(ccm.Command[1:], apiServerFlags...)...)
 	}
-	ccm.Args = stripFlags(ccm.Args, apiServerFlags...)
+	// Its kubeconfig flags go first, right after the command (as the
+	// lifecycle mutator's enforced flags do): no flag before them may take
+	// one as its value.
+	if err := release.CheckCommand(ccm.Command); err != nil {
+		return fmt.Errorf("container %s: %w", ccm.Name, err)
+	}
+	rest := stripFlags(ccm.Args, apiServerFlags...)
+	ccm.Args = make([]string, 0, len(kubeconfigFlags)+len(rest))
 	for _, f := range kubeconfigFlags {
 		ccm.Args = append(ccm.Args, f+"="+KubeconfigPath)
 	}
+	ccm.Args = append(ccm.Args, rest...)
 	ccm.VolumeMounts = setMount(ccm.VolumeMounts,
 		corev1.VolumeMount{Name: kubeconfigVolume, MountPath: path.Dir(KubeconfigPath), ReadOnly: true},
 		corev1.VolumeMount{Name: tlsVolume, MountPath: TLSDir, ReadOnly: true},

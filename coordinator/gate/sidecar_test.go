@@ -22,6 +22,7 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release/releasetest"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release/helm"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
@@ -214,7 +215,8 @@ func TestSidecarRewritesCCMFlags(t *testing.T) {
 	if !slices.Equal(c.Command, []string{"/ccm", "--v=2"}) {
 		t.Errorf("command %v", c.Command)
 	}
-	if want := append([]string{"--cloud-provider=x", "--controllers=cloud-node-lifecycle"}, ccmKubeconfigFlags()...); !slices.Equal(c.Args, want) {
+	// the gate's flags first: nothing before them may take one as its value
+	if want := append(ccmKubeconfigFlags(), "--cloud-provider=x", "--controllers=cloud-node-lifecycle"); !slices.Equal(c.Args, want) {
 		t.Errorf("args %v, want %v", c.Args, want)
 	}
 	onlyGateHoldsToken(t, tpl.Spec)
@@ -434,5 +436,49 @@ func TestSidecarManifestsValidate(t *testing.T) {
 func TestPlatformLabelAgrees(t *testing.T) {
 	if names.PlatformLabel != names.PlatformLabel {
 		t.Fatalf("proxy label %q, API label %q", names.PlatformLabel, names.PlatformLabel)
+	}
+}
+
+// TestSidecarKubeconfigCannotBeSwallowed: the gate's kubeconfig flags come
+// first in the CCM's args, so a chart arg without a value cannot take one
+// (the CCM's own flag set parses the result); a command that would take the
+// first arg as a value once the gate removed its kubeconfig flag is refused.
+func TestSidecarKubeconfigCannotBeSwallowed(t *testing.T) {
+	pod := func(command, args []string) *release.Manifests {
+		dep := &appsv1.Deployment{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+			ObjectMeta: metav1.ObjectMeta{Name: "ccm", Namespace: "kube-system"},
+			Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{release.NativeCCMLabel: "native-ccm-x"}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "ccm", Command: command, Args: args}}},
+			}},
+		}
+		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(dep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &release.Manifests{Objects: []*unstructured.Unstructured{{Object: obj}}}
+	}
+	s := gate.Sidecar{Release: "native-ccm-x", Namespace: "kube-system", Platform: "x", Image: gateImage, ProxyPort: 20000, HealthPort: 21000}
+
+	m := pod([]string{"/ccm"}, []string{"--cloud-provider=x", "--cluster-name"})
+	if err := s.Mutate(m); err != nil {
+		t.Fatal(err)
+	}
+	_, tpl := podOf(t, m.Objects, "native-ccm-x")
+	// a last arg so that the chart's --cluster-name has its value
+	fs, err := releasetest.ParseCCMFlags(t, append(tpl.Spec.Containers[0].Args, "--v=2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"kubeconfig", "authentication-kubeconfig", "authorization-kubeconfig"} {
+		if got := releasetest.CCMFlag(t, fs, f); got != gate.KubeconfigPath {
+			t.Errorf("the CCM runs with --%s=%q, want %s (args %q)", f, got, gate.KubeconfigPath, tpl.Spec.Containers[0].Args)
+		}
+	}
+
+	m = pod([]string{"/ccm", "--cluster-name", "--kubeconfig=/etc/kubernetes/ccm.conf"}, nil)
+	if err := s.Mutate(m); !errors.Is(err, release.ErrSwallowingCommand) || !strings.Contains(err.Error(), `"--cluster-name"`) {
+		t.Errorf("err = %v, want %v naming --cluster-name", err, release.ErrSwallowingCommand)
 	}
 }

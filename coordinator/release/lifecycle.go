@@ -94,11 +94,12 @@ func (l Lifecycle) Fingerprint() string {
 	// delegated-authentication bindings, the CCM container's termination
 	// message falls back to its log, flags compared as the CCM parses them;
 	// 4: no lease create, the Lease is created ahead; 5: bound to the
-	// static LifecycleClusterRole; 6: the leader-election timings).
+	// static LifecycleClusterRole; 6: the leader-election timings; 7: the
+	// enforced flags first in the args).
 	b, _ := json.Marshal(struct {
 		V int
 		L Lifecycle
-	}{V: 6, L: l})
+	}{V: 7, L: l})
 	return fmt.Sprintf("%x", sha256.Sum256(b))[:16]
 }
 
@@ -325,7 +326,15 @@ func (l Lifecycle) enforceWorkload(w *unstructured.Unstructured) error {
 	if p != 0 {
 		oldPort = p
 	}
-	c.Args = append(c.Args, l.EnforcedArgs()...)
+	// The enforced flags come first, right after the command: a flag before
+	// them that takes the next argument as its value ("--cluster-name"
+	// without "=") would swallow the first of them. What follows cannot
+	// change them: every other spelling of them is gone, and the CCM's
+	// parser reads a flag after them as a flag.
+	if err := CheckCommand(c.Command); err != nil {
+		return fmt.Errorf("container %s: %w", c.Name, err)
+	}
+	c.Args = append(l.EnforcedArgs(), c.Args...)
 	for _, a := range l.Args {
 		c.Args = setFlag(c.Args, a)
 	}
@@ -373,6 +382,32 @@ func stripEnforced(head, tail []string) ([]string, int32) {
 		}
 	}
 	return out, port
+}
+
+// ErrSwallowingCommand marks a CCM container whose command would take the
+// first of the args (an enforced flag) as a value, or stop reading flags.
+var ErrSwallowingCommand = errors.New("the CCM's command would swallow the enforced flags")
+
+// CheckCommand refuses a container command (binary and flags) after which the
+// CCM's flag parser would not read the first arg as a flag: the terminator
+// "--" in it, or a last flag without "=" (a flag that is not a boolean takes
+// the next argument as its value, and which flags are booleans only the CCM
+// knows). The mutators put the flags they enforce first in the args, right
+// after the command.
+func CheckCommand(command []string) error {
+	if len(command) < 2 {
+		return nil
+	}
+	tail := command[1:]
+	if i := slices.Index(tail, "--"); i >= 0 {
+		return fmt.Errorf("%w: command[%d] is \"--\": the CCM would read no flag after it; remove it", ErrSwallowingCommand, i+1)
+	}
+	last := tail[len(tail)-1]
+	if strings.HasPrefix(last, "-") && last != "-" && !strings.Contains(last, "=") {
+		return fmt.Errorf("%w: command[%d] %q has no value in the same argument: the CCM may take the next argument, an enforced flag, as its value; render it as %s=value (a boolean as %s=true)",
+			ErrSwallowingCommand, len(command)-1, last, last, last)
+	}
+	return nil
 }
 
 var enforcedFlagNames = []string{
