@@ -22,8 +22,8 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
-	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release/releasetest"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release/helm"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release/releasetest"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
