@@ -398,6 +398,19 @@ func validateCCM(fp *field.Path, c *CCM) field.ErrorList {
 		}
 	}
 	errs = append(errs, validateEnv(fp.Child("env"), c.Env)...)
+	audiences := map[string]bool{}
+	for i, a := range c.TokenAudiences {
+		ap := fp.Child("tokenAudiences").Index(i)
+		switch {
+		case a == "" || len(a) > 253 || strings.ContainsAny(a, " \t\r\n"):
+			errs = append(errs, field.Invalid(ap, a, "an audience is a non-empty string of at most 253 characters without whitespace"))
+		case apiServerAudience(a):
+			errs = append(errs, field.Forbidden(ap, a+" is an audience of the API server: a token for it would let the CCM around the gate"))
+		case audiences[a]:
+			errs = append(errs, field.Duplicate(ap, a))
+		}
+		audiences[a] = true
+	}
 	port := fp.Child("securePort")
 	switch {
 	case c.SecurePort < 1024 || c.SecurePort > 65535:
@@ -406,6 +419,16 @@ func validateCCM(fp *field.Path, c *CCM) field.ErrorList {
 		errs = append(errs, field.Invalid(port, c.SecurePort, "reserved for "+reservedPorts[c.SecurePort]))
 	}
 	return errs
+}
+
+// apiServerAudience reports the audiences API servers accept by default (the
+// issuer a cluster's --service-account-issuer usually is): a profile cannot
+// declare them. Another audience a cluster's API server is configured to
+// accept is for its operator not to declare.
+func apiServerAudience(a string) bool {
+	host := strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(a, "https://"), "http://"), "/")
+	return host == "kubernetes" || host == "api" || host == "kubernetes.default" ||
+		strings.HasPrefix(host, "kubernetes.default.svc")
 }
 
 // controllerNameRE is what a controller name in --controllers looks like.

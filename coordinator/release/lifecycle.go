@@ -70,6 +70,9 @@ type Lifecycle struct {
 	// LoadBalancers, when set, also runs the CCM's service controller and
 	// grants it LoadBalancerRules.
 	LoadBalancers *LoadBalancerSettings `json:"loadBalancers,omitempty"`
+	// TokenAudiences are the profile's ccm.tokenAudiences: the only
+	// ServiceAccount token projections the gate mutator lets into the pod.
+	TokenAudiences []string `json:"tokenAudiences,omitempty"`
 }
 
 // LoadBalancerSettings say which Services a native CCM serves.

@@ -130,6 +130,8 @@ func FromProfile(p *profile.Profile, in Instance) (Request, error) {
 		Drop:          p.Chart.Drop,
 		HostNetwork:   p.CCM.HostNetwork,
 		LoadBalancers: lb,
+		// a copy: the request must not share the profile's list
+		TokenAudiences: append([]string(nil), p.CCM.TokenAudiences...),
 	}
 	req := Request{Name: in.ReleaseName, Namespace: in.Namespace, Chart: p.Chart, Lifecycle: lc}
 
