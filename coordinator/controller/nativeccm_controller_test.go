@@ -22,6 +22,7 @@ import (
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
@@ -276,6 +277,36 @@ func TestInstallsOnFirstNodeAndUninstallsAfterGracePeriod(t *testing.T) {
 	} {
 		if got := canI(t, "system:serviceaccount:"+releaseNamespace+":native-ccm-hcloud", tc.verb, tc.group, tc.resource, tc.ns, tc.name); got != tc.allowed {
 			t.Errorf("can %s %s %s/%s = %v, want %v", tc.verb, tc.resource, tc.ns, tc.name, got, tc.allowed)
+		}
+	}
+	// The gate holds the CCM back until its identity may do all its release
+	// binds it to: all of it is granted (else the CCM would never start),
+	// with the client CA the CCM reads at start among it.
+	var startup []string
+	for _, ic := range spec.InitContainers {
+		if ic.Name != gate.SidecarName {
+			continue
+		}
+		for _, a := range ic.Args {
+			if v, ok := strings.CutPrefix(a, "--startup-access="); ok {
+				startup = append(startup, v)
+			}
+		}
+	}
+	if !slices.Contains(startup, "verb=get,resource=configmaps,namespace=kube-system,name=extension-apiserver-authentication") ||
+		!slices.Contains(startup, "verb=update,group=coordination.k8s.io,resource=leases,namespace="+releaseNamespace+",name=native-ccm-hcloud") {
+		t.Errorf("gate's startup access %q lacks the client CA or the lease", startup)
+	}
+	for _, s := range startup {
+		a, err := proxy.ParseAccess(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Subresource != "" {
+			t.Fatalf("%s: canI knows no subresources", s)
+		}
+		if !canI(t, "system:serviceaccount:"+releaseNamespace+":native-ccm-hcloud", a.Verb, a.Group, a.Resource, a.Namespace, a.Name) {
+			t.Errorf("the gate waits for %s, which the release does not grant", s)
 		}
 	}
 	if ok, state := hasEvent(t, "hcloud", v1.InstallSucceededReason); !ok {

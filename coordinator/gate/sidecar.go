@@ -99,6 +99,12 @@ type Sidecar struct {
 	HealthPort int32 `json:"healthPort"`
 	// PlainHTTP serves the CCM plain HTTP on loopback instead of HTTPS.
 	PlainHTTP bool `json:"plainHTTP,omitempty"`
+	// StartupAccess is what the release binds its ServiceAccount to
+	// (release.Lifecycle.StartupAccess), in proxy.Access's flag form: the
+	// gate's startup probe passes only once its identity, the CCM's, has been
+	// allowed all of it, so the CCM container never starts before its RBAC is
+	// in effect.
+	StartupAccess []string `json:"startupAccess,omitempty"`
 	// TokenAudiences are the audiences of ServiceAccount tokens the chart may
 	// project into the pod (the profile's ccm.tokenAudiences); every other
 	// token projection is refused.
@@ -121,6 +127,11 @@ func SidecarFor(l release.Lifecycle, image string) Sidecar {
 		s.Container = l.Workload.Container
 	}
 	s.TokenAudiences = append([]string(nil), l.TokenAudiences...)
+	for _, a := range l.StartupAccess() {
+		s.StartupAccess = append(s.StartupAccess, proxy.Access{
+			Verb: a.Verb, Group: a.Group, Resource: a.Resource, Subresource: a.Subresource, Namespace: a.Namespace, Name: a.Name,
+		}.String())
+	}
 	if lb := l.LoadBalancers; lb != nil {
 		// the view shows it the Services of its class (and those without a
 		// class while it is the default), as the fence lets it change them
@@ -347,6 +358,9 @@ func (s Sidecar) container() corev1.Container {
 	if !s.PlainHTTP {
 		args = append(args, "--tls-dir="+TLSDir)
 	}
+	for _, a := range s.StartupAccess {
+		args = append(args, "--startup-access="+a)
+	}
 	probe := func(path string, period, failures int32) *corev1.Probe {
 		return &corev1.Probe{
 			ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString("gate-health")}},
@@ -362,7 +376,9 @@ func (s Sidecar) container() corev1.Container {
 		// A native sidecar: started (and ready) before the CCM, stopped after it.
 		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
 		Ports:         []corev1.ContainerPort{{Name: "gate-health", ContainerPort: s.HealthPort, Protocol: corev1.ProtocolTCP}},
-		// The CCM starts only once the gate's node cache has synced.
+		// The CCM starts only once the gate's node cache has synced and its
+		// identity has been allowed StartupAccess (the kubelet starts the
+		// containers after a native sidecar's startup probe has passed).
 		StartupProbe:   probe("/readyz", 1, 300),
 		ReadinessProbe: probe("/readyz", 10, 3),
 		LivenessProbe:  probe("/livez", 20, 3),

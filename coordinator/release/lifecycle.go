@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -538,6 +539,72 @@ func (l Lifecycle) Lease() *coordinationv1.Lease {
 	return lease
 }
 
+// leaseRules are the rules of the release's Role: its own Lease, which the
+// coordinator creates before the release (EnsureLease); no create, which RBAC
+// cannot limit by name and would let it squat any lease of the namespace.
+func (l Lifecycle) leaseRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{l.LeaseName}, Verbs: []string{"get", "update"}},
+	}
+}
+
+// AuthenticationReaderRules are what the CCM uses of the Role
+// AuthenticationReaderRole every cluster has: at start it reads (and then
+// watches) the client CA in kube-system/extension-apiserver-authentication,
+// and exits when it may not.
+func AuthenticationReaderRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"},
+		ResourceNames: []string{"extension-apiserver-authentication"}, Verbs: []string{"get", "list", "watch"}}}
+}
+
+// AuthDelegatorRules are what the CCM uses of the ClusterRole
+// AuthDelegatorClusterRole every cluster has: it checks requests to its
+// secure port with TokenReviews and SubjectAccessReviews.
+func AuthDelegatorRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
+		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
+	}
+}
+
+// StartupAccess is everything the release binds its ServiceAccount to, as
+// SelfSubjectAccessReview attributes: the rules of LifecycleRules (and
+// LoadBalancerRules) cluster-wide, its lease Role in its namespace and the
+// two authentication roles. The gate answers its startup probe only once all
+// are allowed, so the CCM container never starts before the release's
+// bindings are in effect (an upstream CCM that may not read
+// extension-apiserver-authentication exits, and each exit costs a growing
+// crash-loop back-off).
+func (l Lifecycle) StartupAccess() []authorizationv1.ResourceAttributes {
+	var out []authorizationv1.ResourceAttributes
+	add := func(namespace string, rules []rbacv1.PolicyRule) {
+		for _, r := range rules {
+			names := r.ResourceNames
+			if len(names) == 0 {
+				names = []string{""}
+			}
+			for _, g := range r.APIGroups {
+				for _, res := range r.Resources {
+					res, sub, _ := strings.Cut(res, "/")
+					for _, v := range r.Verbs {
+						for _, n := range names {
+							out = append(out, authorizationv1.ResourceAttributes{Verb: v, Group: g, Resource: res, Subresource: sub, Namespace: namespace, Name: n})
+						}
+					}
+				}
+			}
+		}
+	}
+	add("", LifecycleRules())
+	if l.LoadBalancers != nil {
+		add("", LoadBalancerRules())
+	}
+	add(l.Namespace, l.leaseRules())
+	add(AuthenticationReaderNamespace, AuthenticationReaderRules())
+	add("", AuthDelegatorRules())
+	return out
+}
+
 // identity renders the ServiceAccount and RBAC of the release.
 func (l Lifecycle) identity() ([]*unstructured.Unstructured, error) {
 	sa := l.ServiceAccountName()
@@ -564,12 +631,7 @@ func (l Lifecycle) identity() ([]*unstructured.Unstructured, error) {
 		&rbacv1.Role{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
 			ObjectMeta: meta(l.Release, l.Namespace),
-			Rules: []rbacv1.PolicyRule{
-				// Its own Lease, which the coordinator creates before the
-				// release (EnsureLease): no create, which RBAC cannot limit
-				// by name and would let it squat any lease of the namespace.
-				{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{l.LeaseName}, Verbs: []string{"get", "update"}},
-			},
+			Rules:      l.leaseRules(),
 		},
 		&rbacv1.RoleBinding{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},

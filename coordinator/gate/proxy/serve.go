@@ -111,6 +111,7 @@ func writeAtomic(path string, data []byte, mode os.FileMode) error {
 //
 //	/livez    200 while the process serves
 //	/readyz   200 once the node cache (and the Service history) has synced
+//	          and the CCM's identity has been allowed Config.StartupAccess
 //
 // and, when g is not nil, /metrics from g. ccm-gate serves metrics on a
 // listener of their own (MetricsHandler): probes must reach the pod IP,
