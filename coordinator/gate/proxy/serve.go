@@ -122,6 +122,11 @@ func (p *Proxy) HealthHandler(g prometheus.Gatherer) http.Handler {
 		_, _ = w.Write([]byte("ok"))
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !p.access.ready.Load() {
+			// what is missing is in the gate's log, not for whoever probes
+			http.Error(w, "waiting for the CCM's permissions", http.StatusServiceUnavailable)
+			return
+		}
 		if !p.Ready() {
 			http.Error(w, "caches not synced", http.StatusServiceUnavailable)
 			return
