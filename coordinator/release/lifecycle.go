@@ -152,8 +152,8 @@ func (l Lifecycle) EnforcedArgs() []string {
 }
 
 // ErrEnforcedFlag marks args that would override a flag the coordinator
-// enforces.
-var ErrEnforcedFlag = errors.New("an arg overrides an enforced flag")
+// enforces, or could swallow one (not one --name=value argument).
+var ErrEnforcedFlag = errors.New("an arg overrides an enforced flag or is not one --name=value argument")
 
 // boolFlags never take their value as a separate argument.
 var boolFlags = map[string]bool{"--leader-elect": true, "--use-service-account-credentials": true}
