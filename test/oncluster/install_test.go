@@ -349,6 +349,19 @@ func assertNativeCCMsStartedOnce(t *testing.T, ctx context.Context) {
 				}
 			}
 			t.Logf("NativeCCM %s: pod %s Ready, %d containers, none restarted", name, pod.Name, len(statuses))
+			// What the gate waited for before it let the CCM start (how
+			// long depends on when the API server's authorizer saw the
+			// release's bindings).
+			logs, err := f.PodLogs(ctx, ccmNamespace, pod.Name, "ccm-gate")
+			if err != nil {
+				t.Errorf("logs of %s's gate: %v", pod.Name, err)
+				continue
+			}
+			for _, line := range strings.Split(logs, "\n") {
+				if strings.Contains(line, "waiting for the CCM's permissions") || strings.Contains(line, "may do what it needs at start") {
+					t.Logf("NativeCCM %s gate: %s", name, line)
+				}
+			}
 		}
 	}
 }
