@@ -2,6 +2,7 @@ package charts_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -212,5 +213,48 @@ func createNamespaces(t *testing.T, a *chartstest.Applier, m manifests) {
 				t.Fatalf("namespace %s: %v", obj.GetName(), err)
 			}
 		}
+	}
+}
+
+// TestNativeCCMArgsCEL: the CRD refuses, on a real API server, every
+// spec.overrides.args entry that is not one --name=value argument, naming it:
+// a flag without "=" would take the next argument (the CCM's enforced
+// --controllers=cloud-node-lifecycle) as its value. --name=value args pass.
+func TestNativeCCMArgsCEL(t *testing.T) {
+	env := controlPlane(t)
+	a := newApplier(t, env)
+	nativeCCM := func(args ...any) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "hybridccm.io/v1alpha1", "kind": "NativeCCM",
+			"metadata": map[string]any{"name": "args"},
+			"spec":     map[string]any{"platform": "hcloud", "overrides": map[string]any{"args": args}},
+		}}
+	}
+	for _, tc := range []struct {
+		args []any
+		// refused is the arg the error must name; "" for accepted args.
+		refused string
+	}{
+		{args: []any{"--cluster-name"}, refused: "--cluster-name"},
+		{args: []any{"--v=2", "--allow-untagged-cloud"}, refused: "--allow-untagged-cloud"},
+		{args: []any{"--cluster-name", "x"}, refused: "--cluster-name"},
+		{args: []any{"-v=2"}, refused: "-v=2"},
+		{args: []any{"--"}, refused: "--"},
+		{args: []any{"--=x"}, refused: "--=x"},
+		{args: []any{"--cluster-name=", "--allow-untagged-cloud=true", "--cluster-name=--controllers=*"}},
+	} {
+		_, err := a.Apply(context.Background(), nativeCCM(tc.args...), true)
+		switch {
+		case tc.refused == "" && err != nil:
+			t.Errorf("args %q: refused: %v", tc.args, err)
+		case tc.refused != "" && (!apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.overrides.args") ||
+			!strings.Contains(err.Error(), tc.refused+" is not") || !strings.Contains(err.Error(), "--name=true")):
+			t.Errorf("args %q: err = %v, want Invalid naming spec.overrides.args and %s", tc.args, err, tc.refused)
+		}
+	}
+	// A value on two lines is refused too (the API server quotes the rule:
+	// a message may not span lines).
+	if _, err := a.Apply(context.Background(), nativeCCM("--cluster-name=a\nb"), true); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.overrides.args") {
+		t.Errorf("a value on two lines: err = %v", err)
 	}
 }

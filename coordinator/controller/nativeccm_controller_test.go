@@ -22,6 +22,7 @@ import (
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
@@ -205,7 +206,7 @@ func TestInstallsOnFirstNodeAndUninstallsAfterGracePeriod(t *testing.T) {
 		"--leader-elect-resource-namespace=" + releaseNamespace,
 		"--secure-port=10273",
 		"--cloud-provider=hcloud",
-		"--allow-untagged-cloud",
+		"--allow-untagged-cloud=true",
 	} {
 		if !slices.Contains(args, want) {
 			t.Errorf("args %v lack %s", args, want)
@@ -276,6 +277,36 @@ func TestInstallsOnFirstNodeAndUninstallsAfterGracePeriod(t *testing.T) {
 	} {
 		if got := canI(t, "system:serviceaccount:"+releaseNamespace+":native-ccm-hcloud", tc.verb, tc.group, tc.resource, tc.ns, tc.name); got != tc.allowed {
 			t.Errorf("can %s %s %s/%s = %v, want %v", tc.verb, tc.resource, tc.ns, tc.name, got, tc.allowed)
+		}
+	}
+	// The gate holds the CCM back until its identity may do all its release
+	// binds it to: all of it is granted (else the CCM would never start),
+	// with the client CA the CCM reads at start among it.
+	var startup []string
+	for _, ic := range spec.InitContainers {
+		if ic.Name != gate.SidecarName {
+			continue
+		}
+		for _, a := range ic.Args {
+			if v, ok := strings.CutPrefix(a, "--startup-access="); ok {
+				startup = append(startup, v)
+			}
+		}
+	}
+	if !slices.Contains(startup, "verb=get,resource=configmaps,namespace=kube-system,name=extension-apiserver-authentication") ||
+		!slices.Contains(startup, "verb=update,group=coordination.k8s.io,resource=leases,namespace="+releaseNamespace+",name=native-ccm-hcloud") {
+		t.Errorf("gate's startup access %q lacks the client CA or the lease", startup)
+	}
+	for _, s := range startup {
+		a, err := proxy.ParseAccess(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Subresource != "" {
+			t.Fatalf("%s: canI knows no subresources", s)
+		}
+		if !canI(t, "system:serviceaccount:"+releaseNamespace+":native-ccm-hcloud", a.Verb, a.Group, a.Resource, a.Namespace, a.Name) {
+			t.Errorf("the gate waits for %s, which the release does not grant", s)
 		}
 	}
 	if ok, state := hasEvent(t, "hcloud", v1.InstallSucceededReason); !ok {
@@ -389,6 +420,34 @@ func TestEnforcedOverrideIsStalled(t *testing.T) {
 		o := getNativeCCM(t, "hcloud-e")
 		return o.Status.ObservedGeneration == o.Generation, fmt.Sprintf("observedGeneration %d, generation %d", o.Status.ObservedGeneration, o.Generation)
 	})
+	// A flag without its value in values.args of the builtin chart (which
+	// the CRD cannot judge) would take the enforced --controllers as its
+	// value: Stalled, with a condition and an event naming the field and the fix.
+	updateNativeCCM(t, "hcloud-e", func(o *v1.NativeCCM) {
+		o.Spec.Overrides = &v1.Overrides{Values: &apiextensionsv1.JSON{Raw: []byte(`{"args":["--cluster-name"]}`)}}
+	})
+	const want = `spec.overrides.values.args[0]: Invalid value: "--cluster-name"`
+	eventually(t, "stalled naming values.args", func() (bool, string) {
+		o := getNativeCCM(t, "hcloud-e")
+		c := conditions.Get(o, meta.StalledCondition)
+		return c != nil && c.Reason == v1.InvalidOverridesReason && strings.Contains(c.Message, want) && strings.Contains(c.Message, "--cluster-name=value"),
+			fmt.Sprintf("%+v", c)
+	})
+	eventually(t, "a Warning event naming values.args", func() (bool, string) {
+		var list corev1.EventList
+		if err := k8s.List(ctxT(t), &list, client.MatchingFields{"involvedObject.name": "hcloud-e"}); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range list.Items {
+			if e.Reason == v1.InvalidOverridesReason && e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, want) {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d events", len(list.Items))
+	})
+	if o := getNativeCCM(t, "hcloud-e"); o.Status.Release != nil {
+		t.Errorf("installed: %+v", o.Status.Release)
+	}
 	// Fixing the spec recovers.
 	updateNativeCCM(t, "hcloud-e", func(o *v1.NativeCCM) { o.Spec.Overrides = nil })
 	obj = waitCondition(t, "hcloud-e", meta.ReadyCondition, metav1.ConditionTrue, v1.InstallSucceededReason)
@@ -524,7 +583,7 @@ func TestUpstreamChartFromHTTPRepository(t *testing.T) {
 	}
 	spec := d.Spec.Template.Spec
 	c := spec.Containers[0]
-	for _, want := range []string{"--controllers=cloud-node-lifecycle", "--use-service-account-credentials=false", "--leader-elect-resource-name=native-ccm-upstream-a", "--secure-port=10307", "--allow-untagged-cloud", "--webhook-secure-port=0"} {
+	for _, want := range []string{"--controllers=cloud-node-lifecycle", "--use-service-account-credentials=false", "--leader-elect-resource-name=native-ccm-upstream-a", "--secure-port=10307", "--allow-untagged-cloud=true", "--webhook-secure-port=0"} {
 		if !slices.Contains(c.Args, want) {
 			t.Errorf("args %v lack %s", c.Args, want)
 		}

@@ -99,6 +99,16 @@ type Sidecar struct {
 	HealthPort int32 `json:"healthPort"`
 	// PlainHTTP serves the CCM plain HTTP on loopback instead of HTTPS.
 	PlainHTTP bool `json:"plainHTTP,omitempty"`
+	// StartupAccess is what the release binds its ServiceAccount to
+	// (release.Lifecycle.StartupAccess), in proxy.Access's flag form: the
+	// gate's startup probe passes only once its identity, the CCM's, has been
+	// allowed all of it, so the CCM container never starts before its RBAC is
+	// in effect.
+	StartupAccess []string `json:"startupAccess,omitempty"`
+	// TokenAudiences are the audiences of ServiceAccount tokens the chart may
+	// project into the pod (the profile's ccm.tokenAudiences); every other
+	// token projection is refused.
+	TokenAudiences []string `json:"tokenAudiences,omitempty"`
 }
 
 var _ release.Mutator = Sidecar{}
@@ -116,6 +126,12 @@ func SidecarFor(l release.Lifecycle, image string) Sidecar {
 	if l.Workload != nil {
 		s.Container = l.Workload.Container
 	}
+	s.TokenAudiences = append([]string(nil), l.TokenAudiences...)
+	for _, a := range l.StartupAccess() {
+		s.StartupAccess = append(s.StartupAccess, proxy.Access{
+			Verb: a.Verb, Group: a.Group, Resource: a.Resource, Subresource: a.Subresource, Namespace: a.Namespace, Name: a.Name,
+		}.String())
+	}
 	if lb := l.LoadBalancers; lb != nil {
 		// the view shows it the Services of its class (and those without a
 		// class while it is the default), as the fence lets it change them
@@ -132,7 +148,7 @@ func (s Sidecar) Fingerprint() string {
 	b, _ := json.Marshal(struct {
 		V int
 		S Sidecar
-	}{V: 3, S: s})
+	}{V: 4, S: s})
 	return fmt.Sprintf("%x", sha256.Sum256(b))[:16]
 }
 
@@ -210,6 +226,9 @@ func (s Sidecar) Mutate(m *release.Manifests) error {
 	if err != nil {
 		return err
 	}
+	if err := tokenSecrets(m); err != nil {
+		return err
+	}
 	if err := s.editPod(&tpl, kubeconfig); err != nil {
 		return fmt.Errorf("%s %s: %w", w.GetKind(), w.GetName(), err)
 	}
@@ -273,10 +292,18 @@ func (s Sidecar) editPod(tpl *corev1.PodTemplateSpec, kubeconfig []byte) error {
 	if len(ccm.Command) > 1 {
 		ccm.Command = append(ccm.Command[:1:1], stripFlags(ccm.Command[1:], apiServerFlags...)...)
 	}
-	ccm.Args = stripFlags(ccm.Args, apiServerFlags...)
+	// Its kubeconfig flags go first, right after the command (as the
+	// lifecycle mutator's enforced flags do): no flag before them may take
+	// one as its value.
+	if err := release.CheckCommand(ccm.Command); err != nil {
+		return fmt.Errorf("container %s: %w", ccm.Name, err)
+	}
+	rest := stripFlags(ccm.Args, apiServerFlags...)
+	ccm.Args = make([]string, 0, len(kubeconfigFlags)+len(rest))
 	for _, f := range kubeconfigFlags {
 		ccm.Args = append(ccm.Args, f+"="+KubeconfigPath)
 	}
+	ccm.Args = append(ccm.Args, rest...)
 	ccm.VolumeMounts = setMount(ccm.VolumeMounts,
 		corev1.VolumeMount{Name: kubeconfigVolume, MountPath: path.Dir(KubeconfigPath), ReadOnly: true},
 		corev1.VolumeMount{Name: tlsVolume, MountPath: TLSDir, ReadOnly: true},
@@ -287,7 +314,7 @@ func (s Sidecar) editPod(tpl *corev1.PodTemplateSpec, kubeconfig []byte) error {
 	// automatic one, and no projected one the chart asks for.
 	spec.AutomountServiceAccountToken = ptr.To(false)
 	spec.Volumes = slices.DeleteFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == TokenVolume })
-	if err := tokenStaysInGate(spec); err != nil {
+	if err := tokenStaysInGate(spec, s.TokenAudiences); err != nil {
 		return err
 	}
 	spec.InitContainers = append([]corev1.Container{s.container()}, spec.InitContainers...)
@@ -331,6 +358,9 @@ func (s Sidecar) container() corev1.Container {
 	if !s.PlainHTTP {
 		args = append(args, "--tls-dir="+TLSDir)
 	}
+	for _, a := range s.StartupAccess {
+		args = append(args, "--startup-access="+a)
+	}
 	probe := func(path string, period, failures int32) *corev1.Probe {
 		return &corev1.Probe{
 			ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString("gate-health")}},
@@ -346,7 +376,9 @@ func (s Sidecar) container() corev1.Container {
 		// A native sidecar: started (and ready) before the CCM, stopped after it.
 		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
 		Ports:         []corev1.ContainerPort{{Name: "gate-health", ContainerPort: s.HealthPort, Protocol: corev1.ProtocolTCP}},
-		// The CCM starts only once the gate's node cache has synced.
+		// The CCM starts only once the gate's node cache has synced and its
+		// identity has been allowed StartupAccess (the kubelet starts the
+		// containers after a native sidecar's startup probe has passed).
 		StartupProbe:   probe("/readyz", 1, 300),
 		ReadinessProbe: probe("/readyz", 10, 3),
 		LivenessProbe:  probe("/livez", 20, 3),
@@ -387,24 +419,81 @@ func tokenVolume() corev1.Volume {
 	}}}
 }
 
-// tokenStaysInGate refuses a pod whose chart projects a ServiceAccount token
-// for the API server (no audience) into any container, or shares one process
-// namespace between the containers (the CCM could read the gate's token
-// through /proc/<pid>/root): either would be a way around the view. Tokens
-// for other audiences (a cloud's workload identity) are not accepted by the
-// API server unless it is configured to, and stay.
-func tokenStaysInGate(spec *corev1.PodSpec) error {
+// tokenStaysInGate refuses a pod in which a container other than the gate
+// could hold a token the API server may accept, or read the gate's:
+//   - a serviceAccountToken projection for any audience the profile does not
+//     declare in ccm.tokenAudiences (a cloud's workload identity); without an
+//     audience the token is for the API server, and the API server's own
+//     audience (its issuer) is as good: only the profile's operator knows
+//     which audiences the cluster's API server accepts;
+//   - a CSI volume, a PersistentVolumeClaim or a generic ephemeral volume: the
+//     kubelet hands a CSI driver the pod's ServiceAccount tokens for the
+//     audiences its CSIDriver object asks for (tokenRequests), which it may
+//     put in the volume; a lifecycle-only CCM needs no storage;
+//   - shareProcessNamespace: the CCM could read the gate's token through
+//     /proc/<pid>/root.
+//
+// The gate's own token volume is removed before and added after the check.
+// Secrets that carry a ServiceAccount token are refused in tokenSecrets.
+func tokenStaysInGate(spec *corev1.PodSpec, audiences []string) error {
 	if spec.ShareProcessNamespace != nil && *spec.ShareProcessNamespace {
 		return fmt.Errorf("%w: shareProcessNamespace would let the CCM read the gate's ServiceAccount token", ErrConfig)
 	}
-	for _, v := range spec.Volumes {
-		if v.Projected == nil {
+	// The gate's token volume replaces any of its name: a container of the
+	// chart that mounts that name would get the gate's token.
+	for kind, cs := range map[string][]corev1.Container{"initContainers": spec.InitContainers, "containers": spec.Containers} {
+		for i, c := range cs {
+			for j, vm := range c.VolumeMounts {
+				if vm.Name == TokenVolume {
+					return fmt.Errorf("%w: spec.template.spec.%s[%d].volumeMounts[%d]: container %q mounts %q, the name of the gate's ServiceAccount token volume", ErrConfig, kind, i, j, c.Name, TokenVolume)
+				}
+			}
+		}
+	}
+	for i, v := range spec.Volumes {
+		field := fmt.Sprintf("spec.template.spec.volumes[%d]", i)
+		switch {
+		case v.CSI != nil:
+			return fmt.Errorf("%w: %s.csi: volume %q is a CSI volume (driver %q): a CSI driver may be given the pod's ServiceAccount tokens and put them into the volume; a native CCM needs no storage", ErrConfig, field, v.Name, v.CSI.Driver)
+		case v.PersistentVolumeClaim != nil:
+			return fmt.Errorf("%w: %s.persistentVolumeClaim: volume %q mounts a PersistentVolumeClaim, whose CSI driver may be given the pod's ServiceAccount tokens; a native CCM needs no storage", ErrConfig, field, v.Name)
+		case v.Ephemeral != nil:
+			return fmt.Errorf("%w: %s.ephemeral: volume %q is a generic ephemeral volume, whose CSI driver may be given the pod's ServiceAccount tokens; a native CCM needs no storage", ErrConfig, field, v.Name)
+		case v.Projected == nil:
 			continue
 		}
-		for _, src := range v.Projected.Sources {
-			if t := src.ServiceAccountToken; t != nil && t.Audience == "" {
-				return fmt.Errorf("%w: volume %q projects a ServiceAccount token for the API server; only the gate may hold one", ErrConfig, v.Name)
+		for j, src := range v.Projected.Sources {
+			t := src.ServiceAccountToken
+			if t == nil {
+				continue
 			}
+			srcField := fmt.Sprintf("%s.projected.sources[%d].serviceAccountToken.audience", field, j)
+			switch {
+			case t.Audience == "":
+				return fmt.Errorf("%w: %s: volume %q projects a ServiceAccount token for the API server (no audience); only the gate may hold one", ErrConfig, srcField, v.Name)
+			case !slices.Contains(audiences, t.Audience):
+				return fmt.Errorf("%w: %s: volume %q projects a ServiceAccount token for audience %q, which the profile does not declare in ccm.tokenAudiences (declared: %q); a token the API server accepts would let the CCM around the gate", ErrConfig, srcField, v.Name, t.Audience, audiences)
+			}
+		}
+	}
+	return nil
+}
+
+// tokenSecrets refuses a rendered Secret that carries a ServiceAccount token:
+// of type kubernetes.io/service-account-token, or naming a ServiceAccount in
+// the annotation kubernetes.io/service-account.name. The API server's token
+// controller writes a token that never expires into such a Secret, for the
+// release's ServiceAccount as readily as for any other, and any container
+// could mount it or take it as an environment variable.
+func tokenSecrets(m *release.Manifests) error {
+	for _, o := range m.Objects {
+		if o.GetKind() != "Secret" {
+			continue
+		}
+		typ, _, _ := unstructured.NestedString(o.Object, "type")
+		sa := o.GetAnnotations()[corev1.ServiceAccountNameKey]
+		if typ == string(corev1.SecretTypeServiceAccountToken) || sa != "" {
+			return fmt.Errorf("%w: Secret %s/%s (type %q, ServiceAccount %q) would carry a ServiceAccount token the API server accepts; only the gate may hold one", ErrConfig, o.GetNamespace(), o.GetName(), typ, sa)
 		}
 	}
 	return nil

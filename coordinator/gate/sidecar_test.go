@@ -23,6 +23,7 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release/helm"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release/releasetest"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
@@ -214,7 +215,8 @@ func TestSidecarRewritesCCMFlags(t *testing.T) {
 	if !slices.Equal(c.Command, []string{"/ccm", "--v=2"}) {
 		t.Errorf("command %v", c.Command)
 	}
-	if want := append([]string{"--cloud-provider=x", "--controllers=cloud-node-lifecycle"}, ccmKubeconfigFlags()...); !slices.Equal(c.Args, want) {
+	// the gate's flags first: nothing before them may take one as its value
+	if want := append(ccmKubeconfigFlags(), "--cloud-provider=x", "--controllers=cloud-node-lifecycle"); !slices.Equal(c.Args, want) {
 		t.Errorf("args %v, want %v", c.Args, want)
 	}
 	onlyGateHoldsToken(t, tpl.Spec)
@@ -249,15 +251,18 @@ func TestSidecarRewritesCCMFlags(t *testing.T) {
 		if !errors.Is(err, gate.ErrConfig) || !strings.Contains(err.Error(), `"my-token"`) {
 			t.Fatalf("err %v, want a configuration error naming the volume", err)
 		}
-		// A token for another audience (a cloud's workload identity) stays.
+		// A token for an audience the profile declares (a cloud's workload identity) stays.
 		d.Spec.Template.Spec.Volumes[0].Projected.Sources[0].ServiceAccountToken.Audience = "sts.amazonaws.com"
 		d.Spec.Template.Spec.Containers[0].VolumeMounts[0].MountPath = "/var/run/secrets/eks.amazonaws.com/serviceaccount"
 		if o, err = runtime.DefaultUnstructuredConverter.ToUnstructured(d); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Mutate(&release.Manifests{Objects: []*unstructured.Unstructured{{Object: o}}}); err != nil {
-			t.Fatalf("token for another audience: %v", err)
+		declared := s
+		declared.TokenAudiences = []string{"sts.amazonaws.com"}
+		if err := declared.Mutate(&release.Manifests{Objects: []*unstructured.Unstructured{{Object: o}}}); err != nil {
+			t.Fatalf("token for a declared audience: %v", err)
 		}
+		s := declared
 		// One process namespace: the CCM could read the gate's token in /proc.
 		d.Spec.Template.Spec.ShareProcessNamespace = ptr.To(true)
 		if o, err = runtime.DefaultUnstructuredConverter.ToUnstructured(d); err != nil {
@@ -434,5 +439,139 @@ func TestSidecarManifestsValidate(t *testing.T) {
 func TestPlatformLabelAgrees(t *testing.T) {
 	if names.PlatformLabel != names.PlatformLabel {
 		t.Fatalf("proxy label %q, API label %q", names.PlatformLabel, names.PlatformLabel)
+	}
+}
+
+// TestSidecarKubeconfigCannotBeSwallowed: the gate's kubeconfig flags come
+// first in the CCM's args, so a chart arg without a value cannot take one
+// (the CCM's own flag set parses the result); a command that would take the
+// first arg as a value once the gate removed its kubeconfig flag is refused.
+func TestSidecarKubeconfigCannotBeSwallowed(t *testing.T) {
+	pod := func(command, args []string) *release.Manifests {
+		dep := &appsv1.Deployment{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+			ObjectMeta: metav1.ObjectMeta{Name: "ccm", Namespace: "kube-system"},
+			Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{release.NativeCCMLabel: "native-ccm-x"}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "ccm", Command: command, Args: args}}},
+			}},
+		}
+		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(dep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &release.Manifests{Objects: []*unstructured.Unstructured{{Object: obj}}}
+	}
+	s := gate.Sidecar{Release: "native-ccm-x", Namespace: "kube-system", Platform: "x", Image: gateImage, ProxyPort: 20000, HealthPort: 21000}
+
+	m := pod([]string{"/ccm"}, []string{"--cloud-provider=x", "--cluster-name"})
+	if err := s.Mutate(m); err != nil {
+		t.Fatal(err)
+	}
+	_, tpl := podOf(t, m.Objects, "native-ccm-x")
+	// a last arg so that the chart's --cluster-name has its value
+	fs, err := releasetest.ParseCCMFlags(t, append(tpl.Spec.Containers[0].Args, "--v=2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"kubeconfig", "authentication-kubeconfig", "authorization-kubeconfig"} {
+		if got := releasetest.CCMFlag(t, fs, f); got != gate.KubeconfigPath {
+			t.Errorf("the CCM runs with --%s=%q, want %s (args %q)", f, got, gate.KubeconfigPath, tpl.Spec.Containers[0].Args)
+		}
+	}
+
+	m = pod([]string{"/ccm", "--cluster-name", "--kubeconfig=/etc/kubernetes/ccm.conf"}, nil)
+	if err := s.Mutate(m); !errors.Is(err, release.ErrSwallowingCommand) || !strings.Contains(err.Error(), `"--cluster-name"`) {
+		t.Errorf("err = %v, want %v naming --cluster-name", err, release.ErrSwallowingCommand)
+	}
+}
+
+// tokenChart is a rendered chart whose CCM container mounts volume "v"
+// (VOLUME), beside EXTRA objects.
+const tokenChart = `
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: ccm, namespace: kube-system}
+spec:
+  selector: {matchLabels: {app: ccm}}
+  template:
+    metadata: {labels: {app: ccm}}
+    spec:
+      containers:
+        - name: ccm
+          image: upstream/ccm:1
+          args: [--cloud-provider=aws]
+          volumeMounts: [{name: MOUNT, mountPath: /var/run/secrets/tokens}]
+      volumes: [{name: v, VOLUME}]
+EXTRA`
+
+// TestTokenProjectionsNeedADeclaredAudience: no container but the gate may
+// hold a token the API server could accept (issue 22 item 6). Through the
+// lifecycle and gate mutators, a rendered chart is refused, naming the field,
+// when it projects a ServiceAccount token for an audience its profile does
+// not declare in ccm.tokenAudiences (none: the API server; the API server's
+// own issuer), a volume a CSI driver fills (it may be handed the pod's
+// tokens), a Secret that carries a ServiceAccount token, or a mount of the
+// gate's token volume; a token for a declared audience stays.
+func TestTokenProjectionsNeedADeclaredAudience(t *testing.T) {
+	projected := func(audience string) string {
+		return `projected: {sources: [{serviceAccountToken: {path: token, audience: "` + audience + `"}}]}`
+	}
+	for _, tc := range []struct {
+		name, volume, mount, extra string
+		audiences                  []string
+		want                       string // in the error; "": accepted
+	}{
+		{name: "no audience", volume: projected(""), audiences: []string{"sts.amazonaws.com"},
+			want: `spec.template.spec.volumes[0].projected.sources[0].serviceAccountToken.audience: volume "v" projects a ServiceAccount token for the API server`},
+		{name: "the API server's issuer", volume: projected("https://kubernetes.default.svc.cluster.local"), audiences: []string{"sts.amazonaws.com"},
+			want: `audience "https://kubernetes.default.svc.cluster.local", which the profile does not declare in ccm.tokenAudiences`},
+		{name: "undeclared cloud audience", volume: projected("sts.amazonaws.com"),
+			want: `audience "sts.amazonaws.com", which the profile does not declare`},
+		{name: "declared cloud audience", volume: projected("sts.amazonaws.com"), audiences: []string{"sts.amazonaws.com"}},
+		{name: "csi", volume: `csi: {driver: secrets-store.csi.k8s.io}`, audiences: []string{"sts.amazonaws.com"},
+			want: `spec.template.spec.volumes[0].csi: volume "v" is a CSI volume`},
+		{name: "pvc", volume: `persistentVolumeClaim: {claimName: data}`, want: `volumes[0].persistentVolumeClaim`},
+		{name: "ephemeral", volume: `ephemeral: {volumeClaimTemplate: {spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Mi}}}}}`,
+			want: `volumes[0].ephemeral`},
+		{name: "service-account-token Secret", volume: `secret: {secretName: tok}`,
+			extra: "---\napiVersion: v1\nkind: Secret\nmetadata: {name: tok, namespace: kube-system}\ntype: kubernetes.io/service-account-token\n",
+			want:  `Secret kube-system/tok (type "kubernetes.io/service-account-token"`},
+		{name: "Secret naming a ServiceAccount", volume: `secret: {secretName: tok}`,
+			extra: "---\napiVersion: v1\nkind: Secret\nmetadata: {name: tok, namespace: kube-system, annotations: {kubernetes.io/service-account.name: native-ccm-aws}}\n",
+			want:  `ServiceAccount "native-ccm-aws"`},
+		{name: "plain Secret", volume: `secret: {secretName: creds}`,
+			extra: "---\napiVersion: v1\nkind: Secret\nmetadata: {name: creds, namespace: kube-system}\ntype: Opaque\n"},
+		{name: "the gate's token volume", volume: `emptyDir: {}`, mount: gate.TokenVolume,
+			want: `spec.template.spec.containers[0].volumeMounts[0]: container "ccm" mounts "ccm-gate-serviceaccount"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mount := "v"
+			if tc.mount != "" {
+				mount = tc.mount
+			}
+			doc := strings.NewReplacer("VOLUME", tc.volume, "MOUNT", mount, "EXTRA", tc.extra).Replace(tokenChart)
+			m, err := release.ParseManifests([]byte(doc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := release.Lifecycle{Release: "native-ccm-aws", Namespace: "kube-system", Platform: "aws", LeaseName: "native-ccm-aws", SecurePort: 10270,
+				TokenAudiences: tc.audiences}
+			if err := l.Mutate(m); err != nil {
+				t.Fatal(err)
+			}
+			err = gate.SidecarFor(l, gateImage).Mutate(m)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				_, tpl := podOf(t, m.Objects, "native-ccm-aws")
+				onlyGateHoldsToken(t, tpl.Spec)
+				return
+			}
+			if !errors.Is(err, gate.ErrConfig) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want %v with %q", err, gate.ErrConfig, tc.want)
+			}
+		})
 	}
 }

@@ -398,6 +398,19 @@ func validateCCM(fp *field.Path, c *CCM) field.ErrorList {
 		}
 	}
 	errs = append(errs, validateEnv(fp.Child("env"), c.Env)...)
+	audiences := map[string]bool{}
+	for i, a := range c.TokenAudiences {
+		ap := fp.Child("tokenAudiences").Index(i)
+		switch {
+		case a == "" || len(a) > 253 || strings.ContainsAny(a, " \t\r\n"):
+			errs = append(errs, field.Invalid(ap, a, "an audience is a non-empty string of at most 253 characters without whitespace"))
+		case apiServerAudience(a):
+			errs = append(errs, field.Forbidden(ap, a+" is an audience of the API server: a token for it would let the CCM around the gate"))
+		case audiences[a]:
+			errs = append(errs, field.Duplicate(ap, a))
+		}
+		audiences[a] = true
+	}
 	port := fp.Child("securePort")
 	switch {
 	case c.SecurePort < 1024 || c.SecurePort > 65535:
@@ -408,15 +421,56 @@ func validateCCM(fp *field.Path, c *CCM) field.ErrorList {
 	return errs
 }
 
+// apiServerAudience reports the audiences API servers accept by default (the
+// issuer a cluster's --service-account-issuer usually is): a profile cannot
+// declare them. Another audience a cluster's API server is configured to
+// accept is for its operator not to declare.
+func apiServerAudience(a string) bool {
+	host := strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(a, "https://"), "http://"), "/")
+	return host == "kubernetes" || host == "api" || host == "kubernetes.default" ||
+		strings.HasPrefix(host, "kubernetes.default.svc")
+}
+
 // controllerNameRE is what a controller name in --controllers looks like.
 var controllerNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 
-// ValidateArgs rejects malformed args and every flag the coordinator enforces.
+// argRE is the one form an arg of a profile or an override may take: a flag
+// with its value in the same argument. The name is what the CCM's flag parser
+// accepts; the value is data (any text on one line).
+var argRE = regexp.MustCompile(`^--[A-Za-z0-9][-A-Za-z0-9_.]*=[^\n\r]*$`)
+
+// ValidateArgs refuses every arg that is not one --name=value argument, and
+// every flag the coordinator enforces.
+//
+// The CCM's flag parser (pflag) reads a string flag without "=" as taking the
+// next argument as its value: "--cluster-name" in front of
+// "--controllers=cloud-node-lifecycle" sets cluster-name to that text and
+// leaves --controllers at its default, every controller. Whether a flag is a
+// boolean (which takes no separate value) only the CCM's own flag set knows,
+// so a flag without "=" is refused whatever its kind: a boolean is written
+// --name=true or --name=false. A value in an argument of its own, a
+// single-dash flag (a pflag shorthand such as -v, which also takes the next
+// argument) and the terminator "--" (after which no flag is read) are
+// refused as well.
 func ValidateArgs(fp *field.Path, args []string) field.ErrorList {
 	var errs field.ErrorList
 	for i, a := range args {
-		if !strings.HasPrefix(a, "-") {
-			errs = append(errs, field.Invalid(fp.Index(i), a, "must be a --flag or --flag=value"))
+		name, _, hasValue := strings.Cut(a, "=")
+		switch {
+		case a == "--":
+			errs = append(errs, field.Invalid(fp.Index(i), a, `"--" ends the CCM's flags: no flag after it would be read; remove it`))
+			continue
+		case !strings.HasPrefix(a, "-"):
+			errs = append(errs, field.Invalid(fp.Index(i), a, "not a flag: every arg is one --name=value argument (a value never goes into an argument of its own)"))
+			continue
+		case !strings.HasPrefix(a, "--"):
+			errs = append(errs, field.Invalid(fp.Index(i), a, "a single-dash flag (a shorthand like -v takes the next argument as its value): write it as --"+strings.TrimLeft(name, "-")+"=value"))
+			continue
+		case !hasValue:
+			errs = append(errs, field.Invalid(fp.Index(i), a, "a flag without a value in the same argument: the CCM would take the next argument, which may be a flag the coordinator enforces such as --controllers, as its value; write "+a+"=value (a boolean flag as "+a+"=true)"))
+			continue
+		case !argRE.MatchString(a):
+			errs = append(errs, field.Invalid(fp.Index(i), a, "must be --name=value: a name of letters, digits, '-', '_' and '.', a value on one line"))
 			continue
 		}
 		if name := FlagName(a); slices.Contains(EnforcedFlags, name) {

@@ -77,6 +77,17 @@ func TestParseErrorsNameFileAndField(t *testing.T) {
 			want: []string{"ccm.args[0]: Forbidden: --controllers is set by the coordinator"},
 		},
 		{
+			name: "token audience of the API server",
+			doc:  strings.Replace(validHcloud, "securePort: 10300", "securePort: 10300\n  tokenAudiences: [sts.amazonaws.com, 'https://kubernetes.default.svc.cluster.local', '', sts.amazonaws.com]", 1),
+			want: []string{"ccm.tokenAudiences[1]: Forbidden: https://kubernetes.default.svc.cluster.local is an audience of the API server",
+				`ccm.tokenAudiences[2]: Invalid value: ""`, `ccm.tokenAudiences[3]: Duplicate value: "sts.amazonaws.com"`},
+		},
+		{
+			name: "flag without its value in args",
+			doc:  strings.Replace(validHcloud, "securePort: 10300", "securePort: 10300\n  args: [--cluster-name]", 1),
+			want: []string{`ccm.args[0]: Invalid value: "--cluster-name"`, "write --cluster-name=value"},
+		},
+		{
 			name: "default CCM port",
 			doc:  strings.Replace(validHcloud, "10300", "10258", 1),
 			want: []string{"ccm.securePort: Invalid value: 10258: reserved for default CCM secure port"},
@@ -153,7 +164,7 @@ func TestOverrides(t *testing.T) {
 				if p.CCM.Image.Tag != "v9.9.9" || p.CCM.Image.Repository != "docker.io/hetznercloud/hcloud-cloud-controller-manager" {
 					t.Errorf("image = %+v", p.CCM.Image)
 				}
-				if !slices.Contains(p.CCM.Args, "--allow-untagged-cloud") {
+				if !slices.Contains(p.CCM.Args, "--allow-untagged-cloud=true") {
 					t.Errorf("args lost: %v", p.CCM.Args)
 				}
 			},

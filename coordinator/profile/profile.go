@@ -64,6 +64,13 @@ type CCM struct {
 	HostNetwork bool `json:"hostNetwork,omitempty"`
 	// CloudConfig is the cloud-config file taken from the credentials Secret.
 	CloudConfig *CloudConfig `json:"cloudConfig,omitempty"`
+	// TokenAudiences are the audiences of ServiceAccount tokens a chart may
+	// project into the CCM's pod (a cloud's workload identity, e.g.
+	// sts.amazonaws.com). Every other token projection is refused: a token
+	// for an audience the API server accepts would let the CCM around the
+	// gate. Never list an audience of the API server (its
+	// --api-audiences, by default its --service-account-issuer).
+	TokenAudiences []string `json:"tokenAudiences,omitempty"`
 }
 
 // Image is a container image.

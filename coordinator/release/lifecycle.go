@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -70,6 +71,9 @@ type Lifecycle struct {
 	// LoadBalancers, when set, also runs the CCM's service controller and
 	// grants it LoadBalancerRules.
 	LoadBalancers *LoadBalancerSettings `json:"loadBalancers,omitempty"`
+	// TokenAudiences are the profile's ccm.tokenAudiences: the only
+	// ServiceAccount token projections the gate mutator lets into the pod.
+	TokenAudiences []string `json:"tokenAudiences,omitempty"`
 }
 
 // LoadBalancerSettings say which Services a native CCM serves.
@@ -95,11 +99,12 @@ func (l Lifecycle) Fingerprint() string {
 	// message falls back to its log, flags compared as the CCM parses them;
 	// 4: no lease create, the Lease is created ahead; 5: bound to the
 	// static LifecycleClusterRole; 6: the leader-election timings; 7: the
-	// pod hardened (hardenPod), Services dropped).
+	// pod hardened (hardenPod), Services dropped; 8: the enforced flags
+	// first in the args).
 	b, _ := json.Marshal(struct {
 		V int
 		L Lifecycle
-	}{V: 7, L: l})
+	}{V: 8, L: l})
 	return fmt.Sprintf("%x", sha256.Sum256(b))[:16]
 }
 
@@ -148,8 +153,8 @@ func (l Lifecycle) EnforcedArgs() []string {
 }
 
 // ErrEnforcedFlag marks args that would override a flag the coordinator
-// enforces.
-var ErrEnforcedFlag = errors.New("an arg overrides an enforced flag")
+// enforces, or could swallow one (not one --name=value argument).
+var ErrEnforcedFlag = errors.New("an arg overrides an enforced flag or is not one --name=value argument")
 
 // boolFlags never take their value as a separate argument.
 var boolFlags = map[string]bool{"--leader-elect": true, "--use-service-account-credentials": true}
@@ -334,7 +339,15 @@ func (l Lifecycle) enforceWorkload(w *unstructured.Unstructured) error {
 	if p != 0 {
 		oldPort = p
 	}
-	c.Args = append(c.Args, l.EnforcedArgs()...)
+	// The enforced flags come first, right after the command: a flag before
+	// them that takes the next argument as its value ("--cluster-name"
+	// without "=") would swallow the first of them. What follows cannot
+	// change them: every other spelling of them is gone, and the CCM's
+	// parser reads a flag after them as a flag.
+	if err := CheckCommand(c.Command); err != nil {
+		return fmt.Errorf("container %s: %w", c.Name, err)
+	}
+	c.Args = append(l.EnforcedArgs(), c.Args...)
 	for _, a := range l.Args {
 		c.Args = setFlag(c.Args, a)
 	}
@@ -382,6 +395,32 @@ func stripEnforced(head, tail []string) ([]string, int32) {
 		}
 	}
 	return out, port
+}
+
+// ErrSwallowingCommand marks a CCM container whose command would take the
+// first of the args (an enforced flag) as a value, or stop reading flags.
+var ErrSwallowingCommand = errors.New("the CCM's command would swallow the enforced flags")
+
+// CheckCommand refuses a container command (binary and flags) after which the
+// CCM's flag parser would not read the first arg as a flag: the terminator
+// "--" in it, or a last flag without "=" (a flag that is not a boolean takes
+// the next argument as its value, and which flags are booleans only the CCM
+// knows). The mutators put the flags they enforce first in the args, right
+// after the command.
+func CheckCommand(command []string) error {
+	if len(command) < 2 {
+		return nil
+	}
+	tail := command[1:]
+	if i := slices.Index(tail, "--"); i >= 0 {
+		return fmt.Errorf("%w: command[%d] is \"--\": the CCM would read no flag after it; remove it", ErrSwallowingCommand, i+1)
+	}
+	last := tail[len(tail)-1]
+	if strings.HasPrefix(last, "-") && last != "-" && !strings.Contains(last, "=") {
+		return fmt.Errorf("%w: command[%d] %q has no value in the same argument: the CCM may take the next argument, an enforced flag, as its value; render it as %s=value (a boolean as %s=true)",
+			ErrSwallowingCommand, len(command)-1, last, last, last)
+	}
+	return nil
 }
 
 var enforcedFlagNames = []string{
@@ -509,6 +548,72 @@ func (l Lifecycle) Lease() *coordinationv1.Lease {
 	return lease
 }
 
+// leaseRules are the rules of the release's Role: its own Lease, which the
+// coordinator creates before the release (EnsureLease); no create, which RBAC
+// cannot limit by name and would let it squat any lease of the namespace.
+func (l Lifecycle) leaseRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{l.LeaseName}, Verbs: []string{"get", "update"}},
+	}
+}
+
+// AuthenticationReaderRules are what the CCM uses of the Role
+// AuthenticationReaderRole every cluster has: at start it reads (and then
+// watches) the client CA in kube-system/extension-apiserver-authentication,
+// and exits when it may not.
+func AuthenticationReaderRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"},
+		ResourceNames: []string{"extension-apiserver-authentication"}, Verbs: []string{"get", "list", "watch"}}}
+}
+
+// AuthDelegatorRules are what the CCM uses of the ClusterRole
+// AuthDelegatorClusterRole every cluster has: it checks requests to its
+// secure port with TokenReviews and SubjectAccessReviews.
+func AuthDelegatorRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
+		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
+	}
+}
+
+// StartupAccess is everything the release binds its ServiceAccount to, as
+// SelfSubjectAccessReview attributes: the rules of LifecycleRules (and
+// LoadBalancerRules) cluster-wide, its lease Role in its namespace and the
+// two authentication roles. The gate answers its startup probe only once all
+// are allowed, so the CCM container never starts before the release's
+// bindings are in effect (an upstream CCM that may not read
+// extension-apiserver-authentication exits, and each exit costs a growing
+// crash-loop back-off).
+func (l Lifecycle) StartupAccess() []authorizationv1.ResourceAttributes {
+	var out []authorizationv1.ResourceAttributes
+	add := func(namespace string, rules []rbacv1.PolicyRule) {
+		for _, r := range rules {
+			names := r.ResourceNames
+			if len(names) == 0 {
+				names = []string{""}
+			}
+			for _, g := range r.APIGroups {
+				for _, res := range r.Resources {
+					res, sub, _ := strings.Cut(res, "/")
+					for _, v := range r.Verbs {
+						for _, n := range names {
+							out = append(out, authorizationv1.ResourceAttributes{Verb: v, Group: g, Resource: res, Subresource: sub, Namespace: namespace, Name: n})
+						}
+					}
+				}
+			}
+		}
+	}
+	add("", LifecycleRules())
+	if l.LoadBalancers != nil {
+		add("", LoadBalancerRules())
+	}
+	add(l.Namespace, l.leaseRules())
+	add(AuthenticationReaderNamespace, AuthenticationReaderRules())
+	add("", AuthDelegatorRules())
+	return out
+}
+
 // identity renders the ServiceAccount and RBAC of the release.
 func (l Lifecycle) identity() ([]*unstructured.Unstructured, error) {
 	sa := l.ServiceAccountName()
@@ -535,12 +640,7 @@ func (l Lifecycle) identity() ([]*unstructured.Unstructured, error) {
 		&rbacv1.Role{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
 			ObjectMeta: meta(l.Release, l.Namespace),
-			Rules: []rbacv1.PolicyRule{
-				// Its own Lease, which the coordinator creates before the
-				// release (EnsureLease): no create, which RBAC cannot limit
-				// by name and would let it squat any lease of the namespace.
-				{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{l.LeaseName}, Verbs: []string{"get", "update"}},
-			},
+			Rules:      l.leaseRules(),
 		},
 		&rbacv1.RoleBinding{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},

@@ -79,6 +79,14 @@ func FromProfile(p *profile.Profile, in Instance) (Request, error) {
 	if errs := profile.ValidateArgs(field.NewPath("spec", "overrides", "args"), in.Args); len(errs) > 0 {
 		return Request{}, errs.ToAggregate()
 	}
+	if p.Chart.Source == profile.ChartBuiltin {
+		// The builtin chart renders values.args into the CCM's args as they
+		// are (an upstream chart's values mean what that chart says; the
+		// post-renderer keeps its flags from swallowing the enforced ones).
+		if errs := validateValuesArgs(field.NewPath("spec", "overrides", "values", "args"), in.Values); len(errs) > 0 {
+			return Request{}, errs.ToAggregate()
+		}
+	}
 	image := p.CCM.Image
 	if in.ImageRepository != "" {
 		image.Repository = in.ImageRepository
@@ -122,6 +130,8 @@ func FromProfile(p *profile.Profile, in Instance) (Request, error) {
 		Drop:          p.Chart.Drop,
 		HostNetwork:   p.CCM.HostNetwork,
 		LoadBalancers: lb,
+		// a copy: the request must not share the profile's list
+		TokenAudiences: append([]string(nil), p.CCM.TokenAudiences...),
 	}
 	req := Request{Name: in.ReleaseName, Namespace: in.Namespace, Chart: p.Chart, Lifecycle: lc}
 
@@ -145,6 +155,28 @@ func FromProfile(p *profile.Profile, in Instance) (Request, error) {
 	}
 	req.Values = values
 	return req, nil
+}
+
+// validateValuesArgs checks the args a NativeCCM's values give the builtin
+// chart like spec.overrides.args.
+func validateValuesArgs(fp *field.Path, values map[string]any) field.ErrorList {
+	raw, ok := values["args"]
+	if !ok || raw == nil {
+		return nil
+	}
+	list, ok := raw.([]any)
+	if !ok {
+		return field.ErrorList{field.Invalid(fp, raw, "must be a list of --name=value strings")}
+	}
+	args := make([]string, len(list))
+	for i, a := range list {
+		s, ok := a.(string)
+		if !ok {
+			return field.ErrorList{field.Invalid(fp.Index(i), a, "must be a --name=value string")}
+		}
+		args[i] = s
+	}
+	return profile.ValidateArgs(fp, args)
 }
 
 func builtinValues(p *profile.Profile, in Instance, image profile.Image, secret string, args []string, env []corev1.EnvVar) map[string]any {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 	"github.com/hybrid-ccm/hybrid-ccm/charts/test/chartstest"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 	"github.com/hybrid-ccm/hybrid-ccm/test/fleet"
 	"github.com/hybrid-ccm/hybrid-ccm/test/fleet/fleethelm"
 	"github.com/hybrid-ccm/hybrid-ccm/test/registry"
@@ -203,6 +204,11 @@ func TestInstallAsDocumented(t *testing.T) {
 		}
 		t.Logf("NativeCCM %s: leader %s on %s, %d restarts", name, pod.Name, pod.Spec.NodeName, restarts)
 	}
+	// Every native CCM pod reached Ready without a restart of any container:
+	// the gate holds the CCM back until its release's RBAC is in effect
+	// (issue 22 item 8: the hcloud CCM exited twice at its first start, each
+	// exit adding crash-loop back-off).
+	assertNativeCCMsStartedOnce(t, ctx)
 	if o := chartstest.NativeCCM(t, ctx, f.Config, "digital-ocean"); o.Status.Release != nil {
 		t.Errorf("suspended NativeCCM digital-ocean has release %+v", o.Status.Release)
 	}
@@ -337,6 +343,52 @@ func noAdminCredentials(t *testing.T, ctx context.Context, pods []corev1.Pod) {
 			for _, s := range b.subjects {
 				if s.Kind == rbacv1.ServiceAccountKind && s.Name == sa && s.Namespace == p.Namespace && powerful[b.role] {
 					t.Errorf("pod %s: ServiceAccount %s is bound to %s by %s", p.Name, sa, b.role, b.name)
+				}
+			}
+		}
+	}
+}
+
+// assertNativeCCMsStartedOnce waits (bounded) for every pod of every
+// installed NativeCCM to be Ready and fails for any container, the gate
+// sidecar included, that has restarted; it says why it last exited.
+func assertNativeCCMsStartedOnce(t *testing.T, ctx context.Context) {
+	t.Helper()
+	for _, name := range nativeCCMs {
+		list, err := f.Client.CoreV1().Pods(ccmNamespace).List(ctx, metav1.ListOptions{LabelSelector: release.NativeCCMLabel + "=native-ccm-" + name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Items) == 0 {
+			t.Errorf("NativeCCM %s: no pods labelled %s=native-ccm-%s", name, release.NativeCCMLabel, name)
+		}
+		for _, p := range list.Items {
+			if p.DeletionTimestamp != nil {
+				continue
+			}
+			pod := waitPodReady(t, ctx, ccmNamespace, p.Name)
+			statuses := append(slices.Clone(pod.Status.InitContainerStatuses), pod.Status.ContainerStatuses...)
+			for _, cs := range statuses {
+				if cs.RestartCount != 0 {
+					why := ""
+					if term := cs.LastTerminationState.Terminated; term != nil {
+						why = fmt.Sprintf(": last exit %d (%s) %q", term.ExitCode, term.Reason, term.Message)
+					}
+					t.Errorf("NativeCCM %s: pod %s container %s restarted %d times%s", name, pod.Name, cs.Name, cs.RestartCount, why)
+				}
+			}
+			t.Logf("NativeCCM %s: pod %s Ready, %d containers, none restarted", name, pod.Name, len(statuses))
+			// What the gate waited for before it let the CCM start (how
+			// long depends on when the API server's authorizer saw the
+			// release's bindings).
+			logs, err := f.PodLogs(ctx, ccmNamespace, pod.Name, "ccm-gate")
+			if err != nil {
+				t.Errorf("logs of %s's gate: %v", pod.Name, err)
+				continue
+			}
+			for _, line := range strings.Split(logs, "\n") {
+				if strings.Contains(line, "waiting for the CCM's permissions") || strings.Contains(line, "may do what it needs at start") {
+					t.Logf("NativeCCM %s gate: %s", name, line)
 				}
 			}
 		}

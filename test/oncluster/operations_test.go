@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -27,6 +28,7 @@ import (
 
 	"github.com/hybrid-ccm/hybrid-ccm/charts/test/chartstest"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 	"github.com/hybrid-ccm/hybrid-ccm/test/fleet"
 )
 
@@ -42,6 +44,80 @@ func TestOperations(t *testing.T) {
 	for _, name := range nativeCCMs {
 		chartstest.WaitNativeCCMRunning(t, ctx, f.Config, name)
 	}
+
+	// The bug the first install had: a native CCM whose delegated
+	// authentication binding is not in effect (deleted here; in a fresh
+	// release, not yet) exits at start and crash-loops. Its gate now holds the
+	// CCM container back until the pod's identity may do what its release
+	// binds it to, and says what it waits for; once the binding is back the
+	// CCM starts, leads, and never restarted.
+	t.Run("AuthenticationRBACMissing", func(t *testing.T) {
+		const name = "hcloud"
+		binding := "native-ccm-" + name + ":extension-apiserver-authentication-reader"
+		o := chartstest.WaitNativeCCMRunning(t, ctx, f.Config, name)
+		rb, err := f.Client.RbacV1().RoleBindings(namespace).Get(ctx, binding, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("the release's binding: %v", err)
+		}
+		if err := f.Client.RbacV1().RoleBindings(namespace).Delete(ctx, binding, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		old := o.Status.Leader.Pod
+		if err := f.Client.CoreV1().Pods(ccmNamespace).Delete(ctx, old, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// The new pod: its gate waits, naming the access it lacks.
+		var held *corev1.Pod
+		var logs string
+		if err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+			pods, err := f.Client.CoreV1().Pods(ccmNamespace).List(ctx, metav1.ListOptions{LabelSelector: release.NativeCCMLabel + "=native-ccm-" + name})
+			if err != nil {
+				return false, nil
+			}
+			for i, p := range pods.Items {
+				if p.Name == old || p.DeletionTimestamp != nil || p.Spec.NodeName == "" {
+					continue
+				}
+				held = &pods.Items[i]
+				if logs, err = f.PodLogs(ctx, ccmNamespace, p.Name, "ccm-gate"); err != nil {
+					return false, nil
+				}
+				return strings.Contains(logs, "waiting for the CCM's permissions before it starts") &&
+					strings.Contains(logs, "get configmaps kube-system/extension-apiserver-authentication"), nil
+			}
+			return false, nil
+		}); err != nil {
+			t.Fatalf("the new pod's gate never said it waits to read the client CA: pod %v, gate log:\n%s", held != nil, logs)
+		}
+		w := watchNativeCCM(t, ctx, name, "")
+		o = w.until(t, "Ready=False without a running pod", func(o *v1alpha1.NativeCCM) bool {
+			return apimeta.IsStatusConditionFalse(o.Status.Conditions, "Ready") && apimeta.FindStatusCondition(o.Status.Conditions, "Ready").Reason == "NoRunningPods"
+		})
+		t.Logf("binding %s deleted, pod %s held back: Ready=False %s", binding, held.Name, conditionText(o, "Ready"))
+		if h := apimeta.FindStatusCondition(o.Status.Conditions, v1alpha1.HealthyCondition); h != nil && h.Reason == "CrashLooping" {
+			t.Errorf("the CCM crash-loops although its gate holds it back: %s", h.Message)
+		}
+
+		// Fixed: the gate lets the CCM start; it takes the lease, Ready again.
+		rb.ResourceVersion, rb.UID = "", ""
+		if _, err := f.Client.RbacV1().RoleBindings(namespace).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		o = w.until(t, "Ready and Healthy, led by the held pod", func(o *v1alpha1.NativeCCM) bool {
+			return apimeta.IsStatusConditionTrue(o.Status.Conditions, "Ready") && apimeta.IsStatusConditionTrue(o.Status.Conditions, v1alpha1.HealthyCondition) &&
+				o.Status.Leader != nil && o.Status.Leader.Pod == held.Name
+		})
+		p, err := f.Client.CoreV1().Pods(ccmNamespace).Get(ctx, held.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cs := range append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...) {
+			if cs.RestartCount != 0 {
+				t.Errorf("pod %s container %s restarted %d times", p.Name, cs.Name, cs.RestartCount)
+			}
+		}
+		t.Logf("binding back: %s leads, no container restarted", held.Name)
+	})
 
 	t.Run("APIServerRestart", func(t *testing.T) {
 		w := startWriters(t, ctx)

@@ -104,9 +104,14 @@ type Overrides struct {
 	// +optional
 	Image *Image `json:"image,omitempty"`
 
-	// Args are appended to the profile's args. Flags the coordinator enforces
-	// are rejected.
+	// Args are appended to the profile's args, each one --name=value
+	// argument: a flag without "=" would take the next argument (a flag the
+	// coordinator enforces) as its value, so a boolean is written --name=true.
+	// Flags the coordinator enforces are rejected.
 	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=4096
+	// +kubebuilder:validation:XValidation:rule="self.all(a, a.matches('^--[A-Za-z0-9][-A-Za-z0-9_.]*=[^\\n\\r]*$'))",messageExpression="'every arg must be one --name=value argument (a boolean flag as --name=true): ' + self.filter(a, !a.matches('^--[A-Za-z0-9][-A-Za-z0-9_.]*=[^\\n\\r]*$'))[0] + ' is not; a flag without a value would take the next argument, a flag the coordinator enforces, as its value'"
 	Args []string `json:"args,omitempty"`
 
 	// Env entries replace the profile's entries of the same name or are added.

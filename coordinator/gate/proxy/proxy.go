@@ -67,6 +67,11 @@ type Config struct {
 	// DisableCache makes every single-node check a read from the API server,
 	// and keeps no history of the Services in the view.
 	DisableCache bool
+	// StartupAccess is what the gate's own identity (the CCM's, with
+	// OwnCredentials) must be allowed before Ready reports true for the first
+	// time: the gate asks SelfSubjectAccessReviews until all are allowed, and
+	// never again. Empty: no such wait.
+	StartupAccess []Access
 	// Registerer receives the gate's metrics; nil: none.
 	Registerer prometheus.Registerer
 	// Log is the logger; default klog.Background().
@@ -85,6 +90,7 @@ type Proxy struct {
 	history     *serviceHistory
 	rp          *httputil.ReverseProxy
 	metrics     *metrics
+	access      *accessGate
 }
 
 var _ http.Handler = (*Proxy)(nil)
@@ -147,6 +153,9 @@ func New(cfg Config) (*Proxy, error) {
 		serviceView: view,
 		metrics:     newMetrics(cfg.Registerer),
 	}
+	if p.access, err = newAccessGate(cfg.Upstream, cfg.StartupAccess); err != nil {
+		return nil, fmt.Errorf("%s: startup access: %w", op, err)
+	}
 	if !cfg.DisableCache {
 		if p.cache, err = newNodeCache(cfg.Upstream, cfg.PlatformLabel, cfg.Platform); err != nil {
 			return nil, fmt.Errorf("%s: node cache: %w", op, err)
@@ -190,6 +199,7 @@ func upstreamURL(cfg *rest.Config) (*url.URL, error) {
 // Start runs the node cache and the history of Services in the view until ctx
 // ends, and waits for their first lists.
 func (p *Proxy) Start(ctx context.Context) error {
+	go p.access.run(ctx, p)
 	if p.history != nil {
 		go p.history.run(ctx)
 	}
@@ -209,9 +219,11 @@ func (p *Proxy) Start(ctx context.Context) error {
 	return nil
 }
 
-// Ready reports whether the view can answer (the caches, if any, have synced).
+// Ready reports whether the view can answer (the caches, if any, have
+// synced) and the CCM may start: its identity has been allowed everything of
+// Config.StartupAccess.
 func (p *Proxy) Ready() bool {
-	return (p.cache == nil || p.cache.synced()) && (p.history == nil || p.history.synced())
+	return (p.cache == nil || p.cache.synced()) && (p.history == nil || p.history.synced()) && p.access.ready.Load()
 }
 
 // ServeHTTP implements http.Handler.

@@ -111,6 +111,7 @@ func writeAtomic(path string, data []byte, mode os.FileMode) error {
 //
 //	/livez    200 while the process serves
 //	/readyz   200 once the node cache (and the Service history) has synced
+//	          and the CCM's identity has been allowed Config.StartupAccess
 //
 // and, when g is not nil, /metrics from g. ccm-gate serves metrics on a
 // listener of their own (MetricsHandler): probes must reach the pod IP,
@@ -121,6 +122,11 @@ func (p *Proxy) HealthHandler(g prometheus.Gatherer) http.Handler {
 		_, _ = w.Write([]byte("ok"))
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !p.access.ready.Load() {
+			// what is missing is in the gate's log, not for whoever probes
+			http.Error(w, "waiting for the CCM's permissions", http.StatusServiceUnavailable)
+			return
+		}
 		if !p.Ready() {
 			http.Error(w, "caches not synced", http.StatusServiceUnavailable)
 			return

@@ -45,6 +45,9 @@ type ServerOptions struct {
 	// Services; without a class the CCM sees none.
 	LoadBalancerClass        string
 	DefaultLoadBalancerClass bool
+	// StartupAccess is what the gate's identity must be allowed before
+	// /readyz first answers ok (Config.StartupAccess), in Access's flag form.
+	StartupAccess []string
 	// Cache keeps the platform's node names in memory for single-node checks
 	// (and the history of Services in the view).
 	Cache bool
@@ -75,6 +78,7 @@ func (o *ServerOptions) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ClientTokenFile, "client-token-file", o.ClientTokenFile, `File with the only bearer token the proxy accepts, created with a random token at start if absent (share its directory with the CCM alone); requires --credentials=own. Empty: no client authentication.`)
 	fs.StringVar(&o.LoadBalancerClass, "load-balancer-class", o.LoadBalancerClass, "spec.loadBalancerClass of the Services this CCM serves: it sees those of type LoadBalancer, presented without the class. Empty: it sees no Service.")
 	fs.BoolVar(&o.DefaultLoadBalancerClass, "default-load-balancer-class", o.DefaultLoadBalancerClass, "The CCM also serves Services of type LoadBalancer without a class (at most one CCM per cluster); requires --load-balancer-class.")
+	fs.StringArrayVar(&o.StartupAccess, "startup-access", o.StartupAccess, `Something the gate's identity must be allowed (SelfSubjectAccessReview) before /readyz first answers ok, e.g. "verb=get,resource=configmaps,namespace=kube-system,name=extension-apiserver-authentication" (keys verb, group, resource, subresource, namespace, name); repeatable.`)
 	fs.BoolVar(&o.Cache, "cache", o.Cache, "Keep the platform's node names in memory for single-node checks (otherwise every check reads the node), and which Services have been in the view.")
 }
 
@@ -102,6 +106,14 @@ func Serve(ctx context.Context, o ServerOptions, ready func(proxyURL, healthAddr
 			return err
 		}
 	}
+	access := make([]Access, 0, len(o.StartupAccess))
+	for _, s := range o.StartupAccess {
+		a, err := ParseAccess(s)
+		if err != nil {
+			return fmt.Errorf("%s: --startup-access: %w", op, err)
+		}
+		access = append(access, a)
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	p, err := New(Config{
@@ -113,6 +125,7 @@ func Serve(ctx context.Context, o ServerOptions, ready func(proxyURL, healthAddr
 		LoadBalancerClass:        o.LoadBalancerClass,
 		DefaultLoadBalancerClass: o.DefaultLoadBalancerClass,
 		DisableCache:             !o.Cache,
+		StartupAccess:            access,
 		Registerer:               reg,
 		Log:                      log,
 	})

@@ -21,12 +21,18 @@ func TestReleasePathRefusesAndReplaces(t *testing.T) {
 	}
 	p, _ := set.Get("hcloud")
 	e := NewEngine(nil, Options{})
-	for _, arg := range []string{"--use_service_account_credentials=true", "--leader_elect_resource_name=talos-ccm", "-secure_port=10258"} {
-		req, err := release.FromProfile(p, release.Instance{ReleaseName: "native-ccm-hcloud", Namespace: "kube-system", Platform: "hcloud",
-			Values: map[string]any{"args": []any{arg}}})
+	for _, arg := range []string{"--use_service_account_credentials=true", "--leader_elect_resource_name=talos-ccm", "-secure_port=10258", "--cluster-name", "-v"} {
+		in := release.Instance{ReleaseName: "native-ccm-hcloud", Namespace: "kube-system", Platform: "hcloud", Values: map[string]any{"args": []any{arg}}}
+		if _, err := release.FromProfile(p, in); err == nil || !strings.Contains(err.Error(), "spec.overrides.values.args[0]") {
+			t.Errorf("values args %s: err = %v, want FromProfile to refuse it", arg, err)
+		}
+		// and the chart's schema, should the values get there
+		in.Values = nil
+		req, err := release.FromProfile(p, in)
 		if err != nil {
 			t.Fatal(err)
 		}
+		req.Values["args"] = []any{arg}
 		if _, err := e.Render(context.Background(), req); err == nil || !strings.Contains(err.Error(), "args") {
 			t.Errorf("values args %s: err = %v, want the chart schema to refuse it", arg, err)
 		}

@@ -90,7 +90,7 @@ func AssertLifecycleOnly(t testing.TB, manifest string, l release.Lifecycle) {
 	if _, ok := spec.NodeSelector["node-role.kubernetes.io/control-plane"]; !ok {
 		t.Errorf("not scheduled on control-plane nodes: %v", spec.NodeSelector)
 	}
-	args := strings.Join(append(append([]string{}, spec.Containers[0].Command...), spec.Containers[0].Args...), " ")
+	args := " " + strings.Join(append(append([]string{}, spec.Containers[0].Command...), spec.Containers[0].Args...), " ")
 	for _, want := range l.EnforcedArgs() {
 		if strings.Count(args, " "+want) != 1 {
 			t.Errorf("args %q: want %q exactly once", args, want)
