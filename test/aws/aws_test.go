@@ -37,6 +37,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	cloudproviderapi "k8s.io/cloud-provider/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fencepkg "github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/gatetest"
@@ -200,20 +201,7 @@ func TestAWSCCMGated(t *testing.T) {
 	// The fence confines NativeCCM aws's identity; the release's RBAC.
 	const name = "aws"
 	sa := "native-ccm-" + name
-	c, err := gatetest.Client(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := gatetest.InstallFence(ctx, c, ccmNamespace); err != nil {
-		t.Fatal(err)
-	}
-	remove, err := gatetest.Confine(ctx, c, fencepkg.Fence{Namespace: ccmNamespace}, name, "aws")
-	if remove != nil {
-		t.Cleanup(remove)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	confine(t, ctx, name)
 	token := grantRelease(t, ctx, sa, false)
 	direct := &rest.Config{Host: env.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: env.Config.CAData}, BearerToken: token}
 
@@ -429,6 +417,28 @@ func startCCM(t *testing.T, ctx context.Context, p ccmProcess) *testenv.Buffer {
 		}
 	})
 	return out
+}
+
+// confine makes NativeCCM name (platform aws) one the fence confines, as an
+// admin and the charts leave it: the fence, the NativeCCM, its grant. It
+// returns the controller-runtime client it used.
+func confine(t *testing.T, ctx context.Context, name string) client.Client {
+	t.Helper()
+	c, err := gatetest.Client(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gatetest.InstallFence(ctx, c, ccmNamespace); err != nil {
+		t.Fatal(err)
+	}
+	remove, err := gatetest.Confine(ctx, c, fencepkg.Fence{Namespace: ccmNamespace}, name, "aws")
+	if remove != nil {
+		t.Cleanup(remove)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // checkCCMContainer checks the rendered CCM container against the profile.

@@ -24,7 +24,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
-	fencepkg "github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/gatetest"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
@@ -185,22 +184,9 @@ func TestAWSCCMLoadBalancers(t *testing.T) {
 		ec2.Reset()
 		const name = "aws-lb"
 		sa := "native-ccm-" + name
-		c, err := gatetest.Client(env.Config)
-		if err != nil {
-			t.Fatal(err)
-		}
 		// The fence, with the NativeCCM and its grant as an admin leaves
 		// them: class hybridccm.io/aws and the default.
-		if err := gatetest.InstallFence(ctx, c, ccmNamespace); err != nil {
-			t.Fatal(err)
-		}
-		remove, err := gatetest.Confine(ctx, c, fencepkg.Fence{Namespace: ccmNamespace}, name, "aws")
-		if remove != nil {
-			t.Cleanup(remove)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := confine(t, ctx, name)
 		lbs := v1.LoadBalancers{Enabled: true, Class: awsClass, Default: true}
 		if err := gatetest.FenceLoadBalancers(ctx, c, ccmNamespace, name, lbs); err != nil {
 			t.Fatal(err)
