@@ -64,8 +64,9 @@ type Config struct {
 	// DefaultLoadBalancerClass makes the CCM also serve Services of type
 	// LoadBalancer without a class (requires LoadBalancerClass).
 	DefaultLoadBalancerClass bool
-	// DisableCache makes every single-node check a read from the API server,
-	// and keeps no history of the Services in the view.
+	// DisableCache makes every single-node check a read from the API server.
+	// (The history of the Services in the view is kept regardless: the view
+	// of Services needs it.)
 	DisableCache bool
 	// Registerer receives the gate's metrics; nil: none.
 	Registerer prometheus.Registerer
@@ -151,10 +152,12 @@ func New(cfg Config) (*Proxy, error) {
 		if p.cache, err = newNodeCache(cfg.Upstream, cfg.PlatformLabel, cfg.Platform); err != nil {
 			return nil, fmt.Errorf("%s: node cache: %w", op, err)
 		}
-		if !view.showsNone {
-			if p.history, err = newServiceHistory(cfg.Upstream, view); err != nil {
-				return nil, fmt.Errorf("%s: service history: %w", op, err)
-			}
+	}
+	if !view.showsNone {
+		// Not a cache: without it a watch could not tell which Services its
+		// client holds.
+		if p.history, err = newServiceHistory(cfg.Upstream, base, view); err != nil {
+			return nil, fmt.Errorf("%s: service history: %w", op, err)
 		}
 	}
 	p.rp = &httputil.ReverseProxy{
@@ -448,8 +451,4 @@ func (p *Proxy) authenticated(r *http.Request) bool {
 func credentialHeader(k string) bool {
 	k = http.CanonicalHeaderKey(k)
 	return k == "Authorization" || strings.HasPrefix(k, "Impersonate-")
-}
-
-func joinPath(a, b string) string {
-	return strings.TrimSuffix(a, "/") + b
 }
