@@ -18,10 +18,15 @@
 //     those still carrying the load-balancer cleanup finalizer after their
 //     type changed, all without spec.loadBalancerClass, so that the
 //     unmodified service controller of k8s.io/cloud-provider serves them.
-//     Lists and watches are filtered Service by Service at the wire level
-//     (JSON and protobuf, never decoded into objects); a Service leaving the
-//     view is DELETED on a watch, one entering it ADDED; a PUT gets the stored
-//     class back. Without a class the CCM sees no Service;
+//     Lists (in one page) and watches are filtered Service by Service at the
+//     wire level (JSON and protobuf, never decoded into objects); a watch
+//     decides each event on the Service it carries and follows which
+//     Services its client holds: one leaving the view is DELETED as a
+//     tombstone, one entering it ADDED, nothing else of a Service outside
+//     the view is sent; a PUT gets the stored class back. The Service code
+//     is layered wire -> object -> decision -> emission -> HTTP (see
+//     serviceViewLayers in layers_test.go). Without a class the CCM sees no
+//     Service;
 //   - everything else (leases, events, discovery, /healthz, other resources) is
 //     forwarded unchanged, and responses are streamed, never buffered.
 //
@@ -29,7 +34,7 @@
 // Authorization and impersonation headers and authenticates with nothing of its
 // own. Its own credentials (the pod's ServiceAccount, the same identity as the
 // CCM) are used only to keep a cache of the platform's node names and a
-// history of which Services have been in the view.
+// history of when Services entered and left the view.
 //
 // It must not decide policy beyond the view: what a CCM may change is enforced
 // by the API server through the admission policy that coordinator/gate renders

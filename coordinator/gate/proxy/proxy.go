@@ -64,8 +64,9 @@ type Config struct {
 	// DefaultLoadBalancerClass makes the CCM also serve Services of type
 	// LoadBalancer without a class (requires LoadBalancerClass).
 	DefaultLoadBalancerClass bool
-	// DisableCache makes every single-node check a read from the API server,
-	// and keeps no history of the Services in the view.
+	// DisableCache makes every single-node check a read from the API server.
+	// (The history of the Services in the view is kept regardless: the view
+	// of Services needs it.)
 	DisableCache bool
 	// StartupAccess is what the gate's own identity (the CCM's, with
 	// OwnCredentials) must be allowed before Ready reports true for the first
@@ -160,10 +161,12 @@ func New(cfg Config) (*Proxy, error) {
 		if p.cache, err = newNodeCache(cfg.Upstream, cfg.PlatformLabel, cfg.Platform); err != nil {
 			return nil, fmt.Errorf("%s: node cache: %w", op, err)
 		}
-		if !view.showsNone {
-			if p.history, err = newServiceHistory(cfg.Upstream, view); err != nil {
-				return nil, fmt.Errorf("%s: service history: %w", op, err)
-			}
+	}
+	if !view.showsNone {
+		// Not a cache: without it a watch could not tell which Services its
+		// client holds.
+		if p.history, err = newServiceHistory(cfg.Upstream, base, view); err != nil {
+			return nil, fmt.Errorf("%s: service history: %w", op, err)
 		}
 	}
 	p.rp = &httputil.ReverseProxy{
@@ -460,8 +463,4 @@ func (p *Proxy) authenticated(r *http.Request) bool {
 func credentialHeader(k string) bool {
 	k = http.CanonicalHeaderKey(k)
 	return k == "Authorization" || strings.HasPrefix(k, "Impersonate-")
-}
-
-func joinPath(a, b string) string {
-	return strings.TrimSuffix(a, "/") + b
 }

@@ -79,7 +79,7 @@ func (o *ServerOptions) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.LoadBalancerClass, "load-balancer-class", o.LoadBalancerClass, "spec.loadBalancerClass of the Services this CCM serves: it sees those of type LoadBalancer, presented without the class. Empty: it sees no Service.")
 	fs.BoolVar(&o.DefaultLoadBalancerClass, "default-load-balancer-class", o.DefaultLoadBalancerClass, "The CCM also serves Services of type LoadBalancer without a class (at most one CCM per cluster); requires --load-balancer-class.")
 	fs.StringArrayVar(&o.StartupAccess, "startup-access", o.StartupAccess, `Something the gate's identity must be allowed (SelfSubjectAccessReview) before /readyz first answers ok, e.g. "verb=get,resource=configmaps,namespace=kube-system,name=extension-apiserver-authentication" (keys verb, group, resource, subresource, namespace, name); repeatable.`)
-	fs.BoolVar(&o.Cache, "cache", o.Cache, "Keep the platform's node names in memory for single-node checks (otherwise every check reads the node), and which Services have been in the view.")
+	fs.BoolVar(&o.Cache, "cache", o.Cache, "Keep the platform's node names in memory for single-node checks (otherwise every check reads the node). The history of the Services in the view is kept either way.")
 }
 
 // Serve runs ccm-gate until ctx ends. ready, if not nil, is called once the

@@ -13,61 +13,6 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
-)
-
-// serviceView says which Services a CCM sees: those of type LoadBalancer
-// whose spec.loadBalancerClass is its class (or that have no class, when it is
-// the default), and Services that are no longer of type LoadBalancer but
-// still carry the load-balancer cleanup finalizer and no class (so that the
-// load balancer's owner deletes it: the service controller of
-// k8s.io/cloud-provider does that only for a Service it still sees). Without a
-// class it sees no Service at all.
-type serviceView struct {
-	class       string
-	defaultLBs  bool
-	showsNone   bool
-	description string
-}
-
-func newServiceView(class string, defaultLBs bool) (serviceView, error) {
-	if class == "" {
-		if defaultLBs {
-			return serviceView{}, errors.New("the default for Services without a class needs a load-balancer class of its own")
-		}
-		return serviceView{showsNone: true, description: "none"}, nil
-	}
-	if errs := validation.IsQualifiedName(class); len(errs) > 0 {
-		return serviceView{}, fmt.Errorf("load-balancer class %q: %s", class, strings.Join(errs, "; "))
-	}
-	d := "class " + class
-	if defaultLBs {
-		d += " and classless"
-	}
-	return serviceView{class: class, defaultLBs: defaultLBs, description: d}, nil
-}
-
-// shows reports whether a Service is in the view.
-func (v serviceView) shows(f serviceFacts) bool {
-	if v.showsNone {
-		return false
-	}
-	if f.typ == serviceTypeLoadBalancer {
-		if f.hasClass {
-			return f.class == v.class
-		}
-		return v.defaultLBs
-	}
-	return !f.hasClass && f.cleanup
-}
-
-// Limits of what the view holds in memory at once.
-const (
-	// maxServiceValue bounds one Service (or one watch event); the API
-	// server's own limit for an object is far lower.
-	maxServiceValue = 32 << 20
-	// maxServiceBody bounds a PUT body and a single-Service answer.
-	maxServiceBody = 8 << 20
 )
 
 // serviceMode is what the gate does with the API server's answer.
@@ -150,9 +95,20 @@ func (p *Proxy) serviceRead(w http.ResponseWriter, r *http.Request, rt route) {
 		a.mode = serviceGet
 	case rt.kind == routeWatchServices || queryBool(q, "watch"):
 		a.mode = serviceWatch
-		a.watch = p.newWatchState(q)
+		a.watch = newWatchState(p.serviceView, p.history, q)
 	default:
 		a.mode = serviceList
+		// One page: a continue token names the key the next page starts
+		// after, and a page's size and count tell how many Services match,
+		// Services outside the view included. A pager that sent a limit gets
+		// the whole list and no token; a token (none comes from the view) is
+		// answered as the API server answers an expired one.
+		if _, ok := q["continue"]; ok {
+			p.refuse(w, r, rt, expired("the view lists Services in one page and hands out no continue tokens"))
+			return
+		}
+		q.Del("limit")
+		r.URL.RawQuery = q.Encode()
 	}
 	prepareServiceRequest(r, a)
 	if a.mode == serviceGet {
@@ -218,21 +174,11 @@ func (p *Proxy) restoreClass(r *http.Request, stored serviceFacts) error {
 	if len(body) > maxServiceBody {
 		return errors.New("body too large")
 	}
-	var out []byte
-	switch mediaOf(r.Header.Get("Content-Type")) {
-	case mediaJSON:
-		out, err = jsonServiceForWrite(body, stored.class, stored.hasClass, stored.resourceVersion)
-	case mediaProtobuf:
-		var o protoObject
-		if o, err = readProtoObject(body); err == nil {
-			var raw []byte
-			if raw, err = protoServiceForWrite(o.raw, stored.class, stored.hasClass, stored.resourceVersion); err == nil {
-				out, err = rewrapProtoObject(body, raw)
-			}
-		}
-	default:
+	media := mediaOf(r.Header.Get("Content-Type"))
+	if media == mediaNone {
 		return &refusal{status: unsupportedMediaType(r.Header.Get("Content-Type"))}
 	}
+	out, err := serviceForWrite(media, body, stored)
 	var classErr *classError
 	if errors.As(err, &classErr) {
 		return &refusal{status: forbidden(servicesResource, "update", stored.name, err)}
@@ -263,16 +209,6 @@ func prepareServiceRequest(r *http.Request, a *serviceAnswer) {
 	r.RequestURI = ""
 }
 
-// queryBool reads a boolean query parameter as the API server does: absent,
-// "0" or "false" is false, anything else (even empty) true.
-func queryBool(q url.Values, k string) bool {
-	v, ok := q[k]
-	if !ok || len(v) == 0 {
-		return false
-	}
-	return v[0] != "0" && !strings.EqualFold(v[0], "false")
-}
-
 // modifyResponse filters the API server's answer to a Service request.
 func (p *Proxy) modifyResponse(resp *http.Response) error {
 	a, ok := resp.Request.Context().Value(serviceAnswerKey{}).(*serviceAnswer)
@@ -282,6 +218,12 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated {
 		if a.mode == serviceGet {
 			p.metrics.requests.WithLabelValues(a.rt.kind.String(), decisionForwarded).Inc()
+			if resp.StatusCode == http.StatusNotFound {
+				// The gate's own 404, as for a Service outside the view: the
+				// two must not be told apart.
+				_ = resp.Body.Close()
+				replaceWithStatus(resp, notFound(servicesResource, a.rt.name))
+			}
 		}
 		return nil // the API server's own error answer
 	}
@@ -293,24 +235,63 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 	switch a.mode {
 	case serviceList:
 		resp.Body = p.filterBody(resp.Body, a, func(in io.Reader, out *bufio.Writer) error {
-			if a.media == mediaProtobuf {
-				return p.filterProtoList(in, out)
-			}
-			return p.filterJSONList(in, out)
+			return p.filterList(a.media, in, out)
 		})
 	case serviceWatch:
 		resp.Body = p.filterBody(resp.Body, a, func(in io.Reader, out *bufio.Writer) error {
 			// Whatever is filtered goes out before the gate waits for more.
-			in = &flushBeforeRead{r: in, w: out}
-			if a.media == mediaProtobuf {
-				return a.watch.filterProto(in, out)
+			err := filterWatch(a.media, a.watch, &flushBeforeRead{r: in, w: out}, out)
+			if a.watch.ended {
+				p.log.V(1).Info("ended a Service watch with 410: the Service history cannot tell what its client holds", "path", a.rt.String())
 			}
-			return a.watch.filterJSON(in, out)
+			return err
 		})
 	case serviceGet, serviceWritten:
 		return p.filterOne(resp, a)
 	}
 	return nil
+}
+
+// filterList copies a ServiceList with only the Services in the view, each
+// without its class, and of its metadata only the resourceVersion.
+func (p *Proxy) filterList(media mediaKind, in io.Reader, out *bufio.Writer) error {
+	w := newListWriter(media, out)
+	err := readList(media, in, p.serviceView.class, false, listVisit{
+		begin: w.begin,
+		meta:  w.meta,
+		item: func(s *service) error {
+			if !p.serviceView.shows(s.serviceFacts) {
+				return nil
+			}
+			return w.item(s)
+		},
+	})
+	if err != nil {
+		return err
+	}
+	return w.end()
+}
+
+// filterWatch sends, for every event of the API server, what the watch's
+// state decides, until the API server or the decision ends the watch.
+func filterWatch(media mediaKind, state *watchState, in io.Reader, out *bufio.Writer) error {
+	events, w := newEventReader(media, in, state.view.class), newEventWriter(media, out)
+	for {
+		ev, err := events.next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		s, err := state.decide(ev)
+		if err != nil {
+			return err
+		}
+		if err := w.write(s); err != nil || s.last {
+			return err
+		}
+	}
 }
 
 // filterOne reads a single Service answer: hidden (404) outside the view for a
@@ -324,39 +305,28 @@ func (p *Proxy) filterOne(resp *http.Response, a *serviceAnswer) error {
 	if len(body) > maxServiceBody {
 		return errors.New("Service answer too large")
 	}
-	var f serviceFacts
-	var raw []byte
-	var obj protoObject
-	if a.media == mediaProtobuf {
-		if obj, err = readProtoObject(body); err == nil {
-			raw = obj.raw
-			f, err = protoServiceFacts(raw)
-		}
-	} else {
-		f, err = jsonServiceFacts(body)
-	}
+	svc, err := readOne(a.media, body, p.serviceView.class)
 	if err != nil {
 		return fmt.Errorf("read Service: %w", err)
 	}
-	if a.mode == serviceGet {
-		if !p.serviceView.shows(f) {
-			p.metrics.requests.WithLabelValues(a.rt.kind.String(), decisionHidden).Inc()
-			p.log.V(2).Info("Service outside the view", "service", a.rt.namespace+"/"+a.rt.name)
-			replaceWithStatus(resp, notFound(servicesResource, a.rt.name))
-			return nil
-		}
+	shown := p.serviceView.shows(svc.serviceFacts)
+	switch {
+	case a.mode == serviceGet && !shown:
+		p.metrics.requests.WithLabelValues(a.rt.kind.String(), decisionHidden).Inc()
+		p.log.V(2).Info("Service outside the view", "service", a.rt.namespace+"/"+a.rt.name)
+		replaceWithStatus(resp, notFound(servicesResource, a.rt.name))
+		return nil
+	case a.mode == serviceGet:
 		p.metrics.requests.WithLabelValues(a.rt.kind.String(), decisionForwarded).Inc()
-	}
-	if a.media == mediaProtobuf {
-		var stripped []byte
-		if stripped, err = protoServiceWithoutClass(raw); err == nil && len(stripped) != len(raw) {
-			body, err = rewrapProtoObject(body, stripped)
+		body = singleAnswer(a.media, svc)
+	case shown:
+		body = singleAnswer(a.media, svc)
+	default:
+		// The write took the Service out of the view: the CCM learns that
+		// it is gone, not what it became.
+		if body, err = tombstoneAnswer(a.media, svc.serviceFacts); err != nil {
+			return err
 		}
-	} else {
-		body, err = jsonServiceWithoutClass(body)
-	}
-	if err != nil {
-		return fmt.Errorf("strip Service: %w", err)
 	}
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	resp.ContentLength = int64(len(body))
@@ -423,9 +393,10 @@ func (p *Proxy) readService(ctx context.Context, in http.Header, namespace, name
 	if err != nil || !found {
 		return serviceFacts{}, false, err
 	}
-	f, err := jsonServiceFacts(body)
+	sc := jsonServiceScanner{meta: true}
+	svc, err := sc.scan(body)
 	if err != nil {
 		return serviceFacts{}, false, fmt.Errorf("%s: decode service %s/%s: %w", op, namespace, name, err)
 	}
-	return f, true, nil
+	return svc.serviceFacts, true, nil
 }

@@ -14,12 +14,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/pager"
 	servicehelper "k8s.io/cloud-provider/service/helpers"
 	"k8s.io/utils/ptr"
 
@@ -215,25 +217,32 @@ func TestServiceViewList(t *testing.T) {
 					if err != nil || len(byName.Items) != 0 {
 						t.Fatalf("field selector on a foreign Service: %v %v", serviceNames(byName.Items), err)
 					}
-					// Pages: the view may leave a page empty, never loses one.
+					// A pager's limit: one page, all of it, without a continue
+					// token (it would name the key the next page starts
+					// after) or remainingItemCount (it counts hidden Services).
+					page, err := cs.CoreV1().Services("svc-list").List(ctx, metav1.ListOptions{Limit: 1})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got := serviceNames(page.Items); (!slices.Equal(got, gc.want) && len(got)+len(gc.want) > 0) || page.Continue != "" || page.RemainingItemCount != nil {
+						t.Fatalf("limit 1: %v, continue %q, remaining %v; want %v in one page", got, page.Continue, page.RemainingItemCount, gc.want)
+					}
+					// A token (the view hands out none) is expired: a pager
+					// lists again in full.
+					if _, err := cs.CoreV1().Services("svc-list").List(ctx, metav1.ListOptions{Limit: 1, Continue: "eyJ2IjoibWV0YS5rOHMuaW8vdjEifQ"}); !apierrors.IsResourceExpired(err) {
+						t.Fatalf("continue token: want 410 Expired, got %v", err)
+					}
 					var paged []corev1.Service
-					opts := metav1.ListOptions{Limit: 1}
-					for {
-						p, err := cs.CoreV1().Services("svc-list").List(ctx, opts)
-						if err != nil {
-							t.Fatal(err)
-						}
-						if p.RemainingItemCount != nil {
-							t.Fatalf("remainingItemCount %d counts hidden Services", *p.RemainingItemCount)
-						}
-						paged = append(paged, p.Items...)
-						if p.Continue == "" {
-							break
-						}
-						opts.Continue = p.Continue
+					if err := pager.New(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+						return cs.CoreV1().Services("svc-list").List(ctx, o)
+					}).EachListItem(ctx, metav1.ListOptions{Limit: 1}, func(o runtime.Object) error {
+						paged = append(paged, *o.(*corev1.Service))
+						return nil
+					}); err != nil {
+						t.Fatal(err)
 					}
 					if got := serviceNames(paged); !slices.Equal(got, gc.want) && len(got)+len(gc.want) > 0 {
-						t.Fatalf("paged: %v, want %v", got, gc.want)
+						t.Fatalf("client-go pager: %v, want %v", got, gc.want)
 					}
 					// One Service: a foreign one does not exist.
 					for _, name := range []string{"own", "aws", "classless", "cluster-ip", "leftover", "missing"} {
@@ -283,6 +292,15 @@ func TestServiceViewList(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a Service outside the view is answered as one that does not exist", func(t *testing.T) {
+		for _, accept := range []string{"application/json", "application/vnd.kubernetes.protobuf"} {
+			code, body, ctype := rawServiceGet(t, g.url+"/api/v1/namespaces/svc-list/services/aws", accept)
+			missingCode, missingBody, missingType := rawServiceGet(t, g.url+"/api/v1/namespaces/svc-list/services/aaa", accept)
+			if code != http.StatusNotFound || code != missingCode || ctype != missingType || strings.ReplaceAll(body, "aws", "aaa") != missingBody {
+				t.Fatalf("%s: outside the view %d %s %q, missing %d %s %q", accept, code, ctype, body, missingCode, missingType, missingBody)
+			}
+		}
+	})
 	t.Run("a table is answered with objects", func(t *testing.T) {
 		code, body, ctype := rawServiceGet(t, g.url+"/api/v1/namespaces/svc-list/services", "application/json;as=Table;v=v1;g=meta.k8s.io,application/json")
 		var l corev1.ServiceList
@@ -344,12 +362,13 @@ func TestServiceViewWatch(t *testing.T) {
 			t.Fatalf("patch %s: %v", name, err)
 		}
 	}
-	for _, history := range []bool{true, false} {
-		name := map[bool]string{true: "with history", false: "without history"}[history]
+	for _, nodeCache := range []bool{true, false} {
+		// The Service history is no cache: --cache=false keeps it.
+		name := map[bool]string{true: "with the node cache", false: "without the node cache"}[nodeCache]
 		t.Run(name, func(t *testing.T) {
 			g := startGate(t, "svc-hc", func(c *proxy.Config) {
 				c.LoadBalancerClass = ownClass
-				c.DisableCache = !history
+				c.DisableCache = !nodeCache
 			})
 			for ctName, ct := range contentTypes {
 				t.Run(ctName, func(t *testing.T) {
@@ -380,15 +399,11 @@ func TestServiceViewWatch(t *testing.T) {
 					patch("ip", `{"spec":{"type":"LoadBalancer","loadBalancerClass":"`+ownClass+`"}}`)
 					patch("aws", `{"metadata":{"annotations":{"touch":"2"}}}`)
 					// The history tells the gate that the client cannot hold
-					// aws (never in the view) nor ip (it was a ClusterIP).
-					want := []string{"MODIFIED own", "MODIFIED own-leaving", "DELETED own-leaving", "ADDED ip"}
-					if !history {
-						// Without it the gate cannot tell: it sends a DELETED
-						// for aws (an informer ignores a deletion of what it
-						// does not hold) and passes ip's MODIFIED (an informer
-						// adds what it does not hold).
-						want = []string{"DELETED aws", "MODIFIED own", "MODIFIED own-leaving", "DELETED own-leaving", "MODIFIED ip"}
-					}
+					// aws (never in the view): nothing about it arrives. own-leaving
+					// stays while its finalizer holds it, then leaves; ip enters
+					// as the MODIFIED it is (an informer adds what it does not
+					// hold).
+					want := []string{"MODIFIED own", "MODIFIED own-leaving", "DELETED own-leaving", "MODIFIED ip"}
 					if got := readEvents(t, w, len(want), 2*time.Second); !slices.Equal(got, want) {
 						t.Fatalf("resumed watch: %v, want %v", got, want)
 					}

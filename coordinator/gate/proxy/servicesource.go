@@ -2,24 +2,22 @@ package proxy
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 
-	"google.golang.org/protobuf/encoding/protowire"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 )
 
-// The Service history lists and watches Services with the same wire-level
-// reading as the view: a Service becomes a historyService (its key,
-// resourceVersion and the view's facts) without ever being decoded, and ccm-gate
-// carries no generated client for the Kubernetes API groups.
+// The Service history's source lists and watches all Services with the
+// gate's own credentials, read by the same readers as the view's answers
+// (servicereader.go): a Service becomes a historyService (its key,
+// resourceVersion and the view's facts) without ever being decoded, and
+// ccm-gate carries no generated client for the Kubernetes API groups.
 
 // historyService is what the history keeps of one Service.
 type historyService struct {
@@ -60,12 +58,12 @@ var (
 	_ runtime.Object = (*historyServiceList)(nil)
 )
 
-func newHistoryService(f serviceFacts, initialEventsEnd bool) historyService {
+func newHistoryService(f serviceFacts) historyService {
 	s := historyService{
 		ObjectMeta: metav1.ObjectMeta{Name: f.name, Namespace: f.namespace, ResourceVersion: f.resourceVersion},
 		facts:      f,
 	}
-	if initialEventsEnd {
+	if f.initialEventsEnd {
 		s.Annotations = map[string]string{metav1.InitialEventsAnnotationKey: "true"}
 	}
 	return s
@@ -79,38 +77,11 @@ type serviceSource struct {
 	userAgent string
 }
 
-// Field numbers of ListMeta.
-const (
-	pbListMetaResourceVersion protowire.Number = 2
-	pbListMetaContinue        protowire.Number = 3
-)
-
 func (s *serviceSource) request(ctx context.Context, o metav1.ListOptions, watching bool) (*http.Response, error) {
-	q := url.Values{}
-	set := func(k, v string) {
-		if v != "" {
-			q.Set(k, v)
-		}
-	}
-	set("resourceVersion", o.ResourceVersion)
-	set("resourceVersionMatch", string(o.ResourceVersionMatch))
-	set("labelSelector", o.LabelSelector)
-	set("fieldSelector", o.FieldSelector)
-	set("continue", o.Continue)
-	if o.Limit > 0 {
-		q.Set("limit", strconv.FormatInt(o.Limit, 10))
-	}
-	if o.TimeoutSeconds != nil {
-		q.Set("timeoutSeconds", strconv.FormatInt(*o.TimeoutSeconds, 10))
-	}
-	if watching {
-		q.Set("watch", "true")
-		if o.AllowWatchBookmarks {
-			q.Set("allowWatchBookmarks", "true")
-		}
-		if o.SendInitialEvents != nil {
-			q.Set("sendInitialEvents", strconv.FormatBool(*o.SendInitialEvents))
-		}
+	o.Watch = watching
+	q, err := metav1.ParameterCodec.EncodeParameters(&o, metav1.SchemeGroupVersion)
+	if err != nil {
+		return nil, err
 	}
 	u := *s.base
 	u.Path = joinPath(s.base.Path, "/api/v1/services")
@@ -156,67 +127,22 @@ func (s *serviceSource) list(ctx context.Context, o metav1.ListOptions) (runtime
 		return nil, err
 	}
 	defer func() { _ = resp.Body.Close() }()
-	ps := newProtoStream(resp.Body, maxServiceValue)
-	if err := ps.magic(); err != nil {
+	list := &historyServiceList{}
+	err = readList(mediaProtobuf, resp.Body, "", true, listVisit{
+		begin: func(uint64) error { return nil },
+		meta: func(m listMeta) error {
+			list.ResourceVersion, list.Continue = m.resourceVersion, m.continueToken
+			return nil
+		},
+		item: func(svc *service) error {
+			list.Items = append(list.Items, newHistoryService(svc.serviceFacts))
+			return nil
+		},
+	})
+	if err != nil {
 		return nil, err
 	}
-	list := &historyServiceList{}
-	sc := protoServiceScan{meta: true}
-	for {
-		num, typ, length, _, err := ps.header()
-		if errors.Is(err, io.EOF) {
-			return list, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		if typ != protowire.BytesType {
-			if _, err := ps.skip(typ); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		if num != pbUnknownRaw {
-			if _, err := ps.bytes(length); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		for read := uint64(0); read < length; {
-			num, typ, l, n, err := ps.header()
-			if err != nil {
-				return nil, noEOF(err)
-			}
-			if typ != protowire.BytesType {
-				return nil, fmt.Errorf("%w: ServiceList field %d of wire type %d", errProto, num, typ)
-			}
-			v, err := ps.bytes(l)
-			if err != nil {
-				return nil, err
-			}
-			read += uint64(n) + l
-			switch num {
-			case pbListItems:
-				if err := sc.scan(v); err != nil {
-					return nil, err
-				}
-				list.Items = append(list.Items, newHistoryService(sc.facts, false))
-			case pbListMeta:
-				if err := protoFields(v, func(f protoField) error {
-					switch {
-					case f.typ != protowire.BytesType:
-					case f.num == pbListMetaResourceVersion:
-						list.ResourceVersion = string(f.value)
-					case f.num == pbListMetaContinue:
-						list.Continue = string(f.value)
-					}
-					return nil
-				}); err != nil {
-					return nil, err
-				}
-			}
-		}
-	}
+	return list, nil
 }
 
 // watch opens a watch of Services.
@@ -225,44 +151,28 @@ func (s *serviceSource) watch(ctx context.Context, o metav1.ListOptions) (watch.
 	if err != nil {
 		return nil, err
 	}
-	d := &historyDecoder{body: resp.Body, stream: newProtoStream(resp.Body, maxServiceValue), scan: protoServiceScan{meta: true}}
+	d := &historyDecoder{body: resp.Body, events: newEventReader(mediaProtobuf, resp.Body, "")}
 	return watch.NewStreamWatcher(d, apierrors.NewClientErrorReporter(http.StatusInternalServerError, http.MethodGet, "ClientWatchDecoding")), nil
 }
 
-// historyDecoder reads a protobuf watch of Services as watch events of
+// historyDecoder reads a watch of Services as watch events of
 // historyServices (and the Status of an ERROR).
 type historyDecoder struct {
 	body   io.Closer
-	stream *protoStream
-	scan   protoServiceScan
+	events eventReader
 }
 
 // Decode implements watch.Decoder.
 func (d *historyDecoder) Decode() (watch.EventType, runtime.Object, error) {
-	frame, err := d.stream.frame()
+	ev, err := d.events.next()
 	if err != nil {
 		return "", nil, err
 	}
-	typ, object, err := protoWatchEvent(frame)
-	if err != nil {
-		return "", nil, err
+	if ev.status != nil {
+		return watch.Error, ev.status, nil
 	}
-	o, err := readProtoObject(object)
-	if err != nil {
-		return "", nil, err
-	}
-	if watch.EventType(typ) == watch.Error {
-		st := &metav1.Status{}
-		if err := st.Unmarshal(o.raw); err != nil {
-			return "", nil, err
-		}
-		return watch.Error, st, nil
-	}
-	if err := d.scan.scan(o.raw); err != nil {
-		return "", nil, err
-	}
-	s := newHistoryService(d.scan.facts, d.scan.initialEventsEnd)
-	return watch.EventType(typ), &s, nil
+	s := newHistoryService(ev.svc.serviceFacts)
+	return watch.EventType(ev.typ), &s, nil
 }
 
 // Close implements watch.Decoder.

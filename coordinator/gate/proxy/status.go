@@ -70,6 +70,12 @@ func forbidden(gr schema.GroupResource, verb, name string, reason error) metav1.
 	return apierrors.NewForbidden(gr, name, fmt.Errorf("ccm-gate refuses %s: %w", verb, reason)).ErrStatus
 }
 
+// expired is the API server's answer to a resourceVersion or continue token it
+// no longer serves: a client lists again.
+func expired(why string) metav1.Status {
+	return metav1.Status{Code: http.StatusGone, Reason: metav1.StatusReasonExpired, Message: "ccm-gate: " + why}
+}
+
 func badRequest(err error) metav1.Status {
 	return apierrors.NewBadRequest("ccm-gate: " + err.Error()).ErrStatus
 }

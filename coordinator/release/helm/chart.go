@@ -80,7 +80,7 @@ type chartSource struct {
 	// builtinVersion is Options.BuiltinChartVersion.
 	builtinVersion string
 	http           *http.Client
-	registry func() (*registry.Client, error)
+	registry       func() (*registry.Client, error)
 
 	mu    sync.Mutex
 	cache map[string][]byte

@@ -4,6 +4,10 @@
 // against the same API server directly in the same run: 5000 nodes, and (in a
 // second gate with the Service view on) 5000 Services. It also reports the
 // gates' peak resident memory (VmHWM).
+//
+// GATE_BENCH_CANDIDATE=<ccm-gate binary> adds a third gate of the Service
+// view's configuration, built from other code, timed in the same rotation as
+// the first: two versions of the gate compared under the same load.
 package gate
 
 import (
@@ -75,6 +79,9 @@ func TestMain(m *testing.M) {
 	}
 	if sharedServices != nil {
 		sharedServices.gate.Stop()
+		if sharedServices.candidate != nil {
+			sharedServices.candidate.Stop()
+		}
 	}
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
@@ -129,14 +136,19 @@ func start(dir string) (*fixture, error) {
 // report prints direct vs gate as medians and minima (the minimum is the least
 // disturbed by other work on the machine).
 func report(b *testing.B, what string, d, g []time.Duration) {
+	reportArm(b, what, "gate", "ccm-gate", d, g)
+}
+
+// reportArm reports one arm g (metrics prefixed name) against direct d.
+func reportArm(b *testing.B, what, name, label string, d, g []time.Duration) {
 	md, mg := median(d), median(g)
 	nd, ng := slices.Min(d), slices.Min(g)
 	b.ReportMetric(ms(md), "direct-ms")
-	b.ReportMetric(ms(mg), "gate-ms")
-	b.ReportMetric(float64(mg)/float64(md), "gate/direct")
-	b.ReportMetric(float64(ng)/float64(nd), "min-gate/direct")
-	b.Logf("%s, %d runs each: median direct %.1f ms, through ccm-gate %.1f ms (%.2fx); min direct %.1f ms, through ccm-gate %.1f ms (%.2fx)",
-		what, len(d), ms(md), ms(mg), float64(mg)/float64(md), ms(nd), ms(ng), float64(ng)/float64(nd))
+	b.ReportMetric(ms(mg), name+"-ms")
+	b.ReportMetric(float64(mg)/float64(md), name+"/direct")
+	b.ReportMetric(float64(ng)/float64(nd), "min-"+name+"/direct")
+	b.Logf("%s, %d runs each: median direct %.1f ms, through %s %.1f ms (%.2fx); min direct %.1f ms, through %s %.1f ms (%.2fx)",
+		what, len(d), ms(md), label, ms(mg), float64(mg)/float64(md), ms(nd), label, ms(ng), float64(ng)/float64(nd))
 }
 
 func median(d []time.Duration) time.Duration {
@@ -177,16 +189,33 @@ func BenchmarkList5000(b *testing.B) {
 // of each, alternating, and reports them.
 func alternate(b *testing.B, what string, runs int, direct, gated func() time.Duration) {
 	b.Helper()
+	alternateWith(b, what, runs, direct, gated, nil)
+}
+
+// alternateWith is alternate with a third path, candidate (nil: none): a
+// gate built from other code (GATE_BENCH_CANDIDATE), timed in the same
+// rotation so that both gates meet the same load.
+func alternateWith(b *testing.B, what string, runs int, direct, gated, candidate func() time.Duration) {
+	b.Helper()
 	direct()
 	gated()
+	if candidate != nil {
+		candidate()
+	}
 	b.ResetTimer()
 	for range b.N {
-		var d, g []time.Duration
+		var d, g, c []time.Duration
 		for range runs {
 			d = append(d, direct())
 			g = append(g, gated())
+			if candidate != nil {
+				c = append(c, candidate())
+			}
 		}
 		report(b, what, d, g)
+		if candidate != nil {
+			reportArm(b, what, "candidate", "the candidate ccm-gate", d, c)
+		}
 	}
 }
 

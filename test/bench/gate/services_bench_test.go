@@ -38,6 +38,11 @@ const (
 type serviceFixture struct {
 	direct, gated *rest.Config
 	gate          *gatetest.Gate
+	// candidate is a second gate of the same configuration built from other
+	// code (GATE_BENCH_CANDIDATE names its binary; nil: none), timed in the
+	// same rotation as the first.
+	candidate       *gatetest.Gate
+	candidateConfig *rest.Config
 }
 
 var (
@@ -81,7 +86,28 @@ func startServices(dir string) (*serviceFixture, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &serviceFixture{direct: direct, gated: g.Config, gate: g}, nil
+	f := &serviceFixture{direct: direct, gated: g.Config, gate: g}
+	if other := os.Getenv("GATE_BENCH_CANDIDATE"); other != "" {
+		dir := filepath.Join(dir, "candidate")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		c, err := gatetest.StartGate(other, dir, platform, direct, token, "--load-balancer-class="+benchClass)
+		if err != nil {
+			g.Stop()
+			return nil, fmt.Errorf("candidate %s: %w", other, err)
+		}
+		f.candidate, f.candidateConfig = c, c.Config
+	}
+	return f, nil
+}
+
+// candidateRun returns run for the candidate gate's client, nil without one.
+func (f *serviceFixture) candidateRun(contentType string, run func(kubernetes.Interface) func() time.Duration) func() time.Duration {
+	if f.candidate == nil {
+		return nil
+	}
+	return run(clientIn(f.candidateConfig, contentType))
 }
 
 // benchService is a LoadBalancer Service as a CCM serves it: a port, a
@@ -148,7 +174,8 @@ func BenchmarkServiceList5000(b *testing.B) {
 					return d
 				}
 			}
-			alternate(b, fmt.Sprintf("list %d Services (%s)", services, enc.name), lists, list(direct, true), list(gated, false))
+			alternateWith(b, fmt.Sprintf("list %d Services (%s)", services, enc.name), lists, list(direct, true), list(gated, false),
+				f.candidateRun(enc.contentType, func(cs kubernetes.Interface) func() time.Duration { return list(cs, false) }))
 		})
 	}
 }
@@ -162,9 +189,11 @@ func BenchmarkServiceWatch(b *testing.B) {
 	for _, enc := range encodings {
 		b.Run("initial-events/"+enc.name, func(b *testing.B) {
 			direct, gated := clientIn(f.direct, enc.contentType), clientIn(f.gated, enc.contentType)
-			alternate(b, fmt.Sprintf("WatchList initial events for %d Services (%s)", services, enc.name), initialRuns,
-				func() time.Duration { return initialEvents(b, services, "", direct.CoreV1().Services(serviceNS).Watch) },
-				func() time.Duration { return initialEvents(b, services, "", gated.CoreV1().Services(serviceNS).Watch) })
+			open := func(cs kubernetes.Interface) func() time.Duration {
+				return func() time.Duration { return initialEvents(b, services, "", cs.CoreV1().Services(serviceNS).Watch) }
+			}
+			alternateWith(b, fmt.Sprintf("WatchList initial events for %d Services (%s)", services, enc.name), initialRuns,
+				open(direct), open(gated), f.candidateRun(enc.contentType, open))
 		})
 	}
 
@@ -192,6 +221,9 @@ func BenchmarkServiceWatch(b *testing.B) {
 	b.Run("rss", func(b *testing.B) {
 		for range b.N {
 			reportRSS(b, f.gate.Cmd.Process.Pid, fmt.Sprintf("%d Services in the view", services))
+			if f.candidate != nil {
+				reportRSS(b, f.candidate.Cmd.Process.Pid, fmt.Sprintf("candidate, %d Services in the view", services))
+			}
 		}
 	})
 }

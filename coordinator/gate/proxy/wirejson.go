@@ -8,12 +8,10 @@ import (
 	"io"
 )
 
-// The Service view reads the API server's JSON without decoding it into
-// objects: it finds the few fields it decides on (metadata name, namespace,
-// uid, resourceVersion, finalizers; spec type and loadBalancerClass) and cuts
-// or inserts members, copying everything else byte for byte. Decoding 5000
-// Services and encoding them again would cost more than the API server's own
-// answer.
+// JSON at the wire level: the end of a value, the members of an object, the
+// elements of an array, and a stream of consecutive values. Nothing is
+// decoded into objects; service.go finds the few members the view decides on
+// and copies everything else byte for byte.
 
 var (
 	// errJSONIncomplete: the bytes end inside a value (read more).
@@ -110,6 +108,79 @@ func jsonLiteralEnd(b []byte, i int) (int, error) {
 	return len(b), errJSONIncomplete
 }
 
+// jsonEachMember calls fn for every member of the object that starts at b[i]
+// ('{') with the raw key (quotes included) and the start of the value; fn
+// returns the end of the value. It returns the index just past the object.
+func jsonEachMember(b []byte, i int, fn func(key []byte, keyStart, valueStart int) (int, error)) (int, error) {
+	if i >= len(b) {
+		return len(b), errJSONIncomplete
+	}
+	if b[i] != '{' {
+		return i, errJSONSyntax
+	}
+	j := skipJSONSpace(b, i+1)
+	if j < len(b) && b[j] == '}' {
+		return j + 1, nil
+	}
+	for {
+		if j >= len(b) {
+			return len(b), errJSONIncomplete
+		}
+		if b[j] != '"' {
+			return j, errJSONSyntax
+		}
+		keyEnd, err := jsonStringEnd(b, j)
+		if err != nil {
+			return keyEnd, err
+		}
+		k := skipJSONSpace(b, keyEnd)
+		if k >= len(b) {
+			return len(b), errJSONIncomplete
+		}
+		if b[k] != ':' {
+			return k, errJSONSyntax
+		}
+		vs := skipJSONSpace(b, k+1)
+		if vs >= len(b) {
+			return len(b), errJSONIncomplete
+		}
+		ve, err := fn(b[j:keyEnd], j, vs)
+		if err != nil {
+			return ve, err
+		}
+		j = skipJSONSpace(b, ve)
+		if j >= len(b) {
+			return len(b), errJSONIncomplete
+		}
+		switch b[j] {
+		case ',':
+			j = skipJSONSpace(b, j+1)
+		case '}':
+			return j + 1, nil
+		default:
+			return j, errJSONSyntax
+		}
+	}
+}
+
+// jsonPlainString returns what a string literal without escapes holds, and
+// nil for anything else.
+func jsonPlainString(lit []byte) []byte {
+	if len(lit) < 2 || lit[0] != '"' || lit[len(lit)-1] != '"' || bytes.IndexByte(lit, '\\') >= 0 {
+		return nil
+	}
+	return lit[1 : len(lit)-1]
+}
+
+// jsonStringIs reports whether the JSON string literal lit means s.
+func jsonStringIs(lit []byte, s string) bool {
+	if len(lit) >= 2 && lit[0] == '"' && bytes.IndexByte(lit, '\\') < 0 {
+		return string(lit[1:len(lit)-1]) == s
+	}
+	u, err := jsonUnquote(lit)
+	return err == nil && u == s
+}
+
 // jsonMember is one member of an object: b[keyStart:valueEnd] is `"key":value`.
 type jsonMember struct {
 	// key is the member's name, unescaped.
@@ -194,55 +265,6 @@ func jsonOptionalString(v []byte) (s string, set bool, err error) {
 	}
 	s, err = jsonUnquote(v)
 	return s, err == nil, err
-}
-
-// jsonRewrite copies b, replacing the ranges in edits (sorted, not
-// overlapping) by their content.
-type jsonEdit struct {
-	start, end int
-	with       []byte
-}
-
-func applyJSONEdits(b []byte, edits []jsonEdit) []byte {
-	if len(edits) == 0 {
-		return b
-	}
-	out := make([]byte, 0, len(b)+64)
-	at := 0
-	for _, e := range edits {
-		out = append(out, b[at:e.start]...)
-		out = append(out, e.with...)
-		at = e.end
-	}
-	return append(out, b[at:]...)
-}
-
-// jsonWithoutMembers returns the object b[start:end] without the members for
-// which drop is true (the others byte for byte, joined by commas).
-func jsonWithoutMembers(b []byte, start int, drop func(key string) bool) ([]byte, bool, error) {
-	var kept []jsonMember
-	dropped := false
-	if _, err := jsonObjectMembers(b, start, func(m jsonMember) error {
-		if drop(m.key) {
-			dropped = true
-		} else {
-			kept = append(kept, m)
-		}
-		return nil
-	}); err != nil {
-		return nil, false, err
-	}
-	if !dropped {
-		return nil, false, nil
-	}
-	out := []byte{'{'}
-	for i, m := range kept {
-		if i > 0 {
-			out = append(out, ',')
-		}
-		out = append(out, b[m.keyStart:m.valueEnd]...)
-	}
-	return append(out, '}'), true, nil
 }
 
 // jsonStream reads consecutive JSON values (and the punctuation between them)
@@ -331,24 +353,7 @@ func (s *jsonStream) expect(c byte) error {
 // value returns the next complete value (after spaces); the slice is valid
 // until the next call.
 func (s *jsonStream) value() ([]byte, error) {
-	if _, err := s.peek(); err != nil {
-		return nil, noEOF(err)
-	}
-	for {
-		end, err := jsonValueEnd(s.buf, s.off)
-		switch {
-		case err == nil:
-			v := s.buf[s.off:end]
-			s.off = end
-			return v, nil
-		case errors.Is(err, errJSONIncomplete):
-			if err := s.fill(); err != nil {
-				return nil, noEOF(err)
-			}
-		default:
-			return nil, err
-		}
-	}
+	return s.scanValue(func(b []byte) (int, error) { return jsonValueEnd(b, 0) })
 }
 
 // scanValue runs scan over the unread bytes, which start with a value (after
@@ -388,11 +393,4 @@ func (s *jsonStream) end() error {
 	default:
 		return fmt.Errorf("%w: data after the end", errJSONSyntax)
 	}
-}
-
-func noEOF(err error) error {
-	if errors.Is(err, io.EOF) {
-		return io.ErrUnexpectedEOF
-	}
-	return err
 }

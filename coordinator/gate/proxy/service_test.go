@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	restclientwatch "k8s.io/client-go/rest/watch"
 	"k8s.io/utils/ptr"
+	sjson "sigs.k8s.io/json"
 )
 
 // codec is the client side of an encoding, as client-go has it.
@@ -57,6 +59,20 @@ func (c codec) decode(t testing.TB, b []byte, into runtime.Object) {
 		t.Fatalf("decode %q: %v", b, err)
 	}
 }
+
+// scan reads an encoded Service (as the API server answers a get) with the
+// object layer, names and versions included.
+func (c codec) scan(t testing.TB, b []byte) *service {
+	t.Helper()
+	s, err := scanService(c.media, b)
+	if err != nil {
+		t.Fatalf("scan %q: %v", b, err)
+	}
+	return s
+}
+
+// scanService reads an encoded Service: JSON, or protobuf in its envelope.
+func scanService(media mediaKind, b []byte) (*service, error) { return readOne(media, b, "") }
 
 // watchStream encodes events as the API server streams them.
 func (c codec) watchStream(t testing.TB, events ...watch.Event) []byte {
@@ -152,20 +168,7 @@ func TestServiceView(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, c := range codecs(t) {
-				b := c.encode(t, tc.svc)
-				var f serviceFacts
-				if c.media == mediaProtobuf {
-					o, err := readProtoObject(b)
-					if err != nil {
-						t.Fatal(err)
-					}
-					f, err = protoServiceFacts(o.raw)
-					if err != nil {
-						t.Fatal(err)
-					}
-				} else if f, err = jsonServiceFacts(b); err != nil {
-					t.Fatal(err)
-				}
+				f := c.scan(t, c.encode(t, tc.svc)).serviceFacts
 				if f != factsOf(tc.svc) {
 					t.Fatalf("%s: facts %+v, want %+v", c.name, f, factsOf(tc.svc))
 				}
@@ -189,21 +192,7 @@ func TestServiceWithoutClass(t *testing.T) {
 	for _, c := range codecs(t) {
 		t.Run(c.name, func(t *testing.T) {
 			for _, in := range []*corev1.Service{svc("a", "LoadBalancer", ptr.To("x.io/a")), svc("b", "LoadBalancer", nil)} {
-				b := c.encode(t, in)
-				var out []byte
-				var err error
-				if c.media == mediaProtobuf {
-					o, _ := readProtoObject(b)
-					var raw []byte
-					if raw, err = protoServiceWithoutClass(o.raw); err == nil {
-						out, err = rewrapProtoObject(b, raw)
-					}
-				} else {
-					out, err = jsonServiceWithoutClass(b)
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
+				out := singleAnswer(c.media, c.scan(t, c.encode(t, in)))
 				var got corev1.Service
 				c.decode(t, out, &got)
 				want := in.DeepCopy()
@@ -220,18 +209,37 @@ func TestServiceWithoutClass(t *testing.T) {
 		`{"spec":{"loadBalancerClass":"x","type":"LoadBalancer"}}`,
 		`{"spec":{"type":"LoadBalancer", "loadBalancerClass" : "x" }}`,
 		`{"spec":{"a":1,"loadBalancerClass":"x","b":[1,{"c":"}"}]}}`,
-		`{"spec":{"loadBalancerClass":"x","loadBalancerClass":"y"},"status":{}}`,
+		`{"spec":{"a":1 , "loadBalancerClass":"x" , "b":2}}`,
 		`{"spec":{"lo\u0061dBalancerClass":"x"}}`,
 	} {
-		out, err := jsonServiceWithoutClass([]byte(in))
-		if err != nil {
-			t.Fatalf("%s: %v", in, err)
-		}
-		f, err := jsonServiceFacts(out)
-		if err != nil || f.hasClass || !isJSON(out) {
-			t.Fatalf("%s -> %s: %+v %v", in, out, f, err)
+		out := singleAnswer(mediaJSON, mustScanJSON(t, in))
+		f := mustScanJSON(t, string(out))
+		if f.hasClass || !isJSON(out) {
+			t.Fatalf("%s -> %s: %+v", in, out, f)
 		}
 	}
+	// A Service that repeats what the view decides on is refused: which one
+	// counts would be up to the decoder.
+	for _, in := range []string{
+		`{"spec":{"loadBalancerClass":"x","loadBalancerClass":"y"},"status":{}}`,
+		`{"spec":{"type":"ClusterIP","type":"LoadBalancer"}}`,
+		`{"spec":{},"spec":{"type":"LoadBalancer"}}`,
+		`{"metadata":{},"metadata":{"finalizers":[]}}`,
+		`{"metadata":{"finalizers":[],"finalizers":["x"]}}`,
+	} {
+		if _, err := scanService(mediaJSON, []byte(in)); !errors.Is(err, errRepeated) {
+			t.Errorf("%s: %v, want errRepeated", in, err)
+		}
+	}
+}
+
+func mustScanJSON(t *testing.T, in string) *service {
+	t.Helper()
+	s, err := scanService(mediaJSON, []byte(in))
+	if err != nil {
+		t.Fatalf("%s: %v", in, err)
+	}
+	return s
 }
 
 func isJSON(b []byte) bool {
@@ -335,6 +343,21 @@ func testProxy(t testing.TB, class string, isDefault bool) *Proxy {
 	return &Proxy{serviceView: v}
 }
 
+// watchState starts the state of a watch of p's view with the query q.
+func (p *Proxy) watchState(q url.Values) *watchState {
+	return newWatchState(p.serviceView, p.history, q)
+}
+
+// listFilter is the view's filter of a list in c's encoding.
+func (c codec) listFilter(p *Proxy) func(io.Reader, *bufio.Writer) error {
+	return func(in io.Reader, out *bufio.Writer) error { return p.filterList(c.media, in, out) }
+}
+
+// watchFilter is the view's filter of a watch in c's encoding.
+func (c codec) watchFilter(s *watchState) func(io.Reader, *bufio.Writer) error {
+	return func(in io.Reader, out *bufio.Writer) error { return filterWatch(c.media, s, in, out) }
+}
+
 func TestFilterList(t *testing.T) {
 	const own = "hybridccm.io/hcloud"
 	list := &corev1.ServiceList{
@@ -367,10 +390,7 @@ func TestFilterList(t *testing.T) {
 				p := testProxy(t, own, tc.isDefault)
 				var out bytes.Buffer
 				w := bufio.NewWriter(&out)
-				filter := p.filterJSONList
-				if c.media == mediaProtobuf {
-					filter = p.filterProtoList
-				}
+				filter := c.listFilter(p)
 				// One byte at a time: every boundary falls inside a read.
 				if err := filter(&oneByteReader{r: bytes.NewReader(c.encode(t, list))}, w); err != nil {
 					t.Fatal(err)
@@ -385,18 +405,15 @@ func TestFilterList(t *testing.T) {
 						t.Fatalf("item %+v", s)
 					}
 				}
-				if !slices.Equal(names, tc.want) || got.ResourceVersion != "99" || got.Continue != "token" || got.RemainingItemCount != nil {
+				// Of the list's metadata only the resourceVersion passes.
+				if !slices.Equal(names, tc.want) || !apiequality.Semantic.DeepEqual(got.ListMeta, metav1.ListMeta{ResourceVersion: "99"}) {
 					t.Fatalf("got %v %+v", names, got.ListMeta)
 				}
 			}
 			// The view without a class: an empty list, same resourceVersion.
 			var out bytes.Buffer
 			w := bufio.NewWriter(&out)
-			p := testProxy(t, "", false)
-			filter := p.filterJSONList
-			if c.media == mediaProtobuf {
-				filter = p.filterProtoList
-			}
+			filter := c.listFilter(testProxy(t, "", false))
 			if err := filter(bytes.NewReader(c.encode(t, list)), w); err != nil {
 				t.Fatal(err)
 			}
@@ -412,11 +429,7 @@ func TestFilterList(t *testing.T) {
 	for _, c := range codecs(t) {
 		b := bytes.TrimSpace(c.encode(t, list))
 		for _, cut := range []int{1, 10, len(b) / 2, len(b) - 1} {
-			p := testProxy(t, own, false)
-			filter := p.filterJSONList
-			if c.media == mediaProtobuf {
-				filter = p.filterProtoList
-			}
+			filter := c.listFilter(testProxy(t, own, false))
 			if err := filter(bytes.NewReader(b[:cut]), bufio.NewWriter(io.Discard)); err == nil {
 				t.Errorf("%s cut at %d: no error", c.name, cut)
 			}
@@ -470,13 +483,9 @@ func TestFilterWatch(t *testing.T) {
 	for _, c := range codecs(t) {
 		t.Run(c.name, func(t *testing.T) {
 			p := testProxy(t, own, false)
-			s := p.newWatchState(map[string][]string{"sendInitialEvents": {"true"}})
+			filter := c.watchFilter(p.watchState(map[string][]string{"sendInitialEvents": {"true"}}))
 			var out bytes.Buffer
 			w := bufio.NewWriter(&out)
-			filter := s.filterJSON
-			if c.media == mediaProtobuf {
-				filter = s.filterProto
-			}
 			if err := filter(&oneByteReader{r: bytes.NewReader(c.watchStream(t, in...))}, w); err != nil {
 				t.Fatal(err)
 			}
@@ -487,6 +496,9 @@ func TestFilterWatch(t *testing.T) {
 				case *corev1.Service:
 					if o.Spec.LoadBalancerClass != nil {
 						t.Fatalf("class shown: %+v", o)
+					}
+					if o.Name == "own" && o.ResourceVersion == "15" && (o.Spec.Type != "" || len(o.Labels) > 0 || o.UID != "uid-x") {
+						t.Fatalf("own left the view: want its tombstone, got %+v", o)
 					}
 					got = append(got, strings.Join(strings.Fields(string(ev.Type)+" "+o.Name+" "+o.ResourceVersion), " "))
 				default:
@@ -502,63 +514,98 @@ func TestFilterWatch(t *testing.T) {
 
 func TestWatchDecide(t *testing.T) {
 	const own = "hybridccm.io/hcloud"
-	in := serviceFacts{namespace: "ns", name: "a", typ: "LoadBalancer", class: own, hasClass: true, resourceVersion: "50"}
-	out := serviceFacts{namespace: "ns", name: "a", typ: "LoadBalancer", class: "x.io/y", hasClass: true, resourceVersion: "50"}
-	history := &serviceHistory{isSynced: true, floor: 5, horizon: 100, shown: map[string]*shownService{"ns/shown": {first: 7, firstSet: true}, "ns/later": {first: 60, firstSet: true}, "ns/gone": {goneAt: 20}}, advanced: make(chan struct{})}
+	svcAt := func(name, typ, class, rv string) *service {
+		f := serviceFacts{namespace: "ns", name: name, uid: "uid-" + name, typ: typ, resourceVersion: rv}
+		if class != "" {
+			f.class, f.hasClass = class, true
+		}
+		return &service{serviceFacts: f}
+	}
+	in := svcAt("a", "LoadBalancer", own, "50")
+	out := svcAt("a", "LoadBalancer", "x.io/y", "50")
+	// The history: shown was in the view from 7 on, later from 60 on, gone
+	// from 7 to 20, left from 8 to 30.
+	history := &serviceHistory{isSynced: true, floor: 5, horizon: 100, advanced: make(chan struct{}), passages: map[string][]passage{
+		"ns/shown": {{from: 7, uid: "uid-old"}},
+		"ns/later": {{from: 60, uid: "uid-later"}},
+		"ns/gone":  {{from: 7, to: 20, uid: "uid-gone"}},
+		"ns/left":  {{from: 8, to: 30, uid: "uid-left"}},
+	}}
 	tests := []struct {
 		name string
-		// query starts the watch; history may be nil.
-		query   map[string][]string
-		history *serviceHistory
-		// event and facts are the API server's first event about a Service.
+		// query starts the watch.
+		query map[string][]string
+		// event and svc are the API server's first event about a Service.
 		event string
-		facts serviceFacts
-		// want is the event the client gets ("" none).
-		want string
+		svc   *service
+		// want is the event the client gets ("" none), tombstone whether it
+		// carries a tombstone (else the Service).
+		want      string
+		tombstone bool
+		// uid is the tombstone's.
+		uid string
 	}{
-		{name: "resumed: own Service modified", query: rv("10"), event: eventModified, facts: in, want: eventModified},
-		{name: "resumed: own Service created", query: rv("10"), event: eventAdded, facts: in, want: eventAdded},
-		{name: "resumed: foreign Service created", query: rv("10"), event: eventAdded, facts: out},
-		{name: "resumed: foreign Service deleted", query: rv("10"), event: eventDeleted, facts: out},
-		{name: "resumed: own Service deleted", query: rv("10"), event: eventDeleted, facts: in, want: eventDeleted},
-		{name: "resumed, no history: foreign Service modified may have left", query: rv("10"), event: eventModified, facts: out, want: eventDeleted},
-		{name: "resumed, history: never shown", query: rv("10"), history: history, event: eventModified, facts: out},
-		{name: "resumed, history: shown before", query: rv("10"), history: history, event: eventModified,
-			facts: serviceFacts{namespace: "ns", name: "shown", typ: "ClusterIP", resourceVersion: "50"}, want: eventDeleted},
-		{name: "resumed, history: in the view only since after the watch's version", query: rv("10"), history: history, event: eventModified,
-			facts: serviceFacts{namespace: "ns", name: "later", typ: "ClusterIP", resourceVersion: "70"}},
-		{name: "resumed, history: enters the view", query: rv("10"), history: history, event: eventModified,
-			facts: serviceFacts{namespace: "ns", name: "entering", typ: "LoadBalancer", class: own, hasClass: true, resourceVersion: "50"}, want: eventAdded},
-		{name: "resumed, history: an earlier incarnation in the view deleted since", query: rv("10"), history: history, event: eventModified,
-			facts: serviceFacts{namespace: "ns", name: "gone", typ: "ClusterIP", resourceVersion: "50"}, want: eventDeleted},
-		{name: "resumed, history: an earlier incarnation in the view deleted before", query: rv("30"), history: history, event: eventModified,
-			facts: serviceFacts{namespace: "ns", name: "gone", typ: "ClusterIP", resourceVersion: "50"}},
-		{name: "resumed before the history began", query: rv("3"), history: history, event: eventModified, facts: out, want: eventDeleted},
-		{name: "event after the history's horizon (it never catches up)", query: rv("10"), history: history, event: eventModified,
-			facts: serviceFacts{namespace: "ns", name: "a", typ: "ClusterIP", resourceVersion: "150"}, want: eventDeleted},
-		{name: "legacy watch with initial state", query: rv("0"), event: eventModified, facts: out},
-		{name: "legacy watch from now", query: map[string][]string{}, event: eventModified, facts: out},
-		{name: "sendInitialEvents=false from now", query: map[string][]string{"sendInitialEvents": {"false"}}, event: eventModified, facts: out, want: eventDeleted},
-		{name: "WatchList: own Service enters the view", query: map[string][]string{"sendInitialEvents": {"true"}, "resourceVersion": {"10"}}, event: eventModified, facts: in, want: eventAdded},
+		{name: "resumed: own Service modified", query: rv("10"), event: eventModified, svc: in, want: eventModified},
+		{name: "resumed: own Service created", query: rv("10"), event: eventAdded, svc: in, want: eventAdded},
+		{name: "resumed: own Service deleted", query: rv("10"), event: eventDeleted, svc: in, want: eventDeleted},
+		{name: "resumed: foreign Service created", query: rv("10"), event: eventAdded, svc: out},
+		{name: "resumed: foreign Service modified", query: rv("10"), event: eventModified, svc: out},
+		{name: "resumed: foreign Service deleted", query: rv("10"), event: eventDeleted, svc: out},
+		{name: "resumed: in the view before, left now", query: rv("10"), event: eventModified,
+			svc: svcAt("shown", "ClusterIP", "", "50"), want: eventDeleted, tombstone: true, uid: "uid-old"},
+		{name: "resumed: deleted now, after it left the view", query: rv("10"), event: eventDeleted,
+			svc: svcAt("shown", "ClusterIP", "", "50"), want: eventDeleted, tombstone: true, uid: "uid-old"},
+		{name: "resumed: in the view only from after the event", query: rv("10"), event: eventModified,
+			svc: svcAt("later", "ClusterIP", "", "55")},
+		{name: "resumed: in the view just before the event", query: rv("10"), event: eventModified,
+			svc: svcAt("later", "ClusterIP", "", "70"), want: eventDeleted, tombstone: true, uid: "uid-later"},
+		{name: "resumed: left the view before the event", query: rv("10"), event: eventModified,
+			svc: svcAt("left", "ClusterIP", "", "40")},
+		{name: "resumed: left the view with this event", query: rv("10"), event: eventModified,
+			svc: svcAt("left", "ClusterIP", "", "30"), want: eventDeleted, tombstone: true, uid: "uid-left"},
+		{name: "resumed: enters the view", query: rv("10"), event: eventModified,
+			svc: svcAt("entering", "LoadBalancer", own, "50"), want: eventModified},
+		{name: "event older than the history: the watch ends", query: rv("3"), event: eventModified,
+			svc: svcAt("secret-name", "ClusterIP", "", "4"), want: eventError},
+		{name: "event past the history's horizon (it never catches up): the watch ends", query: rv("10"), event: eventModified,
+			svc: svcAt("secret-name", "ClusterIP", "", "150"), want: eventError},
+		{name: "event without a resourceVersion: the watch ends", query: rv("10"), event: eventModified,
+			svc: svcAt("secret-name", "ClusterIP", "", ""), want: eventError},
+		{name: "legacy watch with initial state: foreign", query: rv("0"), event: eventModified, svc: svcAt("shown", "ClusterIP", "", "50")},
+		{name: "legacy watch from now: foreign", query: map[string][]string{}, event: eventModified, svc: svcAt("shown", "ClusterIP", "", "50")},
+		{name: "legacy watch: own Service enters", query: map[string][]string{}, event: eventModified, svc: in, want: eventAdded},
+		{name: "sendInitialEvents=false from now: foreign", query: map[string][]string{"sendInitialEvents": {"false"}}, event: eventModified, svc: out},
+		{name: "sendInitialEvents=false from now: left the view", query: map[string][]string{"sendInitialEvents": {"false"}}, event: eventModified,
+			svc: svcAt("shown", "ClusterIP", "", "50"), want: eventDeleted, tombstone: true, uid: "uid-old"},
+		{name: "WatchList: own Service enters the view", query: map[string][]string{"sendInitialEvents": {"true"}, "resourceVersion": {"10"}}, event: eventModified, svc: in, want: eventAdded},
+		{name: "WatchList: foreign Service shown before", query: map[string][]string{"sendInitialEvents": {"true"}}, event: eventModified, svc: svcAt("shown", "ClusterIP", "", "50")},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			p := testProxy(t, own, false)
-			p.history = tc.history
-			s := p.newWatchState(tc.query)
-			got, send := s.decide(tc.event, tc.facts)
-			if !send {
-				got = ""
+			p.history = history
+			s := p.watchState(tc.query)
+			got, err := s.decide(watchEvent{typ: tc.event, svc: tc.svc})
+			if err != nil {
+				t.Fatal(err)
 			}
-			if got != tc.want {
-				t.Fatalf("got %q, want %q", got, tc.want)
+			if got.typ != tc.want || (got.kind == sendTombstone) != tc.tombstone || got.meta.uid != tc.uid {
+				t.Fatalf("got %+v, want %q (tombstone %v, uid %q)", got, tc.want, tc.tombstone, tc.uid)
+			}
+			if got.kind == sendStatus && (!got.last || got.status.Code != 410 || strings.Contains(got.status.Message, tc.svc.name)) {
+				t.Fatalf("a watch the view cannot continue: %+v", got)
+			}
+			if got.kind == sendTombstone && (got.meta.name != tc.svc.name || got.meta.resourceVersion != tc.svc.resourceVersion || got.meta.typ != "") {
+				t.Fatalf("tombstone %+v", got.meta)
 			}
 		})
 	}
-	// The view without a class never names a Service.
-	s := testProxy(t, "", false).newWatchState(rv("10"))
-	if _, send := s.decide(eventModified, out); send {
-		t.Fatal("hidden view sent an event")
+	// The view without a class never names a Service, and needs no history.
+	s := testProxy(t, "", false).watchState(rv("10"))
+	for _, ev := range []string{eventAdded, eventModified, eventDeleted} {
+		if got, err := s.decide(watchEvent{typ: ev, svc: in}); err != nil || got.kind != sendNothing {
+			t.Fatalf("hidden view: %+v %v", got, err)
+		}
 	}
 }
 
@@ -592,32 +639,76 @@ func TestNegotiateMedia(t *testing.T) {
 }
 
 // FuzzServiceWire feeds arbitrary bytes to every reader of the Service view:
-// errors are fine, panics are not.
+// errors are fine, panics are not. Where client-go's own decoder reads the
+// bytes as a Service, the view must read the same facts from them, and the
+// Service it writes without its class must decode to the same Service
+// without its class.
 func FuzzServiceWire(f *testing.F) {
 	for _, c := range codecs(f) {
 		s := svc("a", "LoadBalancer", ptr.To("x.io/a"), LoadBalancerCleanupFinalizer)
-		f.Add(c.encode(f, s))
+		b := c.encode(f, s)
+		if c.media == mediaProtobuf {
+			o, _ := readProtoObject(b)
+			f.Add(o.raw)
+		}
+		f.Add(b)
 		f.Add(c.encode(f, &corev1.ServiceList{Items: []corev1.Service{*s}}))
 		f.Add(c.watchStream(f, watch.Event{Type: watch.Modified, Object: s}))
 	}
 	f.Add([]byte(`{"spec":{"loadBalancerClass":"\"}`))
+	f.Add([]byte(`{"spec":{"a":1 , "loadBalancerClass":"x" , "b":2},"metadata":{"finalizers":["service.kubernetes.io/load-balancer-cleanup"]}}`))
 	f.Add([]byte(`[[[[{`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p := testProxy(t, "x.io/a", true)
-		_, _ = jsonServiceFacts(b)
-		_, _ = jsonServiceWithoutClass(b)
 		_, _ = jsonServiceForWrite(b, "x.io/a", true, "1")
-		_, _ = protoServiceFacts(b)
-		_, _ = protoServiceWithoutClass(b)
 		_, _ = protoServiceForWrite(b, "x.io/a", true, "1")
 		if o, err := readProtoObject(b); err == nil {
 			_, _ = rewrapProtoObject(b, o.raw)
 		}
-		_ = p.filterJSONList(bytes.NewReader(b), bufio.NewWriter(io.Discard))
-		_ = p.filterProtoList(bytes.NewReader(b), bufio.NewWriter(io.Discard))
-		_ = p.newWatchState(nil).filterJSON(bytes.NewReader(b), bufio.NewWriter(io.Discard))
-		_ = p.newWatchState(nil).filterProto(bytes.NewReader(b), bufio.NewWriter(io.Discard))
+		for _, media := range []mediaKind{mediaJSON, mediaProtobuf} {
+			_ = p.filterList(media, bytes.NewReader(b), bufio.NewWriter(io.Discard))
+			for _, q := range []url.Values{nil, {"sendInitialEvents": {"true"}}, {"resourceVersion": {"5"}}} {
+				_ = filterWatch(media, p.watchState(q), bytes.NewReader(b), bufio.NewWriter(io.Discard))
+			}
+		}
+		js := jsonServiceScanner{meta: true}
+		if svc, err := js.scan(b); err == nil {
+			var want corev1.Service
+			if sjson.UnmarshalCaseSensitivePreserveInts(b, &want) == nil {
+				checkScanned(t, "JSON", svc, &want, func(out []byte, into *corev1.Service) error {
+					return sjson.UnmarshalCaseSensitivePreserveInts(out, into)
+				})
+			}
+		}
+		ps := protoServiceScanner{meta: true}
+		if svc, err := ps.scan(b); err == nil {
+			var want corev1.Service
+			if want.Unmarshal(b) == nil {
+				checkScanned(t, "protobuf", svc, &want, func(out []byte, into *corev1.Service) error { return into.Unmarshal(out) })
+			}
+		}
 	})
+}
+
+// checkScanned compares what the view read of a Service with what client-go
+// decodes: the facts, and the Service written without its class.
+func checkScanned(t *testing.T, what string, svc *service, want *corev1.Service, decode func([]byte, *corev1.Service) error) {
+	t.Helper()
+	f := factsOf(want)
+	f.initialEventsEnd = want.Annotations[metav1.InitialEventsAnnotationKey] == "true"
+	if svc.serviceFacts != f {
+		t.Fatalf("%s: the view read %+v, the client decodes %+v", what, svc.serviceFacts, f)
+	}
+	out := svc.appendWithoutClass(nil)
+	var got corev1.Service
+	if err := decode(out, &got); err != nil {
+		t.Fatalf("%s: the Service without its class does not decode: %v\n%q", what, err, out)
+	}
+	want = want.DeepCopy()
+	want.Spec.LoadBalancerClass = nil
+	if !apiequality.Semantic.DeepEqual(&got, want) {
+		t.Fatalf("%s: without its class\n got %+v\nwant %+v", what, got, want)
+	}
 }
 
 // TestFilterWatchJSONMemberOrder: an event whose object comes before its type
@@ -626,10 +717,10 @@ func TestFilterWatchJSONMemberOrder(t *testing.T) {
 	const own = "hybridccm.io/hcloud"
 	in := `{"object":{"kind":"Service","apiVersion":"v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"5"},"spec":{"type":"LoadBalancer","loadBalancerClass":"` + own + `","ports":[{"port":80}]}},"type":"ADDED"}` + "\n" +
 		`{"type":"ADDED","object":{"kind":"Service","apiVersion":"v1","metadata":{"name":"b","namespace":"ns","resourceVersion":"6"},"spec":{"loadBalancerClass":"x.io/other","type":"LoadBalancer"}}}`
-	s := testProxy(t, own, false).newWatchState(map[string][]string{"resourceVersion": {"0"}})
+	s := testProxy(t, own, false).watchState(map[string][]string{"resourceVersion": {"0"}})
 	var out bytes.Buffer
 	w := bufio.NewWriter(&out)
-	if err := s.filterJSON(strings.NewReader(in), w); err != nil {
+	if err := filterWatch(mediaJSON, s, strings.NewReader(in), w); err != nil {
 		t.Fatal(err)
 	}
 	_ = w.Flush()

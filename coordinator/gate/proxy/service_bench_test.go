@@ -45,11 +45,7 @@ func BenchmarkFilterServiceList(b *testing.B) {
 	for _, c := range codecs(b) {
 		b.Run(c.name, func(b *testing.B) {
 			in := c.encode(b, l)
-			p := testProxy(b, "hybridccm.io/hcloud", false)
-			filter := p.filterJSONList
-			if c.media == mediaProtobuf {
-				filter = p.filterProtoList
-			}
+			filter := c.listFilter(testProxy(b, "hybridccm.io/hcloud", false))
 			b.SetBytes(int64(len(in)))
 			b.ReportAllocs()
 			for b.Loop() {
@@ -79,11 +75,7 @@ func BenchmarkFilterServiceWatch(b *testing.B) {
 			b.SetBytes(int64(len(in)))
 			b.ReportAllocs()
 			for b.Loop() {
-				s := p.newWatchState(map[string][]string{"sendInitialEvents": {"true"}})
-				filter := s.filterJSON
-				if c.media == mediaProtobuf {
-					filter = s.filterProto
-				}
+				filter := c.watchFilter(p.watchState(map[string][]string{"sendInitialEvents": {"true"}}))
 				w := bufio.NewWriterSize(io.Discard, 32<<10)
 				if err := filter(bytes.NewReader(in), w); err != nil {
 					b.Fatal(err)

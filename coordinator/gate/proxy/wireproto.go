@@ -11,9 +11,9 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
-// The Kubernetes protobuf encoding, read and edited at the wire level (as the
-// JSON is, see jsonscan.go): a Service is copied field by field, and only the
-// fields the view decides on are read.
+// The Kubernetes protobuf encoding at the wire level (as the JSON is, see
+// wirejson.go): the fields of a message, the envelope of an object, and a
+// stream of fields or watch frames. Nothing is decoded into objects.
 //
 //	object    = "k8s\x00" Unknown
 //	Unknown   = 1: TypeMeta{1: apiVersion, 2: kind}, 2: raw (the object's message), 3, 4: strings
@@ -21,6 +21,35 @@ import (
 
 // protoMagic starts every protobuf-encoded Kubernetes object.
 var protoMagic = []byte{0x6b, 0x38, 0x73, 0x00}
+
+// Field numbers of the envelopes (k8s.io/apimachinery runtime.Unknown,
+// runtime.TypeMeta, metav1.WatchEvent, runtime.RawExtension).
+const (
+	pbUnknownTypeMeta  protowire.Number = 1
+	pbUnknownRaw       protowire.Number = 2
+	pbTypeMetaVersion  protowire.Number = 1
+	pbTypeMetaKind     protowire.Number = 2
+	pbWatchEventType   protowire.Number = 1
+	pbWatchEventObject protowire.Number = 2
+	pbRawExtensionRaw  protowire.Number = 1
+)
+
+// appendProtoTypeMeta appends the envelope's TypeMeta field for a v1 kind.
+func appendProtoTypeMeta(dst []byte, kind string) []byte {
+	dst = protowire.AppendTag(dst, pbUnknownTypeMeta, protowire.BytesType)
+	dst = protowire.AppendVarint(dst, uint64(protowire.SizeTag(pbTypeMetaVersion)+protowire.SizeBytes(2)+protowire.SizeTag(pbTypeMetaKind)+protowire.SizeBytes(len(kind))))
+	dst = protowire.AppendString(protowire.AppendTag(dst, pbTypeMetaVersion, protowire.BytesType), "v1")
+	return protowire.AppendString(protowire.AppendTag(dst, pbTypeMetaKind, protowire.BytesType), kind)
+}
+
+// appendProtoWatchEvent appends a WatchEvent message of type typ carrying
+// object (an enveloped object, magic included).
+func appendProtoWatchEvent(dst []byte, typ string, object []byte) []byte {
+	dst = protowire.AppendString(protowire.AppendTag(dst, pbWatchEventType, protowire.BytesType), typ)
+	dst = protowire.AppendTag(dst, pbWatchEventObject, protowire.BytesType)
+	dst = protowire.AppendVarint(dst, uint64(protowire.SizeTag(pbRawExtensionRaw)+protowire.SizeBytes(len(object))))
+	return protowire.AppendBytes(protowire.AppendTag(dst, pbRawExtensionRaw, protowire.BytesType), object)
+}
 
 var errProto = errors.New("malformed protobuf")
 
@@ -75,14 +104,14 @@ func protoString(f protoField) (string, error) {
 // protoEdit rebuilds msg: every length-delimited field num is replaced by what
 // edit returns for its value (drop: removed). It returns msg itself when
 // nothing changed.
-func protoEdit(msg []byte, num protowire.Number, edit func(v []byte) (out []byte, drop, changed bool, err error)) ([]byte, error) {
+func protoEdit(msg []byte, num protowire.Number, fn func(v []byte) (out []byte, drop, changed bool, err error)) ([]byte, error) {
 	var out []byte
 	at := 0
 	err := protoFields(msg, func(f protoField) error {
 		if f.num != num || f.typ != protowire.BytesType {
 			return nil
 		}
-		v, drop, changed, err := edit(f.value)
+		v, drop, changed, err := fn(f.value)
 		if err != nil || !changed {
 			return err
 		}
@@ -94,27 +123,6 @@ func protoEdit(msg []byte, num protowire.Number, edit func(v []byte) (out []byte
 			out = protowire.AppendTag(out, num, protowire.BytesType)
 			out = protowire.AppendBytes(out, v)
 		}
-		at = f.end
-		return nil
-	})
-	if err != nil || out == nil {
-		return msg, err
-	}
-	return append(out, msg[at:]...), nil
-}
-
-// protoDrop removes every field num from msg.
-func protoDrop(msg []byte, num protowire.Number) ([]byte, error) {
-	var out []byte
-	at := 0
-	err := protoFields(msg, func(f protoField) error {
-		if f.num != num {
-			return nil
-		}
-		if out == nil {
-			out = make([]byte, 0, len(msg))
-		}
-		out = append(out, msg[at:f.start]...)
 		at = f.end
 		return nil
 	})
@@ -139,16 +147,16 @@ func readProtoObject(b []byte) (protoObject, error) {
 	var o protoObject
 	err := protoFields(b[len(protoMagic):], func(f protoField) error {
 		switch {
-		case f.num == 1 && f.typ == protowire.BytesType:
+		case f.num == pbUnknownTypeMeta && f.typ == protowire.BytesType:
 			return protoFields(f.value, func(t protoField) error {
-				if t.num == 2 {
+				if t.num == pbTypeMetaKind {
 					k, err := protoString(t)
 					o.kind = k
 					return err
 				}
 				return nil
 			})
-		case f.num == 2 && f.typ == protowire.BytesType:
+		case f.num == pbUnknownRaw && f.typ == protowire.BytesType:
 			o.raw = f.value
 		}
 		return nil
@@ -162,7 +170,7 @@ func rewrapProtoObject(b, raw []byte) ([]byte, error) {
 	if !bytes.HasPrefix(b, protoMagic) {
 		return nil, fmt.Errorf("%w: no magic prefix", errProto)
 	}
-	inner, err := protoEdit(b[len(protoMagic):], 2, func([]byte) ([]byte, bool, bool, error) { return raw, false, true, nil })
+	inner, err := protoEdit(b[len(protoMagic):], pbUnknownRaw, func([]byte) ([]byte, bool, bool, error) { return raw, false, true, nil })
 	if err != nil {
 		return nil, err
 	}

@@ -7,74 +7,33 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
-// LoadBalancerCleanupFinalizer is the finalizer the service controller of
-// k8s.io/cloud-provider puts on a Service before it creates its load balancer
-// and removes once the load balancer is gone.
-const LoadBalancerCleanupFinalizer = "service.kubernetes.io/load-balancer-cleanup"
+// The write path: a PUT carries a whole Service as the CCM saw it, without
+// its class; the gate puts the stored class back before it forwards it.
 
-const serviceTypeLoadBalancer = "LoadBalancer"
-
-// initialEventsEndAnnotation marks the bookmark that ends a WatchList's
-// initial events (metav1.InitialEventsAnnotationKey).
-const initialEventsEndAnnotation = "k8s.io/initial-events-end"
-
-// serviceFacts is what the view reads of a Service.
-type serviceFacts struct {
-	namespace, name, uid, resourceVersion string
-	// typ is spec.type ("" means ClusterIP).
-	typ string
-	// class is spec.loadBalancerClass, hasClass whether it is set.
-	class    string
-	hasClass bool
-	// cleanup: metadata.finalizers holds LoadBalancerCleanupFinalizer.
-	cleanup bool
-}
-
-func (f serviceFacts) key() string { return f.namespace + "/" + f.name }
-
-// Field numbers of the Service's protobuf message (k8s.io/api/core/v1).
-const (
-	pbServiceMetadata        protowire.Number = 1
-	pbServiceSpec            protowire.Number = 2
-	pbMetaName               protowire.Number = 1
-	pbMetaNamespace          protowire.Number = 3
-	pbMetaUID                protowire.Number = 5
-	pbMetaResourceVersion    protowire.Number = 6
-	pbMetaAnnotations        protowire.Number = 12
-	pbMetaFinalizers         protowire.Number = 14
-	pbSpecType               protowire.Number = 4
-	pbSpecLoadBalancerClass  protowire.Number = 21
-	pbListMeta               protowire.Number = 1
-	pbListItems              protowire.Number = 2
-	pbListRemainingItemCount protowire.Number = 4
-	pbWatchEventType         protowire.Number = 1
-	pbWatchEventObject       protowire.Number = 2
-	pbRawExtensionRaw        protowire.Number = 1
-	pbUnknownRaw             protowire.Number = 2
-)
-
-// protoServiceFacts reads a Service message.
-func protoServiceFacts(msg []byte) (serviceFacts, error) {
-	sc := protoServiceScan{meta: true}
-	err := sc.scan(msg)
-	return sc.facts, err
-}
-
-// protoServiceWithoutClass returns the Service message without
-// spec.loadBalancerClass (msg itself if it has none).
-func protoServiceWithoutClass(msg []byte) ([]byte, error) {
-	var sc protoServiceScan
-	if err := sc.scan(msg); err != nil || len(sc.specs) == 0 {
-		return msg, err
+// serviceForWrite returns a PUT body (JSON, or protobuf in its envelope)
+// with the stored Service's class put back, and its resourceVersion when the
+// body has none.
+func serviceForWrite(media mediaKind, body []byte, stored serviceFacts) ([]byte, error) {
+	if media != mediaProtobuf {
+		return jsonServiceForWrite(body, stored.class, stored.hasClass, stored.resourceVersion)
 	}
-	return sc.appendStripped(make([]byte, 0, sc.strippedLen(msg)), msg), nil
+	o, err := readProtoObject(body)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := protoServiceForWrite(o.raw, stored.class, stored.hasClass, stored.resourceVersion)
+	if err != nil {
+		return nil, err
+	}
+	return rewrapProtoObject(body, raw)
 }
 
 // protoServiceForWrite returns a Service message as the CCM sent it in a PUT,
 // with spec.loadBalancerClass set to class (when the stored Service has one)
 // and metadata.resourceVersion set to rv when the CCM sent none.
 func protoServiceForWrite(msg []byte, class string, hasClass bool, rv string) ([]byte, error) {
-	sent, err := protoServiceFacts(msg)
+	sc := protoServiceScanner{meta: true}
+	sent, err := sc.scan(msg)
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +82,7 @@ func protoAppendToLast(msg []byte, field, num protowire.Number, value string) ([
 // checkSentClass refuses a Service body that sets a class other than the
 // stored one: the view never shows a class, so a CCM that sends one is not
 // writing what it was shown.
-func checkSentClass(sent serviceFacts, class string, hasClass bool) error {
+func checkSentClass(sent *service, class string, hasClass bool) error {
 	if sent.hasClass && (!hasClass || sent.class != class) {
 		return &classError{sent: sent.class}
 	}
@@ -137,35 +96,19 @@ func (e *classError) Error() string {
 	return fmt.Sprintf("spec.loadBalancerClass %q: the view hides the class, and a native CCM may not set or change it", e.sent)
 }
 
-// jsonServiceFacts reads a Service object.
-func jsonServiceFacts(b []byte) (serviceFacts, error) {
-	sc := jsonServiceScan{meta: true}
-	err := sc.scan(b)
-	return sc.facts, err
-}
-
-// jsonServiceWithoutClass returns the Service object b without
-// spec.loadBalancerClass (b itself if it has none).
-func jsonServiceWithoutClass(b []byte) ([]byte, error) {
-	var sc jsonServiceScan
-	if err := sc.scan(b); err != nil {
-		return nil, err
-	}
-	return sc.withoutClass(b), nil
-}
-
 // jsonServiceForWrite is protoServiceForWrite for a JSON body. A body with a
 // repeated metadata, spec, resourceVersion or loadBalancerClass is refused:
 // which one counts would be up to the decoder.
 func jsonServiceForWrite(b []byte, class string, hasClass bool, rv string) ([]byte, error) {
-	sent, err := jsonServiceFacts(b)
+	sc := jsonServiceScanner{meta: true}
+	sent, err := sc.scan(b)
 	if err != nil {
 		return nil, err
 	}
 	if err := checkSentClass(sent, class, hasClass); err != nil {
 		return nil, err
 	}
-	var edits []jsonEdit
+	var edits []edit
 	seen := map[string]bool{}
 	once := func(name string) error {
 		if seen[name] {
@@ -176,15 +119,15 @@ func jsonServiceForWrite(b []byte, class string, hasClass bool, rv string) ([]by
 	}
 	// insert adds `"key":value` to the object at b[start] ('{'), or sets a
 	// null member's value.
-	insert := func(start int, key string, value []byte, null *jsonMember) jsonEdit {
+	insert := func(start int, key string, value []byte, null *jsonMember) edit {
 		if null != nil {
-			return jsonEdit{start: null.valueStart, end: null.valueEnd, with: value}
+			return edit{start: null.valueStart, end: null.valueEnd, with: value}
 		}
 		member := append(append([]byte(`"`+key+`":`), value...), ',')
 		if j := skipJSONSpace(b, start+1); j < len(b) && b[j] == '}' {
 			member = member[:len(member)-1]
 		}
-		return jsonEdit{start: start + 1, end: start + 1, with: member}
+		return edit{start: start + 1, end: start + 1, with: member}
 	}
 	quotedClass, _ := json.Marshal(class)
 	quotedRV, _ := json.Marshal(rv)
@@ -247,18 +190,5 @@ func jsonServiceForWrite(b []byte, class string, hasClass bool, rv string) ([]by
 	if !seen["metadata"] && rv != "" {
 		return nil, fmt.Errorf("no metadata")
 	}
-	return applyJSONEdits(b, edits), nil
-}
-
-// jsonListMetaWithoutCount drops remainingItemCount from a list's metadata:
-// it counts the Services the view hides.
-func jsonListMetaWithoutCount(v []byte) ([]byte, error) {
-	if len(v) == 0 || v[0] != '{' {
-		return v, nil
-	}
-	out, changed, err := jsonWithoutMembers(v, 0, func(k string) bool { return k == "remainingItemCount" })
-	if err != nil || !changed {
-		return v, err
-	}
-	return out, nil
+	return appendEdited(make([]byte, 0, editedLen(b, edits)), b, edits), nil
 }
