@@ -207,6 +207,11 @@ func FuzzNativeCCMChartValues(f *testing.F) {
 		f.Add(s, uint8(0))
 	}
 	e := NewEngine(nil, Options{})
+	set, err := profile.Builtin()
+	if err != nil {
+		f.Fatal(err)
+	}
+	hcloud, _ := set.Get("hcloud")
 	f.Fuzz(func(t *testing.T, s string, which uint8) {
 		if !utf8.ValidString(s) {
 			return
@@ -233,7 +238,11 @@ func FuzzNativeCCMChartValues(f *testing.F) {
 			},
 			func(s string) map[string]any { return map[string]any{"bindAddress": s} },
 		}
-		req := hcloudRequest(t, fields[int(which)%len(fields)](s))
+		req, err := release.FromProfile(hcloud, release.Instance{ReleaseName: "native-ccm-hcloud", Namespace: "kube-system", Platform: "hcloud",
+			Values: fields[int(which)%len(fields)](s)})
+		if err != nil {
+			return // refused before rendering (an arg that is not one --name=value, ...): fine
+		}
 		out, err := e.Render(context.Background(), req)
 		if err != nil {
 			return // refused: fine, as long as it did not panic
