@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 )
@@ -45,4 +46,24 @@ func UpstreamImages(ctx context.Context, root, dir, awsCCM string, profiles ...s
 		images[p.CCM.Image.Reference()] = bin
 	}
 	return images, nil
+}
+
+// AWSCCM builds (or finds in its cache) the upstream AWS CCM at the version
+// profiles/aws.yaml names with hack/aws-ccm.sh of the repository at root, and
+// returns the binary's path. The script may need the Go module proxy: call
+// it where that is reachable (a test's network namespace keeps it reachable
+// only through the build cache, which `make test` fills first).
+func AWSCCM(ctx context.Context, root string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "aws-ccm.sh"))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("fleet: hack/aws-ccm.sh: %w\n%s", err, stderr.String())
+	}
+	bin := strings.TrimSpace(string(out))
+	if bin == "" {
+		return "", fmt.Errorf("fleet: hack/aws-ccm.sh printed no binary path\n%s", stderr.String())
+	}
+	return bin, nil
 }

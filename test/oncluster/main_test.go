@@ -22,8 +22,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -67,12 +65,25 @@ func run(m *testing.M) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	images, err := upstreamImages(ctx)
+	// Every built-in profile's CCM image: the real AWS CCM for aws,
+	// test/testccm for the others.
+	root := testenv.RepoRoot()
+	awsCCM, err := fleet.AWSCCM(ctx, root)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	root := testenv.RepoRoot()
+	dir, err := os.MkdirTemp("", "hybrid-ccm-testccm-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	images, err := fleet.UpstreamImages(ctx, root, dir, awsCCM)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	if version, err = ship.DefaultVersion(root); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -102,22 +113,6 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "cluster logs (tails):\n%s\n", f.Logs(3000))
 	}
 	return code
-}
-
-// upstreamImages maps every built-in profile's CCM image to the binary it
-// runs here (fleet.UpstreamImages): the real AWS CCM (hack/aws-ccm.sh builds
-// it, `make test` first) for aws, test/testccm for the others.
-func upstreamImages(ctx context.Context) (map[string]string, error) {
-	root := testenv.RepoRoot()
-	out, err := exec.CommandContext(ctx, filepath.Join(root, "hack", "aws-ccm.sh")).Output()
-	if err != nil {
-		return nil, fmt.Errorf("hack/aws-ccm.sh: %w", err)
-	}
-	dir, err := os.MkdirTemp("", "hybrid-ccm-testccm-")
-	if err != nil {
-		return nil, err
-	}
-	return fleet.UpstreamImages(ctx, root, dir, strings.TrimSpace(string(out)))
 }
 
 // prefixWriter writes the fleet's steps to standard error with the time.

@@ -12,9 +12,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -56,9 +53,9 @@ func run(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	root := testenv.RepoRoot()
-	out, err := exec.CommandContext(ctx, filepath.Join(root, "hack", "aws-ccm.sh")).Output()
+	awsCCM, err := fleet.AWSCCM(ctx, root)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "hack/aws-ccm.sh:", err)
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	dir, err := os.MkdirTemp("", "hybrid-ccm-upgrade-")
@@ -67,7 +64,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	images, err := fleet.UpstreamImages(ctx, root, dir, strings.TrimSpace(string(out)), "aws", "hcloud")
+	images, err := fleet.UpstreamImages(ctx, root, dir, awsCCM, "aws", "hcloud")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
