@@ -160,6 +160,15 @@ func (f *Fleet) answerTalos(m Machine) error {
 // it answers the Talos API (so before talos-ccm can initialize its node, and
 // so before its native CCM can see it). Not safe for concurrent use.
 func (f *Fleet) AddMachine(ctx context.Context, m Machine) error {
+	// Refused before anything starts: nothing half-added.
+	for _, o := range f.Machines {
+		if o.Name == m.Name {
+			return fmt.Errorf("fleet: machine %s is there already", m.Name)
+		}
+	}
+	if m.Platform == "aws" && m.metadata().InstanceID == "" {
+		return fmt.Errorf("fleet: aws machine %s has no instance ID (Machine.InstanceID or ProviderID)", m.Name)
+	}
 	n, err := f.Cluster.AddNode(ctx, cluster.NodeOptions{Name: m.Name, ControlPlane: m.ControlPlane})
 	if err != nil {
 		return err
