@@ -465,7 +465,7 @@ func FenceTemplate() ([]byte, error) {
 		if i > 0 {
 			out.WriteString("---\n")
 		}
-		fmt.Fprintf(&out, "apiVersion: %s\nkind: %s\nmetadata:\n  name: %s\n  labels:\n    {{- include \"ccm-coordinator.labels\" . | nindent 4 }}\n  annotations:\n    %s: %q\nspec:\n",
+		fmt.Fprintf(&out, "apiVersion: %s\nkind: %s\nmetadata:\n  name: %s\n  labels:\n    {{- include \"ccm-coordinator.labels\" . | nindent 4 }}\n  annotations:\n    {{- include \"ccm-coordinator.ownership\" . | nindent 4 }}\n    %s: %q\nspec:\n",
 			admissionregistrationv1.SchemeGroupVersion.String(), o.kind, DefaultFenceName, DigestAnnotation, FenceDigest())
 		for _, line := range bytes.SplitAfter(spec, []byte("\n")) {
 			if len(line) > 0 {

@@ -48,3 +48,13 @@ constant, namespace.yaml to choose the Pod Security level), never as text. */}}
 {{- end }}
 {{- $out | uniq | sortAlpha | toJson }}
 {{- end -}}
+
+{{/* Helm's ownership annotations, which Helm itself sets on what it installs.
+In the chart too, so that what "helm template" renders (docs/deploy, Talos'
+cluster.externalCloudProvider.manifests) is adopted by a later "helm install"
+or Flux HelmRelease of the same release name and namespace (docs/install.md,
+"Bootstrap, then Helm or Flux"). */}}
+{{- define "ccm-coordinator.ownership" -}}
+meta.helm.sh/release-name: {{ .Release.Name }}
+meta.helm.sh/release-namespace: {{ .Release.Namespace }}
+{{- end -}}

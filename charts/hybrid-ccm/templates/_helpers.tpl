@@ -14,3 +14,13 @@ release namespace. */}}
 {{- $c := index .Values "ccm-coordinator" | default dict -}}
 {{- default .Release.Namespace $c.releaseNamespace -}}
 {{- end -}}
+
+{{/* Helm's ownership annotations, which Helm itself sets on what it installs.
+In the chart too, so that what "helm template" renders (docs/deploy, Talos'
+cluster.externalCloudProvider.manifests) is adopted by a later "helm install"
+or Flux HelmRelease of the same release name and namespace (docs/install.md,
+"Bootstrap, then Helm or Flux"). */}}
+{{- define "hybrid-ccm.ownership" -}}
+meta.helm.sh/release-name: {{ .Release.Name }}
+meta.helm.sh/release-namespace: {{ .Release.Namespace }}
+{{- end -}}

@@ -44,3 +44,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- with $t.clusterName }}{{ $_ := set $global "clusterName" . }}{{ end -}}
 {{- toYaml (dict "global" $global "transformations" ($t.rules | default list)) -}}
 {{- end -}}
+
+{{/* Helm's ownership annotations, which Helm itself sets on what it installs.
+In the chart too, so that what "helm template" renders (docs/deploy, Talos'
+cluster.externalCloudProvider.manifests) is adopted by a later "helm install"
+or Flux HelmRelease of the same release name and namespace (docs/install.md,
+"Bootstrap, then Helm or Flux"). */}}
+{{- define "talos-ccm.ownership" -}}
+meta.helm.sh/release-name: {{ .Release.Name }}
+meta.helm.sh/release-namespace: {{ .Release.Namespace }}
+{{- end -}}

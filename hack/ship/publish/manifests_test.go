@@ -5,9 +5,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"helm.sh/helm/v3/pkg/action"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery/cached/memory"
@@ -113,14 +115,84 @@ func TestStaticManifestsApply(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// (the coordinator in its own namespace)
-	for name, ns := range map[string]string{"talos-ccm": "kube-system", "ccm-coordinator": "hybrid-ccm-system"} {
-		d, err := env.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+	// (the coordinator in its own namespace, named after the release as the
+	// umbrella names it)
+	for _, w := range []struct{ ns, name, image string }{
+		{"kube-system", "talos-ccm", "talos-ccm"},
+		{"hybrid-ccm-system", StaticRelease, "ccm-coordinator"},
+	} {
+		d, err := env.Client.AppsV1().Deployments(w.ns).Get(ctx, w.name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if img := d.Spec.Template.Spec.Containers[0].Image; img != ship.ImageRef(ship.DefaultRegistry, name, version) {
-			t.Errorf("deployment %s runs %s", name, img)
+		if img := d.Spec.Template.Spec.Containers[0].Image; img != ship.ImageRef(ship.DefaultRegistry, w.image, version) {
+			t.Errorf("deployment %s/%s runs %s", w.ns, w.name, img)
+		}
+	}
+}
+
+// TestStaticManifestsAdoptable: every object of docs/deploy carries Helm's
+// ownership metadata for the release docs/install.md and the Flux layout
+// install (hybrid-ccm in kube-system), and the umbrella's default render
+// holds exactly these objects, so `helm install` adopts every one of them
+// and creates nothing twice.
+func TestStaticManifestsAdoptable(t *testing.T) {
+	root := testenv.RepoRoot()
+	static := map[string]bool{}
+	for _, m := range StaticManifests {
+		data, err := os.ReadFile(filepath.Join(root, "docs", "deploy", m.File()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs, err := chartstest.Parse(string(data))
+		if err != nil {
+			t.Fatalf("%s: %v", m.File(), err)
+		}
+		for _, o := range objs {
+			id := o.GetKind() + " " + o.GetNamespace() + "/" + o.GetName()
+			static[id] = true
+			if o.GetKind() == "CustomResourceDefinition" {
+				continue // Helm installs crds/ once and never adopts or updates them
+			}
+			if got := o.GetLabels()["app.kubernetes.io/managed-by"]; got != "Helm" {
+				t.Errorf("%s: %s: label app.kubernetes.io/managed-by=%q, Helm adopts only Helm", m.File(), id, got)
+			}
+			a := o.GetAnnotations()
+			if a["meta.helm.sh/release-name"] != StaticRelease || a["meta.helm.sh/release-namespace"] != StaticNamespace {
+				t.Errorf("%s: %s: ownership annotations %q/%q, want release %s in %s", m.File(), id,
+					a["meta.helm.sh/release-name"], a["meta.helm.sh/release-namespace"], StaticRelease, StaticNamespace)
+			}
+		}
+	}
+	ch, err := loadUmbrella(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := action.NewInstall(&action.Configuration{Log: func(string, ...any) {}})
+	in.ReleaseName, in.Namespace = StaticRelease, StaticNamespace
+	in.DryRun, in.ClientOnly, in.Replace = true, true, true
+	in.KubeVersion = manifestKubeVersion
+	rel, err := in.Run(ch, map[string]any{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := chartstest.Parse(rel.Manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs) == 0 {
+		t.Fatal("the umbrella renders nothing")
+	}
+	for _, o := range objs {
+		id := o.GetKind() + " " + o.GetNamespace() + "/" + o.GetName()
+		if !static[id] {
+			t.Errorf("helm install %s would create %s, which docs/deploy lacks", StaticRelease, id)
+		}
+		delete(static, id)
+	}
+	for id := range static {
+		if !strings.HasPrefix(id, "CustomResourceDefinition ") {
+			t.Errorf("docs/deploy has %s, which the umbrella chart does not render: Helm would leave it behind", id)
 		}
 	}
 }
