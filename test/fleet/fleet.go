@@ -66,6 +66,10 @@ type Options struct {
 	Images map[string]string
 	// Log gets one line per step.
 	Log io.Writer
+	// AllocateNodeCIDRs: kube-controller-manager allocates the nodes' pod
+	// CIDRs, as on a Talos cluster by default (otherwise only talos-ccm's
+	// node IPAM does, when its chart turns it on).
+	AllocateNodeCIDRs bool
 }
 
 // Fleet is a running fleet.
@@ -103,7 +107,7 @@ func Up(ctx context.Context, opts Options) (_ *Fleet, err error) {
 	for _, m := range opts.Machines {
 		nodes = append(nodes, cluster.NodeOptions{Name: m.Name, ControlPlane: m.ControlPlane})
 	}
-	if f.Cluster, err = cluster.Up(ctx, cluster.Options{Nodes: nodes, RegistryHosts: hosts, SandboxImage: registry.PauseImage, Log: opts.Log}); err != nil {
+	if f.Cluster, err = cluster.Up(ctx, cluster.Options{Nodes: nodes, RegistryHosts: hosts, SandboxImage: registry.PauseImage, Log: opts.Log, AllocateNodeCIDRs: opts.AllocateNodeCIDRs}); err != nil {
 		return nil, err
 	}
 	if err := f.installTalosCRDs(ctx); err != nil {

@@ -98,6 +98,17 @@ func (f *Fleet) ReleaseAs(ctx context.Context, upstream, version string) error {
 	return nil
 }
 
+// ChartRefAs is the OCI reference (without version) of a chart ReleaseAs
+// pushed for upstream: where a user's `helm install oci://<upstream>/charts/
+// <chart>` finds it on the nodes' side of the registry.
+func (f *Fleet) ChartRefAs(upstream, chart string) (string, error) {
+	probe, err := f.Registry.Mirror(ship.ImageRef(upstream, "x", "0"))
+	if err != nil {
+		return "", fmt.Errorf("fleet: chart %s as %s: %w", chart, upstream, err)
+	}
+	return "oci://" + probe.Context().RegistryStr() + "/" + path.Dir(probe.Context().RepositoryStr()) + "/charts/" + chart, nil
+}
+
 // HasImage reports whether an image, named as the nodes name it (an
 // upstream reference, or one on the registry's own host), can be pulled
 // from the fleet's registry.

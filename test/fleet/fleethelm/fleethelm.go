@@ -13,7 +13,9 @@ import (
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/cli"
+	"helm.sh/helm/v3/pkg/kube"
 	helmregistry "helm.sh/helm/v3/pkg/registry"
+	helmrelease "helm.sh/helm/v3/pkg/release"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	"github.com/hybrid-ccm/hybrid-ccm/test/fleet"
@@ -60,9 +62,16 @@ func Upgrade(ctx context.Context, f *fleet.Fleet, namespace, release, ref, versi
 	return ch, nil
 }
 
+// FieldManager is the field manager Install and Upgrade write with: the
+// helm CLI's.
+const FieldManager = "helm"
+
 // config is Helm's configuration for namespace: releases stored in Secrets,
 // the registry client trusting the fleet's registry.
 func config(f *fleet.Fleet, namespace string) (*action.Configuration, *cli.EnvSettings, error) {
+	// The field manager of what Helm writes, as the helm CLI names it (Helm
+	// takes its binary's name; a test binary's would be adopt.test).
+	kube.ManagedFieldsManager = FieldManager
 	kubeconfig, ns := f.KubeconfigPath, namespace
 	cfg := &action.Configuration{}
 	if err := cfg.Init(&genericclioptions.ConfigFlags{KubeConfig: &kubeconfig, Namespace: &ns}, namespace, "secret", func(string, ...any) {}); err != nil {
@@ -89,4 +98,18 @@ func locate(o *action.ChartPathOptions, settings *cli.EnvSettings, ref string) (
 		return nil, fmt.Errorf("helm pull %s --version %s: %w", ref, o.Version, err)
 	}
 	return ch, nil
+}
+
+// Status is `helm status release -n namespace`: the release as Helm last
+// recorded it.
+func Status(f *fleet.Fleet, namespace, release string) (*helmrelease.Release, error) {
+	cfg, _, err := config(f, namespace)
+	if err != nil {
+		return nil, err
+	}
+	rel, err := action.NewStatus(cfg).Run(release)
+	if err != nil {
+		return nil, fmt.Errorf("helm status %s -n %s: %w", release, namespace, err)
+	}
+	return rel, nil
 }
