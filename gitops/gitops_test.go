@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
+	"github.com/hybrid-ccm/hybrid-ccm/hack/ship/publish"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
 
@@ -279,7 +280,7 @@ func loadEnvironment(t *testing.T, env string) environment {
 // TestEnvironmentWiring: in each environment the HelmRelease takes its chart
 // from the OCIRepository beside it and its values from generated ConfigMaps
 // (hashed names, so a values change upgrades the release), installs into
-// kube-system, and the secrets are decrypted by Flux before the chart.
+// kube-system as the release docs/deploy belongs to, and the secrets are decrypted by Flux before the chart.
 func TestEnvironmentWiring(t *testing.T) {
 	for _, env := range environments(t) {
 		t.Run(env, func(t *testing.T) {
@@ -292,8 +293,11 @@ func TestEnvironmentWiring(t *testing.T) {
 			if !strings.HasPrefix(e.repo.Spec.URL, "oci://") || e.repo.Spec.Reference == nil || e.repo.Spec.Reference.SemVer == "" {
 				t.Errorf("OCIRepository %s: url %s ref %+v", e.repo.Name, e.repo.Spec.URL, e.repo.Spec.Reference)
 			}
-			if hr.Spec.TargetNamespace != "kube-system" || hr.Spec.ReleaseName != "hybrid-ccm" {
-				t.Errorf("release %s into %s", hr.Spec.ReleaseName, hr.Spec.TargetNamespace)
+			// The release the static manifests' ownership metadata names, so
+			// that Flux adopts a cluster bootstrapped with them (test/adopt).
+			if hr.Spec.TargetNamespace != publish.StaticNamespace || hr.Spec.StorageNamespace != publish.StaticNamespace || hr.Spec.ReleaseName != publish.StaticRelease {
+				t.Errorf("release %s into %s (stored in %s): docs/deploy is release %s in %s, which Flux would then not adopt",
+					hr.Spec.ReleaseName, hr.Spec.TargetNamespace, hr.Spec.StorageNamespace, publish.StaticRelease, publish.StaticNamespace)
 			}
 			if hr.Spec.Install == nil || hr.Spec.Install.CRDs != helmv2.Create ||
 				hr.Spec.Upgrade == nil || hr.Spec.Upgrade.CRDs != helmv2.CreateReplace {
