@@ -57,7 +57,7 @@ func newDoctorCommand() *cobra.Command {
 				}
 			case "text":
 				fmt.Fprintf(out, "Inspected %d nodes, %d NativeCCMs, %d kubelet-serving CSRs, %d CCM workloads.\n",
-					rep.Nodes, rep.NativeCCMs, rep.CSRs, rep.Workloads)
+					rep.Inspected.Nodes, rep.Inspected.NativeCCMs, rep.Inspected.CSRs, rep.Inspected.Workloads)
 				for _, n := range rep.Notes {
 					fmt.Fprintf(out, "note: %s\n", n)
 				}

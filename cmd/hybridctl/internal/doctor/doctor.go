@@ -93,8 +93,18 @@ type Report struct {
 	Findings []Finding `json:"findings"`
 	// Notes are facts that are not problems (e.g. the NativeCCM API is absent).
 	Notes []string `json:"notes,omitempty"`
-	// Counts of what was inspected.
-	Nodes, NativeCCMs, CSRs, Workloads int
+	// Inspected counts what was inspected.
+	Inspected Counts `json:"inspected"`
+
+	coordinator *controllerRef // the coordinator's Deployment, once found
+}
+
+// Counts of what a Report inspected.
+type Counts struct {
+	Nodes      int `json:"nodes"`
+	NativeCCMs int `json:"nativeCCMs"`
+	CSRs       int `json:"kubeletServingCSRs"`
+	Workloads  int `json:"ccmWorkloads"`
 }
 
 // Scheme knows the types doctor reads.
@@ -120,10 +130,13 @@ func Run(ctx context.Context, c client.Client, o Options) (*Report, error) {
 	if err := c.List(ctx, &nodes); err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
-	r.Nodes = len(nodes.Items)
+	r.Inspected.Nodes = len(nodes.Items)
 	r.checkNodes(nodes.Items, o)
 	r.checkPodCIDRs(nodes.Items)
 	if err := r.checkWorkloads(ctx, c); err != nil {
+		return nil, err
+	}
+	if err := r.checkControllers(ctx, c, o); err != nil {
 		return nil, err
 	}
 	if err := r.checkNativeCCMs(ctx, c); err != nil {
@@ -243,7 +256,7 @@ func (r *Report) checkWorkloads(ctx context.Context, c client.Client) error {
 	for i := range dss.Items {
 		add("DaemonSet", &dss.Items[i], dss.Items[i].Spec.Template.Spec)
 	}
-	r.Workloads = len(ws)
+	r.Inspected.Workloads = len(ws)
 	leases := map[string][]string{}
 	for _, w := range ws {
 		if !managed[w.Ref] && w.RunsCloudNode() {
@@ -276,7 +289,11 @@ func (r *Report) checkNativeCCMs(ctx context.Context, c client.Client) error {
 		}
 		return fmt.Errorf("list nativeccms: %w", err)
 	}
-	r.NativeCCMs = len(list.Items)
+	r.Inspected.NativeCCMs = len(list.Items)
+	if len(list.Items) > 0 && r.coordinator == nil {
+		r.add(CheckCoordinatorAbsent, "deployment/ccm-coordinator", r.coordinatorLogs(),
+			"%d NativeCCM(s) but no ccm-coordinator Deployment: no native CCM is installed, upgraded or removed", len(list.Items))
+	}
 	ns, err := r.checkFence(ctx, c)
 	if err != nil {
 		return err
@@ -306,7 +323,7 @@ func (r *Report) checkNativeCCMs(ctx context.Context, c client.Client) error {
 			r.add(CheckCCMNotRunning, "nativeccm/"+n.Name, notRunningFix(n, healthy.Reason),
 				"release installed, but its CCM is not running: %s: %s", healthy.Reason, healthy.Message)
 		case ready == nil:
-			r.add(CheckNativeCCM, "nativeccm/"+n.Name, "check ccm-coordinator is running: kubectl -n hybrid-ccm-system logs deploy/ccm-coordinator",
+			r.add(CheckNativeCCM, "nativeccm/"+n.Name, r.coordinatorLogs(),
 				"has no Ready condition yet (never reconciled)")
 		case ready.Status != metav1.ConditionTrue:
 			r.add(CheckNativeCCM, "nativeccm/"+n.Name, "kubectl describe nativeccm "+n.Name,
@@ -704,7 +721,7 @@ func (r *Report) checkCSRs(ctx context.Context, c client.Client, o Options) erro
 		if csr.Spec.SignerName != certificatesv1.KubeletServingSignerName {
 			continue
 		}
-		r.CSRs++
+		r.Inspected.CSRs++
 		decided := slices.ContainsFunc(csr.Status.Conditions, func(c certificatesv1.CertificateSigningRequestCondition) bool {
 			return c.Type == certificatesv1.CertificateApproved || c.Type == certificatesv1.CertificateDenied || c.Type == certificatesv1.CertificateFailed
 		})

@@ -2,10 +2,13 @@ package doctor_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -17,6 +20,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -129,23 +133,49 @@ func TestDoctor(t *testing.T) {
 	if _, err := gate.EnsureFence(ctx, c, gate.Fence{Namespace: coordinatorNS}); err != nil {
 		t.Fatal(err)
 	}
+	// talos-ccm and the coordinator (as the umbrella chart names it) each
+	// with a ready replica leading
 	create(t, c,
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: coordinatorNS, Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}},
 		node("good-1", "hcloud", "hcloud://1", false, "10.244.0.0/24"),
 		ccmDeployment("talos-ccm", nil, "ghcr.io/hybrid-ccm/talos-ccm:v0.1.0", "--cloud-provider=talos", "--leader-elect-resource-name=talos-ccm"),
 		ccmDeployment("native-ccm-hcloud", map[string]string{"hybridccm.io/managed-by": "ccm-coordinator"},
 			"docker.io/hetznercloud/hcloud-cloud-controller-manager:v1.26.0", "--cloud-provider=hcloud", "--controllers=cloud-node-lifecycle", "--leader-elect-resource-name=native-ccm-hcloud"),
 	)
+	coordinator := ccmDeployment("hybrid-ccm", map[string]string{"app.kubernetes.io/name": "ccm-coordinator"}, "ghcr.io/hybrid-ccm/ccm-coordinator:v0.1.0")
+	coordinator.Namespace = coordinatorNS
+	coordinator.Spec.Template.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
+	coordinator.Spec.Template.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
+	create(t, c, coordinator)
+	setReady(t, c, "kube-system", "talos-ccm", 1)
+	setReady(t, c, coordinatorNS, "hybrid-ccm", 1)
+	create(t, c, lease("kube-system", "talos-ccm", "cp-1_0f3c", later.Now), lease(coordinatorNS, "ccm-coordinator.hybridccm.io", "hybrid-ccm-6d9f_1a2b", later.Now))
 	nativeCCM(t, c, "hcloud", metav1.ConditionTrue, "Installed", "release native-ccm-hcloud deployed")
 	rep, err := doctor.Run(ctx, c, later)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Findings) != 0 || rep.Nodes != 1 || rep.NativeCCMs != 1 || rep.Workloads != 2 {
+	if len(rep.Findings) != 0 || rep.Inspected != (doctor.Counts{Nodes: 1, NativeCCMs: 1, Workloads: 2}) {
 		t.Fatalf("healthy cluster: %+v", rep)
 	}
 	out, err := runDoctor()
 	if err != nil || !strings.Contains(out, "No problems found.") {
 		t.Fatalf("healthy cluster: hybridctl doctor = %v\n%s", err, out)
+	}
+	// its JSON: findings, notes and what was inspected, each in lower camel case
+	out, err = runDoctor("-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("hybridctl doctor -o json: %v\n%s", err, out)
+	}
+	if got := slices.DeleteFunc(slices.Sorted(maps.Keys(doc)), func(k string) bool { return k == "notes" }); fmt.Sprint(got) != "[findings inspected]" {
+		t.Errorf("doctor -o json keys %v, want findings, inspected (and notes):\n%s", got, out)
+	}
+	if in, _ := doc["inspected"].(map[string]any); fmt.Sprint(in) != "map[ccmWorkloads:2 kubeletServingCSRs:0 nativeCCMs:1 nodes:1]" {
+		t.Errorf("doctor -o json inspected = %v", in)
 	}
 
 	// now every kind of problem
@@ -159,6 +189,19 @@ func TestDoctor(t *testing.T) {
 		ccmDeployment("gce-ccm", nil, "registry.k8s.io/cloud-provider-gcp/cloud-controller-manager:v30", "--cloud-provider=gce", "--controllers=cloud-node-lifecycle"),
 	)
 	nativeCCM(t, c, "aws", metav1.ConditionFalse, "CredentialsMissing", "secret kube-system/aws-credentials not found")
+	// a NativeCCM the coordinator never reconciled: the fix points to the
+	// coordinator's logs, under the name it runs as
+	fresh := &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "fresh"}, Spec: v1.NativeCCMSpec{Platform: "fresh"}}
+	grant(t, c, fresh)
+	create(t, c, fresh)
+	// a second talos-ccm with no ready replica, a third whose replicas run
+	// but whose lease nobody holds
+	zero := ccmDeployment("talos-ccm-zero", nil, "ghcr.io/hybrid-ccm/talos-ccm:v0.1.0", "--cloud-provider=talos", "--leader-elect-resource-name=talos-ccm-zero")
+	zero.Namespace = "default"
+	leaderless := ccmDeployment("talos-ccm-leaderless", nil, "ghcr.io/hybrid-ccm/talos-ccm:v0.1.0", "--cloud-provider=talos", "--leader-elect-resource-name=talos-ccm-leaderless")
+	leaderless.Namespace = "default"
+	create(t, c, zero, leaderless, lease("kube-system", "talos-ccm-leaderless", "", later.Now))
+	setReady(t, c, "default", "talos-ccm-leaderless", 1)
 	// the native CCMs' node rights: hcloud's own (fenced), one left behind
 	// by a NativeCCM that is gone (fenced: refused everything), one of a
 	// namespace the fence does not confine, and one given to a user
@@ -179,7 +222,6 @@ func TestDoctor(t *testing.T) {
 		lifecycle("native-ccm-gone", rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: "native-ccm-gone", Namespace: coordinatorNS}),
 		lifecycle("native-ccm-elsewhere", rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: "native-ccm-elsewhere", Namespace: "kube-system"}),
 		lifecycle("someones", rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "mallory"}),
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: coordinatorNS, Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}},
 		// NativeCCM gone's identity and grant, left behind
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "native-ccm-gone", Namespace: coordinatorNS}},
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "native-ccm-hcloud", Namespace: coordinatorNS}},
@@ -214,11 +256,14 @@ func TestDoctor(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
+		"ControllerNotReady deployment/default/talos-ccm-zero",
+		"ControllerWithoutLeader lease/kube-system/talos-ccm-leaderless",
 		"FenceGrantMissing nativeccm/aws",
 		"ForeignCloudNodeController Deployment/kube-system/aws-cloud-controller-manager",
 		"KubeletServingCSRPending csr/stuck-1-serving",
 		"LoadBalancerClassConflict loadbalancerclass/(none)",
 		"NativeCCMNotReady nativeccm/aws",
+		"NativeCCMNotReady nativeccm/fresh",
 		"NativeCCMNotRunning nativeccm/gcp",
 		"NodeUninitialized node/stuck-1",
 		"NodeWithoutPlatformLabel node/nolabel-1",
@@ -253,7 +298,8 @@ func TestDoctor(t *testing.T) {
 	if !errors.Is(err, cli.ErrFindings) {
 		t.Fatalf("want ErrFindings, got %v\n%s", err, out)
 	}
-	for _, s := range []string{"15 problem(s)", "NativeCCMs lb-one, lb-two are all the default",
+	for _, s := range []string{"18 problem(s)", "talos-ccm: 0 of 1 replicas ready", "kubectl -n default describe deploy/talos-ccm-zero",
+		"talos-ccm has ready replicas but its leader-election Lease has no holder: none leads", "check ccm-coordinator is running: kubectl -n hybrid-ccm-system logs deploy/hybrid-ccm", "NativeCCMs lb-one, lb-two are all the default",
 		"NativeCCM gone, which does not exist: the fence refuses it every node and Service write",
 		"a ServiceAccount native-ccm-gone is confined to what it grants instead of refused everything",
 		"ServiceAccount hybrid-ccm-system/native-ccm-aws is not granted NativeCCM aws, platform aws (fence.hybridccm.io/fence), so the fence refuses its writes",
@@ -516,4 +562,29 @@ func TestDoctorCoordinatorNamespace(t *testing.T) {
 	delete(want, "UnsafeWorkloadInCoordinatorNamespace daemonset/hybrid-ccm-system/native-ccm-metal")
 	delete(want, "CoordinatorNamespacePodSecurity namespace/hybrid-ccm-system")
 	checkFindings(namespaceFindings(), want)
+}
+
+// setReady records ready replicas in a Deployment's status, as the
+// Deployment controller would.
+func setReady(t *testing.T, c client.Client, ns, name string, ready int32) {
+	t.Helper()
+	var d appsv1.Deployment
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &d); err != nil {
+		t.Fatal(err)
+	}
+	d.Status.Replicas, d.Status.ReadyReplicas, d.Status.AvailableReplicas = ready, ready, ready
+	if err := c.Status().Update(context.Background(), &d); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lease is a leader-election Lease held by holder (none when empty),
+// renewed at renewed for 15 s.
+func lease(ns, name, holder string, renewed time.Time) *coordinationv1.Lease {
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](15), RenewTime: &metav1.MicroTime{Time: renewed}}}
+	if holder != "" {
+		l.Spec.HolderIdentity = &holder
+	}
+	return l
 }
