@@ -210,8 +210,6 @@ func TestUmbrellaSchema(t *testing.T) {
 		values string
 	}{
 		{"unknown install policy", `clouds: {hcloud: {enabled: true, install: Sometimes}}`},
-		{"enforced flag in overrides", `clouds: {hcloud: {enabled: true, overrides: {args: ["--controllers=*"]}}}`},
-		{"lease flag in overrides", `clouds: {hcloud: {enabled: true, overrides: {args: ["--leader-elect-resource-name=x"]}}}`},
 		{"name too long for a release", `clouds: {a-very-long-cloud-name-that-does-not-fit-in-42: {enabled: true}}`},
 		{"name not a DNS label", `clouds: {Hetzner: {enabled: true}}`},
 		{"Secret name with capitals", `clouds: {hcloud: {enabled: true, credentials: {secretName: HCloud}}}`},
@@ -231,8 +229,17 @@ func TestUmbrellaSchema(t *testing.T) {
 			}
 		})
 	}
-	// Two clouds whose grants would let both CCMs write the same Services.
+	// Two clouds whose grants would let both CCMs write the same Services;
+	// flags the coordinator sets, refused naming the value and the rule.
 	for _, tc := range []struct{ name, values, want string }{
+		{"enforced flag in overrides", `clouds: {hcloud: {enabled: true, overrides: {args: ["--controllers=*"]}}}`,
+			`clouds.hcloud.overrides.args[0] "--controllers=*": --controllers is not yours to set: the coordinator runs the CCM lifecycle-only`},
+		{"lease flag in overrides", `clouds: {hcloud: {enabled: true, overrides: {args: ["--cloud-config=/x", "--leader-elect-resource-name=x"]}}}`,
+			`clouds.hcloud.overrides.args[1] "--leader-elect-resource-name=x": --leader-elect-resource-name is not yours to set: the coordinator gives each native CCM its own lease`},
+		{"the coordinator in kube-system", `ccm-coordinator: {releaseNamespace: kube-system}`,
+			`releaseNamespace "kube-system": the coordinator reads and writes Secrets and creates workloads in its namespace; give it one of its own`},
+		{"the gate's kubeconfig", `clouds: {aws: {enabled: true, overrides: {args: ["--kubeconfig=/etc/admin.conf"]}}}`,
+			`clouds.aws.overrides.args[0] "--kubeconfig=/etc/admin.conf": --kubeconfig is not yours to set: the CCM reaches the API server only through its ccm-gate sidecar`},
 		{"one class twice", `clouds: {aws: {enabled: true, loadBalancers: {enabled: true, class: example.com/lb}}, hcloud: {enabled: true, loadBalancers: {enabled: true, class: example.com/lb}}}`,
 			"clouds aws and hcloud both serve load balancer class example.com/lb"},
 		{"a default class twice", `clouds: {hcloud: {enabled: true, loadBalancers: {enabled: true}}, hcloud-fsn: {enabled: true, platform: hcloud, loadBalancers: {enabled: true}}}`,

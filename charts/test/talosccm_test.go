@@ -1,6 +1,7 @@
 package charts_test
 
 import (
+	"cmp"
 	"os"
 	"path/filepath"
 	"slices"
@@ -384,27 +385,29 @@ func TestTalosCCMSchema(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		values string
+		want   string // the refusal names the value and the rule; empty: the schema's
 	}{
-		{"unknown controller", `controllers: [cloud-node, route]`},
-		{"no controller", `controllers: []`},
-		{"the shared lease name", `leaderElection: {leaseName: cloud-controller-manager}`},
-		{"a flag the chart sets", `extraArgs: ["--controllers=*"]`},
-		{"leader election through extraArgs", `extraArgs: ["--leader-elect-resource-name=x"]`},
-		{"not a flag", `extraArgs: ["controllers"]`},
-		{"misspelt rule field", `transformations: {rules: [{name: a, lables: {a: b}}]}`},
-		{"unknown operator", `transformations: {rules: [{name: a, nodeSelector: [{matchExpressions: [{key: platform, operator: Matches}]}]}]}`},
-		{"empty selector term", `transformations: {rules: [{name: a, nodeSelector: [{matchExpressions: []}]}]}`},
-		{"bad taint effect", `transformations: {rules: [{name: a, taints: [{key: a, effect: Never}]}]}`},
-		{"zero QPS", `client: {qps: 0}`},
-		{"bad duration", `talos: {timeout: ten}`},
-		{"unknown allocator", `nodeIPAM: {allocatorType: Magic}`},
-		{"not a Talos role", `talos: {serviceAccount: {roles: [admin]}}`},
-		{"unknown key", `replica: 2`},
+		{"unknown controller", `controllers: [cloud-node, route]`, ""},
+		{"no controller", `controllers: []`, ""},
+		{"the shared lease name", `leaderElection: {leaseName: cloud-controller-manager}`, `leaderElection.leaseName "cloud-controller-manager": that is every upstream CCM's default lease`},
+		{"a flag the chart sets", `extraArgs: ["--controllers=*"]`, `extraArgs[0] "--controllers=*": --controllers is not yours to set: the chart sets it from controllers`},
+		{"leader election through extraArgs", `extraArgs: ["--leader-elect-resource-name=x"]`, `extraArgs[0] "--leader-elect-resource-name=x": --leader-elect-resource-name is not yours to set: the chart sets it from leaderElection`},
+		{"the log level", `extraArgs: ["--node-status-update-frequency=10s", "--v=4"]`, `extraArgs[1] "--v=4": --v is not yours to set: the chart sets it from logVerbosity`},
+		{"not a flag", `extraArgs: ["controllers"]`, ""},
+		{"misspelt rule field", `transformations: {rules: [{name: a, lables: {a: b}}]}`, ""},
+		{"unknown operator", `transformations: {rules: [{name: a, nodeSelector: [{matchExpressions: [{key: platform, operator: Matches}]}]}]}`, ""},
+		{"empty selector term", `transformations: {rules: [{name: a, nodeSelector: [{matchExpressions: []}]}]}`, ""},
+		{"bad taint effect", `transformations: {rules: [{name: a, taints: [{key: a, effect: Never}]}]}`, ""},
+		{"zero QPS", `client: {qps: 0}`, ""},
+		{"bad duration", `talos: {timeout: ten}`, ""},
+		{"unknown allocator", `nodeIPAM: {allocatorType: Magic}`, ""},
+		{"not a Talos role", `talos: {serviceAccount: {roles: [admin]}}`, ""},
+		{"unknown key", `replica: 2`, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := render(t, talosCCM, values(t, tc.values))
-			if err == nil || !strings.Contains(err.Error(), "schema") {
-				t.Errorf("values accepted (err %v):\n%s", err, tc.values)
+			if want := cmp.Or(tc.want, "schema"); err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("values accepted (err %v), want a refusal saying %q:\n%s", err, want, tc.values)
 			}
 		})
 	}

@@ -24,3 +24,20 @@ or Flux HelmRelease of the same release name and namespace (docs/install.md,
 meta.helm.sh/release-name: {{ .Release.Name }}
 meta.helm.sh/release-namespace: {{ .Release.Namespace }}
 {{- end -}}
+
+{{/* Refuses an argument that sets a flag set elsewhere, naming the value's
+path, the argument and the rule (a JSON schema "not" could only say "'not'
+failed"). dict: path (e.g. "extraArgs"), args, rules (flag name, "*" at the
+end for a prefix → who sets it instead). Flag names compare with "_" as "-",
+one dash or two, as Go's and Kubernetes' flag parsers take them. */}}
+{{- define "hybrid-ccm.refuseEnforced" -}}
+{{- $rules := .rules -}}
+{{- range $i, $arg := .args -}}
+{{- $name := regexReplaceAll "^--?([^=]*).*$" (toString $arg) "${1}" | replace "_" "-" -}}
+{{- range $flag := keys $rules | sortAlpha -}}
+{{- if or (eq $name $flag) (and (hasSuffix "*" $flag) (hasPrefix (trimSuffix "*" $flag) $name)) -}}
+{{- fail (printf "%s[%d] %q: --%s is not yours to set: %s" $.path $i (toString $arg) $name (get $rules $flag)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}

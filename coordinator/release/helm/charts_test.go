@@ -107,7 +107,8 @@ func TestNativeCCMChartStandalone(t *testing.T) {
 	}
 	releasetest.AssertDelegatedAuthn(t, d, "x", "hybrid-ccm-system")
 	releasetest.AssertLifecycleOnly(t, out, release.Lifecycle{Release: "x", Namespace: "hybrid-ccm-system", LeaseName: "x", SecurePort: 10270})
-	if _, err := renderChartDir(t, "native-ccm", map[string]any{"args": []any{"--controllers=*"}}); err == nil {
-		t.Error("schema accepted --controllers in args")
+	const want = `args[0] "--controllers=*": --controllers is not yours to set: the coordinator runs the CCM lifecycle-only`
+	if _, err := renderChartDir(t, "native-ccm", map[string]any{"args": []any{"--controllers=*"}}); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("--controllers in args: %v, want a refusal saying %q", err, want)
 	}
 }
