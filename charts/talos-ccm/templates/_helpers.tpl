@@ -44,3 +44,36 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- with $t.clusterName }}{{ $_ := set $global "clusterName" . }}{{ end -}}
 {{- toYaml (dict "global" $global "transformations" ($t.rules | default list)) -}}
 {{- end -}}
+
+{{/* The scheduling of the replicas: the user's affinity and spread, or with
+standbys (replicas > 1) and neither set, one replica per node preferred and
+spread across zones. */}}
+{{- define "talos-ccm.spread" -}}
+{{- if or .Values.affinity .Values.topologySpreadConstraints }}
+{{- with .Values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- else if gt (int .Values.replicas) 1 }}
+affinity:
+  podAntiAffinity:
+    preferredDuringSchedulingIgnoredDuringExecution:
+      - weight: 100
+        podAffinityTerm:
+          topologyKey: kubernetes.io/hostname
+          labelSelector:
+            matchLabels:
+              {{- include "talos-ccm.selectorLabels" . | nindent 14 }}
+topologySpreadConstraints:
+  - maxSkew: 1
+    topologyKey: topology.kubernetes.io/zone
+    whenUnsatisfiable: ScheduleAnyway
+    labelSelector:
+      matchLabels:
+        {{- include "talos-ccm.selectorLabels" . | nindent 8 }}
+{{- end }}
+{{- end -}}
