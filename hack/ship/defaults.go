@@ -27,6 +27,10 @@ import (
 // under it (publish.TestRepositoryDefaultsAgree).
 const DefaultRegistry = "ghcr.io/hybrid-ccm"
 
+// License is the SPDX expression of the project's license (LICENSE at the
+// repository's root), the org.opencontainers.image.licenses of every image.
+const License = "Apache-2.0"
+
 // Source is the org.opencontainers.image.source of every image.
 const Source = "https://github.com/hybrid-ccm/hybrid-ccm"
 

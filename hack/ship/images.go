@@ -29,6 +29,7 @@ const (
 	AnnotationVersion  = "org.opencontainers.image.version"
 	AnnotationCreated  = "org.opencontainers.image.created"
 	AnnotationTitle    = "org.opencontainers.image.title"
+	AnnotationLicenses = "org.opencontainers.image.licenses"
 )
 
 // User is the numeric user and group every image runs as (no /etc/passwd
@@ -212,10 +213,11 @@ func goBuild(ctx context.Context, o Options, osName, arch, dir string) error {
 // labels of image configs.
 func annotations(o Options, src commit, name string) map[string]string {
 	a := map[string]string{
-		AnnotationSource:  Source,
-		AnnotationVersion: o.Version,
-		AnnotationCreated: src.time.Format(time.RFC3339),
-		AnnotationTitle:   name,
+		AnnotationSource:   Source,
+		AnnotationVersion:  o.Version,
+		AnnotationCreated:  src.time.Format(time.RFC3339),
+		AnnotationTitle:    name,
+		AnnotationLicenses: License,
 	}
 	if src.revision != "" {
 		a[AnnotationRevision] = src.revision

@@ -115,7 +115,8 @@ func checkLayout(t *testing.T, dir string, refs map[string]v1.Hash, platforms []
 		if !slices.Equal(got, platforms) {
 			t.Errorf("%s: platforms %v, want %v", ref, got, platforms)
 		}
-		if ixm.Annotations[AnnotationSource] != Source || ixm.Annotations[AnnotationVersion] == "" || ixm.Annotations[AnnotationRevision] == "" {
+		if ixm.Annotations[AnnotationSource] != Source || ixm.Annotations[AnnotationVersion] == "" || ixm.Annotations[AnnotationRevision] == "" ||
+			ixm.Annotations[AnnotationLicenses] != License {
 			t.Errorf("%s: index annotations %v", ref, ixm.Annotations)
 		}
 		for _, p := range platforms {
@@ -131,7 +132,7 @@ func checkLayout(t *testing.T, dir string, refs map[string]v1.Hash, platforms []
 			if cf.OS+"/"+cf.Architecture != p {
 				t.Errorf("%s %s: config says %s/%s", ref, p, cf.OS, cf.Architecture)
 			}
-			for _, k := range []string{AnnotationSource, AnnotationRevision, AnnotationVersion} {
+			for _, k := range []string{AnnotationSource, AnnotationRevision, AnnotationVersion, AnnotationLicenses} {
 				if c.Labels[k] == "" || c.Labels[k] != ixm.Annotations[k] {
 					t.Errorf("%s %s: label %s = %q, index annotation %q", ref, p, k, c.Labels[k], ixm.Annotations[k])
 				}

@@ -57,4 +57,35 @@ or Flux HelmRelease of the same release name and namespace (docs/install.md,
 {{- define "ccm-coordinator.ownership" -}}
 meta.helm.sh/release-name: {{ .Release.Name }}
 meta.helm.sh/release-namespace: {{ .Release.Namespace }}
+{{/* The scheduling of the replicas: the user's affinity and spread, or with
+standbys (replicas > 1) and neither set, one replica per node preferred and
+spread across zones. */}}
+{{- define "ccm-coordinator.spread" -}}
+{{- if or .Values.affinity .Values.topologySpreadConstraints }}
+{{- with .Values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- else if gt (int .Values.replicas) 1 }}
+affinity:
+  podAntiAffinity:
+    preferredDuringSchedulingIgnoredDuringExecution:
+      - weight: 100
+        podAffinityTerm:
+          topologyKey: kubernetes.io/hostname
+          labelSelector:
+            matchLabels:
+              {{- include "ccm-coordinator.selectorLabels" . | nindent 14 }}
+topologySpreadConstraints:
+  - maxSkew: 1
+    topologyKey: topology.kubernetes.io/zone
+    whenUnsatisfiable: ScheduleAnyway
+    labelSelector:
+      matchLabels:
+        {{- include "ccm-coordinator.selectorLabels" . | nindent 8 }}
+{{- end }}
 {{- end -}}

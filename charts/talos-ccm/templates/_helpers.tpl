@@ -70,4 +70,35 @@ one dash or two, as Go's and Kubernetes' flag parsers take them. */}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{/* The scheduling of the replicas: the user's affinity and spread, or with
+standbys (replicas > 1) and neither set, one replica per node preferred and
+spread across zones. */}}
+{{- define "talos-ccm.spread" -}}
+{{- if or .Values.affinity .Values.topologySpreadConstraints }}
+{{- with .Values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- else if gt (int .Values.replicas) 1 }}
+affinity:
+  podAntiAffinity:
+    preferredDuringSchedulingIgnoredDuringExecution:
+      - weight: 100
+        podAffinityTerm:
+          topologyKey: kubernetes.io/hostname
+          labelSelector:
+            matchLabels:
+              {{- include "talos-ccm.selectorLabels" . | nindent 14 }}
+topologySpreadConstraints:
+  - maxSkew: 1
+    topologyKey: topology.kubernetes.io/zone
+    whenUnsatisfiable: ScheduleAnyway
+    labelSelector:
+      matchLabels:
+        {{- include "talos-ccm.selectorLabels" . | nindent 8 }}
+{{- end }}
 {{- end -}}

@@ -36,6 +36,8 @@ type ReleaseOptions struct {
 type Released struct {
 	Images map[string]v1.Hash
 	Charts map[string]string
+	// Notes is the release notes file it wrote (ReleaseNotes).
+	Notes string
 }
 
 // Release builds the images (ship.Build), pushes them, then pushes every chart of
@@ -58,6 +60,9 @@ func Release(ctx context.Context, opts ReleaseOptions) (*Released, error) {
 		return nil, fmt.Errorf("release: %w", err)
 	}
 	if err := pushCharts(o, opts.HTTPClient, out); err != nil {
+		return nil, fmt.Errorf("release: %w", err)
+	}
+	if out.Notes, err = writeNotes(o, out); err != nil {
 		return nil, fmt.Errorf("release: %w", err)
 	}
 	return out, nil

@@ -6,7 +6,9 @@ import (
 	"io"
 	"log"
 	"net/http/httptest"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -48,6 +50,20 @@ func TestRelease(t *testing.T) {
 	}
 	if len(rel.Images) != len(ship.Images) || len(rel.Charts) != len(ship.Charts) {
 		t.Fatalf("released %v and %v", rel.Images, rel.Charts)
+	}
+	// The release notes: this tree's changelog section and every reference
+	// pushed.
+	notes, err := os.ReadFile(rel.Notes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ref := range rel.Images {
+		if !strings.Contains(string(notes), ref) {
+			t.Errorf("release notes %s lack image %s", rel.Notes, ref)
+		}
+	}
+	if body, _ := ChangelogSection(mustRead(t, filepath.Join(testenv.RepoRoot(), Changelog)), version); body == "" || !strings.Contains(string(notes), body) {
+		t.Errorf("release notes %s lack the changelog's section for %s", rel.Notes, version)
 	}
 
 	rc, err := registry.NewClient(registry.ClientOptHTTPClient(srv.Client()))
@@ -138,4 +154,13 @@ func checkPushedImage(t *testing.T, srv *httptest.Server, img string, rel *Relea
 			t.Errorf("%s has no image for %s (%v)", img, p, platforms)
 		}
 	}
+}
+
+func mustRead(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -21,6 +21,7 @@ const usage = `usage: ship images|release|manifests [flags]
   images     build the images into an OCI image layout (--out, default bin/images)
   release    build the images, push them and the charts to --registry
   manifests  render docs/deploy/*.yaml from the charts (--out, default docs/deploy)
+             and each chart's README.md from its Chart.yaml and values.yaml
 `
 
 func main() {
@@ -65,7 +66,9 @@ func main() {
 		if opts.Out == "" {
 			opts.Out = "docs/deploy"
 		}
-		err = publish.WriteManifests(opts.Root, opts.Out, os.Stdout)
+		if err = publish.WriteManifests(opts.Root, opts.Out, os.Stdout); err == nil {
+			err = publish.WriteChartREADMEs(opts.Root, os.Stdout)
+		}
 	default:
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)
