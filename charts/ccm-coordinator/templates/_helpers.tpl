@@ -57,6 +57,8 @@ or Flux HelmRelease of the same release name and namespace (docs/install.md,
 {{- define "ccm-coordinator.ownership" -}}
 meta.helm.sh/release-name: {{ .Release.Name }}
 meta.helm.sh/release-namespace: {{ .Release.Namespace }}
+{{- end -}}
+
 {{/* The scheduling of the replicas: the user's affinity and spread, or with
 standbys (replicas > 1) and neither set, one replica per node preferred and
 spread across zones. */}}

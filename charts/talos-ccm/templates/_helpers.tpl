@@ -70,6 +70,8 @@ one dash or two, as Go's and Kubernetes' flag parsers take them. */}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+
 {{/* The scheduling of the replicas: the user's affinity and spread, or with
 standbys (replicas > 1) and neither set, one replica per node preferred and
 spread across zones. */}}
