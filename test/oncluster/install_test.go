@@ -243,6 +243,9 @@ func TestInstallAsDocumented(t *testing.T) {
 	// controllers behind their gates) serves its own class, aws also those
 	// without a class; each load balancer targets only its cloud's nodes.
 	t.Run("LoadBalancers", func(t *testing.T) { loadBalancers(t, ctx) })
+
+	// Metrics, scraped as docs/operations.md says.
+	t.Run("Metrics", func(t *testing.T) { scrapeMetrics(t, ctx) })
 }
 
 // noForeignQuestions fails the test for every question a cloud was asked
