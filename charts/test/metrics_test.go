@@ -1,6 +1,7 @@
 package charts_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -104,4 +105,43 @@ func renderWithAPIs(t *testing.T, c chart, values map[string]any, apis ...string
 		t.Fatal(err)
 	}
 	return m
+}
+
+// TestNetworkPolicies: opt-in; on, each controller's pods may receive only on
+// their probe and metrics ports and send only to what they talk to
+// (talos-ccm: the Talos API on 50000 and the API server). (The umbrella's
+// multi-cloud values turn them on: TestUmbrellaServerSideDryRun has the API
+// server validate them.)
+func TestNetworkPolicies(t *testing.T) {
+	for _, tc := range []struct {
+		c      chart
+		egress string
+	}{{talosCCM, "50000"}, {ccmCoordinator, "443"}} {
+		t.Run(string(tc.c), func(t *testing.T) {
+			if nps := mustRender(t, tc.c, values(t, `{}`)).find("NetworkPolicy"); len(nps) != 0 {
+				t.Errorf("%d NetworkPolicies by default", len(nps))
+			}
+			m := mustRender(t, tc.c, values(t, `networkPolicy: {enabled: true, apiServer: {cidrs: [10.0.0.10/32], ports: [6443]}}`))
+			nps := m.find("NetworkPolicy")
+			if len(nps) != 1 {
+				t.Fatalf("%d NetworkPolicies", len(nps))
+			}
+			d := deploymentOf(t, m)
+			spec := nps[0].Object["spec"].(map[string]any)
+			sel := map[string]string{}
+			for k, v := range spec["podSelector"].(map[string]any)["matchLabels"].(map[string]any) {
+				sel[k] = v.(string)
+			}
+			if !equalLabels(sel, d.Spec.Selector.MatchLabels) || nps[0].GetNamespace() != d.Namespace {
+				t.Errorf("selects %v in %s, the Deployment's pods are %v in %s", sel, nps[0].GetNamespace(), d.Spec.Selector.MatchLabels, d.Namespace)
+			}
+			text := fmt.Sprint(spec["egress"])
+			if !strings.Contains(text, "10.0.0.10/32") || !strings.Contains(text, "port:6443") || !strings.Contains(text, "port:"+tc.egress) {
+				t.Errorf("egress %s", text)
+			}
+		})
+	}
+	if _, err := render(t, talosCCM, values(t, `networkPolicy: {enabled: true, talosAPICIDRs: ["10.0.0.0/8; rm"]}`)); err == nil || !strings.Contains(err.Error(), "schema") {
+		t.Errorf("a CIDR that is not one: %v", err)
+	}
 }
