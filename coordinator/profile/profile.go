@@ -64,6 +64,9 @@ type CCM struct {
 	HostNetwork bool `json:"hostNetwork,omitempty"`
 	// CloudConfig is the cloud-config file taken from the credentials Secret.
 	CloudConfig *CloudConfig `json:"cloudConfig,omitempty"`
+	// NodeFilter is how the upstream CCM itself leaves other platforms'
+	// nodes alone, in the releases that can: a second layer behind the gate.
+	NodeFilter *NodeFilter `json:"nodeFilter,omitempty"`
 	// TokenAudiences are the audiences of ServiceAccount tokens a chart may
 	// project into the CCM's pod (a cloud's workload identity, e.g.
 	// sts.amazonaws.com). Every other token projection is refused: a token
@@ -73,16 +76,42 @@ type CCM struct {
 	TokenAudiences []string `json:"tokenAudiences,omitempty"`
 }
 
-// Image is a container image.
+// Image is the upstream CCM's container image: a repository and its
+// release per Kubernetes minor (Tags), or one release for every minor (Tag).
 type Image struct {
 	// Repository, e.g. docker.io/hetznercloud/hcloud-cloud-controller-manager.
 	Repository string `json:"repository"`
-	// Tag, e.g. v1.26.0.
-	Tag string `json:"tag"`
+	// Tag is one release for every Kubernetes minor (a CCM with its own
+	// versioning, e.g. v1.26.0); with Tags, the release for an API server
+	// whose minor Tags has no release for, nor one a minor older. Its
+	// Kubernetes minor is unknown, so no skew is reported for it.
+	Tag string `json:"tag,omitempty"`
+	// Tags are the releases per Kubernetes minor, keyed "1.N" (the minor of
+	// the k8s.io/cloud-provider the release is built with): the coordinator
+	// runs the release for the API server's minor, else the one a minor
+	// older (Kubernetes' skew policy: a CCM may be one minor older than the
+	// API server, never newer).
+	Tags map[string]string `json:"tags,omitempty"`
 }
 
-// Reference is repository:tag.
-func (i Image) Reference() string { return i.Repository + ":" + i.Tag }
+// NodeFilter is an upstream CCM's own filter of the nodes it manages.
+type NodeFilter struct {
+	// SelectorFlag is a flag of the CCM that takes a label selector of the
+	// nodes it manages (Azure's --node-filter-requirements): the CCM gets
+	// <flag>=node.cloudprovider.kubernetes.io/platform=<its platform>.
+	SelectorFlag string `json:"selectorFlag,omitempty"`
+	// ForeignNodeLabels are labels a node must carry for the CCM to leave
+	// it alone (GCP's components.gke.io/gke-unmanaged-node=true): the
+	// NativeCCM reports them, and a talos-ccm rule puts them on the other
+	// platforms' nodes (docs/profiles.md).
+	ForeignNodeLabels map[string]string `json:"foreignNodeLabels,omitempty"`
+	// Since are the first releases that have the filter, one per release
+	// line (major.minor of the tag, e.g. v1.33.3 and v1.34.0): a release
+	// has it when it is at least the entry of its line, or of a line newer
+	// than every entry's. Another tag (not semantic, or of an older line)
+	// does not, and the CCM then gets no flag.
+	Since []string `json:"since"`
+}
 
 // EnvVar is a plain environment variable.
 type EnvVar struct {
