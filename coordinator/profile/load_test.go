@@ -131,12 +131,12 @@ func TestParseErrorsNameFileAndField(t *testing.T) {
 		},
 		{
 			name: "node filter: an enforced flag, a flag given in args too, no since",
-			doc: strings.Replace(validHcloud, "securePort: 10300", "securePort: 10300\n  args: [--node-filter-requirements=a=b]\n  nodeFilter: {selectorFlag: --node-filter-requirements}", 1),
+			doc:  strings.Replace(validHcloud, "securePort: 10300", "securePort: 10300\n  args: [--node-filter-requirements=a=b]\n  nodeFilter: {selectorFlag: --node-filter-requirements}", 1),
 			want: []string{`ccm.args[0]: Invalid value: "--node-filter-requirements=a=b": set by ccm.nodeFilter.selectorFlag`, "ccm.nodeFilter.since: Required value"},
 		},
 		{
 			name: "node filter: bad flag, label and since",
-			doc: strings.Replace(validHcloud, "securePort: 10300", "securePort: 10300\n  nodeFilter: {selectorFlag: --controllers, foreignNodeLabels: {'node.cloudprovider.kubernetes.io/platform': x, 'a/b': 'no spaces'}, since: [v1.2.3, latest, v1.2.9]}", 1),
+			doc:  strings.Replace(validHcloud, "securePort: 10300", "securePort: 10300\n  nodeFilter: {selectorFlag: --controllers, foreignNodeLabels: {'node.cloudprovider.kubernetes.io/platform': x, 'a/b': 'no spaces'}, since: [v1.2.3, latest, v1.2.9]}", 1),
 			want: []string{"ccm.nodeFilter.selectorFlag: Forbidden: --controllers is set by the coordinator",
 				"ccm.nodeFilter.foreignNodeLabels[node.cloudprovider.kubernetes.io/platform]: Forbidden",
 				`ccm.nodeFilter.foreignNodeLabels[a/b]: Invalid value: "no spaces"`,

@@ -82,15 +82,15 @@ type Image struct {
 	// Repository, e.g. docker.io/hetznercloud/hcloud-cloud-controller-manager.
 	Repository string `json:"repository"`
 	// Tag is one release for every Kubernetes minor (a CCM with its own
-	// versioning, e.g. v1.26.0); with Tags, the release for an API server
-	// whose minor Tags has no release for, nor one a minor older. Its
-	// Kubernetes minor is unknown, so no skew is reported for it.
+	// versioning, e.g. v1.26.0). Set, it wins over Tags: a profile override
+	// that sets it pins that release. Its Kubernetes minor is the one Tags
+	// lists it for, else unknown (and no skew is reported).
 	Tag string `json:"tag,omitempty"`
 	// Tags are the releases per Kubernetes minor, keyed "1.N" (the minor of
-	// the k8s.io/cloud-provider the release is built with): the coordinator
-	// runs the release for the API server's minor, else the one a minor
-	// older (Kubernetes' skew policy: a CCM may be one minor older than the
-	// API server, never newer).
+	// the k8s.io/cloud-provider the release is built with): without Tag, the
+	// coordinator runs the release for the API server's minor, else the one
+	// a minor older (Kubernetes' skew policy: a CCM may be one minor older
+	// than the API server, never newer).
 	Tags map[string]string `json:"tags,omitempty"`
 }
 

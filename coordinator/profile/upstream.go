@@ -124,20 +124,32 @@ func (i Image) minors() []int {
 }
 
 // TagFor returns the profile's tag for an API server of the given minor and
-// the release's minor (0: unknown): the release for that minor, else the
-// one a minor older, else ccm.image.tag. It fails with a *SkewError when
-// there is none.
+// the release's minor (0: unknown): ccm.image.tag when set, else the
+// release ccm.image.tags names for that minor, else the one a minor older.
+// It fails with a *SkewError when there is none.
 func (p *Profile) TagFor(serverMinor int) (tag string, minor int, err error) {
 	img := p.CCM.Image
+	if img.Tag != "" {
+		return img.Tag, img.minorOf(img.Tag, serverMinor), nil
+	}
 	for m := serverMinor; m >= serverMinor-MaxSkew; m-- {
 		if t, ok := img.Tags[MinorString(m)]; ok {
 			return t, m, nil
 		}
 	}
-	if img.Tag != "" {
-		return img.Tag, 0, nil
-	}
 	return "", 0, &SkewError{Profile: p.Name, ServerMinor: serverMinor, Minors: img.minors()}
+}
+
+// minorOf is the minor ccm.image.tags lists tag for (0: none): the newest
+// one an API server of serverMinor may run, else the oldest.
+func (i Image) minorOf(tag string, serverMinor int) int {
+	minor := 0
+	for _, m := range i.minors() {
+		if i.Tags[MinorString(m)] == tag && (minor == 0 || m <= serverMinor) {
+			minor = m
+		}
+	}
+	return minor
 }
 
 // ChooseUpstream chooses the upstream CCM for an API server of the given
@@ -147,21 +159,14 @@ func (p *Profile) TagFor(serverMinor int) (tag string, minor int, err error) {
 func (p *Profile) ChooseUpstream(serverMinor int, platform, repository, tag string) (Upstream, error) {
 	u := Upstream{Repository: p.CCM.Image.Repository, ServerMinor: serverMinor, Source: FromMinorTags}
 	if tag != "" {
-		u.Tag, u.Source = tag, FromOverride
-		// the newest minor the API server may run that lists the tag, else
-		// the oldest that does (which is newer than the API server)
-		for _, m := range p.CCM.Image.minors() {
-			if p.CCM.Image.Tags[MinorString(m)] == tag && (u.Minor == 0 || m <= serverMinor) {
-				u.Minor = m
-			}
-		}
+		u.Tag, u.Minor, u.Source = tag, p.CCM.Image.minorOf(tag, serverMinor), FromOverride
 	} else {
 		t, minor, err := p.TagFor(serverMinor)
 		if err != nil {
 			return Upstream{}, err
 		}
 		u.Tag, u.Minor = t, minor
-		if minor == 0 {
+		if p.CCM.Image.Tag != "" {
 			u.Source = FromDefaultTag
 		}
 	}
