@@ -1,13 +1,9 @@
 package cloud_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	cloudproviderapi "k8s.io/cloud-provider/api"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/cloud"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/facts"
@@ -50,19 +46,12 @@ func TestGCPForeignNodeRuleOfTheDocs(t *testing.T) {
 			Region: "europe-west1", Zone: "europe-west1-b", InstanceID: "1234567890", ProviderID: "gce://proj/europe-west1-b/gce-1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			md := tc.metadata
-			if _, err := ep.AddNode(tc.name, []string{tc.ip}, talosnode.Spec{Metadata: &md,
-				Addresses: []talosnode.Address{{Link: "eth0", Prefix: tc.ip + "/24"}}}); err != nil {
-				t.Fatal(err)
-			}
-			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: tc.name,
-				Annotations: map[string]string{cloudproviderapi.AnnotationAlphaProvidedIPAddr: tc.ip}}}
-			f, err := src.Facts(context.Background(), node)
+			f, err := nodeFacts(t, ep, src, tc.name, tc.ip, tc.metadata)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if f.Labels[names.PlatformLabel] != md.Platform {
-				t.Errorf("platform label %q, want %q", f.Labels[names.PlatformLabel], md.Platform)
+			if f.Labels[names.PlatformLabel] != tc.metadata.Platform {
+				t.Errorf("platform label %q, want %q", f.Labels[names.PlatformLabel], tc.metadata.Platform)
 			}
 			for k, v := range gcp.CCM.NodeFilter.ForeignNodeLabels {
 				got, ok := f.Labels[k]

@@ -2,6 +2,7 @@ package profile
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"sort"
@@ -178,10 +179,7 @@ func (p *Profile) ChooseUpstream(serverMinor int, platform, repository, tag stri
 			u.NodeFilterArgs = []string{f.SelectorFlag + "=" + names.PlatformLabel + "=" + platform}
 		}
 		if len(f.ForeignNodeLabels) > 0 {
-			u.ForeignNodeLabels = make(map[string]string, len(f.ForeignNodeLabels))
-			for k, v := range f.ForeignNodeLabels {
-				u.ForeignNodeLabels[k] = v
-			}
+			u.ForeignNodeLabels = maps.Clone(f.ForeignNodeLabels)
 		}
 	}
 	return u, nil
@@ -238,12 +236,7 @@ func validateImage(fp *field.Path, img Image) field.ErrorList {
 	if img.Tag != "" && !tagRE.MatchString(img.Tag) {
 		errs = append(errs, field.Invalid(fp.Child("tag"), img.Tag, "not an image tag (letters, digits, '_', '.', '-'; at most 128)"))
 	}
-	keys := make([]string, 0, len(img.Tags))
-	for k := range img.Tags {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(img.Tags)) {
 		kp := fp.Child("tags").Key(k)
 		if _, err := ParseMinor(k); err != nil {
 			errs = append(errs, field.Invalid(kp, k, err.Error()))
@@ -279,12 +272,7 @@ func validateNodeFilter(fp *field.Path, c *CCM) field.ErrorList {
 			}
 		}
 	}
-	keys := make([]string, 0, len(f.ForeignNodeLabels))
-	for k := range f.ForeignNodeLabels {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(f.ForeignNodeLabels)) {
 		kp := fp.Child("foreignNodeLabels").Key(k)
 		for _, msg := range validation.IsQualifiedName(k) {
 			errs = append(errs, field.Invalid(kp, k, msg))
