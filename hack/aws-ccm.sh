@@ -57,9 +57,11 @@ fi
 log() { echo "aws-ccm: $*" >&2; }
 
 # Checksums of k8s.io/cloud-provider-aws pinned here, for versions the checksum database
-# does not answer for (v1.34.0: its lookup is 404; the proxy serves the tag's commit
-# ed5a860b45fcf4fa6d38e4086b5acb6e709d173e). Every dependency is still verified by the
-# checksum database as usual.
+# does not answer for (v1.34.0, which the profile named before it named a release per
+# minor: its lookup is 404; the proxy serves the tag's commit
+# ed5a860b45fcf4fa6d38e4086b5acb6e709d173e). The releases the profile names now
+# (v1.34.4, v1.35.3, v1.36.2, v1.37.1) are answered by the database. Every dependency is
+# still verified by the checksum database as usual.
 pinned_sums() {
   case "$1" in
     v1.34.0)

@@ -4,7 +4,10 @@
 //
 // It loads profiles strictly (unknown fields are errors), merges user overrides
 // over the built-in ones, and validates the result with errors that name the file,
-// the profile and the field. It must not talk to the cluster or to Helm.
+// the profile and the field. It chooses the upstream CCM release for an API
+// server's Kubernetes minor (Kubernetes' version skew policy) and whether that
+// release gets its own node filter (ChooseUpstream); the caller tells it the
+// minor. It must not talk to the cluster or to Helm.
 package profile
 
 // APIVersion and Kind identify a profile document.
