@@ -108,6 +108,12 @@ type NodeFilter struct {
 	// NativeCCM reports them, and a talos-ccm rule puts them on the other
 	// platforms' nodes (docs/profiles.md).
 	ForeignNodeLabels map[string]string `json:"foreignNodeLabels,omitempty"`
+	// FiltersServices: the selector applies to every informer of the CCM,
+	// its Services too (Azure's: one filtered informer factory), so its
+	// service controller would see only Services with the platform label.
+	// With load balancers on (NativeCCM spec.loadBalancers) the flag is left
+	// out and the gate alone keeps foreign nodes away.
+	FiltersServices bool `json:"filtersServices,omitempty"`
 	// Since are the first releases that have the filter, one per release
 	// line (major.minor of the tag, e.g. v1.33.3 and v1.34.0): a release
 	// has it when it is at least the entry of its line, or of a line newer

@@ -124,6 +124,10 @@ func FromProfile(p *profile.Profile, in Instance) (Request, error) {
 	for _, e := range in.Env {
 		env = setEnv(env, e)
 	}
+	if lb != nil && p.CCM.NodeFilter != nil && p.CCM.NodeFilter.FiltersServices {
+		// its service controller would see only Services with the platform label
+		up.NodeFilterArgs = nil
+	}
 	args := append(append(append([]string{}, p.CCM.Args...), up.NodeFilterArgs...), in.Args...)
 
 	lc := Lifecycle{
