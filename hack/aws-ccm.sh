@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
 # Builds the upstream AWS cloud controller manager (cmd/aws-cloud-controller-manager of
 # k8s.io/cloud-provider-aws, unmodified) from source through the Go module proxy into a
-# per-version cache directory beside the control plane's, and prints the binary's path.
-# Reuses the cached binary when present.
+# per-version cache directory aws-ccm-<version> beside the control plane's, and prints
+# the binary's path. Reuses the cached binary when present.
 #
-#   AWS_CCM_VERSION   module version (default: the image tag profiles/aws.yaml names)
+#   AWS_CCM_VERSION   module version (default: the release profiles/aws.yaml names in
+#                     ccm.image.tags for the control plane's minor, which the
+#                     coordinator runs on that control plane)
+#   KUBE_VERSION      the control plane's version (default: what
+#                     ${KUBEBUILDER_ASSETS}/kube-apiserver --version says, else 1.36.3
+#                     as hack/control-plane.sh)
 #   HYBRID_CCM_CACHE  cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/hybrid-ccm)
 #
 # A throwaway wrapper module requires the exact version and carries the module's own
-# replace directives (none as of v1.34), so the build resolves the same dependency
+# replace directives (none as of v1.37), so the build resolves the same dependency
 # versions as the upstream image's. CGO_ENABLED=0: the tests' registry serves it as
-# an image with nothing else in it (no libc) for containerd to run.
+# an image with nothing else in it (no libc) for containerd to run. v1.36.2 and
+# v1.37.1 need Go 1.26 (their go.mod says go 1.26.0).
 #
 # Measured on 2 shared cores: cold (empty module and build caches) 6 min 34 s wall
 # (265 s user), about 500 MB of module downloads and 900 MB of build cache; the binary
@@ -19,10 +25,26 @@ set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 if [[ -z "${AWS_CCM_VERSION:-}" ]]; then
-  # ccm.image.tag of the profile (the only "tag:" key in it)
-  AWS_CCM_VERSION="$(awk '$1=="tag:"{print $2; exit}' "${repo}/profiles/aws.yaml")"
+  kube="${KUBE_VERSION:-}"
+  if [[ -z "${kube}" && -x "${KUBEBUILDER_ASSETS:-}/kube-apiserver" ]]; then
+    # "Kubernetes v1.36.3"
+    kube="$("${KUBEBUILDER_ASSETS}/kube-apiserver" --version | awk '{print $2}')"
+  fi
+  kube="${kube:-1.36.3}"
+  kube="${kube#v}"
+  minor="$(echo "${kube}" | cut -d. -f1,2)"
+  # as the coordinator chooses: the line '"1.N": <tag>' of ccm.image.tags for the
+  # control plane's minor, else for the minor before (one minor of skew)
+  older="1.$(( $(echo "${minor}" | cut -d. -f2) - 1 ))"
+  for m in "${minor}" "${older}"; do
+    AWS_CCM_VERSION="$(awk -v key="\"${m}\":" '$1==key {print $2; exit}' "${repo}/profiles/aws.yaml")"
+    [[ -z "${AWS_CCM_VERSION}" ]] || break
+  done
+  [[ -n "${AWS_CCM_VERSION}" ]] || {
+    echo "aws-ccm: profiles/aws.yaml names no release for Kubernetes ${minor} or ${older} (ccm.image.tags); the control plane is ${kube}" >&2
+    exit 1
+  }
 fi
-[[ -n "${AWS_CCM_VERSION}" ]] || { echo "aws-ccm: no version in profiles/aws.yaml" >&2; exit 1; }
 CACHE_ROOT="${HYBRID_CCM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hybrid-ccm}"
 OUT="${CACHE_ROOT}/aws-ccm-${AWS_CCM_VERSION}"
 BIN="${OUT}/aws-cloud-controller-manager"
@@ -35,9 +57,11 @@ fi
 log() { echo "aws-ccm: $*" >&2; }
 
 # Checksums of k8s.io/cloud-provider-aws pinned here, for versions the checksum database
-# does not answer for (v1.34.0: its lookup is 404; the proxy serves the tag's commit
-# ed5a860b45fcf4fa6d38e4086b5acb6e709d173e). Every dependency is still verified by the
-# checksum database as usual.
+# does not answer for (v1.34.0, which the profile named before it named a release per
+# minor: its lookup is 404; the proxy serves the tag's commit
+# ed5a860b45fcf4fa6d38e4086b5acb6e709d173e). The releases the profile names now
+# (v1.34.4, v1.35.3, v1.36.2, v1.37.1) are answered by the database. Every dependency is
+# still verified by the checksum database as usual.
 pinned_sums() {
   case "$1" in
     v1.34.0)

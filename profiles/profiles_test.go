@@ -2,6 +2,7 @@ package profiles_test
 
 import (
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -104,6 +105,31 @@ func TestDocumentedLoadBalancersAreTheProfiles(t *testing.T) {
 			settings = lb.CloudConfig
 		}
 		return map[string][]string{"controller": controller, "env while on": env, "cloud-config settings": settings}
+	})
+}
+
+// TestDocumentedReleasesAreTheProfiles: the table of upstream releases in
+// docs/profiles.md has one row per built-in profile with its release per
+// Kubernetes minor (any: for its one tag) and its own node filter.
+func TestDocumentedReleasesAreTheProfiles(t *testing.T) {
+	checkDocTable(t, "profiles.md", "| profile | releases | node filter | node filter since |", func(p *profile.Profile) map[string][]string {
+		var releases, filter, since []string
+		for _, k := range slices.Sorted(maps.Keys(p.CCM.Image.Tags)) {
+			releases = append(releases, k+": "+p.CCM.Image.Tags[k])
+		}
+		if p.CCM.Image.Tag != "" {
+			releases = append(releases, "any: "+p.CCM.Image.Tag)
+		}
+		if f := p.CCM.NodeFilter; f != nil {
+			if f.SelectorFlag != "" {
+				filter = append(filter, f.SelectorFlag)
+			}
+			for _, k := range slices.Sorted(maps.Keys(f.ForeignNodeLabels)) {
+				filter = append(filter, k+"="+f.ForeignNodeLabels[k])
+			}
+			since = f.Since
+		}
+		return map[string][]string{"releases": releases, "node filter": filter, "node filter since": since}
 	})
 }
 

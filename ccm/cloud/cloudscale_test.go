@@ -30,6 +30,19 @@ func docsBlock(t *testing.T, file, marker string) string {
 	return block
 }
 
+// nodeFacts starts a Talos node name at ip reporting md on ep, and returns
+// what talos-ccm's facts source src makes of the Node that registers there.
+func nodeFacts(t *testing.T, ep *talosnode.Endpoint, src *facts.Source, name, ip string, md runtime.PlatformMetadataSpec) (*facts.Facts, error) {
+	t.Helper()
+	if _, err := ep.AddNode(name, []string{ip}, talosnode.Spec{Metadata: &md,
+		Addresses: []talosnode.Address{{Link: "eth0", Prefix: ip + "/24"}}}); err != nil {
+		t.Fatal(err)
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
+		Annotations: map[string]string{cloudproviderapi.AnnotationAlphaProvidedIPAddr: ip}}}
+	return src.Facts(context.Background(), node)
+}
+
 // The cloudscale rule of docs/profiles.md is accepted and routes cloudscale
 // servers (a Talos openstack or nocloud image) to the cloudscale profile:
 // platform cloudscale, providerID cloudscale://<server UUID>. Other nodes keep
@@ -62,14 +75,7 @@ func TestCloudscaleRuleOfTheDocs(t *testing.T) {
 			metadata: runtime.PlatformMetadataSpec{Platform: "openstack", Hostname: "os-1", InstanceID: uuid[:35] + "4", ProviderID: "openstack:///" + uuid[:35] + "4"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			md := tc.metadata
-			if _, err := ep.AddNode(tc.name, []string{tc.ip}, talosnode.Spec{Metadata: &md,
-				Addresses: []talosnode.Address{{Link: "eth0", Prefix: tc.ip + "/24"}}}); err != nil {
-				t.Fatal(err)
-			}
-			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: tc.name,
-				Annotations: map[string]string{cloudproviderapi.AnnotationAlphaProvidedIPAddr: tc.ip}}}
-			f, err := p.Facts(context.Background(), node)
+			f, err := nodeFacts(t, ep, p, tc.name, tc.ip, tc.metadata)
 			if tc.platform == "" {
 				if !errors.Is(err, facts.ErrMetadataIncomplete) || !strings.Contains(err.Error(), "server's UUID") {
 					t.Fatalf("want a retry saying the instance ID must be the server UUID, got %v", err)

@@ -1,6 +1,7 @@
 // Package controller owns the NativeCCM reconciler. For each NativeCCM it runs
 // the same steps, one function each, in order: observe (the profile and
-// overrides, the platform's nodes, conflicts in the cluster), decide (the
+// overrides, the upstream CCM release for the API server's minor, the
+// platform's nodes, conflicts in the cluster), decide (the
 // install policy, the credentials), gate (for a wanted release: the fence,
 // status.gate and the view, through the Mutators hook), the release action
 // chosen from the release's state (install, upgrade with rollback, uninstall

@@ -10,6 +10,7 @@ import (
 	"github.com/fluxcd/pkg/runtime/patch"
 	"github.com/fluxcd/pkg/runtime/predicates"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/discovery"
 	kuberecorder "k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -73,6 +74,10 @@ type NativeCCMReconciler struct {
 	Interval time.Duration
 	// Health says how the installed CCM is judged (lease duration, restarts).
 	Health HealthOptions
+	// ServerVersion is the API server's version, for which the profile's
+	// upstream CCM release is chosen. Nil: discovery of the manager's API
+	// server, cached for Interval.
+	ServerVersion ServerVersion
 
 	now func() time.Time
 }
@@ -100,6 +105,13 @@ func (r *NativeCCMReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 	}
 	if r.Interval == 0 {
 		r.Interval = 10 * time.Minute
+	}
+	if r.ServerVersion == nil {
+		dc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
+		if err != nil {
+			return err
+		}
+		r.ServerVersion = &CachedServerVersion{Discovery: dc, TTL: r.Interval}
 	}
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1.NativeCCM{}, platformIndex, func(o client.Object) []string {
 		return []string{o.(*v1.NativeCCM).Spec.Platform}

@@ -701,18 +701,20 @@ func TestPrinterColumns(t *testing.T) {
 		names = append(names, c.Name)
 		cells[c.Name] = table.Rows[0].Cells[i]
 	}
-	want := []string{"Name", "Platform", "Install", "Nodes", "Revision", "Chart", "Leader", "Renewed", "Ready", "Conflict", "Status", "Age"}
+	want := []string{"Name", "Platform", "Install", "Nodes", "Revision", "Chart", "Upstream", "Skew", "Leader", "Renewed", "Ready", "Conflict", "Status", "Age"}
 	if !slices.Equal(names, want) {
 		t.Errorf("columns = %v, want %v", names, want)
 	}
-	for col, v := range map[string]any{"Name": "printer", "Platform": "gcp", "Install": "Never", "Nodes": float64(0), "Ready": "True", "Conflict": "False", "Status": "not installed: install policy is Never"} {
+	for col, v := range map[string]any{"Name": "printer", "Platform": "gcp", "Install": "Never", "Nodes": float64(0), "Ready": "True", "Conflict": "False", "Status": "not installed: install policy is Never",
+		// the gcp profile's release for the API server's minor (1.34-1.36)
+		"Skew": float64(0)} {
 		if cells[col] != v {
 			t.Errorf("column %s = %#v, want %#v", col, cells[col], v)
 		}
 	}
 	// Wide-only columns are marked priority 1.
 	for _, c := range table.ColumnDefinitions {
-		if (c.Name == "Chart" || c.Name == "Conflict") != (c.Priority == 1) {
+		if (c.Name == "Chart" || c.Name == "Upstream" || c.Name == "Skew" || c.Name == "Conflict") != (c.Priority == 1) {
 			t.Errorf("column %s priority %d", c.Name, c.Priority)
 		}
 	}

@@ -33,10 +33,15 @@ func (r *NativeCCMReconciler) resolveProfile(ctx context.Context, obj *v1.Native
 	if !p.Routes(obj.Spec.Platform) {
 		return stall(v1.PlatformNotRoutedReason, fmt.Errorf("profile %q routes platforms %v, not %q", p.Name, p.Platforms, obj.Spec.Platform))
 	}
+	gitVersion, minor, err := r.ServerVersion.ServerVersion(ctx)
+	if err != nil {
+		return nil, release.Request{}, err
+	}
 	in := release.Instance{
-		ReleaseName: obj.ReleaseName(),
-		Namespace:   r.Namespace,
-		Platform:    obj.Spec.Platform,
+		KubernetesMinor: minor,
+		ReleaseName:     obj.ReleaseName(),
+		Namespace:       r.Namespace,
+		Platform:        obj.Spec.Platform,
 	}
 	if c := obj.Spec.Credentials; c != nil {
 		in.SecretName = c.SecretRef.Name
@@ -60,13 +65,20 @@ func (r *NativeCCMReconciler) resolveProfile(ctx context.Context, obj *v1.Native
 	}
 	in.LoadBalancers = lb
 	req, err := release.FromProfile(p, in)
+	var skew *profile.SkewError
 	switch {
+	case errors.As(err, &skew):
+		r.recheckUpstream(obj, gitVersion, minor)
+		stall := r.stallProfile(obj, v1.NoUpstreamForKubernetesVersionReason, err)
+		stall.after = r.Interval
+		return nil, release.Request{}, stall
 	case errors.Is(err, release.ErrLoadBalancersUnsupported):
 		return stall(v1.LoadBalancersUnsupportedReason, err)
 	case err != nil:
 		return stall(v1.InvalidOverridesReason, err)
 	}
-	conditions.MarkTrue(obj, v1.ProfileResolvedCondition, v1.ProfileResolvedReason, "profile %s, chart source %s", p.Name, p.Chart.Source)
+	r.recordUpstream(obj, req.Upstream, gitVersion)
+	conditions.MarkTrue(obj, v1.ProfileResolvedCondition, v1.ProfileResolvedReason, "profile %s, chart source %s; %s", p.Name, p.Chart.Source, upstreamMessage(req.Upstream, gitVersion))
 	return p, req, nil
 }
 
@@ -74,7 +86,7 @@ func (r *NativeCCMReconciler) resolveProfile(ctx context.Context, obj *v1.Native
 // or what the gate needs of them (ProfileResolved and Ready False with the
 // reason, a Warning event) and returns it as a stall: no retry until the
 // spec or the profiles change.
-func (r *NativeCCMReconciler) stallProfile(obj *v1.NativeCCM, reason string, err error) error {
+func (r *NativeCCMReconciler) stallProfile(obj *v1.NativeCCM, reason string, err error) *stallError {
 	conditions.MarkFalse(obj, v1.ProfileResolvedCondition, reason, "%s", err)
 	conditions.MarkFalse(obj, meta.ReadyCondition, reason, "%s", err)
 	r.event(obj, corev1.EventTypeWarning, reason, err.Error())

@@ -23,6 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/discovery"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -138,6 +139,18 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 	must(deriveProfile("hcloud", "lb-c", 10322, nil))
 	must(deriveProfile("hcloud", "lb-no", 10323, func(p *profile.Profile) {
 		p.LoadBalancers = &profile.LoadBalancers{Unsupported: "this test cloud has no load balancers"}
+	}))
+
+	// the upstream CCM per Kubernetes minor: Azure's (with its own node
+	// filter), and a profile whose only release is two minors older than
+	// the API server
+	must(deriveProfile("azure", "azure-a", 10324, nil))
+	info, err := discovery.NewDiscoveryClientForConfigOrDie(e.Config).ServerVersion()
+	must(err)
+	serverMinor, err := profile.ServerMinor(info.GitVersion)
+	must(err)
+	must(deriveProfile("azure", "skew-a", 10325, func(p *profile.Profile) {
+		p.CCM.Image.Tags = map[string]string{profile.MinorString(serverMinor - 2): "v1.0.0-old"}
 	}))
 
 	k8s, err = client.New(e.Config, client.Options{Scheme: NewScheme()})

@@ -31,6 +31,9 @@ func (w *waitError) Error() string { return w.err.Error() }
 type stallError struct {
 	reason string
 	err    error
+	// after, when set, looks again then: something outside the spec and the
+	// profiles (the API server's version) may change.
+	after time.Duration
 }
 
 func (s *stallError) Error() string { return s.err.Error() }
@@ -46,7 +49,7 @@ func (r *NativeCCMReconciler) summarize(ctx context.Context, obj *v1.NativeCCM, 
 		conditions.MarkStalled(obj, stall.reason, "%s", stall.err)
 		conditions.Delete(obj, meta.ReconcilingCondition)
 		retErr, done = nil, true
-		result = ctrl.Result{}
+		result = ctrl.Result{RequeueAfter: stall.after}
 	case errors.As(retErr, &wait):
 		conditions.Delete(obj, meta.StalledCondition)
 		conditions.MarkReconciling(obj, meta.ProgressingWithRetryReason, "%s", wait.err)

@@ -373,12 +373,8 @@ func Validate(p *Profile) field.ErrorList {
 
 func validateCCM(fp *field.Path, c *CCM) field.ErrorList {
 	var errs field.ErrorList
-	if c.Image.Repository == "" {
-		errs = append(errs, field.Required(fp.Child("image", "repository"), ""))
-	}
-	if c.Image.Tag == "" {
-		errs = append(errs, field.Required(fp.Child("image", "tag"), "pin a version"))
-	}
+	errs = append(errs, validateImage(fp.Child("image"), c.Image)...)
+	errs = append(errs, validateNodeFilter(fp.Child("nodeFilter"), c)...)
 	if c.CloudProvider == "" {
 		errs = append(errs, field.Required(fp.Child("cloudProvider"), "the --cloud-provider value"))
 	}

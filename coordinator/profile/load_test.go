@@ -69,7 +69,7 @@ func TestParseErrorsNameFileAndField(t *testing.T) {
 		{
 			name: "missing tag",
 			doc:  strings.Replace(validHcloud, "tag: v1", "tag: ''", 1),
-			want: []string{"x.yaml", `profile "hcloud"`, "ccm.image.tag: Required value"},
+			want: []string{"x.yaml", `profile "hcloud"`, "ccm.image.tag: Required value: pin a version: tag (one release for every Kubernetes minor) or tags"},
 		},
 		{
 			name: "enforced flag in args",
@@ -122,6 +122,25 @@ func TestParseErrorsNameFileAndField(t *testing.T) {
 			doc: strings.Replace(validHcloud, "securePort: 10300", "securePort: 10300\n  cloudConfig: {key: cloud.conf, path: /etc/cloud.conf}", 1) +
 				"loadBalancers: {controller: service, cloudConfig: ['LoadBalancer.subnet-id', 'subnet id = x', 'LoadBalancer.subnet-id']}\n",
 			want: []string{`loadBalancers.cloudConfig[1]: Invalid value: "subnet id = x"`, `loadBalancers.cloudConfig[2]: Duplicate value: "LoadBalancer.subnet-id"`},
+		},
+		{
+			name: "tags per minor keyed other than 1.N, or not a tag",
+			doc:  strings.Replace(validHcloud, "tag: v1}", "tags: {'1.36': v1.36.2, '1.x': v1, 'v1.35': v1, '1.034': v1, '1.37': 'v1 latest'}}", 1),
+			want: []string{"x.yaml", `profile "hcloud"`, `ccm.image.tags[1.x]: Invalid value: "1.x"`, `ccm.image.tags[v1.35]: Invalid value: "v1.35"`,
+				`ccm.image.tags[1.034]: Invalid value: "1.034"`, `ccm.image.tags[1.37]: Invalid value: "v1 latest": not an image tag`},
+		},
+		{
+			name: "node filter: an enforced flag, a flag given in args too, no since",
+			doc:  strings.Replace(validHcloud, "securePort: 10300", "securePort: 10300\n  args: [--node-filter-requirements=a=b]\n  nodeFilter: {selectorFlag: --node-filter-requirements}", 1),
+			want: []string{`ccm.args[0]: Invalid value: "--node-filter-requirements=a=b": set by ccm.nodeFilter.selectorFlag`, "ccm.nodeFilter.since: Required value"},
+		},
+		{
+			name: "node filter: bad flag, label and since",
+			doc:  strings.Replace(validHcloud, "securePort: 10300", "securePort: 10300\n  nodeFilter: {selectorFlag: --controllers, foreignNodeLabels: {'node.cloudprovider.kubernetes.io/platform': x, 'a/b': 'no spaces'}, since: [v1.2.3, latest, v1.2.9]}", 1),
+			want: []string{"ccm.nodeFilter.selectorFlag: Forbidden: --controllers is set by the coordinator",
+				"ccm.nodeFilter.foreignNodeLabels[node.cloudprovider.kubernetes.io/platform]: Forbidden",
+				`ccm.nodeFilter.foreignNodeLabels[a/b]: Invalid value: "no spaces"`,
+				`ccm.nodeFilter.since[1]: Invalid value: "latest"`, `ccm.nodeFilter.since[2]: Duplicate value: "release line 1.2"`},
 		},
 		{
 			name: "wrong kind",

@@ -4,7 +4,10 @@
 //
 // It loads profiles strictly (unknown fields are errors), merges user overrides
 // over the built-in ones, and validates the result with errors that name the file,
-// the profile and the field. It must not talk to the cluster or to Helm.
+// the profile and the field. It chooses the upstream CCM release for an API
+// server's Kubernetes minor (Kubernetes' version skew policy) and whether that
+// release gets its own node filter (ChooseUpstream); the caller tells it the
+// minor. It must not talk to the cluster or to Helm.
 package profile
 
 // APIVersion and Kind identify a profile document.
@@ -64,6 +67,9 @@ type CCM struct {
 	HostNetwork bool `json:"hostNetwork,omitempty"`
 	// CloudConfig is the cloud-config file taken from the credentials Secret.
 	CloudConfig *CloudConfig `json:"cloudConfig,omitempty"`
+	// NodeFilter is how the upstream CCM itself leaves other platforms'
+	// nodes alone, in the releases that can: a second layer behind the gate.
+	NodeFilter *NodeFilter `json:"nodeFilter,omitempty"`
 	// TokenAudiences are the audiences of ServiceAccount tokens a chart may
 	// project into the CCM's pod (a cloud's workload identity, e.g.
 	// sts.amazonaws.com). Every other token projection is refused: a token
@@ -73,16 +79,48 @@ type CCM struct {
 	TokenAudiences []string `json:"tokenAudiences,omitempty"`
 }
 
-// Image is a container image.
+// Image is the upstream CCM's container image: a repository and its
+// release per Kubernetes minor (Tags), or one release for every minor (Tag).
 type Image struct {
 	// Repository, e.g. docker.io/hetznercloud/hcloud-cloud-controller-manager.
 	Repository string `json:"repository"`
-	// Tag, e.g. v1.26.0.
-	Tag string `json:"tag"`
+	// Tag is one release for every Kubernetes minor (a CCM with its own
+	// versioning, e.g. v1.26.0). Set, it wins over Tags: a profile override
+	// that sets it pins that release. Its Kubernetes minor is the one Tags
+	// lists it for, else unknown (and no skew is reported).
+	Tag string `json:"tag,omitempty"`
+	// Tags are the releases per Kubernetes minor, keyed "1.N" (the minor of
+	// the k8s.io/cloud-provider the release is built with): without Tag, the
+	// coordinator runs the release for the API server's minor, else the one
+	// a minor older (Kubernetes' skew policy: a CCM may be one minor older
+	// than the API server, never newer).
+	Tags map[string]string `json:"tags,omitempty"`
 }
 
-// Reference is repository:tag.
-func (i Image) Reference() string { return i.Repository + ":" + i.Tag }
+// NodeFilter is an upstream CCM's own filter of the nodes it manages.
+type NodeFilter struct {
+	// SelectorFlag is a flag of the CCM that takes a label selector of the
+	// nodes it manages (Azure's --node-filter-requirements): the CCM gets
+	// <flag>=node.cloudprovider.kubernetes.io/platform=<its platform>.
+	SelectorFlag string `json:"selectorFlag,omitempty"`
+	// ForeignNodeLabels are labels a node must carry for the CCM to leave
+	// it alone (GCP's components.gke.io/gke-unmanaged-node=true): the
+	// NativeCCM reports them, and a talos-ccm rule puts them on the other
+	// platforms' nodes (docs/profiles.md).
+	ForeignNodeLabels map[string]string `json:"foreignNodeLabels,omitempty"`
+	// FiltersServices: the selector applies to every informer of the CCM,
+	// its Services too (Azure's: one filtered informer factory), so its
+	// service controller would see only Services with the platform label.
+	// With load balancers on (NativeCCM spec.loadBalancers) the flag is left
+	// out and the gate alone keeps foreign nodes away.
+	FiltersServices bool `json:"filtersServices,omitempty"`
+	// Since are the first releases that have the filter, one per release
+	// line (major.minor of the tag, e.g. v1.33.3 and v1.34.0): a release
+	// has it when it is at least the entry of its line, or of a line newer
+	// than every entry's. Another tag (not semantic, or of an older line)
+	// does not, and the CCM then gets no flag.
+	Since []string `json:"since"`
+}
 
 // EnvVar is a plain environment variable.
 type EnvVar struct {

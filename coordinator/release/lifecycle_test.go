@@ -1,6 +1,7 @@
 package release_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -131,5 +132,32 @@ func TestFromProfileRejectsEnforcedOverrideArgs(t *testing.T) {
 	_, err = release.FromProfile(p, release.Instance{ReleaseName: "r", Namespace: "n", Platform: "hcloud", Args: []string{"--controllers=*"}})
 	if err == nil || !strings.Contains(err.Error(), "spec.overrides.args[0]") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// Azure's node filter selects every informer of its CCM, Services too: the
+// lifecycle-only CCM gets --node-filter-requirements with its platform, one
+// that serves load balancers does not (it would see no unlabelled Service).
+func TestAzureNodeFilterOnlyWithoutLoadBalancers(t *testing.T) {
+	set, err := profile.Builtin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := set.Get("azure")
+	const filter = "--node-filter-requirements=node.cloudprovider.kubernetes.io/platform=azure"
+	for _, tc := range []struct {
+		lbs  *release.LoadBalancerSettings
+		want bool
+	}{
+		{nil, true},
+		{&release.LoadBalancerSettings{Class: "hybridccm.io/azure"}, false},
+	} {
+		req, err := release.FromProfile(p, release.Instance{ReleaseName: "native-ccm-azure", Namespace: "n", Platform: "azure", KubernetesMinor: 36, LoadBalancers: tc.lbs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := slices.Contains(req.Lifecycle.Args, filter); got != tc.want || (len(req.Upstream.NodeFilterArgs) > 0) != tc.want {
+			t.Errorf("load balancers %v: args %q, status filter %q; want the filter: %v", tc.lbs != nil, req.Lifecycle.Args, req.Upstream.NodeFilterArgs, tc.want)
+		}
 	}
 }

@@ -32,6 +32,9 @@ type Request struct {
 	Lifecycle Lifecycle
 	// Mutators run after Lifecycle (the gate plugs in here).
 	Mutators []Mutator
+	// Upstream is the upstream CCM release the request runs (for the
+	// NativeCCM's status; Lifecycle and Values carry its image and flags).
+	Upstream profile.Upstream
 }
 
 // Instance is what a NativeCCM adds to a profile.
@@ -46,6 +49,10 @@ type Instance struct {
 	SecretName string
 	// Image overrides (either part may be empty).
 	ImageRepository, ImageTag string
+	// KubernetesMinor is the API server's minor (N of 1.N): the profile's
+	// upstream CCM release is chosen for it (profile.ChooseUpstream). 0: the
+	// newest release the profile has.
+	KubernetesMinor int
 	// Args are appended to the profile's args.
 	Args []string
 	// Env replaces or extends the profile's env.
@@ -87,13 +94,15 @@ func FromProfile(p *profile.Profile, in Instance) (Request, error) {
 			return Request{}, errs.ToAggregate()
 		}
 	}
-	image := p.CCM.Image
-	if in.ImageRepository != "" {
-		image.Repository = in.ImageRepository
+	minor := in.KubernetesMinor
+	if minor == 0 {
+		minor = p.NewestMinor()
 	}
-	if in.ImageTag != "" {
-		image.Tag = in.ImageTag
+	up, err := p.ChooseUpstream(minor, in.Platform, in.ImageRepository, in.ImageTag)
+	if err != nil {
+		return Request{}, err
 	}
+	image := profile.Image{Repository: up.Repository, Tag: up.Tag}
 	secret := p.Credentials.SecretName
 	if in.SecretName != "" {
 		secret = in.SecretName
@@ -115,7 +124,11 @@ func FromProfile(p *profile.Profile, in Instance) (Request, error) {
 	for _, e := range in.Env {
 		env = setEnv(env, e)
 	}
-	args := append(append([]string{}, p.CCM.Args...), in.Args...)
+	if lb != nil && p.CCM.NodeFilter != nil && p.CCM.NodeFilter.FiltersServices {
+		// its service controller would see only Services with the platform label
+		up.NodeFilterArgs = nil
+	}
+	args := append(append(append([]string{}, p.CCM.Args...), up.NodeFilterArgs...), in.Args...)
 
 	lc := Lifecycle{
 		Release:       in.ReleaseName,
@@ -123,7 +136,7 @@ func FromProfile(p *profile.Profile, in Instance) (Request, error) {
 		Platform:      in.Platform,
 		LeaseName:     in.ReleaseName,
 		SecurePort:    p.CCM.SecurePort,
-		Image:         image.Reference(),
+		Image:         up.Reference(),
 		Args:          args,
 		Env:           env,
 		Workload:      p.Chart.Workload,
@@ -133,7 +146,7 @@ func FromProfile(p *profile.Profile, in Instance) (Request, error) {
 		// a copy: the request must not share the profile's list
 		TokenAudiences: append([]string(nil), p.CCM.TokenAudiences...),
 	}
-	req := Request{Name: in.ReleaseName, Namespace: in.Namespace, Chart: p.Chart, Lifecycle: lc}
+	req := Request{Name: in.ReleaseName, Namespace: in.Namespace, Chart: p.Chart, Lifecycle: lc, Upstream: up}
 
 	var values map[string]any
 	if p.Chart.Source == profile.ChartBuiltin {

@@ -196,7 +196,7 @@ func TestAWSCCMGated(t *testing.T) {
 	// The container is the profile's: the upstream image, lifecycle-only, the
 	// cloud.conf from the Secret, no metadata service.
 	ccm := renderCCM(t, ctx, "native-ccm-aws", nil)
-	checkCCMContainer(t, ccm, p.CCM.Image.Reference())
+	checkCCMContainer(t, ccm, builtImage(t, ctx, p))
 
 	// The fence confines NativeCCM aws's identity; the release's RBAC.
 	const name = "aws"
@@ -439,6 +439,37 @@ func confine(t *testing.T, ctx context.Context, name string) client.Client {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// builtImage is the image the coordinator renders for the aws profile on
+// this API server (its release for the API server's minor), which must be the
+// release hack/aws-ccm.sh built (in a directory aws-ccm-<tag>) for the control
+// plane's minor: the test runs the CCM the coordinator would install.
+func builtImage(t *testing.T, ctx context.Context, p *profile.Profile) string {
+	t.Helper()
+	_, minor := apiServerMinor(t)
+	tag, _, err := p.TagFor(minor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if built := filepath.Base(filepath.Dir(awsCCM)); built != "aws-ccm-"+tag {
+		t.Fatalf("hack/aws-ccm.sh built %s (%s), but for Kubernetes 1.%d the aws profile names %s", built, awsCCM, minor, tag)
+	}
+	return p.CCM.Image.Repository + ":" + tag
+}
+
+// apiServerMinor is the API server's version and its minor.
+func apiServerMinor(t *testing.T) (string, int) {
+	t.Helper()
+	info, err := env.Client.Discovery().ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	minor, err := profile.ServerMinor(info.GitVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.GitVersion, minor
 }
 
 // checkCCMContainer checks the rendered CCM container against the profile.

@@ -269,7 +269,8 @@ func renderCCM(t *testing.T, ctx context.Context, releaseName string, lbs *relea
 	if !ok {
 		t.Fatal("no built-in aws profile")
 	}
-	req, err := release.FromProfile(p, release.Instance{ReleaseName: releaseName, Namespace: ccmNamespace, Platform: "aws", LoadBalancers: lbs})
+	_, minor := apiServerMinor(t)
+	req, err := release.FromProfile(p, release.Instance{ReleaseName: releaseName, Namespace: ccmNamespace, Platform: "aws", LoadBalancers: lbs, KubernetesMinor: minor})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +284,7 @@ func renderCCM(t *testing.T, ctx context.Context, releaseName string, lbs *relea
 			continue
 		}
 		for _, c := range dep.Spec.Template.Spec.Containers {
-			if c.Image != p.CCM.Image.Reference() {
+			if c.Image != req.Upstream.Reference() {
 				continue
 			}
 			controllers := "--controllers=cloud-node-lifecycle"

@@ -11,13 +11,15 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 )
 
-// UpstreamImages maps the image of each built-in profile named in platforms
-// (all profiles when empty) to the static binary the fleet's registry serves
-// under that name (Options.Images): the real AWS CCM (awsCCM, which
-// hack/aws-ccm.sh builds) for aws, test/testccm — a CCM on
-// k8s.io/cloud-provider/app that asks the fleet's Clouds — for the clouds
-// whose CCM cannot be built from the Go module proxy. test/testccm is built
-// from the repository at root into dir.
+// UpstreamImages maps the images of each built-in profile named in platforms
+// (all profiles when empty; every release it names, whichever the
+// coordinator chooses for the cluster's minor) to the static binary the
+// fleet's registry serves under that name (Options.Images): the real AWS CCM
+// (awsCCM, which hack/aws-ccm.sh builds for the control plane's minor, in a
+// directory aws-ccm-<tag>) under the aws image of that tag, test/testccm — a
+// CCM on k8s.io/cloud-provider/app that asks the fleet's Clouds — for the
+// clouds whose CCM cannot be built from the Go module proxy. test/testccm is
+// built from the repository at root into dir.
 func UpstreamImages(ctx context.Context, root, dir, awsCCM string, profiles ...string) (map[string]string, error) {
 	testCCM := filepath.Join(dir, "testccm")
 	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", testCCM, "./test/testccm")
@@ -39,17 +41,52 @@ func UpstreamImages(ctx context.Context, root, dir, awsCCM string, profiles ...s
 		if !ok {
 			return nil, fmt.Errorf("fleet: no built-in profile %q", name)
 		}
-		bin := testCCM
 		if name == "aws" {
-			bin = awsCCM
+			tag, ok := strings.CutPrefix(filepath.Base(filepath.Dir(awsCCM)), "aws-ccm-")
+			if !ok {
+				return nil, fmt.Errorf("fleet: %s is not in a directory aws-ccm-<tag> (hack/aws-ccm.sh)", awsCCM)
+			}
+			images[p.CCM.Image.Repository+":"+tag] = awsCCM
+			continue
 		}
-		images[p.CCM.Image.Reference()] = bin
+		for _, tag := range releases(p.CCM.Image) {
+			images[p.CCM.Image.Repository+":"+tag] = testCCM
+		}
 	}
 	return images, nil
 }
 
-// AWSCCM builds (or finds in its cache) the upstream AWS CCM at the version
-// profiles/aws.yaml names with hack/aws-ccm.sh of the repository at root, and
+// releases are the tags an image names: one per minor, and the default.
+func releases(img profile.Image) []string {
+	var tags []string
+	for _, t := range img.Tags {
+		tags = append(tags, t)
+	}
+	if img.Tag != "" {
+		tags = append(tags, img.Tag)
+	}
+	return tags
+}
+
+// ControlPlaneMinor is the Kubernetes minor (N of 1.N) of the control
+// plane the fleet runs: what $KUBEBUILDER_ASSETS/kube-apiserver --version
+// says (the binary test/cluster starts).
+func ControlPlaneMinor() (int, error) {
+	bin := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kube-apiserver")
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		return 0, fmt.Errorf("fleet: %s --version (KUBEBUILDER_ASSETS: hack/control-plane.sh): %w", bin, err)
+	}
+	// "Kubernetes v1.36.3"
+	fields := strings.Fields(string(out))
+	if len(fields) != 2 || fields[0] != "Kubernetes" {
+		return 0, fmt.Errorf("fleet: %s --version said %q, not \"Kubernetes v1.N.P\"", bin, out)
+	}
+	return profile.ServerMinor(fields[1])
+}
+
+// AWSCCM builds (or finds in its cache) the upstream AWS CCM at the release
+// profiles/aws.yaml names for the control plane's minor with hack/aws-ccm.sh of the repository at root, and
 // returns the binary's path. The script may need the Go module proxy: call
 // it where that is reachable (a test's network namespace keeps it reachable
 // only through the build cache, which `make test` fills first).

@@ -82,7 +82,7 @@ func readLayer(t *testing.T, img v1.Image, file string) ([]layerFile, []byte) {
 func TestPushBinary(t *testing.T) {
 	r := start(t)
 	bin, data := writeBinary(t, 3<<20)
-	ref := "registry.k8s.io/provider-aws/cloud-controller-manager:v1.34.0"
+	ref := "registry.k8s.io/provider-aws/cloud-controller-manager:v1.36.2"
 	digest, err := r.PushBinary(t.Context(), ref, bin, ImageOptions{
 		Path: "/usr/local/bin/thing",
 		Cmd:  []string{"--v=2"},
@@ -93,7 +93,7 @@ func TestPushBinary(t *testing.T) {
 	}
 
 	// Pulled back from where Mirror says, over HTTPS with the registry's CA.
-	stored, err := name.ParseReference(r.Host() + "/registry.k8s.io/provider-aws/cloud-controller-manager:v1.34.0")
+	stored, err := name.ParseReference(r.Host() + "/registry.k8s.io/provider-aws/cloud-controller-manager:v1.36.2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestPushBinary(t *testing.T) {
 	}
 
 	// By digest, through Mirror.
-	byDigest, err := r.Mirror(ref[:len(ref)-len(":v1.34.0")] + "@" + digest.String())
+	byDigest, err := r.Mirror(ref[:len(ref)-len(":v1.36.2")] + "@" + digest.String())
 	if err != nil {
 		t.Fatal(err)
 	}

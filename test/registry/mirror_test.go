@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,7 +20,7 @@ func TestMirror(t *testing.T) {
 	r := start(t)
 	h := r.Host()
 	for _, tc := range []struct{ ref, want string }{
-		{"registry.k8s.io/provider-aws/cloud-controller-manager:v1.34.0", h + "/registry.k8s.io/provider-aws/cloud-controller-manager:v1.34.0"},
+		{"registry.k8s.io/provider-aws/cloud-controller-manager:v1.36.2", h + "/registry.k8s.io/provider-aws/cloud-controller-manager:v1.36.2"},
 		{"registry.k8s.io/pause:3.10", h + "/registry.k8s.io/pause:3.10"},
 		{"docker.io/hetznercloud/hcloud-cloud-controller-manager:v1.26.0", h + "/docker.io/hetznercloud/hcloud-cloud-controller-manager:v1.26.0"},
 		{"hetznercloud/hcloud-cloud-controller-manager:v1.26.0", h + "/docker.io/hetznercloud/hcloud-cloud-controller-manager:v1.26.0"},
@@ -67,8 +68,8 @@ func TestMirror(t *testing.T) {
 	}
 }
 
-// Every built-in profile's CCM image can be mirrored, and its registry is one
-// WriteHostsDir maps by default.
+// Every built-in profile's CCM image (every release it names) can be
+// mirrored, and its registry is one WriteHostsDir maps by default.
 func TestMirrorProfileImages(t *testing.T) {
 	r := start(t)
 	set, err := profile.Builtin()
@@ -77,15 +78,21 @@ func TestMirrorProfileImages(t *testing.T) {
 	}
 	for _, n := range set.Names() {
 		p, _ := set.Get(n)
-		ref := p.CCM.Image.Repository + ":" + p.CCM.Image.Tag
-		m, err := r.Mirror(ref)
-		if err != nil {
-			t.Errorf("profile %s: %v", n, err)
-			continue
+		tags := slices.Collect(maps.Values(p.CCM.Image.Tags))
+		if p.CCM.Image.Tag != "" {
+			tags = append(tags, p.CCM.Image.Tag)
 		}
-		upstream := strings.SplitN(m.Context().RepositoryStr(), "/", 2)[0]
-		if !slices.Contains(UpstreamHosts, upstream) {
-			t.Errorf("profile %s: image %s is on %s, not in UpstreamHosts %v", n, ref, upstream, UpstreamHosts)
+		for _, tag := range tags {
+			ref := p.CCM.Image.Repository + ":" + tag
+			m, err := r.Mirror(ref)
+			if err != nil {
+				t.Errorf("profile %s: %v", n, err)
+				continue
+			}
+			upstream := strings.SplitN(m.Context().RepositoryStr(), "/", 2)[0]
+			if !slices.Contains(UpstreamHosts, upstream) {
+				t.Errorf("profile %s: image %s is on %s, not in UpstreamHosts %v", n, ref, upstream, UpstreamHosts)
+			}
 		}
 	}
 }
@@ -122,7 +129,7 @@ func readHostsFile(t *testing.T, path string) hostsFile {
 func TestWriteHostsDir(t *testing.T) {
 	r := start(t)
 	bin, _ := writeBinary(t, 100)
-	if _, err := r.PushBinary(t.Context(), "registry.k8s.io/provider-aws/cloud-controller-manager:v1.34.0", bin, ImageOptions{}); err != nil {
+	if _, err := r.PushBinary(t.Context(), "registry.k8s.io/provider-aws/cloud-controller-manager:v1.36.2", bin, ImageOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.PushBinary(t.Context(), "hetznercloud/hcloud-cloud-controller-manager:v1.35.0", bin, ImageOptions{}); err != nil {
@@ -158,7 +165,7 @@ func TestWriteHostsDir(t *testing.T) {
 		// repository and tag of an image containerd would pull with it
 		repo, tag string
 	}{
-		{"registry.k8s.io", "https://" + r.Host() + "/v2/registry.k8s.io", true, "provider-aws/cloud-controller-manager", "v1.34.0"},
+		{"registry.k8s.io", "https://" + r.Host() + "/v2/registry.k8s.io", true, "provider-aws/cloud-controller-manager", "v1.36.2"},
 		{"docker.io", "https://" + r.Host() + "/v2/docker.io", true, "hetznercloud/hcloud-cloud-controller-manager", "v1.35.0"},
 		{r.Host(), "https://" + r.Host(), false, "hybrid-ccm/talos-ccm", "v0.1.0"},
 	} {

@@ -12,9 +12,14 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
+	"sigs.k8s.io/yaml"
+
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/test/fleet"
 	"github.com/hybrid-ccm/hybrid-ccm/test/netns"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
@@ -69,6 +74,10 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	if err := previousImages(ctx, root, images, awsCCM); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	f, err = fleet.Up(ctx, fleet.Options{Machines: machines, Images: images, Log: logWriter{}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -84,6 +93,50 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "cluster logs (tails):\n%s\n", f.Logs(3000))
 	}
 	return code
+}
+
+// previousImages adds the upstream CCM images the previous release's
+// profiles name for this control plane and this tree's do not (the previous
+// release named one aws tag for every minor, v1.34.0) to images: under
+// those names the registry serves the same binaries as under this tree's
+// (for aws, the AWS CCM hack/aws-ccm.sh built for this tree; the Go module
+// proxy is out of reach in here, and the test is about the product's
+// hand-over, which moves the aws release to this tree's tag).
+func previousImages(ctx context.Context, root string, images map[string]string, awsCCM string) error {
+	minor, err := fleet.ControlPlaneMinor()
+	if err != nil {
+		return err
+	}
+	byRepo := map[string]string{}
+	for ref, bin := range images {
+		repo, _, _ := strings.Cut(ref, ":")
+		byRepo[repo] = bin
+	}
+	byRepo["registry.k8s.io/provider-aws/cloud-controller-manager"] = awsCCM
+	for _, name := range []string{"aws", "hcloud"} {
+		file := "profiles/" + name + ".yaml"
+		data, err := exec.CommandContext(ctx, "git", "-C", root, "show", previous+":"+file).Output()
+		if err != nil {
+			return fmt.Errorf("git show %s:%s: %w (a shallow clone lacks the commit: git fetch --unshallow)", previous, file, err)
+		}
+		// only its image: a profile of then need not validate now
+		p := &profile.Profile{}
+		if err := yaml.Unmarshal(data, p); err != nil {
+			return fmt.Errorf("%s@%.12s: %w", file, previous, err)
+		}
+		tag, _, err := p.TagFor(minor)
+		if err != nil {
+			return err
+		}
+		bin, ok := byRepo[p.CCM.Image.Repository]
+		if !ok {
+			return fmt.Errorf("the previous release's %s profile names %s, which this tree's does not", name, p.CCM.Image.Repository)
+		}
+		if _, ok := images[p.CCM.Image.Repository+":"+tag]; !ok {
+			images[p.CCM.Image.Repository+":"+tag] = bin
+		}
+	}
+	return nil
 }
 
 // logWriter writes the fleet's steps to standard error with the time.

@@ -47,6 +47,18 @@ const (
 	// PlatformNotRoutedReason: spec.platform is not one of the profile's platforms.
 	PlatformNotRoutedReason = "PlatformNotRouted"
 
+	// NoUpstreamForKubernetesVersionReason: the profile has no upstream CCM
+	// release for the API server's minor nor one a minor older (Kubernetes'
+	// skew policy); nothing is installed or upgraded, a release already
+	// installed stays. Looked at again every interval: the API server may
+	// change.
+	NoUpstreamForKubernetesVersionReason = "NoUpstreamForKubernetesVersion"
+
+	// UpstreamChosenReason: the event of a new upstream CCM image chosen for
+	// the NativeCCM (status.upstream), a Warning when it is outside the skew
+	// policy (an overridden image).
+	UpstreamChosenReason = "UpstreamChosen"
+
 	// ProfileResolvedReason: the profile resolved.
 	ProfileResolvedReason = "ProfileResolved"
 

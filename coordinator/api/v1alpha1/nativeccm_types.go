@@ -221,6 +221,56 @@ type GateLoadBalancers struct {
 	Default bool `json:"default,omitempty"`
 }
 
+// UpstreamStatus is the upstream CCM release the coordinator chose for the
+// API server's Kubernetes minor (the profile's ccm.image.tags), or the one
+// spec.overrides.image names.
+type UpstreamStatus struct {
+	// Image is repository:tag of the CCM container.
+	// +kubebuilder:validation:MaxLength=512
+	Image string `json:"image"`
+	// Source says where the tag came from: Profile (its release for a
+	// Kubernetes minor), ProfileDefault (its one release for every minor,
+	// ccm.image.tag) or Override (spec.overrides.image).
+	// +kubebuilder:validation:Enum=Profile;ProfileDefault;Override
+	Source string `json:"source"`
+	// KubernetesMinor is the Kubernetes minor the release is for (1.N), when
+	// known.
+	// +optional
+	// +kubebuilder:validation:MaxLength=8
+	KubernetesMinor string `json:"kubernetesMinor,omitempty"`
+	// APIServerVersion is the API server's version the choice was last made
+	// (or checked) for.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	APIServerVersion string `json:"apiServerVersion,omitempty"`
+	// Skew is how many minors the release is older than the API server
+	// (negative: newer). Kubernetes allows 0 and 1. Absent when the
+	// release's minor is unknown.
+	// +optional
+	Skew *int32 `json:"skew,omitempty"`
+	// NodeFilter is how the upstream CCM itself leaves other platforms'
+	// nodes alone, a second layer behind the gate; absent when this release
+	// cannot.
+	// +optional
+	NodeFilter *NodeFilterStatus `json:"nodeFilter,omitempty"`
+}
+
+// NodeFilterStatus is the upstream CCM's own filter of foreign nodes.
+type NodeFilterStatus struct {
+	// Args the CCM runs with for it (e.g. --node-filter-requirements=...).
+	// +optional
+	// +kubebuilder:validation:MaxItems=4
+	// +kubebuilder:validation:items:MaxLength=512
+	Args []string `json:"args,omitempty"`
+	// ForeignNodeLabels are the labels (key=value) a node of another
+	// platform must carry for the CCM to leave it alone; a talos-ccm rule
+	// puts them there (docs/profiles.md).
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MaxLength=317
+	ForeignNodeLabels []string `json:"foreignNodeLabels,omitempty"`
+}
+
 // NativeCCMStatus is what the coordinator observed.
 type NativeCCMStatus struct {
 	// ObservedGeneration is the last generation fully reconciled.
@@ -245,6 +295,10 @@ type NativeCCMStatus struct {
 	// grace period of Auto counts from here.
 	// +optional
 	NoNodesSince *metav1.Time `json:"noNodesSince,omitempty"`
+
+	// Upstream is the upstream CCM release chosen for the API server.
+	// +optional
+	Upstream *UpstreamStatus `json:"upstream,omitempty"`
 
 	// Release is the Helm release, when one exists.
 	// +optional
@@ -279,6 +333,8 @@ type NativeCCMStatus struct {
 // +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.status.nodes`
 // +kubebuilder:printcolumn:name="Revision",type=integer,JSONPath=`.status.release.revision`
 // +kubebuilder:printcolumn:name="Chart",type=string,JSONPath=`.status.release.chart`,priority=1
+// +kubebuilder:printcolumn:name="Upstream",type=string,JSONPath=`.status.upstream.image`,priority=1
+// +kubebuilder:printcolumn:name="Skew",type=integer,JSONPath=`.status.upstream.skew`,priority=1
 // +kubebuilder:printcolumn:name="Leader",type=string,JSONPath=`.status.leader.holder`
 // +kubebuilder:printcolumn:name="Renewed",type=date,JSONPath=`.status.leader.renewTime`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`

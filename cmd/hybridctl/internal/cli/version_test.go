@@ -32,7 +32,7 @@ func TestComponentNativeCCM(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: "hybrid-ccm-system", Name: "native-ccm-aws", Labels: map[string]string{"app.kubernetes.io/name": "native-ccm"}},
 		Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
 			InitContainers: []corev1.Container{{Name: "ccm-gate", Image: "ghcr.io/hybrid-ccm/ccm-gate:0.2.0"}},
-			Containers:     []corev1.Container{{Name: "aws-cloud-controller-manager", Image: "registry.k8s.io/provider-aws/cloud-controller-manager:v1.34.0"}},
+			Containers:     []corev1.Container{{Name: "aws-cloud-controller-manager", Image: "registry.k8s.io/provider-aws/cloud-controller-manager:v1.36.2"}},
 		}}},
 		Status: appsv1.DeploymentStatus{ReadyReplicas: 1},
 	}

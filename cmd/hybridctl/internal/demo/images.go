@@ -22,8 +22,9 @@ func upstreamImages(ctx context.Context, root, dir, awsCCM string) (map[string]s
 }
 
 // awsCCMBinary is the upstream AWS CCM that hack/aws-ccm.sh built (`make
-// demo` runs it first) for the version the aws profile's image names, found
-// where the script caches it: ${HYBRID_CCM_CACHE:-${XDG_CACHE_HOME:-~/.cache}/hybrid-ccm}/aws-ccm-<tag>.
+// demo` runs it first) for the release the aws profile names for the
+// control plane's minor (the one the coordinator installs), found where the
+// script caches it: ${HYBRID_CCM_CACHE:-${XDG_CACHE_HOME:-~/.cache}/hybrid-ccm}/aws-ccm-<tag>.
 // The demo does not build it: it runs in a network namespace without the Go
 // module proxy.
 func awsCCMBinary() (string, error) {
@@ -43,9 +44,17 @@ func awsCCMBinary() (string, error) {
 		}
 		root = filepath.Join(cache, "hybrid-ccm")
 	}
-	bin := filepath.Join(root, "aws-ccm-"+p.CCM.Image.Tag, "aws-cloud-controller-manager")
+	minor, err := fleet.ControlPlaneMinor()
+	if err != nil {
+		return "", err
+	}
+	tag, _, err := p.TagFor(minor)
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(root, "aws-ccm-"+tag, "aws-cloud-controller-manager")
 	if fi, err := os.Stat(bin); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
-		return "", fmt.Errorf("the demo runs the upstream AWS CCM %s, built by hack/aws-ccm.sh, and %s is not there: run `make demo` (it builds it) or hack/aws-ccm.sh first", p.CCM.Image.Tag, bin)
+		return "", fmt.Errorf("the demo runs the upstream AWS CCM %s, built by hack/aws-ccm.sh, and %s is not there: run `make demo` (it builds it) or hack/aws-ccm.sh first", tag, bin)
 	}
 	return bin, nil
 }

@@ -5,7 +5,9 @@
 // that are not Ready or whose installed CCM is not running, kubelet-serving
 // CSRs nobody decides, pod CIDR overlaps, a fence the API server does not
 // enforce (absent, not denying, or an older one with a paramKind that refuses
-// every node write after each API server start), NativeCCMs whose CCM the
+// every node write after each API server start), NativeCCMs whose upstream
+// CCM is outside Kubernetes' version skew policy or leaves foreign nodes
+// alone by a label some of them lack, NativeCCMs whose CCM the
 // fence refuses everything (no grant), orphaned native CCM identities and
 // grants, grants of the native CCMs' node rights that the fence does not
 // confine, and in the coordinator's namespace: workloads with host access,
@@ -139,7 +141,7 @@ func Run(ctx context.Context, c client.Client, o Options) (*Report, error) {
 	if err := r.checkControllers(ctx, c, o); err != nil {
 		return nil, err
 	}
-	if err := r.checkNativeCCMs(ctx, c); err != nil {
+	if err := r.checkNativeCCMs(ctx, c, nodes.Items); err != nil {
 		return nil, err
 	}
 	if err := r.checkCSRs(ctx, c, o); err != nil {
@@ -280,7 +282,7 @@ func (r *Report) checkWorkloads(ctx context.Context, c client.Client) error {
 	return nil
 }
 
-func (r *Report) checkNativeCCMs(ctx context.Context, c client.Client) error {
+func (r *Report) checkNativeCCMs(ctx context.Context, c client.Client, nodes []corev1.Node) error {
 	var list v1.NativeCCMList
 	if err := c.List(ctx, &list); err != nil {
 		if apimeta.IsNoMatchError(err) || isNotFound(err) {
@@ -311,6 +313,8 @@ func (r *Report) checkNativeCCMs(ctx context.Context, c client.Client) error {
 		return err
 	}
 	r.checkLoadBalancerClasses(list.Items)
+	r.checkUpstreamSkew(list.Items)
+	r.checkForeignNodeLabels(list.Items, nodes)
 	for i := range list.Items {
 		n := &list.Items[i]
 		if n.Spec.Suspend {

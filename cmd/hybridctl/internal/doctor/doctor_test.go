@@ -588,3 +588,101 @@ func lease(ns, name, holder string, renewed time.Time) *coordinationv1.Lease {
 	}
 	return l
 }
+
+// TestDoctorUpstreamSkew: a NativeCCM whose upstream CCM is two minors older
+// than the API server, or newer, is a finding (with the fix for where its
+// tag came from); one minor older, the same minor, or an unknown minor is not.
+func TestDoctorUpstreamSkew(t *testing.T) {
+	ctx := context.Background()
+	c, err := doctor.NewClient(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []struct {
+		name, source, minor string
+		skew                *int32
+	}{
+		{"skew-old", "Profile", "1.34", ptr.To[int32](2)},
+		{"skew-new", "Override", "1.37", ptr.To[int32](-1)},
+		{"skew-one", "Profile", "1.35", ptr.To[int32](1)},
+		{"skew-none", "Profile", "1.36", ptr.To[int32](0)},
+		{"skew-unknown", "ProfileDefault", "", nil},
+	} {
+		obj := &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: n.name}, Spec: v1.NativeCCMSpec{Platform: n.name}}
+		create(t, c, obj)
+		obj.Status.Upstream = &v1.UpstreamStatus{Image: "registry.example/ccm:" + n.minor, Source: n.source,
+			KubernetesMinor: n.minor, APIServerVersion: "v1.36.3", Skew: n.skew}
+		if err := c.Status().Update(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := doctor.Run(ctx, c, doctor.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]doctor.Finding{}
+	for _, f := range rep.Findings {
+		if f.Check == doctor.CheckUpstreamSkew {
+			got[f.Object] = f
+		}
+	}
+	if len(got) != 2 {
+		t.Fatalf("skew findings %v, want nativeccm/skew-old and nativeccm/skew-new", got)
+	}
+	if f := got["nativeccm/skew-old"]; !strings.Contains(f.Message, "registry.example/ccm:1.34 (for Kubernetes 1.34), 2 minor(s) older than the API server v1.36.3") ||
+		!strings.Contains(f.Fix, "ccm.image.tags") {
+		t.Errorf("finding %+v", f)
+	}
+	if f := got["nativeccm/skew-new"]; !strings.Contains(f.Message, "1 minor(s) newer than the API server v1.36.3") ||
+		!strings.Contains(f.Fix, "kubectl edit nativeccm skew-new") {
+		t.Errorf("finding %+v", f)
+	}
+}
+
+// TestDoctorForeignNodeLabels: a NativeCCM whose CCM leaves foreign nodes
+// alone by a label (GCP's) is a finding while an initialized node of another
+// platform lacks it; its own nodes, unlabelled and uninitialized nodes are
+// not counted, and a node with the label is fine.
+func TestDoctorForeignNodeLabels(t *testing.T) {
+	ctx := context.Background()
+	c, err := doctor.NewClient(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const label = "components.gke.io/gke-unmanaged-node"
+	labelled := node("0fl-aws-2", "fl-aws", "aws:///eu-west-1a/i-2", false)
+	labelled.Labels[label] = "true"
+	wrong := node("0fl-aws-3", "fl-aws", "aws:///eu-west-1a/i-3", false)
+	wrong.Labels[label] = "false"
+	create(t, c,
+		node("0fl-gcp-1", "fl-gcp", "gce://p/z/fl-gcp-1", false),
+		node("0fl-aws-1", "fl-aws", "aws:///eu-west-1a/i-1", false),
+		labelled, wrong,
+		node("0fl-young-1", "fl-aws", "", true),
+	)
+	obj := &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "fl-gcp"}, Spec: v1.NativeCCMSpec{Platform: "fl-gcp"}}
+	create(t, c, obj)
+	obj.Status.Upstream = &v1.UpstreamStatus{Image: "registry.k8s.io/cloud-provider-gcp/cloud-controller-manager:v36.3.8", Source: "Profile",
+		NodeFilter: &v1.NodeFilterStatus{ForeignNodeLabels: []string{label + "=true"}}}
+	if err := c.Status().Update(ctx, obj); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := doctor.Run(ctx, c, doctor.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []doctor.Finding
+	for _, f := range rep.Findings {
+		if f.Check == doctor.CheckForeignNodeLabels {
+			got = append(got, f)
+		}
+	}
+	// other tests' nodes of other platforms lack it too (the message names
+	// the first five, in name order: these come first)
+	if len(got) != 1 || got[0].Object != "nativeccm/fl-gcp" || !strings.Contains(got[0].Message, "0fl-aws-1") ||
+		!strings.Contains(got[0].Message, "0fl-aws-3") || strings.Contains(got[0].Message, "0fl-aws-2") ||
+		strings.Contains(got[0].Message, "0fl-gcp-1") || strings.Contains(got[0].Message, "0fl-young-1") ||
+		!strings.Contains(got[0].Fix, "docs/profiles.md") {
+		t.Fatalf("findings %+v", got)
+	}
+}
