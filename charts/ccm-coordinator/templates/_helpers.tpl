@@ -48,3 +48,13 @@ constant, namespace.yaml to choose the Pod Security level), never as text. */}}
 {{- end }}
 {{- $out | uniq | sortAlpha | toJson }}
 {{- end -}}
+
+{{/* Names of the image pull Secrets of the pod: global.imagePullSecrets (an
+umbrella's, for every chart) then imagePullSecrets, each once; a JSON list. */}}
+{{- define "ccm-coordinator.imagePullSecrets" -}}
+{{- $names := list -}}
+{{- range concat (dig "imagePullSecrets" list (.Values.global | default dict)) (.Values.imagePullSecrets | default list) -}}
+{{- $names = append $names .name -}}
+{{- end -}}
+{{- $names | uniq | toJson -}}
+{{- end -}}

@@ -36,3 +36,13 @@ hybridccm.io/platform: {{ . | quote }}
 {{- end -}}
 {{- printf "%s:%s" .Values.image.repository .Values.image.tag -}}
 {{- end -}}
+
+{{/* Names of the image pull Secrets of the pod: global.imagePullSecrets (an
+umbrella's, for every chart) then imagePullSecrets, each once; a JSON list. */}}
+{{- define "native-ccm.imagePullSecrets" -}}
+{{- $names := list -}}
+{{- range concat (dig "imagePullSecrets" list (.Values.global | default dict)) (.Values.imagePullSecrets | default list) -}}
+{{- $names = append $names .name -}}
+{{- end -}}
+{{- $names | uniq | toJson -}}
+{{- end -}}

@@ -44,3 +44,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- with $t.clusterName }}{{ $_ := set $global "clusterName" . }}{{ end -}}
 {{- toYaml (dict "global" $global "transformations" ($t.rules | default list)) -}}
 {{- end -}}
+
+{{/* Names of the image pull Secrets of the pod: global.imagePullSecrets (an
+umbrella's, for every chart) then imagePullSecrets, each once; a JSON list. */}}
+{{- define "talos-ccm.imagePullSecrets" -}}
+{{- $names := list -}}
+{{- range concat (dig "imagePullSecrets" list (.Values.global | default dict)) (.Values.imagePullSecrets | default list) -}}
+{{- $names = append $names .name -}}
+{{- end -}}
+{{- $names | uniq | toJson -}}
+{{- end -}}
