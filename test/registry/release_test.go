@@ -2,12 +2,14 @@ package registry
 
 import (
 	"bytes"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -113,5 +115,35 @@ func TestReleaseCAFile(t *testing.T) {
 	ca, _ := os.ReadFile(r.CAFile())
 	if !bytes.Contains(data, []byte("b3RoZXI=")) || !bytes.Contains(data, ca) {
 		t.Errorf("%s lacks the certificates of %s or of %s:\n%s", got, other, r.CAFile(), data)
+	}
+}
+
+// `make release` to a registry whose release repositories are private, as a
+// user logged in with `docker login` and `helm registry login` runs it: the
+// images and the charts are pushed with the credentials, and nobody pulls
+// them without.
+func TestReleasePrivate(t *testing.T) {
+	r := startPrivate(t)
+	root, err := ship.FindRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const version = "0.0.0-registrytest"
+	var log bytes.Buffer
+	if err := r.Release(t.Context(), root, version, &log); err != nil {
+		t.Fatalf("%v\nmake output:\n%s", err, log.String())
+	}
+	creds := &authn.Basic{Username: testCreds.Username, Password: testCreds.Password}
+	for _, s := range []string{r.Host() + "/hybrid-ccm/ccm-gate:" + version, r.Host() + "/hybrid-ccm/charts/ccm-coordinator:" + version} {
+		ref, err := name.ParseReference(s, name.StrictValidation)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := remote.Head(ref, remote.WithContext(t.Context()), remote.WithTransport(r.HTTPClient().Transport)); statusOf(err) != http.StatusUnauthorized {
+			t.Errorf("anonymous %s: %v, want 401", s, err)
+		}
+		if _, err := remote.Head(ref, remote.WithContext(t.Context()), remote.WithTransport(r.HTTPClient().Transport), remote.WithAuth(creds)); err != nil {
+			t.Errorf("%s with the credentials: %v", s, err)
+		}
 	}
 }
