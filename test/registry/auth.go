@@ -99,9 +99,10 @@ func (r *Registry) Credentials() (c Credentials, ok bool) {
 	return r.auth.creds, true
 }
 
-// authenticator is what the registry's own clients (PushBinary, Release's
-// check) authenticate with: the credentials, or none.
-func (r *Registry) authenticator() authn.Authenticator {
+// Authenticator is what go-containerregistry clients of the registry (its
+// own PushBinary and Release's check among them) authenticate with: the
+// credentials, or none.
+func (r *Registry) Authenticator() authn.Authenticator {
 	if r.auth == nil {
 		return authn.Anonymous
 	}

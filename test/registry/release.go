@@ -91,7 +91,7 @@ func (r *Registry) Release(ctx context.Context, root, version string, log io.Wri
 		if err != nil {
 			return fmt.Errorf("release %s: %w", version, err)
 		}
-		if _, err := remote.Head(ref, remote.WithContext(ctx), remote.WithTransport(r.transport), remote.WithAuth(r.authenticator())); err != nil {
+		if _, err := remote.Head(ref, remote.WithContext(ctx), remote.WithTransport(r.transport), remote.WithAuth(r.Authenticator())); err != nil {
 			missing = append(missing, fmt.Errorf("%s: %w", s, err))
 		}
 	}

@@ -61,14 +61,20 @@ func Upgrade(ctx context.Context, f *fleet.Fleet, namespace, release, ref, versi
 }
 
 // config is Helm's configuration for namespace: releases stored in Secrets,
-// the registry client trusting the fleet's registry.
+// the registry client trusting the fleet's registry (and logged in to it
+// when its release repositories are private).
 func config(f *fleet.Fleet, namespace string) (*action.Configuration, *cli.EnvSettings, error) {
 	kubeconfig, ns := f.KubeconfigPath, namespace
 	cfg := &action.Configuration{}
 	if err := cfg.Init(&genericclioptions.ConfigFlags{KubeConfig: &kubeconfig, Namespace: &ns}, namespace, "secret", func(string, ...any) {}); err != nil {
 		return nil, nil, err
 	}
-	rc, err := helmregistry.NewClient(helmregistry.ClientOptHTTPClient(f.Registry.HTTPClient()))
+	opts := []helmregistry.ClientOption{helmregistry.ClientOptHTTPClient(f.Registry.HTTPClient())}
+	if c, ok := f.Registry.Credentials(); ok {
+		// `helm registry login` to a private registry
+		opts = append(opts, helmregistry.ClientOptBasicAuth(c.Username, c.Password))
+	}
+	rc, err := helmregistry.NewClient(opts...)
 	if err != nil {
 		return nil, nil, err
 	}
