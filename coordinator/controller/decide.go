@@ -78,12 +78,18 @@ func (r *NativeCCMReconciler) checkCredentials(ctx context.Context, obj *v1.Nati
 	if len(missing) == 0 {
 		return nil
 	}
-	werr := fmt.Errorf("waiting for credentials: missing %s", strings.Join(missing, ", "))
-	if !conditions.HasAnyReason(obj, meta.ReadyCondition, v1.CredentialsNotFoundReason) {
-		r.event(obj, corev1.EventTypeWarning, v1.CredentialsNotFoundReason, werr.Error())
+	return r.waitFor(obj, v1.CredentialsNotFoundReason, fmt.Errorf("waiting for credentials: missing %s", strings.Join(missing, ", ")))
+}
+
+// waitFor records a wait for something a wanted release needs (Ready=False
+// with reason, a Warning event when the reason is new) and returns it as a
+// wait: looked at again after RetryInterval, or when a Secret changes.
+func (r *NativeCCMReconciler) waitFor(obj *v1.NativeCCM, reason string, err error) error {
+	if !conditions.HasAnyReason(obj, meta.ReadyCondition, reason) {
+		r.event(obj, corev1.EventTypeWarning, reason, err.Error())
 	}
-	conditions.MarkFalse(obj, meta.ReadyCondition, v1.CredentialsNotFoundReason, "%s", werr)
-	return &waitError{reason: v1.CredentialsNotFoundReason, after: r.RetryInterval, err: werr}
+	conditions.MarkFalse(obj, meta.ReadyCondition, reason, "%s", err)
+	return &waitError{reason: reason, after: r.RetryInterval, err: err}
 }
 
 func (r *NativeCCMReconciler) secretName(obj *v1.NativeCCM, p *profile.Profile) string {
@@ -137,10 +143,5 @@ func (r *NativeCCMReconciler) checkImagePullSecrets(ctx context.Context, obj *v1
 	if len(problems) == 0 {
 		return nil
 	}
-	werr := fmt.Errorf("waiting for image pull Secrets: %s", strings.Join(problems, "; "))
-	if !conditions.HasAnyReason(obj, meta.ReadyCondition, v1.ImagePullSecretNotFoundReason) {
-		r.event(obj, corev1.EventTypeWarning, v1.ImagePullSecretNotFoundReason, werr.Error())
-	}
-	conditions.MarkFalse(obj, meta.ReadyCondition, v1.ImagePullSecretNotFoundReason, "%s", werr)
-	return &waitError{reason: v1.ImagePullSecretNotFoundReason, after: r.RetryInterval, err: werr}
+	return r.waitFor(obj, v1.ImagePullSecretNotFoundReason, fmt.Errorf("waiting for image pull Secrets: %s", strings.Join(problems, "; ")))
 }

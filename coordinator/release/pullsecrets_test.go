@@ -44,18 +44,7 @@ func TestLifecycleImagePullSecrets(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			l := base
 			l.ImagePullSecrets = tc.secrets
-			m, err := release.ParseManifests([]byte(tc.chart))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := l.Mutate(m); err != nil {
-				t.Fatal(err)
-			}
-			out, err := m.Encode()
-			if err != nil {
-				t.Fatal(err)
-			}
-			d := releasetest.Decode(t, string(out))
+			d := releasetest.Decode(t, enforce(t, l, tc.chart))
 			var got []string
 			for _, r := range d.Deployments[0].Spec.Template.Spec.ImagePullSecrets {
 				got = append(got, r.Name)

@@ -21,20 +21,7 @@ var testCreds = Credentials{Username: "puller", Password: "s3cret"}
 // startPrivate starts a registry whose hybrid-ccm/ repositories are private.
 func startPrivate(t *testing.T) *Registry {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := Start(lis, t.TempDir(), RequireAuth(ReleaseRepository, testCreds))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := r.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	return r
+	return start(t, RequireAuth(ReleaseRepository, testCreds))
 }
 
 // statusOf is the HTTP status of a go-containerregistry error (0: none).

@@ -20,23 +20,33 @@ import (
 // helmConfig is the media type of a Helm chart's OCI config.
 const helmConfig types.MediaType = "application/vnd.cncf.helm.config.v1+json"
 
-// `make release` to the registry, as a user runs it: the images and the
-// charts are there afterwards, over HTTPS with the registry's CA. It builds
-// the four images for this machine's platform: about 15 s on a warm Go build
-// cache, several minutes on a cold one.
-func TestRelease(t *testing.T) {
-	r := start(t)
+// version is what the tests release.
+const version = "0.0.0-registrytest"
+
+// release runs Release of the repository into r at version and returns
+// make's output, or fails the test with it.
+func release(t *testing.T, r *Registry) *bytes.Buffer {
+	t.Helper()
 	root, err := ship.FindRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	const version = "0.0.0-registrytest"
 	var log bytes.Buffer
 	began := time.Now()
 	if err := r.Release(t.Context(), root, version, &log); err != nil {
 		t.Fatalf("%v\nmake output:\n%s", err, log.String())
 	}
 	t.Logf("make release took %s", time.Since(began).Round(time.Second))
+	return &log
+}
+
+// `make release` to the registry, as a user runs it: the images and the
+// charts are there afterwards, over HTTPS with the registry's CA. It builds
+// the four images for this machine's platform: about 15 s on a warm Go build
+// cache, several minutes on a cold one.
+func TestRelease(t *testing.T) {
+	r := start(t)
+	log := release(t, r)
 
 	get := func(s string) *remote.Descriptor {
 		t.Helper()
@@ -124,15 +134,7 @@ func TestReleaseCAFile(t *testing.T) {
 // them without.
 func TestReleasePrivate(t *testing.T) {
 	r := startPrivate(t)
-	root, err := ship.FindRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	const version = "0.0.0-registrytest"
-	var log bytes.Buffer
-	if err := r.Release(t.Context(), root, version, &log); err != nil {
-		t.Fatalf("%v\nmake output:\n%s", err, log.String())
-	}
+	release(t, r)
 	creds := &authn.Basic{Username: testCreds.Username, Password: testCreds.Password}
 	for _, s := range []string{r.Host() + "/hybrid-ccm/ccm-gate:" + version, r.Host() + "/hybrid-ccm/charts/ccm-coordinator:" + version} {
 		ref, err := name.ParseReference(s, name.StrictValidation)
