@@ -72,15 +72,17 @@ func TestPrivateRegistry(t *testing.T) {
 			if !slices.ContainsFunc(p.Spec.ImagePullSecrets, func(r corev1.LocalObjectReference) bool { return r.Name == pullSecret }) {
 				problems = append(problems, fmt.Sprintf("pod %s/%s has image pull Secrets %v, not %s", p.Namespace, p.Name, p.Spec.ImagePullSecrets, pullSecret))
 			}
-			for _, cs := range append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...) {
-				if !strings.HasPrefix(cs.Image, release) {
+			statuses := append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...)
+			for _, c := range append(slices.Clone(p.Spec.InitContainers), p.Spec.Containers...) {
+				img, ok := strings.CutPrefix(c.Image, release)
+				if !ok {
 					continue
 				}
-				if cs.ImageID == "" || (cs.State.Running == nil && cs.State.Terminated == nil) {
-					problems = append(problems, fmt.Sprintf("pod %s/%s container %s: image %s not running (state %+v)", p.Namespace, p.Name, cs.Name, cs.Image, cs.State))
+				i := slices.IndexFunc(statuses, func(cs corev1.ContainerStatus) bool { return cs.Name == c.Name })
+				if i < 0 || statuses[i].ImageID == "" || (statuses[i].State.Running == nil && statuses[i].State.Terminated == nil) {
+					problems = append(problems, fmt.Sprintf("pod %s/%s container %s: image %s not pulled and started (%+v)", p.Namespace, p.Name, c.Name, c.Image, statuses))
 					continue
 				}
-				img := strings.TrimPrefix(cs.Image, release)
 				ran[img] = append(ran[img], p.Name)
 			}
 		}
