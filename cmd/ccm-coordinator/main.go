@@ -19,6 +19,7 @@ import (
 	"github.com/fluxcd/pkg/runtime/probes"
 	flag "github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrl "sigs.k8s.io/controller-runtime"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -28,6 +29,7 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/controller"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release/helm"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
@@ -73,6 +75,7 @@ func main() {
 		listProfiles = flag.Bool("list-profiles", false, "Print the resolved profile names and exit.")
 		gateImage    = flag.String("gate-image", defaultGateImage, "Image of the ccm-gate sidecar added to every native CCM.")
 		gatePull     = flag.String("gate-image-pull-policy", "", "Pull policy of the ccm-gate image (default: Kubernetes' default).")
+		pullSecrets  = flag.StringSlice("image-pull-secrets", nil, "Secrets in the release namespace (comma-separated names) every native CCM pod pulls its images with, the ccm-gate image included; the coordinator waits while one is missing.")
 		printVersion = flag.Bool("version", false, "Print the version and exit.")
 	)
 	logOpts.BindFlags(flag.CommandLine)
@@ -91,6 +94,10 @@ func main() {
 
 	log := logger.NewLogger(logOpts)
 	ctrl.SetLogger(log)
+	if errs := release.ValidateImagePullSecrets(field.NewPath("--image-pull-secrets"), *pullSecrets); len(errs) > 0 {
+		log.Error(errs.ToAggregate(), "invalid flags")
+		os.Exit(1)
+	}
 
 	profiles, err := profile.Builtin()
 	if err == nil && *overrides != "" {
@@ -152,6 +159,7 @@ func main() {
 		Mutators: gate.Coordinator{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Image: *gateImage,
 			ImagePullPolicy: corev1.PullPolicy(*gatePull)}.Mutators,
 		Namespace:            *namespace,
+		ImagePullSecrets:     *pullSecrets,
 		UninstallGracePeriod: *grace,
 		RetryInterval:        *retry,
 		Interval:             *interval,

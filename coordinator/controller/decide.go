@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -77,12 +78,18 @@ func (r *NativeCCMReconciler) checkCredentials(ctx context.Context, obj *v1.Nati
 	if len(missing) == 0 {
 		return nil
 	}
-	werr := fmt.Errorf("waiting for credentials: missing %s", strings.Join(missing, ", "))
-	if !conditions.HasAnyReason(obj, meta.ReadyCondition, v1.CredentialsNotFoundReason) {
-		r.event(obj, corev1.EventTypeWarning, v1.CredentialsNotFoundReason, werr.Error())
+	return r.waitFor(obj, v1.CredentialsNotFoundReason, fmt.Errorf("waiting for credentials: missing %s", strings.Join(missing, ", ")))
+}
+
+// waitFor records a wait for something a wanted release needs (Ready=False
+// with reason, a Warning event when the reason is new) and returns it as a
+// wait: looked at again after RetryInterval, or when a Secret changes.
+func (r *NativeCCMReconciler) waitFor(obj *v1.NativeCCM, reason string, err error) error {
+	if !conditions.HasAnyReason(obj, meta.ReadyCondition, reason) {
+		r.event(obj, corev1.EventTypeWarning, reason, err.Error())
 	}
-	conditions.MarkFalse(obj, meta.ReadyCondition, v1.CredentialsNotFoundReason, "%s", werr)
-	return &waitError{reason: v1.CredentialsNotFoundReason, after: r.RetryInterval, err: werr}
+	conditions.MarkFalse(obj, meta.ReadyCondition, reason, "%s", err)
+	return &waitError{reason: reason, after: r.RetryInterval, err: err}
 }
 
 func (r *NativeCCMReconciler) secretName(obj *v1.NativeCCM, p *profile.Profile) string {
@@ -93,4 +100,48 @@ func (r *NativeCCMReconciler) secretName(obj *v1.NativeCCM, p *profile.Profile) 
 		return ""
 	}
 	return p.Credentials.SecretName
+}
+
+// imagePullSecrets are the names of the Secrets the NativeCCM's pods pull
+// their images with: the coordinator's, then its own, each once.
+func (r *NativeCCMReconciler) imagePullSecrets(obj *v1.NativeCCM) []string {
+	var out []string
+	add := func(name string) {
+		if !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	for _, n := range r.ImagePullSecrets {
+		add(n)
+	}
+	for _, s := range obj.Spec.ImagePullSecrets {
+		add(s.Name)
+	}
+	return out
+}
+
+// checkImagePullSecrets waits until every image pull Secret of the release
+// exists in the release namespace with a type the kubelet reads: without
+// one, the kubelet pulls without its credentials, and a private image (the
+// ccm-gate's, from the product's registry) is never pulled. Only names and
+// types are looked at, in the namespace the coordinator already reads
+// Secrets of; nothing is copied.
+func (r *NativeCCMReconciler) checkImagePullSecrets(ctx context.Context, obj *v1.NativeCCM, names []string) error {
+	var problems []string
+	for _, name := range names {
+		var s corev1.Secret
+		err := r.Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: name}, &s)
+		switch {
+		case apierrors.IsNotFound(err):
+			problems = append(problems, "Secret "+r.Namespace+"/"+name+" is missing")
+		case err != nil:
+			return err
+		case s.Type != corev1.SecretTypeDockerConfigJson && s.Type != corev1.SecretTypeDockercfg:
+			problems = append(problems, fmt.Sprintf("Secret %s/%s is of type %q, not %s", r.Namespace, name, s.Type, corev1.SecretTypeDockerConfigJson))
+		}
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return r.waitFor(obj, v1.ImagePullSecretNotFoundReason, fmt.Errorf("waiting for image pull Secrets: %s", strings.Join(problems, "; ")))
 }

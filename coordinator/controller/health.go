@@ -184,6 +184,9 @@ func (r *NativeCCMReconciler) observeHealth(ctx context.Context, l release.Lifec
 	case running == 0:
 		h.reason = v1.NoRunningPodsReason
 		h.message = fmt.Sprintf("release %s has no running pod (%d pod(s))", l.Release, len(pods.Items))
+		if pull := imagePullFailing(pods.Items); pull != "" {
+			h.message += "; " + pull
+		}
 		if holder != "" {
 			h.message += fmt.Sprintf("; lease %s was last renewed by %q at %s", leaseRef, holder, renewed)
 		}
@@ -244,6 +247,27 @@ func crashLooping(pods []corev1.Pod, restarts int32) string {
 			}
 			if w := c.State.Waiting; w != nil && w.Message != "" {
 				msg += "; " + w.Reason + ": " + w.Message
+			}
+			return msg
+		}
+	}
+	return ""
+}
+
+// imagePullFailing describes the first container of the pods whose image
+// the kubelet cannot pull (a private registry without the right image pull
+// Secret, an image that is not there), with the kubelet's words, or
+// returns "".
+func imagePullFailing(pods []corev1.Pod) string {
+	for _, p := range pods {
+		for _, c := range slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses) {
+			w := c.State.Waiting
+			if w == nil || (w.Reason != "ErrImagePull" && w.Reason != "ImagePullBackOff" && w.Reason != "InvalidImageName") {
+				continue
+			}
+			msg := fmt.Sprintf("container %s of pod %s cannot pull its image (%s)", c.Name, p.Name, w.Reason)
+			if m := strings.TrimSpace(w.Message); m != "" {
+				msg += ": " + lastWords(m)
 			}
 			return msg
 		}

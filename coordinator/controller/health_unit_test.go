@@ -73,3 +73,46 @@ func TestOwnPodName(t *testing.T) {
 		}
 	}
 }
+
+// TestImagePullFailing: a container the kubelet cannot pull the image of is
+// named with the kubelet's reason and words (the NoRunningPods message
+// carries it); others are not.
+func TestImagePullFailing(t *testing.T) {
+	waiting := func(reason, msg string) corev1.ContainerState {
+		return corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: msg}}
+	}
+	cases := []struct {
+		name string                   // case
+		init []corev1.ContainerStatus // the pod's init container statuses (the gate)
+		main []corev1.ContainerStatus // its container statuses
+		want []string                 // parts of the message; nil: none
+	}{
+		{name: "starting", main: []corev1.ContainerStatus{{Name: "ccm", State: waiting("ContainerCreating", "")}}},
+		{name: "crash-looping is not a pull", main: []corev1.ContainerStatus{{Name: "ccm", State: waiting("CrashLoopBackOff", "back-off")}}},
+		{name: "the gate's pull refused",
+			init: []corev1.ContainerStatus{{Name: "ccm-gate", State: waiting("ErrImagePull", "failed to pull image \"r.example/hybrid-ccm/ccm-gate:1\": 401 Unauthorized")}},
+			main: []corev1.ContainerStatus{{Name: "ccm", State: waiting("PodInitializing", "")}},
+			want: []string{"container ccm-gate of pod p cannot pull its image (ErrImagePull)", "401 Unauthorized"}},
+		{name: "backing off", main: []corev1.ContainerStatus{{Name: "ccm", State: waiting("ImagePullBackOff", "Back-off pulling image")}},
+			want: []string{"container ccm of pod p cannot pull its image (ImagePullBackOff): Back-off pulling image"}},
+		{name: "a long message keeps its end", main: []corev1.ContainerStatus{{Name: "ccm", State: waiting("ErrImagePull", strings.Repeat("x", 3000)+" the reason")}},
+			want: []string{"...", "the reason"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			pod := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Status: corev1.PodStatus{InitContainerStatuses: c.init, ContainerStatuses: c.main}}
+			got := imagePullFailing([]corev1.Pod{pod})
+			if (got != "") != (c.want != nil) {
+				t.Fatalf("imagePullFailing = %q", got)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("message %q lacks %q", got, w)
+				}
+			}
+			if len(got) > maxLastWords+200 {
+				t.Errorf("message of %d bytes", len(got))
+			}
+		})
+	}
+}

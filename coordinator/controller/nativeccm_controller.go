@@ -62,8 +62,12 @@ type NativeCCMReconciler struct {
 	Mutators MutatorsFunc
 
 	// Namespace holds the releases, their ServiceAccounts, leases and the
-	// credentials Secrets.
+	// credentials and image pull Secrets.
 	Namespace string
+	// ImagePullSecrets name Secrets in Namespace every native CCM's pods pull
+	// their images with (the ccm-gate image comes from the product's
+	// registry), before those of the NativeCCM's spec.imagePullSecrets.
+	ImagePullSecrets []string
 	// UninstallGracePeriod is the default time Auto keeps a release after the
 	// last node of its platform is gone.
 	UninstallGracePeriod time.Duration
@@ -200,7 +204,7 @@ func (r *NativeCCMReconciler) reconcileDelete(ctx context.Context, obj *v1.Nativ
 //  1. observe: the desired release (profile and overrides), the platform's
 //     nodes, conflicts around the CCM (reported, never blocking);
 //  2. decide: is the release wanted (install policy), and are its
-//     credentials there?
+//     credentials and image pull Secrets there?
 //  3. gate: for a wanted release, the fence checked, status.gate written and
 //     the view's mutators, before anything is installed or upgraded;
 //  4. release: the action chosen from the release's state (install,
@@ -231,6 +235,9 @@ func (r *NativeCCMReconciler) reconcile(ctx context.Context, obj *v1.NativeCCM) 
 		return ctrl.Result{RequeueAfter: r.Interval}, r.reconcileAbsent(ctx, obj, d.reason)
 	}
 	if err := r.checkCredentials(ctx, obj, p); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.checkImagePullSecrets(ctx, obj, req.Lifecycle.ImagePullSecrets); err != nil {
 		return ctrl.Result{}, err
 	}
 

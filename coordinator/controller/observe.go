@@ -46,6 +46,7 @@ func (r *NativeCCMReconciler) resolveProfile(ctx context.Context, obj *v1.Native
 	if c := obj.Spec.Credentials; c != nil {
 		in.SecretName = c.SecretRef.Name
 	}
+	in.ImagePullSecrets = r.imagePullSecrets(obj)
 	if o := obj.Spec.Overrides; o != nil {
 		if o.Image != nil {
 			in.ImageRepository, in.ImageTag = o.Image.Repository, o.Image.Tag

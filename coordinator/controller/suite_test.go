@@ -140,6 +140,8 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 	must(deriveProfile("hcloud", "lb-no", 10323, func(p *profile.Profile) {
 		p.LoadBalancers = &profile.LoadBalancers{Unsupported: "this test cloud has no load balancers"}
 	}))
+	// image pull Secrets of a NativeCCM's own
+	must(deriveProfile("hcloud", "pull-a", 10324, nil))
 
 	// the upstream CCM per Kubernetes minor: Azure's (with its own node
 	// filter), and a profile whose only release is two minors older than
@@ -156,6 +158,9 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 	k8s, err = client.New(e.Config, client.Options{Scheme: NewScheme()})
 	must(err)
 	must(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: releaseNamespace}}))
+	// The image pull Secret the coordinator gives every native CCM (the
+	// ccm-gate image comes from the product's registry).
+	must(k8s.Create(ctx, dockerConfigSecret(coordinatorPullSecret)))
 
 	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
 		Scheme:  NewScheme(),
@@ -195,6 +200,7 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 		// checked against the fence, gets its parameters and the ccm-gate sidecar.
 		Mutators:             gate.Coordinator{Client: mgr.GetClient(), Reader: fenceClient, Image: gateImage}.Mutators,
 		Namespace:            releaseNamespace,
+		ImagePullSecrets:     []string{coordinatorPullSecret},
 		UninstallGracePeriod: 2 * time.Second,
 		RetryInterval:        time.Second,
 		Health:               HealthOptions{LeaseDuration: testLeaseDuration, CrashLoopRestarts: 3},

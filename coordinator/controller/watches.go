@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -78,8 +79,9 @@ func (h nodeHandler) enqueue(ctx context.Context, q queue, platform string) {
 	}
 }
 
-// secretHandler enqueues the NativeCCMs whose credentials Secret changed. Helm's
-// own release Secrets live in the same namespace and are ignored.
+// secretHandler enqueues the NativeCCMs whose credentials or image pull
+// Secret changed. Helm's own release Secrets live in the same namespace and
+// are ignored.
 type secretHandler struct{ r *NativeCCMReconciler }
 
 var _ handler.EventHandler = secretHandler{}
@@ -111,7 +113,7 @@ func (h secretHandler) enqueue(ctx context.Context, q queue, o client.Object) {
 	for i := range list.Items {
 		n := &list.Items[i]
 		p, _ := h.r.Profiles.Get(n.ProfileName())
-		if h.r.secretName(n, p) == s.Name {
+		if h.r.secretName(n, p) == s.Name || slices.Contains(h.r.imagePullSecrets(n), s.Name) {
 			q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: n.Name}})
 		}
 	}

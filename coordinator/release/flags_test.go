@@ -95,18 +95,7 @@ spec:
 func TestChartRenderedEnforcedFlagsAreReplaced(t *testing.T) {
 	l := release.Lifecycle{Release: "native-ccm-hcloud", Namespace: "kube-system", Platform: "hcloud", LeaseName: "native-ccm-hcloud", SecurePort: 10300,
 		Args: []string{"--node_monitor_period=7s"}}
-	m, err := release.ParseManifests([]byte(upstreamUnderscores))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Mutate(m); err != nil {
-		t.Fatal(err)
-	}
-	out, err := m.Encode()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := releasetest.Decode(t, string(out)).Deployments[0].Spec.Template.Spec.Containers[0]
+	c := releasetest.Decode(t, enforce(t, l, upstreamUnderscores)).Deployments[0].Spec.Template.Spec.Containers[0]
 	releasetest.AssertFlags(t, append(append([]string{}, c.Command[1:]...), c.Args...), l)
 	if c.Ports[0].ContainerPort != 10300 {
 		t.Errorf("port %d not moved from -secure_port", c.Ports[0].ContainerPort)

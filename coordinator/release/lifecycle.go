@@ -74,6 +74,11 @@ type Lifecycle struct {
 	// TokenAudiences are the profile's ccm.tokenAudiences: the only
 	// ServiceAccount token projections the gate mutator lets into the pod.
 	TokenAudiences []string `json:"tokenAudiences,omitempty"`
+	// ImagePullSecrets name Secrets in Namespace the pod pulls its images
+	// with (every container's: the CCM's, and the gate's the gate mutator
+	// adds); added to those the chart renders. Empty (omitted: the
+	// fingerprint of a release without them stays what it was): none added.
+	ImagePullSecrets []string `json:"imagePullSecrets,omitempty"`
 }
 
 // LoadBalancerSettings say which Services a native CCM serves.
@@ -166,6 +171,9 @@ func (l Lifecycle) Mutate(m *Manifests) error {
 	}
 	if lb := l.LoadBalancers; lb != nil && (lb.Controller == "" || lb.Class == "" || strings.ContainsAny(lb.Controller, ",= ")) {
 		return fmt.Errorf("incomplete load balancer settings %+v", *lb)
+	}
+	if errs := ValidateImagePullSecrets(field.NewPath("imagePullSecrets"), l.ImagePullSecrets); len(errs) > 0 {
+		return errs.ToAggregate()
 	}
 	// Profile and override args come after the enforced ones, and the last
 	// occurrence of a flag wins: one that names an enforced flag in any
@@ -292,6 +300,11 @@ func (l Lifecycle) enforceWorkload(w *unstructured.Unstructured) error {
 
 	spec.ServiceAccountName = l.ServiceAccountName()
 	spec.DeprecatedServiceAccount = ""
+	for _, name := range l.ImagePullSecrets {
+		if !slices.ContainsFunc(spec.ImagePullSecrets, func(r corev1.LocalObjectReference) bool { return r.Name == name }) {
+			spec.ImagePullSecrets = append(spec.ImagePullSecrets, corev1.LocalObjectReference{Name: name})
+		}
+	}
 	// The gate mutator (coordinator/gate.Sidecar, run after this one) turns
 	// automounting off again and projects the token into the gate alone.
 	automount := true

@@ -67,18 +67,7 @@ func TestLifecycleEnforcesOnUpstreamManifests(t *testing.T) {
 		// the upstream chart runs on the host network, as the profile declares
 		HostNetwork: true,
 	}
-	m, err := release.ParseManifests([]byte(upstreamLike))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Mutate(m); err != nil {
-		t.Fatal(err)
-	}
-	out, err := m.Encode()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rendered := string(out)
+	rendered := enforce(t, l, upstreamLike)
 	releasetest.AssertLifecycleOnly(t, rendered, l)
 	releasetest.AssertLifecycleRules(t, rendered)
 
@@ -109,6 +98,24 @@ func TestLifecycleEnforcesOnUpstreamManifests(t *testing.T) {
 			t.Errorf("%s\n%s", tt.name, rendered)
 		}
 	}
+}
+
+// enforce runs the lifecycle enforcement over rendered manifests and
+// returns the result, or fails the test.
+func enforce(t *testing.T, l release.Lifecycle, rendered string) string {
+	t.Helper()
+	m, err := release.ParseManifests([]byte(rendered))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Mutate(m); err != nil {
+		t.Fatal(err)
+	}
+	out, err := m.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
 }
 
 func TestLifecycleRejectsAmbiguousWorkloads(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"text/template"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	nativeccm "github.com/hybrid-ccm/hybrid-ccm/charts/native-ccm"
@@ -62,6 +63,9 @@ type Instance struct {
 	// LoadBalancers, when set, turns on the profile's service controller for
 	// this class (Controller is taken from the profile).
 	LoadBalancers *LoadBalancerSettings
+	// ImagePullSecrets name Secrets in Namespace the CCM's pods pull their
+	// images with (Lifecycle.ImagePullSecrets), in order, without repeats.
+	ImagePullSecrets []string
 }
 
 // ErrLoadBalancersUnsupported marks a NativeCCM that enables load balancers
@@ -84,6 +88,9 @@ type ValuesContext struct {
 // configuration errors (the NativeCCM or profile must change).
 func FromProfile(p *profile.Profile, in Instance) (Request, error) {
 	if errs := profile.ValidateArgs(field.NewPath("spec", "overrides", "args"), in.Args); len(errs) > 0 {
+		return Request{}, errs.ToAggregate()
+	}
+	if errs := ValidateImagePullSecrets(field.NewPath("spec", "imagePullSecrets"), in.ImagePullSecrets); len(errs) > 0 {
 		return Request{}, errs.ToAggregate()
 	}
 	if p.Chart.Source == profile.ChartBuiltin {
@@ -144,7 +151,8 @@ func FromProfile(p *profile.Profile, in Instance) (Request, error) {
 		HostNetwork:   p.CCM.HostNetwork,
 		LoadBalancers: lb,
 		// a copy: the request must not share the profile's list
-		TokenAudiences: append([]string(nil), p.CCM.TokenAudiences...),
+		TokenAudiences:   append([]string(nil), p.CCM.TokenAudiences...),
+		ImagePullSecrets: append([]string(nil), in.ImagePullSecrets...),
 	}
 	req := Request{Name: in.ReleaseName, Namespace: in.Namespace, Chart: p.Chart, Lifecycle: lc, Upstream: up}
 
@@ -168,6 +176,23 @@ func FromProfile(p *profile.Profile, in Instance) (Request, error) {
 	}
 	req.Values = values
 	return req, nil
+}
+
+// ValidateImagePullSecrets checks the names of image pull Secrets: each a
+// Secret name (a DNS subdomain), none twice.
+func ValidateImagePullSecrets(fp *field.Path, names []string) field.ErrorList {
+	var errs field.ErrorList
+	seen := map[string]bool{}
+	for i, n := range names {
+		for _, msg := range validation.IsDNS1123Subdomain(n) {
+			errs = append(errs, field.Invalid(fp.Index(i), n, "not a Secret name: "+msg))
+		}
+		if seen[n] {
+			errs = append(errs, field.Duplicate(fp.Index(i), n))
+		}
+		seen[n] = true
+	}
+	return errs
 }
 
 // validateValuesArgs checks the args a NativeCCM's values give the builtin

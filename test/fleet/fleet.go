@@ -24,6 +24,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -70,6 +71,12 @@ type Options struct {
 	// CIDRs, as on a Talos cluster by default (otherwise only talos-ccm's
 	// node IPAM does, when its chart turns it on).
 	AllocateNodeCIDRs bool
+	// ReleaseCredentials, when set, make the registry's release repositories
+	// private (registry.RequireAuth): Release pushes and fleethelm pulls
+	// charts with them, and pods pull the product's images only with an
+	// image pull Secret (CreatePullSecret). The pause and upstream images
+	// stay anonymous.
+	ReleaseCredentials *registry.Credentials
 }
 
 // Fleet is a running fleet.
@@ -117,7 +124,11 @@ func Up(ctx context.Context, opts Options) (_ *Fleet, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("fleet: registry: %w", err)
 	}
-	if f.Registry, err = registry.Start(lis, filepath.Join(work, "registry")); err != nil {
+	var regOpts []registry.Option
+	if c := opts.ReleaseCredentials; c != nil {
+		regOpts = append(regOpts, registry.RequireAuth(registry.ReleaseRepository, *c))
+	}
+	if f.Registry, err = registry.Start(lis, filepath.Join(work, "registry"), regOpts...); err != nil {
 		return nil, fmt.Errorf("fleet: %w", err)
 	}
 	if err := f.Registry.WriteHostsDir(hosts); err != nil {
@@ -207,6 +218,26 @@ func (f *Fleet) Release(ctx context.Context, version string) error {
 func (f *Fleet) ReleaseFrom(ctx context.Context, root, version string) error {
 	f.logf("make release VERSION=%s REGISTRY=%s from %s", version, f.Registry.ReleaseRegistry(), root)
 	return f.Registry.Release(ctx, root, version, f.log)
+}
+
+// CreatePullSecret creates the image pull Secret name in namespace that
+// pulls from the fleet's private release repositories (type
+// kubernetes.io/dockerconfigjson, what `kubectl create secret
+// docker-registry` makes), as a user creates one for their private registry.
+func (f *Fleet) CreatePullSecret(ctx context.Context, namespace, name string) error {
+	data, err := f.Registry.DockerConfigJSON()
+	if err != nil {
+		return fmt.Errorf("fleet: pull Secret %s/%s: %w", namespace, name, err)
+	}
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Type:       corev1.SecretTypeDockerConfigJson,
+		Data:       map[string][]byte{corev1.DockerConfigJsonKey: data},
+	}
+	if _, err := f.Client.CoreV1().Secrets(namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("fleet: pull Secret %s/%s: %w", namespace, name, err)
+	}
+	return nil
 }
 
 // ChartRef is the OCI reference of a released chart (without version).

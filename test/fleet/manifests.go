@@ -117,7 +117,7 @@ func (f *Fleet) HasImage(ctx context.Context, image string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := remote.Head(ref, remote.WithContext(ctx), remote.WithTransport(f.Registry.HTTPClient().Transport)); err != nil {
+	if _, err := remote.Head(ref, remote.WithContext(ctx), remote.WithTransport(f.Registry.HTTPClient().Transport), remote.WithAuth(f.Registry.Authenticator())); err != nil {
 		return fmt.Errorf("image %s (stored as %s): %w", image, ref, err)
 	}
 	return nil

@@ -33,8 +33,11 @@ const (
 	namespace = "kube-system"
 	// ccmNamespace is the coordinator's own (the chart's default).
 	ccmNamespace = "hybrid-ccm-system"
-	awsRegion    = "eu-west-1"
-	awsCluster   = "hybrid-test"
+	// pullSecret is the image pull Secret of the private registry
+	// (testdata/multi-cloud.yaml names it).
+	pullSecret = "release-registry"
+	awsRegion  = "eu-west-1"
+	awsCluster = "hybrid-test"
 )
 
 // nativeCCMs are the NativeCCMs the install runs.
@@ -66,8 +69,13 @@ func doInstall() (*fleet.Clouds, error) {
 		return nil, err
 	}
 
+	// The image pull Secret of the private registry, in talos-ccm's
+	// namespace before the install (kubectl create secret docker-registry).
+	if err := f.CreatePullSecret(ctx, namespace, pullSecret); err != nil {
+		return cl, err
+	}
 	// helm install hybrid-ccm oci://<registry>/charts/hybrid-ccm --version <v>
-	// -n kube-system -f multi-cloud.yaml
+	// -n kube-system -f multi-cloud.yaml (Helm logged in to the registry)
 	values, err := installValues(cl.TestCCMURL())
 	if err != nil {
 		return cl, err
@@ -76,6 +84,11 @@ func doInstall() (*fleet.Clouds, error) {
 		return cl, err
 	}
 
+	// The pull Secret in the coordinator's namespace the chart made, as
+	// docs/install.md says: its pod retries its pull until it is there.
+	if err := f.CreatePullSecret(ctx, ccmNamespace, pullSecret); err != nil {
+		return cl, err
+	}
 	// The clouds' credentials, in the coordinator's namespace the chart made
 	// (docs/profiles.md names the keys).
 	for name, data := range map[string]map[string]string{

@@ -3,8 +3,9 @@
 // several platforms, each answering the Talos API on its own address, in
 // fake clouds (test/fleet's: EC2 and ELB for the real AWS CCM, test/testccm's
 // instance and load-balancer API for the other clouds); `make release` into
-// a registry the test runs; `helm install` of the umbrella chart from that
-// OCI registry, as docs/install.md says, with a multi-cloud values file. It
+// a private registry the test runs; `helm install` of the umbrella chart from
+// that OCI registry, as docs/install.md says, with a multi-cloud values file
+// and an image pull Secret for the product's images. It
 // asserts what the cluster does with it (nodes initialized, serving
 // certificates approved, native CCMs running gated with their security
 // contexts enforced, the real AWS CCM among them, holding no API credential,
@@ -28,8 +29,12 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/hack/ship"
 	"github.com/hybrid-ccm/hybrid-ccm/test/fleet"
 	"github.com/hybrid-ccm/hybrid-ccm/test/netns"
+	"github.com/hybrid-ccm/hybrid-ccm/test/registry"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
+
+// releaseCredentials are those of the registry's release repositories.
+var releaseCredentials = registry.Credentials{Username: "platform-team", Password: "release-pull-token"}
 
 var (
 	f *fleet.Fleet
@@ -89,7 +94,9 @@ func run(m *testing.M) int {
 		return 1
 	}
 	log := &prefixWriter{}
-	f, err = fleet.Up(ctx, fleet.Options{Machines: machines, Images: images, Log: log})
+	// The release goes to a private registry: its repositories need
+	// credentials (TestPrivateRegistry).
+	f, err = fleet.Up(ctx, fleet.Options{Machines: machines, Images: images, Log: log, ReleaseCredentials: &releaseCredentials})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

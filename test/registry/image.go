@@ -57,7 +57,7 @@ func (r *Registry) PushBinary(ctx context.Context, ref, binary string, opts Imag
 	if err != nil {
 		return v1.Hash{}, err
 	}
-	if err := remote.Write(target, img, remote.WithContext(ctx), remote.WithTransport(r.transport)); err != nil {
+	if err := remote.Write(target, img, remote.WithContext(ctx), remote.WithTransport(r.transport), remote.WithAuth(r.Authenticator())); err != nil {
 		return v1.Hash{}, fmt.Errorf("push %s as %s: %w", binary, target, err)
 	}
 	d, err := img.Digest()

@@ -46,6 +46,8 @@ type Registry struct {
 	srv       *http.Server
 	served    chan error
 	logFile   *os.File
+	// auth guards the private repositories (RequireAuth); nil: none.
+	auth *basicAuth
 }
 
 // Files under the directory given to Start.
@@ -66,8 +68,9 @@ const (
 // dir/requests.log. lis must be bound to a specific address (not 0.0.0.0 or
 // ::): that address is the registry's name (Host) in image references and in
 // containerd's configuration. Start owns lis: Close closes it, and so does
-// a Start that fails. The caller owns dir; Close leaves it.
-func Start(lis net.Listener, dir string) (_ *Registry, err error) {
+// a Start that fails. The caller owns dir; Close leaves it. Options make
+// repositories private (RequireAuth).
+func Start(lis net.Listener, dir string, opts ...Option) (_ *Registry, err error) {
 	defer func() {
 		if err != nil {
 			lis.Close()
@@ -89,6 +92,11 @@ func Start(lis net.Listener, dir string) (_ *Registry, err error) {
 		return nil, fmt.Errorf("start registry: %w", err)
 	}
 	r := &Registry{host: tcp.String(), dir: dir, caFile: filepath.Join(dir, CAFileName), served: make(chan error, 1)}
+	for _, o := range opts {
+		if err := o(r); err != nil {
+			return nil, fmt.Errorf("start registry: %w", err)
+		}
+	}
 
 	ips := []net.IP{tcp.IP, net.IPv4(127, 0, 0, 1), net.IPv6loopback}
 	names := []string{"localhost"}
@@ -113,11 +121,15 @@ func Start(lis net.Listener, dir string) (_ *Registry, err error) {
 		return nil, fmt.Errorf("start registry: %w", err)
 	}
 	logger := log.New(r.logFile, "", log.LstdFlags|log.Lmicroseconds)
+	var handler http.Handler = ggcrregistry.New(
+		ggcrregistry.Logger(logger),
+		ggcrregistry.WithBlobHandler(ggcrregistry.NewDiskBlobHandler(blobs)),
+	)
+	if r.auth != nil {
+		handler = r.auth.handler(handler)
+	}
 	r.srv = &http.Server{
-		Handler: ggcrregistry.New(
-			ggcrregistry.Logger(logger),
-			ggcrregistry.WithBlobHandler(ggcrregistry.NewDiskBlobHandler(blobs)),
-		),
+		Handler:           handler,
 		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
 		ReadHeaderTimeout: 30 * time.Second,
 		ErrorLog:          logger,

@@ -47,13 +47,13 @@ const (
 )
 
 // start starts a registry on a loopback port, closed when the test ends.
-func start(t *testing.T) *Registry {
+func start(t *testing.T, opts ...Option) *Registry {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := Start(lis, t.TempDir())
+	r, err := Start(lis, t.TempDir(), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,6 +37,11 @@ func (r *Registry) ReleaseRegistry() string { return r.host + "/" + ReleaseRepos
 // to log (nil: discarded). It then checks that every image (ship.Images) and
 // every chart (ship.Charts) is in the registry at version.
 //
+// A registry with private repositories (RequireAuth) gets the credentials
+// as a user logged in with `docker login` and `helm registry login` has
+// them: DOCKER_CONFIG and HELM_CONFIG_HOME name files DockerConfigJSON
+// wrote.
+//
 // make release builds into root/bin/images, as it does for a user.
 func (r *Registry) Release(ctx context.Context, root, version string, log io.Writer) error {
 	if version == "" {
@@ -53,6 +58,14 @@ func (r *Registry) Release(ctx context.Context, root, version string, log io.Wri
 	cmd := exec.CommandContext(ctx, "make", args...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "SSL_CERT_FILE="+caFile)
+	if r.auth != nil {
+		// `docker login` and `helm registry login` of the releasing user
+		env, err := r.writeClientConfig(filepath.Join(r.dir, "client"))
+		if err != nil {
+			return fmt.Errorf("release %s: %w", version, err)
+		}
+		cmd.Env = append(cmd.Env, env...)
+	}
 	if host, _, err := net.SplitHostPort(r.host); err == nil {
 		for _, k := range []string{"NO_PROXY", "no_proxy"} {
 			cmd.Env = append(cmd.Env, k+"="+strings.Trim(os.Getenv(k)+","+host, ","))
@@ -78,7 +91,7 @@ func (r *Registry) Release(ctx context.Context, root, version string, log io.Wri
 		if err != nil {
 			return fmt.Errorf("release %s: %w", version, err)
 		}
-		if _, err := remote.Head(ref, remote.WithContext(ctx), remote.WithTransport(r.transport)); err != nil {
+		if _, err := remote.Head(ref, remote.WithContext(ctx), remote.WithTransport(r.transport), remote.WithAuth(r.Authenticator())); err != nil {
 			missing = append(missing, fmt.Errorf("%s: %w", s, err))
 		}
 	}

@@ -2,12 +2,14 @@ package registry
 
 import (
 	"bytes"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -18,23 +20,33 @@ import (
 // helmConfig is the media type of a Helm chart's OCI config.
 const helmConfig types.MediaType = "application/vnd.cncf.helm.config.v1+json"
 
-// `make release` to the registry, as a user runs it: the images and the
-// charts are there afterwards, over HTTPS with the registry's CA. It builds
-// the four images for this machine's platform: about 15 s on a warm Go build
-// cache, several minutes on a cold one.
-func TestRelease(t *testing.T) {
-	r := start(t)
+// version is what the tests release.
+const version = "0.0.0-registrytest"
+
+// release runs Release of the repository into r at version and returns
+// make's output, or fails the test with it.
+func release(t *testing.T, r *Registry) *bytes.Buffer {
+	t.Helper()
 	root, err := ship.FindRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	const version = "0.0.0-registrytest"
 	var log bytes.Buffer
 	began := time.Now()
 	if err := r.Release(t.Context(), root, version, &log); err != nil {
 		t.Fatalf("%v\nmake output:\n%s", err, log.String())
 	}
 	t.Logf("make release took %s", time.Since(began).Round(time.Second))
+	return &log
+}
+
+// `make release` to the registry, as a user runs it: the images and the
+// charts are there afterwards, over HTTPS with the registry's CA. It builds
+// the four images for this machine's platform: about 15 s on a warm Go build
+// cache, several minutes on a cold one.
+func TestRelease(t *testing.T) {
+	r := start(t)
+	log := release(t, r)
 
 	get := func(s string) *remote.Descriptor {
 		t.Helper()
@@ -113,5 +125,27 @@ func TestReleaseCAFile(t *testing.T) {
 	ca, _ := os.ReadFile(r.CAFile())
 	if !bytes.Contains(data, []byte("b3RoZXI=")) || !bytes.Contains(data, ca) {
 		t.Errorf("%s lacks the certificates of %s or of %s:\n%s", got, other, r.CAFile(), data)
+	}
+}
+
+// `make release` to a registry whose release repositories are private, as a
+// user logged in with `docker login` and `helm registry login` runs it: the
+// images and the charts are pushed with the credentials, and nobody pulls
+// them without.
+func TestReleasePrivate(t *testing.T) {
+	r := startPrivate(t)
+	release(t, r)
+	creds := &authn.Basic{Username: testCreds.Username, Password: testCreds.Password}
+	for _, s := range []string{r.Host() + "/hybrid-ccm/ccm-gate:" + version, r.Host() + "/hybrid-ccm/charts/ccm-coordinator:" + version} {
+		ref, err := name.ParseReference(s, name.StrictValidation)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := remote.Head(ref, remote.WithContext(t.Context()), remote.WithTransport(r.HTTPClient().Transport)); statusOf(err) != http.StatusUnauthorized {
+			t.Errorf("anonymous %s: %v, want 401", s, err)
+		}
+		if _, err := remote.Head(ref, remote.WithContext(t.Context()), remote.WithTransport(r.HTTPClient().Transport), remote.WithAuth(creds)); err != nil {
+			t.Errorf("%s with the credentials: %v", s, err)
+		}
 	}
 }

@@ -53,3 +53,13 @@ one dash or two, as Go's and Kubernetes' flag parsers take them. */}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/* Names of the image pull Secrets of the pod: global.imagePullSecrets (an
+umbrella's, for every chart) then imagePullSecrets, each once; a JSON list. */}}
+{{- define "native-ccm.imagePullSecrets" -}}
+{{- $names := list -}}
+{{- range concat (dig "imagePullSecrets" list (.Values.global | default dict)) (.Values.imagePullSecrets | default list) -}}
+{{- $names = append $names .name -}}
+{{- end -}}
+{{- $names | uniq | toJson -}}
+{{- end -}}

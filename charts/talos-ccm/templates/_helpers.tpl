@@ -104,3 +104,13 @@ topologySpreadConstraints:
         {{- include "talos-ccm.selectorLabels" . | nindent 8 }}
 {{- end }}
 {{- end -}}
+
+{{/* Names of the image pull Secrets of the pod: global.imagePullSecrets (an
+umbrella's, for every chart) then imagePullSecrets, each once; a JSON list. */}}
+{{- define "talos-ccm.imagePullSecrets" -}}
+{{- $names := list -}}
+{{- range concat (dig "imagePullSecrets" list (.Values.global | default dict)) (.Values.imagePullSecrets | default list) -}}
+{{- $names = append $names .name -}}
+{{- end -}}
+{{- $names | uniq | toJson -}}
+{{- end -}}

@@ -66,6 +66,13 @@ const (
 	// keys is missing; the reconciler waits for it.
 	CredentialsNotFoundReason = "CredentialsNotFound"
 
+	// ImagePullSecretNotFoundReason: an image pull Secret the native CCM's
+	// pods are to use (spec.imagePullSecrets, or the coordinator's
+	// --image-pull-secrets) is missing in the release namespace, or is not of
+	// a type the kubelet reads (kubernetes.io/dockerconfigjson or
+	// kubernetes.io/dockercfg); the reconciler waits for it.
+	ImagePullSecretNotFoundReason = "ImagePullSecretNotFound"
+
 	// NoNodesReason: install policy Auto and no node of the platform exists.
 	NoNodesReason = "NoNodes"
 

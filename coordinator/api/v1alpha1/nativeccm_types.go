@@ -58,6 +58,18 @@ type NativeCCMSpec struct {
 	// +optional
 	Credentials *Credentials `json:"credentials,omitempty"`
 
+	// ImagePullSecrets name Secrets of type kubernetes.io/dockerconfigjson in
+	// the coordinator's release namespace that the native CCM's pods pull
+	// their images with (the CCM's and the ccm-gate sidecar's), after those
+	// the coordinator gives every native CCM (--image-pull-secrets). The
+	// coordinator neither copies nor reads them beyond their type: it waits
+	// (Ready=False, ImagePullSecretNotFound) while one is missing.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	ImagePullSecrets []SecretReference `json:"imagePullSecrets,omitempty"`
+
 	// Install is the install policy.
 	// +kubebuilder:default=Auto
 	// +optional
@@ -129,6 +141,16 @@ type Image struct {
 	Repository string `json:"repository,omitempty"`
 	// +optional
 	Tag string `json:"tag,omitempty"`
+}
+
+// SecretReference names a Secret in the coordinator's release namespace.
+type SecretReference struct {
+	// Name of the Secret.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
 }
 
 // Credentials of the cloud API.

@@ -67,7 +67,8 @@ func Upgrade(ctx context.Context, f *fleet.Fleet, namespace, release, ref, versi
 const FieldManager = "helm"
 
 // config is Helm's configuration for namespace: releases stored in Secrets,
-// the registry client trusting the fleet's registry.
+// the registry client trusting the fleet's registry (and logged in to it
+// when its release repositories are private).
 func config(f *fleet.Fleet, namespace string) (*action.Configuration, *cli.EnvSettings, error) {
 	// The field manager of what Helm writes, as the helm CLI names it (Helm
 	// takes its binary's name; a test binary's would be adopt.test).
@@ -77,7 +78,12 @@ func config(f *fleet.Fleet, namespace string) (*action.Configuration, *cli.EnvSe
 	if err := cfg.Init(&genericclioptions.ConfigFlags{KubeConfig: &kubeconfig, Namespace: &ns}, namespace, "secret", func(string, ...any) {}); err != nil {
 		return nil, nil, err
 	}
-	rc, err := helmregistry.NewClient(helmregistry.ClientOptHTTPClient(f.Registry.HTTPClient()))
+	opts := []helmregistry.ClientOption{helmregistry.ClientOptHTTPClient(f.Registry.HTTPClient())}
+	if c, ok := f.Registry.Credentials(); ok {
+		// `helm registry login` to a private registry
+		opts = append(opts, helmregistry.ClientOptBasicAuth(c.Username, c.Password))
+	}
+	rc, err := helmregistry.NewClient(opts...)
 	if err != nil {
 		return nil, nil, err
 	}
