@@ -5,9 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"helm.sh/helm/v3/pkg/action"
-	"helm.sh/helm/v3/pkg/chart/loader"
-	"helm.sh/helm/v3/pkg/chartutil"
 )
 
 // TestMetricsServices: each controller's metrics are behind a Service that
@@ -70,7 +67,14 @@ func TestMetricsServices(t *testing.T) {
 			if _, err := render(t, tc.c, on); err == nil || !strings.Contains(err.Error(), "the cluster has no monitoring.coreos.com/v1 ServiceMonitor") {
 				t.Errorf("ServiceMonitor without its CRD: %v, want a refusal naming the CRD", err)
 			}
-			out := renderWithAPIs(t, tc.c, on, "monitoring.coreos.com/v1/ServiceMonitor")
+			rendered, err := render(t, tc.c, on, "monitoring.coreos.com/v1/ServiceMonitor")
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := parse(rendered)
+			if err != nil {
+				t.Fatal(err)
+			}
 			sms := out.find("ServiceMonitor")
 			if len(sms) != 1 || sms[0].GetLabels()["release"] != "prom" {
 				t.Fatalf("ServiceMonitors %v", sms)
@@ -82,29 +86,6 @@ func TestMetricsServices(t *testing.T) {
 			}
 		})
 	}
-}
-
-// renderWithAPIs is render on a cluster that also serves apis (group/version/Kind).
-func renderWithAPIs(t *testing.T, c chart, values map[string]any, apis ...string) manifests {
-	t.Helper()
-	ch, err := loader.Load(c.path(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := action.NewInstall(&action.Configuration{Log: func(string, ...any) {}})
-	in.ReleaseName, in.Namespace = c.releaseName(), releaseNamespace
-	in.DryRun, in.ClientOnly, in.Replace = true, true, true
-	in.KubeVersion = kubeVersion
-	in.APIVersions = append(chartutil.VersionSet{}, apis...)
-	rel, err := in.Run(ch, values)
-	if err != nil {
-		t.Fatalf("render %s: %v", c, err)
-	}
-	m, err := parse(rel.Manifest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
 }
 
 // TestNetworkPolicies: opt-in; on, each controller's pods may receive only on

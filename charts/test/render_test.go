@@ -151,7 +151,9 @@ func copyChart(from, to string) error {
 // render is `helm template <release> <chart> -n kube-system -f values`
 // through the SDK (install, dry-run, client only). Values are validated
 // against the charts' schemas on the way.
-func render(t *testing.T, c chart, values map[string]any) (string, error) {
+// apis are API versions (group/version/Kind) the cluster serves beyond the
+// built-in ones (.Capabilities.APIVersions).
+func render(t *testing.T, c chart, values map[string]any, apis ...string) (string, error) {
 	t.Helper()
 	ch, err := loader.Load(c.path(t))
 	if err != nil {
@@ -161,6 +163,7 @@ func render(t *testing.T, c chart, values map[string]any) (string, error) {
 	in.ReleaseName, in.Namespace = c.releaseName(), releaseNamespace
 	in.DryRun, in.ClientOnly, in.Replace = true, true, true
 	in.KubeVersion = kubeVersion
+	in.APIVersions = append(chartutil.VersionSet{}, apis...)
 	rel, err := in.Run(ch, values)
 	if err != nil {
 		return "", err

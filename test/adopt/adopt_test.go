@@ -2,7 +2,6 @@ package adopt
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -111,14 +110,8 @@ func TestBootstrapThenHelm(t *testing.T) {
 	before := objects.uids(t, ctx, static)
 	t.Logf("bootstrapped from docs/deploy: %d objects, %d nodes initialized", len(before), len(machines))
 
-	for name, data := range map[string]map[string]string{
-		"hcloud":  {"token": "test-token"},
-		"aws-ccm": {"access-key-id": "AKIAFAKEHYBRIDCCM", "secret-access-key": "fake-secret", "cloud.conf": clouds.AWSCloudConf()},
-	} {
-		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ccmNamespace}, StringData: data}
-		if _, err := f.Client.CoreV1().Secrets(ccmNamespace).Create(ctx, s, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+	if err := fleetcheck.CredentialsSecrets(ctx, f, clouds, ccmNamespace, false); err != nil {
+		t.Fatal(err)
 	}
 
 	// Another release name is refused before Helm changes anything, naming
@@ -132,16 +125,7 @@ func TestBootstrapThenHelm(t *testing.T) {
 
 	// 2. Helm takes over while machines join.
 	w := fleetcheck.StartWatch(t, ctx, f, nativeCCMs)
-	joined := make(chan error, 1)
-	go func() {
-		for _, m := range joining {
-			if err := f.AddMachine(ctx, m); err != nil {
-				joined <- fmt.Errorf("machine %s: %w", m.Name, err)
-				return
-			}
-		}
-		joined <- nil
-	}()
+	joined := fleetcheck.Join(ctx, f, joining)
 	if err := fleethelm.Install(ctx, f, namespace, release, chartRef, version, values(t, clouds.TestCCMURL())); err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/charts/test/chartstest"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 	"github.com/hybrid-ccm/hybrid-ccm/test/fleet"
+	"github.com/hybrid-ccm/hybrid-ccm/test/fleet/fleetcheck"
 	"github.com/hybrid-ccm/hybrid-ccm/test/fleet/fleethelm"
 	"github.com/hybrid-ccm/hybrid-ccm/test/registry"
 )
@@ -91,15 +92,8 @@ func doInstall() (*fleet.Clouds, error) {
 	}
 	// The clouds' credentials, in the coordinator's namespace the chart made
 	// (docs/profiles.md names the keys).
-	for name, data := range map[string]map[string]string{
-		"hcloud":  {"token": "test-token"},
-		"aws-ccm": {"access-key-id": "AKIAFAKEHYBRIDCCM", "secret-access-key": "fake-secret", "cloud.conf": cl.AWSCloudConf()},
-		"gcp-ccm": {"credentials.json": "{}", "gce.conf": "[global]\nproject-id = prod\n"},
-	} {
-		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ccmNamespace}, StringData: data}
-		if _, err := f.Client.CoreV1().Secrets(ccmNamespace).Create(ctx, s, metav1.CreateOptions{}); err != nil {
-			return cl, err
-		}
+	if err := fleetcheck.CredentialsSecrets(ctx, f, cl, ccmNamespace, true); err != nil {
+		return cl, err
 	}
 	// Talos answers the chart's talos.dev ServiceAccount with a Secret.
 	actx, cancel := context.WithTimeout(ctx, time.Minute)

@@ -24,11 +24,10 @@ import (
 	"os"
 	"os/exec"
 	"testing"
-	"time"
 
 	"github.com/hybrid-ccm/hybrid-ccm/hack/ship"
 	"github.com/hybrid-ccm/hybrid-ccm/test/fleet"
-	"github.com/hybrid-ccm/hybrid-ccm/test/netns"
+	"github.com/hybrid-ccm/hybrid-ccm/test/fleet/fleetcheck"
 	"github.com/hybrid-ccm/hybrid-ccm/test/registry"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
@@ -58,76 +57,27 @@ var machines = []fleet.Machine{
 }
 
 func TestMain(m *testing.M) {
-	// The cluster's bridge, routes and every daemon's port live in a network
-	// namespace of the package's own; nothing it runs can reach beyond it.
-	os.Exit(netns.Main(func() int { return run(m) }))
-}
-
-func run(m *testing.M) int {
-	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "test/oncluster runs a cluster and needs root")
-		return 1
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	// Every built-in profile's CCM image: the real AWS CCM for aws,
-	// test/testccm for the others.
-	root := testenv.RepoRoot()
-	awsCCM, err := fleet.AWSCCM(ctx, root)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	dir, err := os.MkdirTemp("", "hybrid-ccm-testccm-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	images, err := fleet.UpstreamImages(ctx, root, dir, awsCCM)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if version, err = ship.DefaultVersion(root); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	log := &prefixWriter{}
-	// The release goes to a private registry: its repositories need
-	// credentials (TestPrivateRegistry).
-	f, err = fleet.Up(ctx, fleet.Options{Machines: machines, Images: images, Log: log, ReleaseCredentials: &releaseCredentials})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() {
-		if err := f.Down(); err != nil {
-			fmt.Fprintln(os.Stderr, "down:", err)
-		}
-	}()
-	if err := f.Release(ctx, version); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	code := m.Run()
-	if clouds != nil {
-		if err := clouds.Close(); err != nil {
-			fmt.Fprintln(os.Stderr, "clouds:", err)
-		}
-	}
-	if code != 0 {
-		fmt.Fprintf(os.Stderr, "cluster logs (tails):\n%s\n", f.Logs(3000))
-	}
-	return code
-}
-
-// prefixWriter writes the fleet's steps to standard error with the time.
-type prefixWriter struct{}
-
-func (prefixWriter) Write(p []byte) (int, error) {
-	fmt.Fprintf(os.Stderr, "%s %s", time.Now().Format("15:04:05.000"), p)
-	return len(p), nil
+	fleetcheck.Main(m, fleetcheck.Package{
+		Name: "oncluster",
+		// The release goes to a private registry: its repositories need
+		// credentials (TestPrivateRegistry).
+		Options: fleet.Options{Machines: machines, ReleaseCredentials: &releaseCredentials},
+		// Every built-in profile's CCM image: the real AWS CCM for aws,
+		// test/testccm for the others.
+		Setup: func(ctx context.Context, fl *fleet.Fleet) (err error) {
+			if version, err = ship.DefaultVersion(testenv.RepoRoot()); err != nil {
+				return err
+			}
+			return fl.Release(ctx, version)
+		},
+		After: func() {
+			if clouds != nil {
+				if err := clouds.Close(); err != nil {
+					fmt.Fprintln(os.Stderr, "clouds:", err)
+				}
+			}
+		},
+	}, func(fl *fleet.Fleet) { f = fl })
 }
 
 // goBuild builds a static binary of a package of the repository.

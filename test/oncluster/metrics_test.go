@@ -133,4 +133,3 @@ func metricsEndpoints(t *testing.T, ctx context.Context, ns, service, port strin
 	}
 	return out
 }
-

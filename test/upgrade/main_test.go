@@ -11,18 +11,15 @@ package upgrade
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
-	"time"
 
 	"sigs.k8s.io/yaml"
 
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/test/fleet"
-	"github.com/hybrid-ccm/hybrid-ccm/test/netns"
-	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
+	"github.com/hybrid-ccm/hybrid-ccm/test/fleet/fleetcheck"
 )
 
 var f *fleet.Fleet
@@ -45,54 +42,12 @@ var joining = []fleet.Machine{
 }
 
 func TestMain(m *testing.M) {
-	// The cluster's bridge, routes and every daemon's port live in a network
-	// namespace of the package's own; nothing it runs can reach beyond it.
-	os.Exit(netns.Main(func() int { return run(m) }))
-}
-
-func run(m *testing.M) int {
-	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "test/upgrade runs a cluster and needs root")
-		return 1
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	root := testenv.RepoRoot()
-	awsCCM, err := fleet.AWSCCM(ctx, root)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	dir, err := os.MkdirTemp("", "hybrid-ccm-upgrade-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	images, err := fleet.UpstreamImages(ctx, root, dir, awsCCM, "aws", "hcloud")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if err := previousImages(ctx, root, images, awsCCM); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	f, err = fleet.Up(ctx, fleet.Options{Machines: machines, Images: images, Log: logWriter{}})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() {
-		if err := f.Down(); err != nil {
-			fmt.Fprintln(os.Stderr, "down:", err)
-		}
-	}()
-	code := m.Run()
-	if code != 0 {
-		fmt.Fprintf(os.Stderr, "cluster logs (tails):\n%s\n", f.Logs(3000))
-	}
-	return code
+	fleetcheck.Main(m, fleetcheck.Package{
+		Name:      "upgrade",
+		Options:   fleet.Options{Machines: machines},
+		Platforms: []string{"aws", "hcloud"},
+		Images:    previousImages,
+	}, func(fl *fleet.Fleet) { f = fl })
 }
 
 // previousImages adds the upstream CCM images the previous release's
@@ -137,12 +92,4 @@ func previousImages(ctx context.Context, root string, images map[string]string, 
 		}
 	}
 	return nil
-}
-
-// logWriter writes the fleet's steps to standard error with the time.
-type logWriter struct{}
-
-func (logWriter) Write(p []byte) (int, error) {
-	fmt.Fprintf(os.Stderr, "%s %s", time.Now().Format("15:04:05.000"), p)
-	return len(p), nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -84,14 +83,8 @@ func TestUpgradeWhileNodesJoin(t *testing.T) {
 	if err := fleethelm.Install(ctx, f, talosNamespace, release, f.ChartRef("hybrid-ccm"), prevVersion, values); err != nil {
 		t.Fatal(err)
 	}
-	for name, data := range map[string]map[string]string{
-		"hcloud":  {"token": "test-token"},
-		"aws-ccm": {"access-key-id": "AKIAFAKEHYBRIDCCM", "secret-access-key": "fake-secret", "cloud.conf": clouds.AWSCloudConf()},
-	} {
-		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ccmNamespace}, StringData: data}
-		if _, err := f.Client.CoreV1().Secrets(ccmNamespace).Create(ctx, s, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+	if err := fleetcheck.CredentialsSecrets(ctx, f, clouds, ccmNamespace, false); err != nil {
+		t.Fatal(err)
 	}
 	if err := f.AnswerTalosServiceAccount(ctx, talosNamespace, "talos-ccm-talos"); err != nil {
 		t.Fatal(err)
@@ -108,16 +101,7 @@ func TestUpgradeWhileNodesJoin(t *testing.T) {
 	w := fleetcheck.StartWatch(t, ctx, f, nativeCCMs)
 
 	// Machines join while the upgrade runs.
-	joined := make(chan error, 1)
-	go func() {
-		for _, m := range joining {
-			if err := f.AddMachine(ctx, m); err != nil {
-				joined <- fmt.Errorf("machine %s: %w", m.Name, err)
-				return
-			}
-		}
-		joined <- nil
-	}()
+	joined := fleetcheck.Join(ctx, f, joining)
 	start := time.Now()
 	ch, err := fleethelm.Upgrade(ctx, f, talosNamespace, release, f.ChartRef("hybrid-ccm"), curVersion, values)
 	if err != nil {

@@ -276,3 +276,40 @@ func nameOf(o any) string {
 	}
 	return fmt.Sprint(o)
 }
+
+// CredentialsSecrets creates the clouds' credentials Secrets in the
+// coordinator's namespace ns under the names the tests' values give them
+// (docs/profiles.md names the keys): hcloud's token, the AWS CCM's keys and
+// cloud.conf pointing it at the fake EC2, and with gcp, GCP's.
+func CredentialsSecrets(ctx context.Context, f *fleet.Fleet, clouds *fleet.Clouds, ns string, gcp bool) error {
+	secrets := map[string]map[string]string{
+		"hcloud":  {"token": "test-token"},
+		"aws-ccm": {"access-key-id": "AKIAFAKEHYBRIDCCM", "secret-access-key": "fake-secret", "cloud.conf": clouds.AWSCloudConf()},
+	}
+	if gcp {
+		secrets["gcp-ccm"] = map[string]string{"credentials.json": "{}", "gce.conf": "[global]\nproject-id = prod\n"}
+	}
+	for name, data := range secrets {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, StringData: data}
+		if _, err := f.Client.CoreV1().Secrets(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("secret %s/%s: %w", ns, name, err)
+		}
+	}
+	return nil
+}
+
+// Join adds the machines to the fleet one after the other, in the
+// background; the channel gets the first error, or nil once all joined.
+func Join(ctx context.Context, f *fleet.Fleet, machines []fleet.Machine) <-chan error {
+	joined := make(chan error, 1)
+	go func() {
+		for _, m := range machines {
+			if err := f.AddMachine(ctx, m); err != nil {
+				joined <- fmt.Errorf("machine %s: %w", m.Name, err)
+				return
+			}
+		}
+		joined <- nil
+	}()
+	return joined
+}
