@@ -7,6 +7,7 @@ package fleetcheck
 import (
 	"context"
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -57,7 +58,7 @@ func WaitRolledOut(t *testing.T, ctx context.Context, f *fleet.Fleet, ns, name, 
 func ProductImagesAt(f *fleet.Fleet, spec corev1.PodSpec, version string) bool {
 	n := 0
 	for _, img := range Images(&appsv1.Deployment{Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{Spec: spec}}}) {
-		if strings.HasPrefix(img, f.Registry.ReleaseRegistry()+"/") || strings.HasPrefix(img, ship.DefaultRegistry+"/") {
+		if isProductImage(f, img) {
 			if !strings.HasSuffix(img, ":"+version) {
 				return false
 			}
@@ -65,6 +66,22 @@ func ProductImagesAt(f *fleet.Fleet, spec corev1.PodSpec, version string) bool {
 		}
 	}
 	return n > 0
+}
+
+// isProductImage: img is one of the release's images (ship.Images), under
+// the registry's release repository, under the published names, or where a
+// release as the published names put it on the registry (fleet.ReleaseAs).
+func isProductImage(f *fleet.Fleet, img string) bool {
+	repo, _, _ := strings.Cut(img, "@")
+	if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
+		repo = repo[:i]
+	}
+	dir, name := path.Split(repo)
+	if !slices.Contains(ship.Images, name) {
+		return false
+	}
+	dir = strings.TrimSuffix(dir, "/")
+	return dir == f.Registry.ReleaseRegistry() || dir == ship.DefaultRegistry || dir == f.Registry.Host()+"/"+ship.DefaultRegistry
 }
 
 func Images(d *appsv1.Deployment) []string {
