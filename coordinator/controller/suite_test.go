@@ -141,7 +141,7 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 		p.LoadBalancers = &profile.LoadBalancers{Unsupported: "this test cloud has no load balancers"}
 	}))
 	// image pull Secrets of a NativeCCM's own
-	must(deriveProfile("hcloud", "pull-a", 10324, nil))
+	must(deriveProfile("hcloud", "pull-a", 10326, nil))
 
 	// the upstream CCM per Kubernetes minor: Azure's (with its own node
 	// filter), and a profile whose only release is two minors older than
