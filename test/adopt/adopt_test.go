@@ -223,7 +223,7 @@ func TestBootstrapThenHelm(t *testing.T) {
 	}
 	t.Logf("static manifests over the Helm release: %d conflicts:\n%s", len(conflicts), strings.Join(conflicts, "\n"))
 	if !slices.ContainsFunc(conflicts, func(c string) bool {
-		return strings.HasPrefix(c, "Deployment kube-system/talos-ccm: ") && strings.Contains(c, `conflict with "`+fleethelm.FieldManager+`"`) && strings.Contains(c, ".spec.replicas")
+		return strings.HasPrefix(c, "Deployment kube-system/talos-ccm: ") && strings.Contains(c, `with "`+fleethelm.FieldManager+`"`) && strings.Contains(c, ".spec.replicas")
 	}) {
 		t.Errorf("applying docs/deploy over the Helm release was not refused on talos-ccm's replicas, naming Helm: %v", conflicts)
 	}
