@@ -71,6 +71,17 @@ pinned_sums() {
   esac
 }
 
+# Modules the Go module proxy here serves only under their old path: a replace that
+# points at the new path becomes a require of the old one at the same version.
+# github.com/cel-expr/cel-go is github.com/google/cel-go renamed (its go.mod still says
+# module github.com/google/cel-go, the tags are the same): v1.34.4, v1.35.3, v1.36.2 and
+# v1.37.1 replace google/cel-go with cel-expr/cel-go v0.31.0, which the proxy refuses
+# (403); the tree of google/cel-go v0.31.0 it serves is file for file that of
+# cel-expr/cel-go's tag v0.31.0 (compared 2026-11-26).
+renamed() {
+  sed -E 's#^replace[[:space:]]+github\.com/google/cel-go[[:space:]]+=>[[:space:]]+github\.com/cel-expr/cel-go[[:space:]]+(v[^[:space:]]+)[[:space:]]*$#require github.com/google/cel-go \1#'
+}
+
 work="$(mktemp -d "${TMPDIR:-/tmp}/hybrid-ccm-aws.XXXXXX")"
 trap 'rm -rf "${work}"' EXIT
 cd "${work}"
@@ -102,7 +113,7 @@ amod="$(go env GOMODCACHE)/cache/download/k8s.io/cloud-provider-aws/@v/${AWS_CCM
     r && /^\)/ {r=0; next}
     r && /=>/ {print "replace " $0; next}
     /^replace .*=>/ {print}
-  ' "${amod}"
+  ' "${amod}" | renamed
 } > go.mod
 
 cat > tools.go <<'GO'

@@ -8,6 +8,23 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// checkMessage checks a condition message a function made: there when want
+// is not nil, holding every part of want, and bounded.
+func checkMessage(t *testing.T, what, got string, want []string) {
+	t.Helper()
+	if (got != "") != (want != nil) {
+		t.Fatalf("%s = %q", what, got)
+	}
+	for _, w := range want {
+		if !strings.Contains(got, w) {
+			t.Errorf("message %q lacks %q", got, w)
+		}
+	}
+	if len(got) > maxLastWords+200 {
+		t.Errorf("message of %d bytes", len(got))
+	}
+}
+
 func TestCrashLooping(t *testing.T) {
 	terminated := &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", Message: "boom: forbidden"}
 	cases := []struct {
@@ -35,18 +52,7 @@ func TestCrashLooping(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			pod := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{c.status}}}
-			got := crashLooping([]corev1.Pod{pod}, 3)
-			if (got != "") != (c.want != nil) {
-				t.Fatalf("crashLooping = %q", got)
-			}
-			for _, w := range c.want {
-				if !strings.Contains(got, w) {
-					t.Errorf("message %q lacks %q", got, w)
-				}
-			}
-			if len(got) > maxLastWords+200 {
-				t.Errorf("message of %d bytes", len(got))
-			}
+			checkMessage(t, "crashLooping", crashLooping([]corev1.Pod{pod}, 3), c.want)
 		})
 	}
 }
@@ -101,18 +107,7 @@ func TestImagePullFailing(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			pod := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Status: corev1.PodStatus{InitContainerStatuses: c.init, ContainerStatuses: c.main}}
-			got := imagePullFailing([]corev1.Pod{pod})
-			if (got != "") != (c.want != nil) {
-				t.Fatalf("imagePullFailing = %q", got)
-			}
-			for _, w := range c.want {
-				if !strings.Contains(got, w) {
-					t.Errorf("message %q lacks %q", got, w)
-				}
-			}
-			if len(got) > maxLastWords+200 {
-				t.Errorf("message of %d bytes", len(got))
-			}
+			checkMessage(t, "imagePullFailing", imagePullFailing([]corev1.Pod{pod}), c.want)
 		})
 	}
 }
