@@ -360,6 +360,20 @@ func upstreamReleaseGone(t *testing.T, w *world, _, _ string) {
 	}
 }
 
+// docFile (re)writes the file a yaml block of the docs names into the
+// working directory, for a step that reads it after another step wrote a
+// file of that name.
+func docFile(name string) func(t *testing.T, w *world) {
+	return func(t *testing.T, w *world) {
+		t.Helper()
+		content, ok := w.named[name]
+		if !ok {
+			t.Fatalf("no yaml block of the docs starts with the line \"# %s\"", name)
+		}
+		writeFile(t, filepath.Join(w.work, name), content)
+	}
+}
+
 // migratedValues writes values.yaml: upstream's replicaCount: 2,
 // logVerbosityLevel: 4 and a cluster name, as the doc's table translates them.
 func migratedValues(t *testing.T, w *world) {

@@ -36,7 +36,7 @@ var commands = []entry{
 	{cmd: "kubectl get csr", run: &step{before: fixtures, check: csrListed}, why: "a kubelet-serving CSR made by the test"},
 	{cmd: `kubectl -n hybrid-ccm-system create secret generic hcloud --from-literal=token="$HCLOUD_TOKEN"`, run: &step{check: hcloudSecret}},
 	{cmd: "helm upgrade hybrid-ccm charts/hybrid-ccm -n kube-system --reuse-values --set clouds.hcloud.enabled=true", run: &step{check: hcloudEnabled}},
-	{cmd: "helm upgrade hybrid-ccm charts/hybrid-ccm -n kube-system --reuse-values -f clouds.yaml", run: &step{check: cloudsYAMLApplied},
+	{cmd: "helm upgrade hybrid-ccm charts/hybrid-ccm -n kube-system --reuse-values -f clouds.yaml", run: &step{before: docFile("clouds.yaml"), check: cloudsYAMLApplied},
 		why: "clouds.yaml is the yaml block docs/install.md names so"},
 	{cmd: "kubectl get nativeccms", run: &step{check: nativeCCMsListed}},
 	{cmd: "kubectl describe nativeccm hcloud", run: &step{check: nativeCCMDescribed}},

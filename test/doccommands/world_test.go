@@ -34,6 +34,9 @@ type world struct {
 	kube kubernetes.Interface
 	dyn  dynamic.Interface
 	reg  *registry.Registry
+	// named are the yaml blocks the docs name ("# clouds.yaml"), by name;
+	// newWorld writes them into work.
+	named map[string]string
 	// ran maps a command as run (after substitution) to its output: two doc
 	// lines that are one command here run once.
 	ran map[string]string
@@ -47,7 +50,7 @@ var nativeCCMs = schema.GroupVersionResource{Group: "hybridccm.io", Version: "v1
 func newWorld(t *testing.T, named map[string]string) *world {
 	t.Helper()
 	repo := testenv.RepoRoot()
-	w := &world{repo: repo, work: t.TempDir(), ran: map[string]string{}}
+	w := &world{repo: repo, work: t.TempDir(), named: named, ran: map[string]string{}}
 	for _, d := range []string{"charts/talos-ccm", "charts/ccm-coordinator", "charts/native-ccm", "charts/hybrid-ccm", "docs/deploy"} {
 		copyDir(t, filepath.Join(repo, d), filepath.Join(w.work, d))
 	}
