@@ -161,36 +161,32 @@ func (w *world) trySh(dir, line string) (string, error) {
 	return string(out), err
 }
 
-// helmRelease is what `helm status -o json` says of a release.
+// helmRelease is a release as `helm list -o json` shows it.
 type helmRelease struct {
-	Version int `json:"version"`
-	Info    struct {
-		Status string `json:"status"`
-	} `json:"info"`
-	Chart struct {
-		Metadata struct {
-			Name    string `json:"name"`
-			Version string `json:"version"`
-		} `json:"metadata"`
-	} `json:"chart"`
-	Config map[string]any `json:"config"`
+	Name     string `json:"name"`
+	Revision string `json:"revision"`
+	Status   string `json:"status"`
+	// Chart is <name>-<version>.
+	Chart string `json:"chart"`
 }
 
-// release returns the release name in ns, or nil when Helm has none.
+// release returns the release name in ns (any status), or nil when Helm
+// has none.
 func (w *world) release(t *testing.T, name, ns string) *helmRelease {
 	t.Helper()
-	out, err := w.trySh(w.work, "helm status "+name+" -n "+ns+" -o json")
+	line := "helm list -a -n " + ns + " --filter '^" + name + "$' -o json"
+	out, err := w.trySh(w.work, line)
 	if err != nil {
-		if strings.Contains(out, "not found") {
-			return nil
-		}
-		t.Fatalf("helm status %s: %v\n%s", name, err, out)
+		t.Fatalf("$ %s: %v\n%s", line, err, out)
 	}
-	var r helmRelease
-	if err := json.Unmarshal([]byte(out), &r); err != nil {
-		t.Fatalf("helm status %s: %v\n%s", name, err, out)
+	var rs []helmRelease
+	if err := json.Unmarshal([]byte(out), &rs); err != nil {
+		t.Fatalf("$ %s: %v\n%s", line, err, out)
 	}
-	return &r
+	if len(rs) == 0 {
+		return nil
+	}
+	return &rs[0]
 }
 
 func copyDir(t *testing.T, from, to string) {
