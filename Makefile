@@ -28,7 +28,7 @@ SHIPFLAGS = $(if $(REGISTRY),--registry=$(REGISTRY)) $(if $(VERSION),--version=$
 
 BINARIES := talos-ccm ccm-coordinator ccm-gate hybridctl
 
-.PHONY: all build test unit fuzz bench lint demo control-plane cluster aws-ccm clean generate verify-generated images release manifests
+.PHONY: all build test unit fuzz bench lint demo control-plane cluster aws-ccm kubectl clean generate verify-generated images release manifests
 
 all: build
 
@@ -39,7 +39,7 @@ control-plane:
 # The test cluster's other parts (test/cluster): kubelet, kube-controller-manager,
 # kube-scheduler and kube-proxy built (or reused from the cache) at KUBE_VERSION, and
 # containerd, runc, the CNI plugins, iptables and conntrack from Debian's packages
-# (installed with apt-get when missing).
+# (installed with apt-get when missing; skopeo too, for test/doccommands).
 cluster:
 	@hack/cluster-packages.sh
 	@hack/cluster-binaries.sh >/dev/null
@@ -48,6 +48,11 @@ cluster:
 # profiles/aws.yaml names (test/aws and the demo run it).
 aws-ccm:
 	@hack/aws-ccm.sh >/dev/null
+
+# Builds (or reuses from the cache) kubectl at KUBE_VERSION: test/doccommands runs
+# the docs' kubectl lines with it.
+kubectl:
+	@hack/kubectl.sh >/dev/null
 
 build:
 	@mkdir -p bin
@@ -62,7 +67,7 @@ lint:
 
 # hack/test.sh: the packages without a real cluster first, then those that run
 # one (test/cluster and its users), one at a time.
-test: control-plane cluster aws-ccm lint
+test: control-plane cluster aws-ccm kubectl lint
 	KUBEBUILDER_ASSETS=$$(hack/control-plane.sh) HYBRID_CCM_CLUSTER_BINARIES=$$(hack/cluster-binaries.sh) GO_TEST_FLAGS="$(TEST_FLAGS)" hack/test.sh
 	$(MAKE) fuzz
 

@@ -133,9 +133,22 @@ func Start(lis net.Listener, dir string, opts ...Option) (_ *Registry, err error
 		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
 		ReadHeaderTimeout: 30 * time.Second,
 		ErrorLog:          logger,
+		Protocols:         http1Only(),
 	}
 	go func() { r.served <- r.srv.ServeTLS(lis, "", "") }()
 	return r, nil
+}
+
+// http1Only is HTTP/1.1 alone. go-containerregistry's registry reads an
+// upload's body while it holds a lock every other upload waits for; over
+// HTTP/2, a client's uploads share one connection's flow-control window,
+// the waiting ones' unread bodies fill it, and the upload holding the lock
+// never gets the rest of its body: the push hangs (a two-platform
+// `make release` did). Over HTTP/1.1 each upload has a connection of its own.
+func http1Only() *http.Protocols {
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	return p
 }
 
 // Host is the registry's address, host:port, as image references name it

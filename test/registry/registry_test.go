@@ -156,6 +156,22 @@ type fakeListener struct {
 func (f fakeListener) Addr() net.Addr { return f.addr }
 func (f fakeListener) Close() error   { *f.closed = true; return nil }
 
+// TestHTTP1Only: a client that would speak HTTP/2 gets HTTP/1.1 (see
+// http1Only: over HTTP/2 a push of several large blobs hangs).
+func TestHTTP1Only(t *testing.T) {
+	r := start(t)
+	tr := r.HTTPClient().Transport.(*http.Transport).Clone()
+	tr.ForceAttemptHTTP2 = true
+	resp, err := (&http.Client{Transport: tr}).Get("https://" + r.Host() + "/v2/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.ProtoMajor != 1 {
+		t.Errorf("GET /v2/ over %s, want HTTP/1.1", resp.Proto)
+	}
+}
+
 func TestStartNeedsSpecificAddress(t *testing.T) {
 	for _, addr := range []net.Addr{
 		&net.TCPAddr{IP: net.IPv4zero, Port: 5000},
