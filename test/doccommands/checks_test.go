@@ -688,3 +688,35 @@ func at(s []string, i int) string {
 	}
 	return "(none)"
 }
+
+// emptyValues writes an empty values.yaml: the chart's defaults.
+func emptyValues(t *testing.T, w *world) {
+	writeFile(t, filepath.Join(w.work, "values.yaml"), "{}\n")
+}
+
+// regcredSecret: the pull Secret regcred in ns, of the type the kubelet
+// reads, for the registry the docs name.
+func regcredSecret(ns string) func(t *testing.T, w *world, line, out string) {
+	return func(t *testing.T, w *world, line, _ string) {
+		s, err := w.kube.CoreV1().Secrets(ns).Get(ctx, "regcred", metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		if s.Type != corev1.SecretTypeDockerConfigJson || !strings.Contains(string(s.Data[corev1.DockerConfigJsonKey]), `"registry.example.com"`) {
+			t.Errorf("%s: Secret %s/regcred of type %s: %s", line, ns, s.Type, s.Data[corev1.DockerConfigJsonKey])
+		}
+	}
+}
+
+// metricsReaderBound: the binding gives monitoring/prometheus talos-ccm's
+// metrics-reader role.
+func metricsReaderBound(t *testing.T, w *world, line, _ string) {
+	b, err := w.kube.RbacV1().ClusterRoleBindings().Get(ctx, "prometheus:talos-ccm-metrics", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("%s: %v", line, err)
+	}
+	if b.RoleRef.Name != "talos-ccm:metrics-reader" || len(b.Subjects) != 1 || b.Subjects[0].Kind != "ServiceAccount" ||
+		b.Subjects[0].Namespace != "monitoring" || b.Subjects[0].Name != "prometheus" {
+		t.Errorf("%s: binding %+v", line, b)
+	}
+}

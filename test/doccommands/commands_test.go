@@ -68,6 +68,22 @@ var commands = []entry{
 		why: "docs/gitops.md's: with the test registry for ghcr.io/<org> it is docs/install.md's, run once"},
 	{cmd: "helm install hybrid-ccm oci://registry.example.com/hybrid-ccm/charts/hybrid-ccm --version 0.2.0 --namespace kube-system",
 		run: &step{subst: []string{"registry.example.com", "{registry}"}, check: installedFromRelease}},
+	// docs/install.md, "Bootstrap, then Helm or Flux": the hand-over install.
+	{cmd: "helm install hybrid-ccm oci://ghcr.io/hybrid-ccm/charts/hybrid-ccm --version <version> --namespace kube-system -f values.yaml",
+		run: &step{subst: []string{"ghcr.io/hybrid-ccm", "{registry}/hybrid-ccm", "<version>", "0.2.0"}, before: emptyValues, check: installedFromRelease},
+		why: "values.yaml is the platform team's: an empty one here; test/adopt installs this way over the static manifests on a real cluster"},
+	// docs/install.md, "Private registry".
+	{cmd: "helm registry login registry.example.com",
+		why: "credentials of a private registry; test/oncluster's registry requires them and Helm pulls the charts logged in (TestPrivateRegistry)"},
+	{cmd: `kubectl -n kube-system create secret docker-registry regcred --docker-server=registry.example.com --docker-username="$USER" --docker-password="$TOKEN"`,
+		run: &step{subst: []string{"$USER", "deploy", "$TOKEN", "t0ken"}, check: regcredSecret("kube-system")}},
+	{cmd: "helm install hybrid-ccm oci://registry.example.com/hybrid-ccm/charts/hybrid-ccm --version 0.2.0 --namespace kube-system --set 'global.imagePullSecrets[0].name=regcred'",
+		run: &step{subst: []string{"registry.example.com", "{registry}"}, check: installedFromRelease}},
+	{cmd: `kubectl -n hybrid-ccm-system create secret docker-registry regcred --docker-server=registry.example.com --docker-username="$USER" --docker-password="$TOKEN"`,
+		run: &step{subst: []string{"$USER", "deploy", "$TOKEN", "t0ken"}, check: regcredSecret("hybrid-ccm-system")}},
+	// docs/operations.md, "Scraping".
+	{cmd: "kubectl create clusterrolebinding prometheus:talos-ccm-metrics --clusterrole=talos-ccm:metrics-reader --serviceaccount=monitoring:prometheus",
+		run: &step{check: metricsReaderBound}},
 
 	// docs/gitops.md, "Secrets".
 	{cmd: `kubectl -n hybrid-ccm-system create secret generic hcloud --from-literal=token="$HCLOUD_TOKEN" --dry-run=client -o yaml > clusters/prod/secrets/hcloud.sops.yaml`,
