@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-
 )
 
 // TestMetricsServices: each controller's metrics are behind a Service that
