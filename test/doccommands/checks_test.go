@@ -630,7 +630,7 @@ func ageKeySecret(t *testing.T, w *world, _, _ string) {
 }
 
 func staticManifestsApplied(t *testing.T, w *world, _, _ string) {
-	for _, d := range []struct{ ns, name string }{{"kube-system", "talos-ccm"}, {"hybrid-ccm-system", "ccm-coordinator"}} {
+	for _, d := range []struct{ ns, name string }{{"kube-system", "talos-ccm"}, {"hybrid-ccm-system", "hybrid-ccm"}} {
 		dep, err := w.kube.AppsV1().Deployments(d.ns).Get(ctx, d.name, metav1.GetOptions{})
 		if err != nil {
 			t.Errorf("Deployment %s/%s: %v", d.ns, d.name, err)
