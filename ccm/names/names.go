@@ -38,6 +38,10 @@ const (
 // manager, metrics).
 const CoordinatorController = "ccm-coordinator"
 
+// CoordinatorLease is ccm-coordinator's leader-election Lease, in its own
+// namespace.
+const CoordinatorLease = "ccm-coordinator.hybridccm.io"
+
 // ControllerAliases are other spellings of talos-ccm's controller names that
 // --controllers accepts (k8s.io/cloud-provider's alias map: alias → name).
 func ControllerAliases() map[string]string {

@@ -125,7 +125,7 @@ func main() {
 		LeaseDuration:                 &leaderOpts.LeaseDuration,
 		RenewDeadline:                 &leaderOpts.RenewDeadline,
 		RetryPeriod:                   &leaderOpts.RetryPeriod,
-		LeaderElectionID:              "ccm-coordinator.hybridccm.io",
+		LeaderElectionID:              names.CoordinatorLease,
 		LeaderElectionNamespace:       *namespace,
 	})
 	if err != nil {

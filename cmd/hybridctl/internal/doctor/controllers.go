@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/controller"
 )
 
@@ -21,10 +22,6 @@ const (
 	CheckNoLeader          = "ControllerWithoutLeader"
 	CheckCoordinatorAbsent = "CoordinatorNotInstalled"
 )
-
-// coordinatorLease is the coordinator's leader-election Lease, in its
-// namespace (cmd/ccm-coordinator).
-const coordinatorLease = "ccm-coordinator.hybridccm.io"
 
 // installHint says how to install a missing controller, whatever way the
 // rest was installed.
@@ -44,14 +41,10 @@ func (d controllerRef) logs() string {
 // reports either when it is missing, has no ready replica, or no replica
 // holds its leader-election Lease. It remembers the coordinator, whose logs
 // other findings point to.
-func (r *Report) checkControllers(ctx context.Context, c client.Client, o Options) error {
-	var deps appsv1.DeploymentList
-	if err := c.List(ctx, &deps); err != nil {
-		return fmt.Errorf("list deployments: %w", err)
-	}
+func (r *Report) checkControllers(ctx context.Context, c client.Client, o Options, deps []appsv1.Deployment) error {
 	talos := 0
-	for i := range deps.Items {
-		d := &deps.Items[i]
+	for i := range deps {
+		d := &deps[i]
 		ref := controllerRef{d.Namespace, d.Name}
 		for _, ct := range d.Spec.Template.Spec.Containers {
 			w, ok := controller.ParseCCMContainer("Deployment/"+d.Namespace+"/"+d.Name, ct)
@@ -71,7 +64,7 @@ func (r *Report) checkControllers(ctx context.Context, c client.Client, o Option
 		if d.Labels["app.kubernetes.io/name"] == "ccm-coordinator" {
 			r.coordinator = &ref
 			if r.checkReady(d, "ccm-coordinator", "no NativeCCM is reconciled until one is") {
-				if err := r.checkLease(ctx, c, o, "ccm-coordinator", ref, d.Namespace, coordinatorLease); err != nil {
+				if err := r.checkLease(ctx, c, o, "ccm-coordinator", ref, d.Namespace, names.CoordinatorLease); err != nil {
 					return err
 				}
 			}

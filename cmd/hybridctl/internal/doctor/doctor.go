@@ -135,10 +135,16 @@ func Run(ctx context.Context, c client.Client, o Options) (*Report, error) {
 	r.Inspected.Nodes = len(nodes.Items)
 	r.checkNodes(nodes.Items, o)
 	r.checkPodCIDRs(nodes.Items)
-	if err := r.checkWorkloads(ctx, c); err != nil {
+	// Deployments: the CCMs among them (checkWorkloads), talos-ccm and the
+	// coordinator (checkControllers); read once.
+	var deps appsv1.DeploymentList
+	if err := c.List(ctx, &deps); err != nil {
+		return nil, fmt.Errorf("list deployments: %w", err)
+	}
+	if err := r.checkWorkloads(ctx, c, deps.Items); err != nil {
 		return nil, err
 	}
-	if err := r.checkControllers(ctx, c, o); err != nil {
+	if err := r.checkControllers(ctx, c, o, deps.Items); err != nil {
 		return nil, err
 	}
 	if err := r.checkNativeCCMs(ctx, c, nodes.Items); err != nil {
@@ -228,7 +234,7 @@ func (r *Report) checkPodCIDRs(nodes []corev1.Node) {
 	}
 }
 
-func (r *Report) checkWorkloads(ctx context.Context, c client.Client) error {
+func (r *Report) checkWorkloads(ctx context.Context, c client.Client, deps []appsv1.Deployment) error {
 	var ws []controller.CCMWorkload
 	managed := map[string]bool{}
 	add := func(kind string, o client.Object, spec corev1.PodSpec) {
@@ -244,12 +250,8 @@ func (r *Report) checkWorkloads(ctx context.Context, c client.Client) error {
 			}
 		}
 	}
-	var deps appsv1.DeploymentList
-	if err := c.List(ctx, &deps); err != nil {
-		return fmt.Errorf("list deployments: %w", err)
-	}
-	for i := range deps.Items {
-		add("Deployment", &deps.Items[i], deps.Items[i].Spec.Template.Spec)
+	for i := range deps {
+		add("Deployment", &deps[i], deps[i].Spec.Template.Spec)
 	}
 	var dss appsv1.DaemonSetList
 	if err := c.List(ctx, &dss); err != nil {
