@@ -108,6 +108,11 @@ func TestBootstrapThenHelm(t *testing.T) {
 	fleetcheck.WaitRolledOut(t, ctx, f, ccmNamespace, release, version)
 	objects := newObjects(t)
 	before := objects.uids(t, ctx, static)
+	for id, uid := range before {
+		if uid == "" {
+			t.Fatalf("%s: in docs/deploy, not in the cluster after applying it", id)
+		}
+	}
 	t.Logf("bootstrapped from docs/deploy: %d objects, %d nodes initialized", len(before), len(machines))
 
 	if err := fleetcheck.CredentialsSecrets(ctx, f, clouds, ccmNamespace, false); err != nil {
@@ -280,7 +285,8 @@ func (c *objectsClient) resource(o *unstructured.Unstructured) (dynamic.Resource
 	return c.dyn.Resource(m.Resource), nil
 }
 
-// uids are the UIDs of objs in the cluster, by objectID.
+// uids are the UIDs of objs in the cluster, by objectID; "" for one that
+// is not there.
 func (c *objectsClient) uids(t *testing.T, ctx context.Context, objs []*unstructured.Unstructured) map[string]types.UID {
 	t.Helper()
 	out := map[string]types.UID{}
@@ -293,9 +299,11 @@ func (c *objectsClient) uids(t *testing.T, ctx context.Context, objs []*unstruct
 		if err != nil && !apierrors.IsNotFound(err) {
 			t.Fatalf("%s: %v", objectID(o), err)
 		}
-		if got != nil && err == nil {
-			out[objectID(o)] = got.GetUID()
+		uid := types.UID("") // not there
+		if err == nil {
+			uid = got.GetUID()
 		}
+		out[objectID(o)] = uid
 	}
 	return out
 }
