@@ -52,11 +52,10 @@ func (f *Fleet) ReleaseAs(ctx context.Context, upstream, version string) error {
 	if version == "" || upstream == "" {
 		return errors.New("fleet: release: no version or no registry")
 	}
-	probe, err := f.Registry.Mirror(ship.ImageRef(upstream, "x", version))
+	registry, err := f.mirrorOf(upstream)
 	if err != nil {
 		return fmt.Errorf("fleet: release as %s: %w", upstream, err)
 	}
-	registry := probe.Context().RegistryStr() + "/" + path.Dir(probe.Context().RepositoryStr())
 	caFile, err := f.releaseCAFile()
 	if err != nil {
 		return fmt.Errorf("fleet: release: %w", err)
@@ -102,11 +101,22 @@ func (f *Fleet) ReleaseAs(ctx context.Context, upstream, version string) error {
 // pushed for upstream: where a user's `helm install oci://<upstream>/charts/
 // <chart>` finds it on the nodes' side of the registry.
 func (f *Fleet) ChartRefAs(upstream, chart string) (string, error) {
-	probe, err := f.Registry.Mirror(ship.ImageRef(upstream, "x", "0"))
+	registry, err := f.mirrorOf(upstream)
 	if err != nil {
 		return "", fmt.Errorf("fleet: chart %s as %s: %w", chart, upstream, err)
 	}
-	return "oci://" + probe.Context().RegistryStr() + "/" + path.Dir(probe.Context().RepositoryStr()) + "/charts/" + chart, nil
+	return "oci://" + registry + "/charts/" + chart, nil
+}
+
+// mirrorOf is where the registry keeps what is named under upstream (a
+// registry and repository prefix, e.g. ghcr.io/hybrid-ccm): its host and
+// path, as containerd's hosts.toml maps upstream there.
+func (f *Fleet) mirrorOf(upstream string) (string, error) {
+	probe, err := f.Registry.Mirror(ship.ImageRef(upstream, "x", "0"))
+	if err != nil {
+		return "", err
+	}
+	return probe.Context().RegistryStr() + "/" + path.Dir(probe.Context().RepositoryStr()), nil
 }
 
 // HasImage reports whether an image, named as the nodes name it (an
