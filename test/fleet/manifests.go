@@ -52,7 +52,7 @@ func (f *Fleet) ReleaseAs(ctx context.Context, upstream, version string) error {
 	if version == "" || upstream == "" {
 		return errors.New("fleet: release: no version or no registry")
 	}
-	registry, err := f.mirrorOf(upstream)
+	registry, err := f.MirrorOf(upstream)
 	if err != nil {
 		return fmt.Errorf("fleet: release as %s: %w", upstream, err)
 	}
@@ -101,17 +101,17 @@ func (f *Fleet) ReleaseAs(ctx context.Context, upstream, version string) error {
 // pushed for upstream: where a user's `helm install oci://<upstream>/charts/
 // <chart>` finds it on the nodes' side of the registry.
 func (f *Fleet) ChartRefAs(upstream, chart string) (string, error) {
-	registry, err := f.mirrorOf(upstream)
+	registry, err := f.MirrorOf(upstream)
 	if err != nil {
 		return "", fmt.Errorf("fleet: chart %s as %s: %w", chart, upstream, err)
 	}
 	return "oci://" + registry + "/charts/" + chart, nil
 }
 
-// mirrorOf is where the registry keeps what is named under upstream (a
+// MirrorOf is where the registry keeps what is named under upstream (a
 // registry and repository prefix, e.g. ghcr.io/hybrid-ccm): its host and
 // path, as containerd's hosts.toml maps upstream there.
-func (f *Fleet) mirrorOf(upstream string) (string, error) {
+func (f *Fleet) MirrorOf(upstream string) (string, error) {
 	probe, err := f.Registry.Mirror(ship.ImageRef(upstream, "x", "0"))
 	if err != nil {
 		return "", err

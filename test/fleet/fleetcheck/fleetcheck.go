@@ -81,7 +81,8 @@ func isProductImage(f *fleet.Fleet, img string) bool {
 		return false
 	}
 	dir = strings.TrimSuffix(dir, "/")
-	return dir == f.Registry.ReleaseRegistry() || dir == ship.DefaultRegistry || dir == f.Registry.Host()+"/"+ship.DefaultRegistry
+	mirror, err := f.MirrorOf(ship.DefaultRegistry)
+	return dir == f.Registry.ReleaseRegistry() || dir == ship.DefaultRegistry || (err == nil && dir == mirror)
 }
 
 func Images(d *appsv1.Deployment) []string {
