@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
 
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 	"github.com/hybrid-ccm/hybrid-ccm/hack/ship"
 )
 
@@ -48,7 +49,7 @@ func fixtures(t *testing.T, w *world) {
 	}
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: fixtureNode, Labels: map[string]string{
-			"node.cloudprovider.kubernetes.io/platform": "hcloud",
+			names.PlatformLabel: "hcloud",
 			"topology.kubernetes.io/region":             "fsn1",
 			"topology.kubernetes.io/zone":               "fsn1-dc14",
 		}},
