@@ -49,9 +49,9 @@ func fixtures(t *testing.T, w *world) {
 	}
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: fixtureNode, Labels: map[string]string{
-			names.PlatformLabel: "hcloud",
-			"topology.kubernetes.io/region":             "fsn1",
-			"topology.kubernetes.io/zone":               "fsn1-dc14",
+			names.PlatformLabel:             "hcloud",
+			"topology.kubernetes.io/region": "fsn1",
+			"topology.kubernetes.io/zone":   "fsn1-dc14",
 		}},
 		Spec: corev1.NodeSpec{ProviderID: "hcloud://4711"},
 	}
