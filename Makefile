@@ -20,6 +20,7 @@ FUZZTIME     ?= 2000x
 FUZZPKG      ?= .
 REGISTRY     ?=
 VERSION      ?=
+SIGNING_KEY  ?=
 PLATFORMS    ?= linux/amd64,linux/arm64
 export KUBE_VERSION ETCD_VERSION
 
@@ -90,10 +91,13 @@ demo: control-plane cluster aws-ccm build
 images:
 	$(SHIP) images $(SHIPFLAGS) --out bin/images
 
-# Builds the images, pushes them and the four charts (oci://REGISTRY/charts).
-# Credentials: docker login / helm registry login.
+# Builds the images, pushes them, an SPDX SBOM attached to each, and the four
+# charts (oci://REGISTRY/charts). SIGNING_KEY=<PEM private key file> signs every
+# image and chart in cosign's format (COSIGN_PASSWORD for cosign's encrypted
+# keys); without it nothing is signed. Credentials: docker login / helm
+# registry login. docs/supply-chain.md says how to verify.
 release:
-	$(SHIP) release $(SHIPFLAGS) --out bin/images
+	$(SHIP) release $(SHIPFLAGS) $(if $(SIGNING_KEY),--signing-key=$(SIGNING_KEY)) --out bin/images
 
 # Renders docs/deploy/*.yaml (kubectl apply, Talos externalCloudProvider).
 manifests:

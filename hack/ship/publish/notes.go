@@ -60,6 +60,19 @@ func ReleaseNotes(o ship.Options, changelog []byte, r *Released) []byte {
 	for _, ref := range slices.Sorted(maps.Keys(r.Charts)) {
 		fmt.Fprintf(&b, "| `oci://%s` | `%s` |\n", ref, r.Charts[ref])
 	}
+	b.WriteString("\n## SBOMs\n\nEach platform's image manifest has an SPDX 2.3 SBOM attached (OCI referrer, artifactType " + SPDXMediaType + "):\n\n| image | platform | SBOM manifest digest |\n|---|---|---|\n")
+	for _, ref := range slices.Sorted(maps.Keys(r.SBOMs)) {
+		for _, p := range slices.Sorted(maps.Keys(r.SBOMs[ref])) {
+			fmt.Fprintf(&b, "| `%s` | %s | `%s` |\n", ref, p, r.SBOMs[ref][p])
+		}
+	}
+	b.WriteString("\n## Signatures\n\n")
+	if len(r.Signatures) == 0 {
+		b.WriteString("Not signed: the release was made without a signing key.\n")
+	} else {
+		fmt.Fprintf(&b, "Every image index and chart above is signed (cosign's format, tag `sha256-<digest>.sig`). Verify with the public key:\n\n```text\n%s```\n\n```sh\ncosign verify --key cosign.pub --insecure-ignore-tlog %s\n```\n",
+			r.PublicKey, ship.ImageRef(o.Registry, ship.Images[0], o.Version))
+	}
 	fmt.Fprintf(&b, "\n## Install\n\n```sh\nhelm install hybrid-ccm oci://%s/charts/hybrid-ccm --version %s --namespace kube-system\n```\n\nUpgrading: apply the new chart's CRDs first (docs/install.md, \"Upgrades and uninstall\").\n",
 		o.Registry, o.Version)
 	return b.Bytes()

@@ -3,9 +3,11 @@ package publish
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -29,6 +31,10 @@ type ReleaseOptions struct {
 	// roots). Credentials: Docker's config for images, Helm's registry
 	// config for charts (`docker login`, `helm registry login`).
 	HTTPClient *http.Client
+	// Signer signs every image index and chart pushed (cosign's format,
+	// signatures pushed with Docker's credentials). Nil: nothing is signed,
+	// which the log and the release notes say.
+	Signer *Signer
 }
 
 // Released is what a release pushed: reference → digest of the image index
@@ -36,6 +42,17 @@ type ReleaseOptions struct {
 type Released struct {
 	Images map[string]v1.Hash
 	Charts map[string]string
+	// SBOMs are, by image reference and platform, the digests of the SBOM
+	// artifacts attached to the platform's image manifest.
+	SBOMs map[string]map[string]v1.Hash
+	// Signatures are, by image or chart reference, the tags holding their
+	// signatures (sha256-<hex>.sig); empty without a signer.
+	Signatures map[string]string
+	// SignedWith is the signing key's file; empty: nothing was signed.
+	SignedWith string
+	// PublicKey is the signing key's public half (PEM), what users verify
+	// with; empty without a signer.
+	PublicKey []byte
 	// Notes is the release notes file it wrote (ReleaseNotes).
 	Notes string
 }
@@ -43,7 +60,9 @@ type Released struct {
 // Release builds the images (ship.Build), pushes them, then pushes every chart of
 // ship.Charts as ReleaseCharts makes it, with Helm's registry client (what `helm
 // push` does) to oci://<registry>/charts. ship.Images go first: a chart in the
-// registry never names an image that is not there.
+// registry never names an image that is not there. Every platform image gets an
+// SBOM attached (attachSBOMs); with opts.Signer every image index and chart
+// manifest is signed (cosign's format, sign).
 func Release(ctx context.Context, opts ReleaseOptions) (*Released, error) {
 	o, err := opts.WithDefaults()
 	if err != nil {
@@ -52,14 +71,24 @@ func Release(ctx context.Context, opts ReleaseOptions) (*Released, error) {
 	if len(opts.Images) != 0 && len(opts.Images) != len(ship.Images) {
 		return nil, fmt.Errorf("release: the charts name every image; build all of them")
 	}
-	out := &Released{Images: map[string]v1.Hash{}, Charts: map[string]string{}}
+	out := &Released{Images: map[string]v1.Hash{}, Charts: map[string]string{},
+		SBOMs: map[string]map[string]v1.Hash{}, Signatures: map[string]string{}}
+	if opts.Signer != nil {
+		out.SignedWith = opts.Signer.File
+		if out.PublicKey, err = opts.Signer.PublicKeyPEM(); err != nil {
+			return nil, fmt.Errorf("release: %w", err)
+		}
+	} else {
+		fmt.Fprintf(o.Log, "no signing key (--signing-key, make release %s=...): the images and charts will not be signed\n", SigningKeyEnv)
+	}
 	if _, err := ship.Build(ctx, o); err != nil {
 		return nil, fmt.Errorf("release: %w", err)
 	}
-	if err := pushImages(ctx, o, opts.HTTPClient, out); err != nil {
+	ropts := remoteOptions(ctx, opts.HTTPClient)
+	if err := pushImages(o, ropts, opts.Signer, out); err != nil {
 		return nil, fmt.Errorf("release: %w", err)
 	}
-	if err := pushCharts(o, opts.HTTPClient, out); err != nil {
+	if err := pushCharts(o, opts.HTTPClient, ropts, opts.Signer, out); err != nil {
 		return nil, fmt.Errorf("release: %w", err)
 	}
 	if out.Notes, err = writeNotes(o, out); err != nil {
@@ -68,9 +97,20 @@ func Release(ctx context.Context, opts ReleaseOptions) (*Released, error) {
 	return out, nil
 }
 
+// remoteOptions are go-containerregistry's options for the registry:
+// Docker's credentials, hc's transport.
+func remoteOptions(ctx context.Context, hc *http.Client) []remote.Option {
+	ropts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)}
+	if hc != nil && hc.Transport != nil {
+		ropts = append(ropts, remote.WithTransport(hc.Transport))
+	}
+	return ropts
+}
+
 // pushImages pushes every image index of the layout at o.Out to the
-// reference it is annotated with.
-func pushImages(ctx context.Context, o ship.Options, hc *http.Client, out *Released) error {
+// reference it is annotated with, attaches the SBOMs of its images and signs
+// it when there is a signer.
+func pushImages(o ship.Options, ropts []remote.Option, signer *Signer, out *Released) error {
 	lp, err := layout.FromPath(o.Out)
 	if err != nil {
 		return err
@@ -82,10 +122,6 @@ func pushImages(ctx context.Context, o ship.Options, hc *http.Client, out *Relea
 	im, err := root.IndexManifest()
 	if err != nil {
 		return err
-	}
-	ropts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)}
-	if hc != nil && hc.Transport != nil {
-		ropts = append(ropts, remote.WithTransport(hc.Transport))
 	}
 	for _, desc := range im.Manifests {
 		refName := desc.Annotations[ship.AnnotationRefName]
@@ -102,12 +138,29 @@ func pushImages(ctx context.Context, o ship.Options, hc *http.Client, out *Relea
 		}
 		out.Images[refName] = desc.Digest
 		fmt.Fprintf(o.Log, "pushed %s@%s\n", refName, desc.Digest)
+		sboms, err := attachSBOMs(o, ref, idx, ropts)
+		if err != nil {
+			return err
+		}
+		out.SBOMs[refName] = sboms
+		for _, p := range slices.Sorted(maps.Keys(sboms)) {
+			fmt.Fprintf(o.Log, "attached the SBOM of %s for %s: %s@%s\n", refName, p, ref.Context(), sboms[p])
+		}
+		if signer != nil {
+			tag, err := sign(signer, ref.Context(), desc.Digest, ropts)
+			if err != nil {
+				return err
+			}
+			out.Signatures[refName] = tag.String()
+			fmt.Fprintf(o.Log, "signed %s@%s: %s\n", refName, desc.Digest, tag)
+		}
 	}
 	return nil
 }
 
-// pushCharts packages and pushes the release's charts.
-func pushCharts(o ship.Options, hc *http.Client, out *Released) error {
+// pushCharts packages and pushes the release's charts, and signs their
+// manifests when there is a signer.
+func pushCharts(o ship.Options, hc *http.Client, ropts []remote.Option, signer *Signer, out *Released) error {
 	charts, err := ReleaseCharts(o.Root, o.Registry, o.Version)
 	if err != nil {
 		return err
@@ -144,6 +197,22 @@ func pushCharts(o ship.Options, hc *http.Client, out *Released) error {
 		}
 		out.Charts[ref] = res.Manifest.Digest
 		fmt.Fprintf(o.Log, "pushed oci://%s (%s)\n", strings.TrimSuffix(ref, ":"+o.Version), filepath.Base(file))
+		if signer != nil {
+			r, err := name.ParseReference(ref, name.StrictValidation)
+			if err != nil {
+				return err
+			}
+			d, err := v1.NewHash(res.Manifest.Digest)
+			if err != nil {
+				return fmt.Errorf("chart %s: digest %q: %w", ref, res.Manifest.Digest, err)
+			}
+			tag, err := sign(signer, r.Context(), d, ropts)
+			if err != nil {
+				return err
+			}
+			out.Signatures[ref] = tag.String()
+			fmt.Fprintf(o.Log, "signed oci://%s@%s: %s\n", ref, d, tag)
+		}
 	}
 	return nil
 }

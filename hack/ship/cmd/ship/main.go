@@ -19,7 +19,8 @@ import (
 const usage = `usage: ship images|release|manifests [flags]
 
   images     build the images into an OCI image layout (--out, default bin/images)
-  release    build the images, push them and the charts to --registry
+  release    build the images, push them, their SBOMs and the charts to --registry;
+             with --signing-key, sign every image and chart (cosign's format)
   manifests  render docs/deploy/*.yaml from the charts (--out, default docs/deploy)
              and each chart's README.md from its Chart.yaml and values.yaml
 `
@@ -37,6 +38,7 @@ func main() {
 		platforms = fs.String("platforms", strings.Join(ship.DefaultPlatforms, ","), "comma-separated os/arch list")
 		images    = fs.String("images", strings.Join(ship.Images, ","), "comma-separated images to build")
 		out       = fs.String("out", "", "output directory")
+		keyFile   = fs.String("signing-key", "", "release: PEM private key (ECDSA or RSA; PKCS#8, SEC 1, PKCS#1 or cosign's encrypted key with "+publish.SigningPasswordEnv+") to sign every image and chart with, in cosign's format; empty: nothing is signed")
 	)
 	_ = fs.Parse(os.Args[2:])
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -61,7 +63,14 @@ func main() {
 		if opts.Out == "" {
 			opts.Out = "bin/images"
 		}
-		_, err = publish.Release(ctx, publish.ReleaseOptions{Options: opts})
+		ro := publish.ReleaseOptions{Options: opts}
+		if *keyFile != "" {
+			// Before anything is built or pushed: a bad key stops here.
+			if ro.Signer, err = publish.LoadSigningKey(*keyFile, []byte(os.Getenv(publish.SigningPasswordEnv))); err != nil {
+				break
+			}
+		}
+		_, err = publish.Release(ctx, ro)
 	case "manifests":
 		if opts.Out == "" {
 			opts.Out = "docs/deploy"
