@@ -2,7 +2,8 @@
 // them: from an OCI distribution registry over HTTPS, pulled by containerd.
 //
 // It owns the registry a test (or `hybridctl demo`) runs in-process
-// (go-containerregistry's pkg/registry, blobs on disk, a CA of its own), the
+// (go-containerregistry's pkg/registry, blobs on disk, a CA of its own, the
+// OCI 1.1 referrers API: referrers), the
 // mapping of upstream image names onto it (Mirror, and containerd's registry
 // host configuration that makes containerd pull registry.k8s.io/..., docker.io/...
 // from it: WriteHostsDir), the images the tests make from single static
@@ -121,10 +122,11 @@ func Start(lis net.Listener, dir string, opts ...Option) (_ *Registry, err error
 		return nil, fmt.Errorf("start registry: %w", err)
 	}
 	logger := log.New(r.logFile, "", log.LstdFlags|log.Lmicroseconds)
-	var handler http.Handler = ggcrregistry.New(
+	var handler http.Handler = referrers(ggcrregistry.New(
 		ggcrregistry.Logger(logger),
 		ggcrregistry.WithBlobHandler(ggcrregistry.NewDiskBlobHandler(blobs)),
-	)
+		ggcrregistry.WithReferrersSupport(true),
+	))
 	if r.auth != nil {
 		handler = r.auth.handler(handler)
 	}

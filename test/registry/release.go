@@ -43,7 +43,24 @@ func (r *Registry) ReleaseRegistry() string { return r.host + "/" + ReleaseRepos
 // wrote.
 //
 // make release builds into root/bin/images, as it does for a user.
+//
+// It signs nothing (SIGNING_KEY= on make's command line, whatever the
+// environment says); ReleaseSigned signs.
 func (r *Registry) Release(ctx context.Context, root, version string, log io.Writer) error {
+	return r.release(ctx, root, version, "", log)
+}
+
+// ReleaseSigned is Release with `make release SIGNING_KEY=<keyFile>`: every
+// image and chart signed with the key (cosign's format). COSIGN_PASSWORD
+// comes from this process's environment.
+func (r *Registry) ReleaseSigned(ctx context.Context, root, version, keyFile string, log io.Writer) error {
+	if keyFile == "" {
+		return errors.New("release: no signing key")
+	}
+	return r.release(ctx, root, version, keyFile, log)
+}
+
+func (r *Registry) release(ctx context.Context, root, version, keyFile string, log io.Writer) error {
 	if version == "" {
 		return errors.New("release: no version")
 	}
@@ -54,7 +71,7 @@ func (r *Registry) Release(ctx context.Context, root, version string, log io.Wri
 	if err != nil {
 		return fmt.Errorf("release %s: %w", version, err)
 	}
-	args := []string{"release", "REGISTRY=" + r.ReleaseRegistry(), "VERSION=" + version, "PLATFORMS=linux/" + runtime.GOARCH}
+	args := []string{"release", "REGISTRY=" + r.ReleaseRegistry(), "VERSION=" + version, "PLATFORMS=linux/" + runtime.GOARCH, "SIGNING_KEY=" + keyFile}
 	cmd := exec.CommandContext(ctx, "make", args...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "SSL_CERT_FILE="+caFile)

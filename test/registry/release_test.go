@@ -78,7 +78,18 @@ func TestRelease(t *testing.T) {
 	if mf.Config.MediaType != helmConfig {
 		t.Errorf("%s: config media type %s, want %s", chart, mf.Config.MediaType, helmConfig)
 	}
-	for _, want := range []string{"pushed oci://" + r.Host() + "/hybrid-ccm/charts/hybrid-ccm", "pushed " + r.Host() + "/hybrid-ccm/talos-ccm:" + version} {
+	// Unsigned (no SIGNING_KEY), which the output says: no signature tag.
+	desc := get(image)
+	sig := r.Host() + "/hybrid-ccm/talos-ccm:" + desc.Digest.Algorithm + "-" + desc.Digest.Hex + ".sig"
+	ref, err := name.ParseReference(sig, name.StrictValidation)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := remote.Head(ref, remote.WithContext(t.Context()), remote.WithTransport(r.HTTPClient().Transport)); statusOf(err) != http.StatusNotFound {
+		t.Errorf("%s after a release without a signing key: %v, want 404", sig, err)
+	}
+	for _, want := range []string{"pushed oci://" + r.Host() + "/hybrid-ccm/charts/hybrid-ccm", "pushed " + r.Host() + "/hybrid-ccm/talos-ccm:" + version,
+		"no signing key", "will not be signed"} {
 		if !strings.Contains(log.String(), want) {
 			t.Errorf("make output lacks %q", want)
 		}
