@@ -29,7 +29,7 @@ SHIPFLAGS = $(if $(REGISTRY),--registry=$(REGISTRY)) $(if $(VERSION),--version=$
 
 BINARIES := talos-ccm ccm-coordinator ccm-gate hybridctl
 
-.PHONY: all build test unit fuzz bench lint demo control-plane cluster aws-ccm kubectl clean generate verify-generated images release manifests
+.PHONY: all build test unit fuzz bench lint demo control-plane cluster aws-ccm kubectl cosign clean generate verify-generated images release manifests
 
 all: build
 
@@ -55,6 +55,12 @@ aws-ccm:
 kubectl:
 	@hack/kubectl.sh >/dev/null
 
+# Builds (or reuses from the cache) the cosign CLI: test/registry and
+# test/doccommands verify signed releases and fetch SBOMs with it
+# (docs/supply-chain.md).
+cosign:
+	@hack/cosign.sh >/dev/null
+
 build:
 	@mkdir -p bin
 	@for b in $(BINARIES); do \
@@ -68,7 +74,7 @@ lint:
 
 # hack/test.sh: the packages without a real cluster first, then those that run
 # one (test/cluster and its users), one at a time.
-test: control-plane cluster aws-ccm kubectl lint
+test: control-plane cluster aws-ccm kubectl cosign lint
 	KUBEBUILDER_ASSETS=$$(hack/control-plane.sh) HYBRID_CCM_CLUSTER_BINARIES=$$(hack/cluster-binaries.sh) GO_TEST_FLAGS="$(TEST_FLAGS)" hack/test.sh
 	$(MAKE) fuzz
 
