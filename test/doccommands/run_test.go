@@ -24,7 +24,7 @@ type step struct {
 	inRepo bool
 	// subst are old, new pairs replaced in the command before it runs
 	// (placeholders, registry.example.com); "{registry}" in new is the test
-	// registry's host:port.
+	// registry's host:port, "{work}" the world's working directory.
 	subst []string
 	// dryRun runs `make -n` for `make`: make prints the recipe, runs none of it.
 	dryRun bool
@@ -47,7 +47,7 @@ func (s *step) do(t *testing.T, w *world, cmd string) {
 	if len(s.subst) > 0 {
 		pairs := make([]string, len(s.subst))
 		for i, v := range s.subst {
-			pairs[i] = strings.ReplaceAll(v, "{registry}", w.reg.Host())
+			pairs[i] = strings.NewReplacer("{registry}", w.reg.Host(), "{work}", w.work).Replace(v)
 		}
 		line = strings.NewReplacer(pairs...).Replace(line)
 	}

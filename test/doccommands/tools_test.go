@@ -27,7 +27,8 @@ func cacheRoot() (string, error) {
 // tools returns a directory holding the CLIs the docs' commands name: helm
 // (this module's, built once per version into the cache), kubectl (the
 // control plane's version, hack/kubectl.sh), hybridctl (built from this
-// checkout) and skopeo (Debian's, hack/cluster-packages.sh).
+// checkout), cosign (hack/cosign.sh) and skopeo (Debian's,
+// hack/cluster-packages.sh).
 func tools(t *testing.T, repo string) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -45,6 +46,8 @@ func tools(t *testing.T, repo string) string {
 	goCmd(t, repo, "build", "-o", hybridctl, "./cmd/hybridctl")
 	t.Logf("built hybridctl in %s", time.Since(start).Round(time.Second))
 	link("hybridctl", hybridctl)
+
+	link("cosign", cosignBinary(t, repo))
 
 	skopeo, err := exec.LookPath("skopeo")
 	if err != nil {
@@ -101,6 +104,25 @@ func kubectlBinary(t *testing.T, repo string) string {
 		t.Logf("hack/kubectl.sh built kubectl in %s", d.Round(time.Second))
 	}
 	return filepath.Join(strings.TrimSpace(string(out)), "kubectl")
+}
+
+// cosignBinary is hack/cosign.sh's cosign (cached; built when missing).
+func cosignBinary(t *testing.T, repo string) string {
+	t.Helper()
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(repo, "hack", "cosign.sh"))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("hack/cosign.sh: %v\n%s", err, stderr.String())
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Logf("hack/cosign.sh built cosign in %s", d.Round(time.Second))
+	}
+	return strings.TrimSpace(string(out))
 }
 
 // goCmd runs the go command in dir and returns its standard output.

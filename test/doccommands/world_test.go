@@ -42,6 +42,9 @@ type world struct {
 	ran map[string]string
 }
 
+// cosignPassword is $COSIGN_PASSWORD for the docs' cosign lines.
+const cosignPassword = "doc-cosign-password"
+
 // hcloudToken is $HCLOUD_TOKEN for the docs' `kubectl create secret` lines.
 const hcloudToken = "doc-token-0123456789"
 
@@ -86,6 +89,9 @@ func newWorld(t *testing.T, named map[string]string) *world {
 		"NO_PROXY="+strings.Trim(os.Getenv("NO_PROXY")+",127.0.0.1", ","),
 		"no_proxy="+strings.Trim(os.Getenv("no_proxy")+",127.0.0.1", ","),
 		"HCLOUD_TOKEN="+hcloudToken,
+		// cosign generate-key-pair's password, and make release's to read
+		// the key (docs/supply-chain.md)
+		"COSIGN_PASSWORD="+cosignPassword,
 		"GOCACHE="+gocache[0], "GOMODCACHE="+gocache[1],
 	)
 	w.useAPIServer(env)
