@@ -4,14 +4,17 @@ import (
 	"archive/tar"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
@@ -152,6 +155,9 @@ func attachSBOMs(o ship.Options, ref name.Reference, idx v1.ImageIndex, ropts []
 		if err != nil {
 			return nil, fmt.Errorf("sbom of %s for %s: %w", ref, platform, err)
 		}
+		if err := fixFallbackArtifactType(ref.Context(), desc.Digest, d, SPDXMediaType, ropts); err != nil {
+			return nil, fmt.Errorf("sbom of %s for %s: %w", ref, platform, err)
+		}
 		// cosign's tag for an SBOM (`cosign download sbom` looks there when
 		// no referrer has its own artifact type): the same manifest.
 		if _, err := PushManifest(ref.Context(), SBOMTag(ref.Context(), desc.Digest), m, nil, ropts); err != nil {
@@ -160,6 +166,46 @@ func attachSBOMs(o ship.Options, ref name.Reference, idx v1.ImageIndex, ropts []
 		out[platform] = d
 	}
 	return out, nil
+}
+
+// fixFallbackArtifactType corrects the referrers fallback tag of subject
+// (sha256-<hex>, an image index go-containerregistry writes where the
+// registry has no referrers API) when it lists the artifact with its config's
+// media type (the empty one) instead of its artifactType, as
+// go-containerregistry v0.20 does: filters by artifact type find it then. A
+// registry with the referrers API has no such tag; nothing to do.
+func fixFallbackArtifactType(repo name.Repository, subject, artifact v1.Hash, artifactType string, ropts []remote.Option) error {
+	tag := repo.Tag(subject.Algorithm + "-" + subject.Hex)
+	idx, err := remote.Index(tag, ropts...)
+	var terr *transport.Error
+	if errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("referrers fallback tag %s: %w", tag, err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		return err
+	}
+	changed := false
+	for i, m := range im.Manifests {
+		if m.Digest == artifact && m.ArtifactType != artifactType {
+			im.Manifests[i].ArtifactType = artifactType
+			changed = true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	raw, err := json.Marshal(im)
+	if err != nil {
+		return err
+	}
+	if err := remote.Put(tag, rawManifest{raw: raw, mediaType: types.OCIImageIndex}, ropts...); err != nil {
+		return fmt.Errorf("referrers fallback tag %s: %w", tag, err)
+	}
+	return nil
 }
 
 // imageFile is the content of the file name in the image's layers (the

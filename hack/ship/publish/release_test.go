@@ -3,6 +3,12 @@ package publish
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
 	"io"
 	"log"
 	"net/http/httptest"
@@ -14,6 +20,7 @@ import (
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"helm.sh/helm/v3/pkg/chart/loader"
@@ -41,9 +48,18 @@ func TestRelease(t *testing.T) {
 	const version = "1.2.3-rc.1"
 	ctx := context.Background()
 
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := LoadSigningKey(writePEM(t, "PRIVATE KEY", pkcs8(t, key)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	rel, err := Release(ctx, ReleaseOptions{
 		Options:    ship.Options{Root: testenv.RepoRoot(), Registry: reg, Version: version, Platforms: shiptest.Platforms(), Out: t.TempDir(), Log: shiptest.Log{T: t}},
 		HTTPClient: srv.Client(),
+		Signer:     signer,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -64,6 +80,20 @@ func TestRelease(t *testing.T) {
 	}
 	if body, _ := ChangelogSection(mustRead(t, filepath.Join(testenv.RepoRoot(), Changelog)), version); body == "" || !strings.Contains(string(notes), body) {
 		t.Errorf("release notes %s lack the changelog's section for %s", rel.Notes, version)
+	}
+
+	// This registry has no referrers API: the SBOMs are found through
+	// their fallback tag; every image and chart is signed.
+	ropts := []remote.Option{remote.WithTransport(srv.Client().Transport)}
+	for ref, d := range rel.Images {
+		checkSBOMReferrers(t, ref, rel.SBOMs[ref], ropts)
+		checkSignature(t, ref, d.String(), &key.PublicKey, ropts)
+	}
+	for ref, d := range rel.Charts {
+		checkSignature(t, ref, d, &key.PublicKey, ropts)
+	}
+	if !strings.Contains(string(notes), "cosign verify --key") || !strings.Contains(string(notes), "BEGIN PUBLIC KEY") {
+		t.Errorf("release notes %s do not say how to verify the signatures", rel.Notes)
 	}
 
 	rc, err := registry.NewClient(registry.ClientOptHTTPClient(srv.Client()))
@@ -163,4 +193,102 @@ func mustRead(t *testing.T, p string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// checkSBOMReferrers requires every platform image of the index ref to have
+// exactly its SBOM (sboms: by platform) among its referrers.
+func checkSBOMReferrers(t *testing.T, s string, sboms map[string]v1.Hash, ropts []remote.Option) {
+	t.Helper()
+	ref, err := name.ParseReference(s, name.StrictValidation)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, err := remote.Index(ref, ropts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sboms) != len(im.Manifests) {
+		t.Errorf("%s: SBOMs %v for %d platform images", s, sboms, len(im.Manifests))
+	}
+	for _, m := range im.Manifests {
+		p := m.Platform.OS + "/" + m.Platform.Architecture
+		refs, err := remote.Referrers(ref.Context().Digest(m.Digest.String()), ropts...)
+		if err != nil {
+			t.Fatalf("referrers of %s for %s: %v", s, p, err)
+		}
+		rm, err := refs.IndexManifest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rm.Manifests) != 1 || rm.Manifests[0].Digest != sboms[p] || rm.Manifests[0].ArtifactType != SPDXMediaType {
+			t.Errorf("%s for %s: referrers %+v, want the SBOM %s", s, p, rm.Manifests, sboms[p])
+		}
+	}
+}
+
+// checkSignature verifies the signature of digest in s's repository as
+// cosign's format says: the tag sha256-<hex>.sig, a simple-signing layer
+// whose annotation is the base64 ASN.1 ECDSA signature of the layer, a
+// payload naming the repository and digest.
+func checkSignature(t *testing.T, s, digest string, pub *ecdsa.PublicKey, ropts []remote.Option) {
+	t.Helper()
+	ref, err := name.ParseReference(s, name.StrictValidation)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := v1.NewHash(digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := remote.Image(SignatureTag(ref.Context(), h), ropts...)
+	if err != nil {
+		t.Errorf("%s: signature: %v", s, err)
+		return
+	}
+	mf, err := img.Manifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, err := img.Layers()
+	if err != nil || len(layers) != 1 || len(mf.Layers) != 1 || mf.Layers[0].MediaType != SimpleSigningMediaType {
+		t.Fatalf("%s: signature manifest %+v (%v)", s, mf, err)
+	}
+	rc, err := layers[0].Compressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig, err := base64.StdEncoding.DecodeString(mf.Layers[0].Annotations[SignatureAnnotation])
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(payload)
+	if !ecdsa.VerifyASN1(pub, sum[:], sig) {
+		t.Errorf("%s: signature does not verify", s)
+	}
+	var p struct {
+		Critical struct {
+			Identity struct {
+				DockerReference string `json:"docker-reference"`
+			} `json:"identity"`
+			Image struct {
+				DockerManifestDigest string `json:"docker-manifest-digest"`
+			} `json:"image"`
+			Type string `json:"type"`
+		} `json:"critical"`
+	}
+	if err := json.Unmarshal(payload, &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Critical.Image.DockerManifestDigest != digest || p.Critical.Identity.DockerReference != ref.Context().Name() || p.Critical.Type != SignatureType {
+		t.Errorf("%s: payload %s", s, payload)
+	}
 }
