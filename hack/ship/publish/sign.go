@@ -153,6 +153,9 @@ func decryptCosignKey(data, password []byte) ([]byte, error) {
 	copy(nonce[:], e.Cipher.Nonce)
 	out, ok := secretbox.Open(nil, e.Ciphertext, &nonce, &key)
 	if !ok {
+		if len(password) == 0 {
+			return nil, fmt.Errorf("cannot decrypt it: %s is empty or unset", SigningPasswordEnv)
+		}
 		return nil, fmt.Errorf("cannot decrypt it: wrong password (%s)?", SigningPasswordEnv)
 	}
 	return out, nil

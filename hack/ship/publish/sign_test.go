@@ -157,6 +157,7 @@ func TestSigningKeyRefused(t *testing.T) {
 		{"RSA 1024", writePEM(t, "PRIVATE KEY", pkcs8(t, rsa1024)), "", "1024 bits"},
 		{"encrypted PKCS#8", writePEM(t, "ENCRYPTED PRIVATE KEY", []byte{1, 2}), "", "decrypt it first"},
 		{"wrong password", writePEM(t, "ENCRYPTED SIGSTORE PRIVATE KEY", encryptCosign(t, pkcs8(t, p256), []byte("pw"))), "other", "wrong password"},
+		{"no password", writePEM(t, "ENCRYPTED SIGSTORE PRIVATE KEY", encryptCosign(t, pkcs8(t, p256), []byte("pw"))), "", "COSIGN_PASSWORD is empty or unset"},
 		{"hostile scrypt", writePEM(t, "ENCRYPTED SIGSTORE PRIVATE KEY", []byte(`{"kdf":{"name":"scrypt","params":{"N":1073741824,"r":8,"p":1},"salt":""},"cipher":{"name":"nacl/secretbox","nonce":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"},"ciphertext":""}`)), "", "out of range"},
 	}
 	for _, c := range cases {
