@@ -70,7 +70,7 @@ func ReleaseNotes(o ship.Options, changelog []byte, r *Released) []byte {
 	if len(r.Signatures) == 0 {
 		b.WriteString("Not signed: the release was made without a signing key.\n")
 	} else {
-		fmt.Fprintf(&b, "Every image index and chart above is signed (cosign's format, tag `sha256-<digest>.sig`). Verify with the public key:\n\n```text\n%s```\n\n```sh\ncosign verify --key cosign.pub --insecure-ignore-tlog %s\n```\n",
+		fmt.Fprintf(&b, "Every image index and chart above is signed (cosign's format, tag `sha256-<digest>.sig`). Verify with the public key:\n\n```text\n%s```\n\n```sh\ncosign verify --key cosign.pub --insecure-ignore-tlog=true %s\n```\n",
 			r.PublicKey, ship.ImageRef(o.Registry, ship.Images[0], o.Version))
 	}
 	fmt.Fprintf(&b, "\n## Install\n\n```sh\nhelm install hybrid-ccm oci://%s/charts/hybrid-ccm --version %s --namespace kube-system\n```\n\nUpgrading: apply the new chart's CRDs first (docs/install.md, \"Upgrades and uninstall\").\n",
