@@ -12,7 +12,11 @@
 # directives (v2.6.5), so the build resolves the dependency versions cosign's own go.mod
 # names (minimal version selection from cosign alone).
 #
-# COLD_TIMES: measured below, see the end of this comment.
+# Measured cold (empty module and build caches) on 2 cores shared with other builds
+# (load average 14-24, so the wall time is far above an idle machine's): 24 min 46 s
+# wall, 328 s user + 78 s system CPU (about 1.5x hack/aws-ccm.sh's CPU), 1.8-2.8 GB of
+# module downloads, 330 MB+ of build cache; the binary is 98 MB. Warm (binary in the
+# cache): 0.01 s.
 set -euo pipefail
 
 COSIGN_VERSION="${COSIGN_VERSION:-v2.6.5}"
