@@ -7,7 +7,7 @@
 // requests: one Update (providerID, topology/instance-type labels, the routing
 // label node.cloudprovider.kubernetes.io/platform and the other
 // node.cloudprovider.kubernetes.io/* labels, rule labels, annotations and taints,
-// taint removal) and one status update (addresses). The library's controller
+// taint removal) and one merge patch of status.addresses. The library's controller
 // discards every kubernetes.io-namespaced AdditionalLabel, so the routing label
 // would cost an extra GET+PATCH per node there. It never reads the Talos API
 // itself (the facts source does) and never deletes nodes.

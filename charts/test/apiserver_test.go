@@ -136,8 +136,7 @@ func TestTalosCCMRBACOnAPIServer(t *testing.T) {
 	allowed := []access{
 		{verb: "watch", resource: "nodes"},
 		{verb: "update", resource: "nodes", name: "web-1"},
-		{verb: "patch", resource: "nodes", name: "web-1"},
-		{verb: "update", resource: "nodes", sub: "status", name: "web-1"},
+		{verb: "patch", resource: "nodes", sub: "status", name: "web-1"},
 		{verb: "create", resource: "events", namespace: "default"},
 		{verb: "create", group: "events.k8s.io", resource: "events", namespace: "default"},
 		{verb: "list", group: "certificates.k8s.io", resource: "certificatesigningrequests"},
@@ -150,6 +149,10 @@ func TestTalosCCMRBACOnAPIServer(t *testing.T) {
 		{verb: "create", group: "authorization.k8s.io", resource: "subjectaccessreviews"},
 	}
 	denied := []access{
+		// cloud-node updates a node and patches its addresses; patching a node
+		// is node-ipam-controller's, off by default
+		{verb: "patch", resource: "nodes", name: "web-1"},
+		{verb: "update", resource: "nodes", sub: "status", name: "web-1"},
 		{verb: "delete", resource: "nodes", name: "web-1"},
 		{verb: "create", resource: "nodes"},
 		{verb: "deletecollection", resource: "nodes"},

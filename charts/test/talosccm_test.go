@@ -241,8 +241,8 @@ func TestTalosCCMRBAC(t *testing.T) {
 			name:        "default",
 			controllers: nil,
 			want: append([]rbacv1.PolicyRule{
-				rule(core, []string{"nodes"}, []string{"get", "list", "watch", "update", "patch"}),
-				rule(core, []string{"nodes/status"}, []string{"update", "patch"}),
+				rule(core, []string{"nodes"}, []string{"get", "list", "watch", "update"}),
+				rule(core, []string{"nodes/status"}, []string{"patch"}),
 				eventsRule,
 			}, csrRules...),
 		},
@@ -250,8 +250,17 @@ func TestTalosCCMRBAC(t *testing.T) {
 			name:        "cloud-node only",
 			controllers: []any{"cloud-node"},
 			want: []rbacv1.PolicyRule{
+				rule(core, []string{"nodes"}, []string{"get", "list", "watch", "update"}),
+				rule(core, []string{"nodes/status"}, []string{"patch"}),
+				eventsRule,
+			},
+		},
+		{
+			name:        "cloud-node and node-ipam-controller: update and patch",
+			controllers: []any{"cloud-node", "node-ipam-controller"},
+			want: []rbacv1.PolicyRule{
 				rule(core, []string{"nodes"}, []string{"get", "list", "watch", "update", "patch"}),
-				rule(core, []string{"nodes/status"}, []string{"update", "patch"}),
+				rule(core, []string{"nodes/status"}, []string{"patch"}),
 				eventsRule,
 			},
 		},
