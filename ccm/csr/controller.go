@@ -63,6 +63,15 @@ type NodeFacts interface {
 	Established(ctx context.Context, node *corev1.Node) (*facts.Facts, error)
 }
 
+// RememberedFacts is what a NodeFacts may offer besides Established: the
+// facts it remembers for a node, at hand without waiting (ccm/facts.Source
+// has it). With it, a request whose node's facts are remembered is decided in
+// one pass, without a lookup; without it, every request waits for a lookup
+// beside the workers.
+type RememberedFacts interface {
+	Remembered(nodeName string) (*facts.Facts, bool)
+}
+
 // Event reasons on the CSR and on its Node.
 const (
 	EventReasonApproved = "CSRApproved"
@@ -393,7 +402,14 @@ func (c *Controller) decide(ctx context.Context, csr *certificatesv1.Certificate
 	}
 	var established []corev1.NodeAddress
 	if node != nil && (!c.opts.WaitForInitialization || Initialized(node)) {
-		step, res, last, retryAt := c.lookups.next(node.Name, csr.Name, time.Now())
+		step, res, last, retryAt := stepDecide, lookupResult{}, error(nil), time.Time{}
+		if f, ok := c.remembered(node.Name); ok {
+			// what Established would return at once
+			c.lookups.dropRequest(csr.Name)
+			res.facts = f
+		} else {
+			step, res, last, retryAt = c.lookups.next(node.Name, csr.Name, time.Now())
+		}
 		switch step {
 		case stepStart:
 			go c.lookup(ctx, node)
@@ -426,6 +442,15 @@ func (c *Controller) decide(ctx context.Context, csr *certificatesv1.Certificate
 		}
 	}
 	return checkNode(req, node, established, &c.opts), node, nil
+}
+
+// remembered returns the facts the NodeFacts remembers for the node, if it
+// offers them.
+func (c *Controller) remembered(nodeName string) (*facts.Facts, bool) {
+	if r, ok := c.facts.(RememberedFacts); ok {
+		return r.Remembered(nodeName)
+	}
+	return nil, false
 }
 
 // lookup reads node's facts beside the workers and queues again every

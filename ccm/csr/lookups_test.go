@@ -91,3 +91,7 @@ func TestLookups(t *testing.T) {
 		t.Errorf("after the node was deleted: step %d, want start", got)
 	}
 }
+
+// talos-ccm's facts source offers what it remembers, so a request of a node
+// whose facts are remembered is decided without a lookup.
+var _ RememberedFacts = (*facts.Source)(nil)

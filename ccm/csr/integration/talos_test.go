@@ -177,7 +177,7 @@ func startHostile(t testing.TB) *hostileSetup {
 // Neither may hold up other nodes' certificates. No clock is asserted: the hung
 // node's requests stay in flight (held by the endpoint, with timeouts far longer
 // than the test) while every other node's requests are decided, and the hung
-// node costs one lookup (one worker) although it has a request pending for each
+// node costs one lookup (and no worker) although it has a request pending for each
 // worker. The node listing many addresses is refused without a single dial.
 func TestHostileNodeDoesNotStallApproval(t *testing.T) {
 	setup(t)
