@@ -132,6 +132,7 @@ type lookups struct {
 // nodeLookup is what the controller knows about the lookups of one node.
 type nodeLookup struct {
 	inflight bool
+	deleted  bool     // the Node was deleted while its lookup ran
 	parked   []string // CSRs waiting for the lookup in flight
 	failures int      // failed lookups in a row
 	retryAt  time.Time
@@ -203,7 +204,7 @@ func (l *lookups) finish(node string, f *facts.Facts, err error, now time.Time) 
 	parked := n.parked
 	n.inflight, n.parked = false, nil
 	switch {
-	case err == nil || errors.Is(err, facts.ErrIdentity) || errors.Is(err, facts.ErrProvidedNodeIP):
+	case n.deleted || err == nil || errors.Is(err, facts.ErrIdentity) || errors.Is(err, facts.ErrProvidedNodeIP):
 		// an answer (or a refusal that waiting does not change): no back-off;
 		// nothing needs remembering
 		delete(l.nodes, node)
@@ -227,16 +228,21 @@ func (l *lookups) abandon(node string) {
 	}
 }
 
-// drop forgets what is known about a node (deleted) and an outcome waiting
-// for a request that is gone.
+// dropNode forgets what is known about a node (deleted), once its lookup in
+// flight, if any, has ended.
 func (l *lookups) dropNode(node string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if n := l.nodes[node]; n != nil && !n.inflight {
+	switch n := l.nodes[node]; {
+	case n == nil:
+	case n.inflight:
+		n.deleted = true // forgotten when the lookup ends
+	default:
 		delete(l.nodes, node)
 	}
 }
 
+// dropRequest forgets an outcome waiting for a request that is gone.
 func (l *lookups) dropRequest(csr string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

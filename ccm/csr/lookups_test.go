@@ -90,6 +90,12 @@ func TestLookups(t *testing.T) {
 	if got := step("n2", "c", now); got != stepStart {
 		t.Errorf("after the node was deleted: step %d, want start", got)
 	}
+	// deleted while its lookup runs: forgotten when it ends, failed or not
+	l.dropNode("n2")
+	l.finish("n2", nil, hang, now)
+	if _, known := l.nodes["n2"]; known {
+		t.Errorf("a node deleted during its lookup is still remembered after it failed")
+	}
 }
 
 // talos-ccm's facts source offers what it remembers, so a request of a node
