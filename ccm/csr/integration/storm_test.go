@@ -113,6 +113,22 @@ func (d *decisionClock) latencies(names []string) ([]time.Duration, []*certifica
 	return out, conds
 }
 
+// countEvents counts the CSRs among names with at least one event of reason.
+func countEvents(b testing.TB, reason string, names []string) int {
+	b.Helper()
+	evs, err := env.Client.CoreV1().Events("").List(context.Background(), metav1.ListOptions{FieldSelector: "reason=" + reason + ",involvedObject.kind=CertificateSigningRequest"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, e := range evs.Items {
+		if slices.Contains(names, e.InvolvedObject.Name) {
+			seen[e.InvolvedObject.Name] = true
+		}
+	}
+	return len(seen)
+}
+
 // quantile of sorted durations (nearest rank).
 func quantile(sorted []time.Duration, q float64) time.Duration {
 	if len(sorted) == 0 {
@@ -281,6 +297,13 @@ func BenchmarkRenewalStorm(b *testing.B) {
 			b.Fatalf("the hostile CSRs were not postponed (AddressLookupFailed): %v more retries", decisions(b, "retry", csr.ReasonAddressLookupFailed)-retriedBefore)
 		}
 		postponedAfter := time.Since(st.start)
+		// each with a Warning event on the CSR saying why (events are written
+		// behind the decisions: wait until every one is)
+		var postponedEvents int
+		_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			postponedEvents = countEvents(b, csr.EventReasonPostponed, st.hostile)
+			return postponedEvents >= hostileN, nil
+		})
 		for _, name := range st.hostile {
 			c, err := env.Client.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
@@ -310,8 +333,8 @@ func BenchmarkRenewalStorm(b *testing.B) {
 		fmt.Printf("  ratio storm/baseline: p50 %.2fx p95 %.2fx p99 %.2fx max %.2fx\n",
 			quantile(stormLat, .5).Seconds()/quantile(baseLat, .5).Seconds(), quantile(stormLat, .95).Seconds()/quantile(baseLat, .95).Seconds(),
 			p99, quantile(stormLat, 1).Seconds()/quantile(baseLat, 1).Seconds())
-		fmt.Printf("  hung nodes when the last honest CSR was decided: %d of %d CSRs decided, %d Talos requests held in flight (%d made); all %d postponed (AddressLookupFailed, pending) %s after the storm began; approved: 0, denied: %d",
-			decidedHostile, hostileN, held, calls, hostileN, postponedAfter.Round(time.Millisecond), denied)
+		fmt.Printf("  hung nodes when the last honest CSR was decided: %d of %d CSRs decided, %d Talos requests held in flight (%d made); all %d postponed (AddressLookupFailed, pending) %s after the storm began, %d of them with a %s event; approved: 0, denied: %d",
+			decidedHostile, hostileN, held, calls, hostileN, postponedAfter.Round(time.Millisecond), postponedEvents, csr.EventReasonPostponed, denied)
 		if len(hostileLat) > 0 {
 			fmt.Printf(" (decided after %s)", latencySummary(hostileLat))
 		}
