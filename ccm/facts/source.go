@@ -152,6 +152,16 @@ func (s *Source) Established(ctx context.Context, node *corev1.Node) (*Facts, er
 	return s.Facts(ctx, node)
 }
 
+// Remembered returns the facts remembered for the node, if any, without
+// reading its Talos API (what Established returns first). The Facts are
+// shared: callers must not modify them.
+func (s *Source) Remembered(nodeName string) (*Facts, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.facts[nodeName]
+	return f, f != nil
+}
+
 // Forget drops the facts remembered for a node (deleted, or no longer
 // proven to be the machine that answers on its address).
 func (s *Source) Forget(nodeName string) {

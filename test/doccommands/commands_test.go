@@ -103,7 +103,7 @@ var commands = []entry{
 	{cmd: "hybridctl transform explain -c rules.yaml -m node.yaml", run: &step{before: explainInputs, check: explainAsDocumented},
 		why: "rules.yaml and node.yaml are cmd/hybridctl/internal/cli/testdata's, the input of the doc's example output"},
 
-	// README.md, docs/csr-approval.md: make and go test lines. make test
+	// README.md, docs/csr-approval.md, docs/benchmarks.md: make and go test lines. make test
 	// runs every test and CI runs make test; here: make's recipe (make -n),
 	// and that the packages exist and each -run/-bench/-fuzz pattern names
 	// a function in them.
@@ -118,6 +118,8 @@ var commands = []entry{
 	{cmd: "go test -run '^$' -fuzz '^FuzzValidate$' -fuzztime 60s ./ccm/csr", run: &step{inRepo: true, exec: goTestNames},
 		why: "make fuzz fuzzes it (2000 inputs)"},
 	{cmd: "KUBEBUILDER_ASSETS=$(hack/control-plane.sh) go test -run '^$' -bench Decide1000 -benchtime 1x ./ccm/csr/integration",
+		run: &step{inRepo: true, exec: goTestNames}, why: "make bench runs it"},
+	{cmd: "KUBEBUILDER_ASSETS=$(hack/control-plane.sh) go test -run '^$' -bench RenewalStorm -benchtime 1x ./ccm/csr/integration",
 		run: &step{inRepo: true, exec: goTestNames}, why: "make bench runs it"},
 
 	// Commands that need what this machine has not: Talos machines,
