@@ -96,6 +96,12 @@ func (r *Report) checkReady(d *appsv1.Deployment, what, consequence string) bool
 		want = *d.Spec.Replicas
 	}
 	ref := controllerRef{d.Namespace, d.Name}
+	if want == 0 {
+		r.add(CheckControllerNotUp, "deployment/"+d.Namespace+"/"+d.Name,
+			fmt.Sprintf("kubectl -n %s scale deploy/%s --replicas=1 (or helm upgrade with the release's values)", d.Namespace, d.Name),
+			"%s: scaled to 0 replicas: %s", what, consequence)
+		return false
+	}
 	r.add(CheckControllerNotUp, "deployment/"+d.Namespace+"/"+d.Name,
 		fmt.Sprintf("kubectl -n %s describe deploy/%s (events: scheduling, image pulls), then %s", d.Namespace, d.Name, ref.logs()),
 		"%s: 0 of %d replicas ready: %s", what, want, consequence)
