@@ -64,8 +64,17 @@ func newDoctorCommand() *cobra.Command {
 					return err
 				}
 			case "text":
-				fmt.Fprintf(out, "Inspected %d nodes, %d NativeCCMs, %d kubelet-serving CSRs, %d CCM workloads.\n",
-					rep.Inspected.Nodes, rep.Inspected.NativeCCMs, rep.Inspected.CSRs, rep.Inspected.Workloads)
+				switch opts.Component {
+				case doctor.ComponentTalosCCM:
+					fmt.Fprintf(out, "Inspected talos-ccm in namespace %s, %d nodes, %d kubelet-serving CSRs.\n",
+						opts.Namespace, rep.Inspected.Nodes, rep.Inspected.CSRs)
+				case doctor.ComponentCoordinator:
+					fmt.Fprintf(out, "Inspected ccm-coordinator in namespace %s, the fence, %d NativeCCMs.\n",
+						opts.Namespace, rep.Inspected.NativeCCMs)
+				default:
+					fmt.Fprintf(out, "Inspected %d nodes, %d NativeCCMs, %d kubelet-serving CSRs, %d CCM workloads.\n",
+						rep.Inspected.Nodes, rep.Inspected.NativeCCMs, rep.Inspected.CSRs, rep.Inspected.Workloads)
+				}
 				for _, n := range rep.Notes {
 					fmt.Fprintf(out, "note: %s\n", n)
 				}

@@ -193,9 +193,13 @@ func TestDoctorComponent(t *testing.T) {
 	}
 	setCondition(metav1.ConditionTrue, "Installed", "release native-ccm-helmtest deployed")
 
+	inspected := map[string]string{
+		doctor.ComponentTalosCCM:    "Inspected talos-ccm in namespace " + talosNS + ", ",
+		doctor.ComponentCoordinator: "Inspected ccm-coordinator in namespace " + coordNS + ", the fence, ",
+	}
 	for _, comp := range doctor.Components {
 		out, err := run(comp)
-		if err != nil || !strings.Contains(out, "No problems found.") || strings.Contains(out, "note:") {
+		if err != nil || !strings.Contains(out, "No problems found.") || strings.Contains(out, "note:") || !strings.Contains(out, inspected[comp]) {
 			t.Errorf("%s, working install: helm test's doctor = %v\n%s", comp, err, out)
 		}
 	}
