@@ -57,7 +57,8 @@ type Coordinator struct {
 // the providerID prefixes of the NativeCCM's profile for its platform, and
 // that the release's ServiceAccount holds the NativeCCM's grant (what the
 // fence confines it to); it records status.gate (what the fence enforces for
-// it) and returns the sidecar mutator that adds the view. It records the
+// it) and returns the sidecar mutator that adds the view (and, with
+// NetworkPolicy set, the mutator that adds the release's NetworkPolicy). It records the
 // Gated condition. Errors that wrap ErrConfig need a change of the NativeCCM
 // or profile; others (a missing fence or grant, the API server) are worth a
 // retry.

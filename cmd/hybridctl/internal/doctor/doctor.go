@@ -15,6 +15,9 @@
 // Security level below restricted.
 //
 // It only reads. Every finding names the object and says how to fix it.
+// Options.Component scopes it to what one chart installed (the charts' helm
+// test runs it so), reading no more than that chart's test ServiceAccount
+// may.
 package doctor
 
 import (
