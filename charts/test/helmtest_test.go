@@ -272,3 +272,34 @@ func TestHelmTestPodsOnAPIServer(t *testing.T) {
 		t.Errorf("a test pod without its security context: %v, want refused by Pod Security (restricted)", err)
 	}
 }
+
+// TestHelmTestNotes: the umbrella's NOTES say how to run helm test, unless
+// neither subchart has one.
+func TestHelmTestNotes(t *testing.T) {
+	notes := func(values map[string]any) string {
+		ch, err := loader.Load(hybridCCM.path(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := action.NewInstall(&action.Configuration{Log: func(string, ...any) {}})
+		in.ReleaseName, in.Namespace = hybridCCM.releaseName(), releaseNamespace
+		in.DryRun, in.ClientOnly, in.Replace = true, true, true
+		in.KubeVersion = kubeVersion
+		rel, err := in.Run(ch, values)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rel.Info.Notes
+	}
+	const line = "helm test hybrid-ccm -n kube-system --logs"
+	if n := notes(nil); !strings.Contains(n, line) {
+		t.Errorf("NOTES lack %q:\n%s", line, n)
+	}
+	off := map[string]any{"test": map[string]any{"enabled": false}}
+	if n := notes(map[string]any{"talos-ccm": off}); !strings.Contains(n, line) {
+		t.Errorf("with the coordinator's test only, NOTES lack %q:\n%s", line, n)
+	}
+	if n := notes(map[string]any{"talos-ccm": off, "ccm-coordinator": off}); strings.Contains(n, "helm test") {
+		t.Errorf("without tests, NOTES still say:\n%s", n)
+	}
+}
