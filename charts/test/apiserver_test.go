@@ -59,7 +59,9 @@ func TestUmbrellaServerSideDryRun(t *testing.T) {
 					}
 				}
 			}
-			if kinds["Deployment"] != 2 || kinds["ServiceAccount"] != 3 {
+			// talos-ccm's, the coordinator's, the talos.dev one, and helm
+			// test's two
+			if kinds["Deployment"] != 2 || kinds["ServiceAccount"] != 5 {
 				t.Errorf("applied kinds %v", kinds)
 			}
 			if vs.name == "multi-cloud" && kinds["NativeCCM"] != 4 {

@@ -47,6 +47,9 @@ var commands = []entry{
 	{cmd: "kubectl get events -A --field-selector involvedObject.kind=Node,type=Warning", run: &step{before: fixtures, check: nodeEventListed}},
 	{cmd: "helm upgrade hybrid-ccm charts/hybrid-ccm -n kube-system --reuse-values --set clouds.hcloud.enabled=false", run: &step{check: hcloudDisabled}},
 	{cmd: "helm uninstall hybrid-ccm -n kube-system", run: &step{check: umbrellaUninstalled}},
+	// docs/operations.md, "Is it working? helm test".
+	{cmd: "helm test hybrid-ccm -n kube-system --logs",
+		why: "the test pods need kubelets and the hybridctl image: test/oncluster runs helm test (Helm's SDK) on the documented install, passing and failing (TestInstallAsDocumented/HelmTest)"},
 
 	// docs/migrating-from-talos-ccm.md, "The chart".
 	{cmd: "helm uninstall -n kube-system talos-cloud-controller-manager", run: &step{before: upstreamReleaseStandIn, check: upstreamReleaseGone},
