@@ -17,6 +17,7 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
@@ -308,7 +309,8 @@ func TestMonitoringScenario(t *testing.T) {
 	trouble.scrape()
 
 	// the hcloud NativeCCM gets a node and credentials: installed, no pod runs
-	if err := admin.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "hcloud", Namespace: ns}, StringData: map[string]string{"token": "t"}}); err != nil {
+	// (an earlier test of the package may have left it)
+	if err := admin.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "hcloud", Namespace: ns}, StringData: map[string]string{"token": "t"}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	hn := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "trouble-hcloud-1", Labels: map[string]string{names.PlatformLabel: "hcloud"}},
@@ -327,7 +329,7 @@ func TestMonitoringScenario(t *testing.T) {
 	})
 	trouble.scrape()
 	// the native CCM's identity deletes an aws node: the fence refuses (twice)
-	ccmCfg, err := env.AddUser("system:serviceaccount:"+ns+":native-ccm-hcloud", "system:serviceaccounts", "system:serviceaccounts:"+ns, "system:authenticated")
+	ccmCfg, err := env.AddUser("system:serviceaccount:"+ns+":"+nccm.ReleaseName(), "system:serviceaccounts", "system:serviceaccounts:"+ns, "system:authenticated")
 	if err != nil {
 		t.Fatal(err)
 	}
