@@ -120,19 +120,48 @@ func TestPlainRuleFileHasTheChartsRules(t *testing.T) {
 type expectation struct {
 	// labels the firing alert must carry in trouble (a subset)
 	labels map[string]string
+	// since, if set, selects the series whose first appearance is the
+	// trouble: the alert must fire exactly after steps (minutes) more
+	since string
+	after int
 }
 
 // alerts: every alert of the charts, with what it fires on in trouble. In
 // calm none may fire.
 var alerts = map[string]expectation{
-	"TalosCCMNodeUninitialized":  {labels: map[string]string{"node": "trouble-stuck", "severity": "warning"}},
-	"TalosCCMCSRDenied":          {labels: map[string]string{"reason": "IPAddressNotEstablished"}},
-	"TalosCCMLeaderChangeStorm":  {},
-	"TalosCCMIPAMExhausted":      {labels: map[string]string{"pool": "10.203.0.0/29", "severity": "critical"}},
+	"TalosCCMNodeUninitialized": {labels: map[string]string{"node": "trouble-stuck", "severity": "warning"},
+		since: `talos_ccm_node_uninitialized{node="trouble-stuck"}`, after: 15},
+	// a counter's first increment (its series appears at 1) fires at once
+	"TalosCCMCSRDenied": {labels: map[string]string{"reason": "IPAddressNotEstablished"},
+		since: `talos_ccm_csr_decisions_total{decision="deny"}`},
+	"TalosCCMLeaderChangeStorm": {},
+	"TalosCCMIPAMExhausted": {labels: map[string]string{"pool": "10.203.0.0/29", "severity": "critical"},
+		since: `talos_ccm_ipam_exhausted_total`},
 	"TalosCCMIPAMPoolNearlyFull": {labels: map[string]string{"pool": "10.203.0.0/29"}},
-	"NativeCCMNotReady":          {labels: map[string]string{"name": "hcloud"}},
-	"NativeCCMNoLeader":          {labels: map[string]string{"name": "hcloud", "severity": "critical"}},
-	"NativeCCMFenceRefusedWrite": {labels: map[string]string{"policy_binding": "native-ccm-fence.hybridccm.io"}},
+	"NativeCCMNotReady": {labels: map[string]string{"name": "hcloud"},
+		since: `gotk_reconcile_condition{kind="NativeCCM", name="hcloud", type="Ready", status="False"} == 1`, after: 15},
+	"NativeCCMNoLeader": {labels: map[string]string{"name": "hcloud", "severity": "critical"},
+		since: `gotk_reconcile_condition{kind="NativeCCM", name="hcloud", type="Healthy", status="False"} == 1`, after: 5},
+	"NativeCCMFenceRefusedWrite": {labels: map[string]string{"policy_binding": "native-ccm-fence.hybridccm.io"},
+		since: `apiserver_validating_admission_policy_check_total{policy="native-ccm-fence.hybridccm.io", enforcement_action="deny"}`},
+}
+
+// firstStep is the first step of a timeline at which expr has a sample (-1: none).
+func firstStep(t *testing.T, timeline, expr string) int {
+	t.Helper()
+	m, err := Range(context.Background(), NewEngine(), dbs[timeline], expr, Start, Start.Add(time.Duration(steps[timeline]-1)*Step), Step)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := -1
+	for _, s := range m {
+		for _, f := range s.Floats {
+			if k := int(time.UnixMilli(f.T).Sub(Start) / Step); first < 0 || k < first {
+				first = k
+			}
+		}
+	}
+	return first
 }
 
 // firing evaluates r over a timeline, a minute per step as a rule group
@@ -213,6 +242,11 @@ func TestAlertsOnTheScenario(t *testing.T) {
 								t.Errorf("annotation %s: %s", l.Name, l.Value)
 							}
 						})
+					}
+					if want.since != "" {
+						if first := firstStep(t, "trouble", want.since); first < 0 || k != first+want.after {
+							t.Errorf("fires at step %d; %s appears at step %d: want step %d", k, want.since, first, first+want.after)
+						}
 					}
 					t.Logf("fires at step %d of %d: %v", k, steps["trouble"], fired[0].Labels)
 				})

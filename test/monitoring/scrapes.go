@@ -143,8 +143,8 @@ func (inv Inventory) add(lbls labels.Labels) {
 }
 
 // Load appends the scrapes' samples to app at their virtual times, with the
-// job and instance labels a Prometheus adds, and records every series in inv
-// (nil: not recorded).
+// job and instance labels a Prometheus adds (and its up series, 1: every
+// scrape succeeded), and records every series in inv (nil: not recorded).
 func Load(app storage.Appender, scrapes []Scrape, inv Inventory) error {
 	st := labels.NewSymbolTable()
 	for _, s := range scrapes {
@@ -157,6 +157,14 @@ func Load(app storage.Appender, scrapes []Scrape, inv Inventory) error {
 			return fmt.Errorf("%s: %w", s.Path, err)
 		}
 		ts := s.Time().UnixMilli()
+		// what a Prometheus records for every successful scrape
+		up := labels.FromStrings(labels.MetricName, "up", "job", s.Job, "instance", s.Instance)
+		if inv != nil {
+			inv.add(up)
+		}
+		if _, err := app.Append(0, up, ts, 1); err != nil {
+			return fmt.Errorf("%s: up: %w", s.Path, err)
+		}
 		for {
 			et, err := p.Next()
 			if err != nil {
