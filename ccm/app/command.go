@@ -103,6 +103,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 	)
 	recorders := &sharedRecorder{}
 	startup := &startupPages{}
+	lease := &leaseReader{}
 	initCloud := func(c *cloudcontrollerconfig.CompletedConfig) cloudprovider.Interface {
 		return provider
 	}
@@ -115,6 +116,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 					client := cc.ClientBuilder.ClientOrDie(ic.ClientName)
 					slimNodeCache(cc)
 					startup.releaseAfterSync(ctx, cc.SharedInformers.Core().V1().Nodes().Informer())
+					lease.start(ctx, cc)
 					c, err := cloudnode.New(client, cc.SharedInformers.Core().V1().Nodes(), nodeFacts,
 						recorders.recorder(ctx, client, names.CloudNodeController), cloudnode.Options{
 							Workers:               int(cc.ComponentConfig.NodeController.ConcurrentNodeSyncs),
@@ -138,6 +140,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 				client := cc.ClientBuilder.ClientOrDie(ic.ClientName)
 				slimNodeCache(cc)
 				startup.releaseAfterSync(ctx, cc.SharedInformers.Core().V1().Nodes().Informer())
+				lease.start(ctx, cc)
 				c, err := csr.NewController(client, cc.SharedInformers.Certificates().V1().CertificateSigningRequests(),
 					cc.SharedInformers.Core().V1().Nodes(), nodeFacts, recorders.recorder(ctx, client, names.CSRApprovalController), csrOpts)
 				if err != nil {
@@ -169,6 +172,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 				}
 				slimNodeCache(cc)
 				startup.releaseAfterSync(ctx, cc.SharedInformers.Core().V1().Nodes().Informer())
+				lease.start(ctx, cc)
 				client := cc.ClientBuilder.ClientOrDie(ic.ClientName)
 				c, err := ipam.NewController(client, cc.SharedInformers.Core().V1().Nodes(), nodeFacts, talosClient, recorders.recorder(ctx, client, names.IPAMController), cfg)
 				if err != nil {

@@ -137,6 +137,7 @@ func New(client kubernetes.Interface, nodes coreinformers.NodeInformer, source F
 	if err != nil {
 		return nil, fmt.Errorf("%s: watch nodes: %w", op, err)
 	}
+	watchUninitialized(c.lister)
 	return c, nil
 }
 

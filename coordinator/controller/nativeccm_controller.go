@@ -158,6 +158,13 @@ func (r *NativeCCMReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		r.Metrics.RecordReadiness(ctx, obj)
 		r.Metrics.RecordStalled(ctx, obj)
 		r.Metrics.RecordReconciling(ctx, obj)
+		// Healthy: a pod of the release leads (the NativeCCMNoLeader alert);
+		// Unknown while nothing is installed.
+		if r.Metrics.IsDelete(obj) {
+			r.Metrics.DeleteCondition(ctx, obj, v1.HealthyCondition)
+		} else {
+			r.Metrics.RecordCondition(ctx, obj, v1.HealthyCondition)
+		}
 	}()
 
 	if !obj.DeletionTimestamp.IsZero() {
