@@ -3,6 +3,7 @@ package controller
 import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
@@ -13,6 +14,8 @@ import (
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 // NewScheme returns the types the coordinator reads and writes.
@@ -24,10 +27,14 @@ func NewScheme() *runtime.Scheme {
 }
 
 // CacheOptions keeps the manager's cache small: Secrets only from the release
-// namespace; Pods only from the release namespace and only those of native CCM
-// releases (label hybridccm.io/native-ccm), without their spec; and Nodes,
-// Deployments and DaemonSets without the fields the coordinator never reads
-// (managed fields, node images and conditions).
+// namespace, and of Helm's release Secrets only the metadata (the release
+// step reads a release's latest revision, status and digest from their
+// labels; Helm reads its storage itself); of Nodes only what the coordinator
+// reads (nodeSkeleton: a few hundred bytes per node, however many labels,
+// annotations and images a node has); Pods only from the release namespace
+// and only those of native CCM releases (label hybridccm.io/native-ccm),
+// without their spec; and Deployments and DaemonSets without the fields the
+// coordinator never reads (managed fields, status).
 func CacheOptions(namespace string) cache.Options {
 	releasePods := labels.SelectorFromSet(nil)
 	if req, err := labels.NewRequirement(release.NativeCCMLabel, selection.Exists, nil); err == nil {
@@ -36,7 +43,15 @@ func CacheOptions(namespace string) cache.Options {
 	return cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Secret{}: {Namespaces: map[string]cache.Config{namespace: {}}},
+			&corev1.Secret{}: {Namespaces: map[string]cache.Config{namespace: {}}, Transform: func(in any) (any, error) {
+				if s, ok := in.(*corev1.Secret); ok {
+					s.ManagedFields = nil
+					if s.Type == release.HelmStorageType {
+						s.Data, s.StringData = nil, nil
+					}
+				}
+				return in, nil
+			}},
 			&corev1.Pod{}: {
 				Namespaces: map[string]cache.Config{namespace: {}},
 				Label:      releasePods,
@@ -50,8 +65,7 @@ func CacheOptions(namespace string) cache.Options {
 			},
 			&corev1.Node{}: {Transform: func(in any) (any, error) {
 				if n, ok := in.(*corev1.Node); ok {
-					n.ManagedFields = nil
-					n.Status = corev1.NodeStatus{}
+					*n = nodeSkeleton(n)
 				}
 				return in, nil
 			}},
@@ -69,4 +83,21 @@ func stripStatus(in any) (any, error) {
 		o.ManagedFields, o.Status = nil, appsv1.DaemonSetStatus{}
 	}
 	return in, nil
+}
+
+// nodeSkeleton is what the coordinator reads of a Node: its name and
+// identity, its platform label and its providerID.
+func nodeSkeleton(n *corev1.Node) corev1.Node {
+	out := corev1.Node{
+		TypeMeta: n.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion,
+			CreationTimestamp: n.CreationTimestamp, DeletionTimestamp: n.DeletionTimestamp,
+		},
+		Spec: corev1.NodeSpec{ProviderID: n.Spec.ProviderID},
+	}
+	if p, ok := n.Labels[names.PlatformLabel]; ok {
+		out.Labels = map[string]string{names.PlatformLabel: p}
+	}
+	return out
 }
