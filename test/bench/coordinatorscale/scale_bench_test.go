@@ -4,8 +4,8 @@
 // N nodes spread over 9 platforms, with 9 NativeCCMs whose releases Helm
 // installs. Nothing runs the releases' pods (there is no kubelet): a
 // simulated kubelet writes a Running pod per release Deployment, and a
-// simulated leader renews each release's Lease every 2 s, as a healthy
-// native CCM does.
+// simulated leader renews each release's Lease as a healthy native CCM
+// does, with the lease duration and retry period the coordinator enforces.
 //
 // For each size it reports the coordinator's peak RSS (VmHWM), its CPU time
 // (utime+stime) to bring every NativeCCM to Ready and Healthy after a
@@ -15,8 +15,8 @@
 // and the gate's peak RSS and CPU with its node cache of one platform.
 //
 // HYBRID_CCM_BENCH_NODES lists the sizes (default 1000,5000; make bench-10k
-// adds 10000); HYBRID_CCM_BENCH_IDLE is the idle window (default 90s, six
-// 15 s lease durations).
+// adds 10000); HYBRID_CCM_BENCH_IDLE is the idle window (default two lease
+// durations of the releases' leader election, 200 s).
 package coordinatorscale
 
 import (
@@ -63,10 +63,6 @@ const (
 	namespace = "hybrid-ccm-system"
 	// platforms, each with a NativeCCM of a profile derived from hcloud.
 	platforms = 9
-	// leaseSeconds and renewEvery are client-go's leader-election defaults,
-	// which every CCM built on k8s.io/cloud-provider uses.
-	leaseSeconds = 15
-	renewEvery   = 2 * time.Second
 	// gateCCM is the ServiceAccount (kube-system) the gate's list is made as.
 	gateCCM = "bench-native-ccm"
 	// clockTicks is USER_HZ, the unit of utime and stime in /proc/<pid>/stat.
@@ -80,6 +76,18 @@ var (
 	coordBin string
 	gateBin  string
 )
+
+// leaseDuration and renewEvery are the leader election the coordinator
+// enforces on every release (release.LeaseDuration, release.RetryPeriod).
+var leaseDuration, renewEvery = mustDuration(release.LeaseDuration), mustDuration(release.RetryPeriod)
+
+func mustDuration(s string) time.Duration {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		panic(err)
+	}
+	return d
+}
 
 func platformName(i int) string { return fmt.Sprintf("scale-%d", i) }
 
@@ -138,7 +146,7 @@ func idleWindow(b *testing.B) time.Duration {
 		}
 		return d
 	}
-	return 6 * leaseSeconds * time.Second
+	return 2 * leaseDuration
 }
 
 // BenchmarkCoordinatorAtScale runs the sizes in order, adding nodes between
@@ -170,7 +178,7 @@ func BenchmarkCoordinatorAtScale(b *testing.B) {
 		rows = append(rows, measure(ctx, b, profilesDir, n, &created, idle))
 	}
 	fmt.Printf("\nccm-coordinator (9 NativeCCMs) and one ccm-gate at scale; idle window %s\n", idle)
-	fmt.Println("| nodes | coordinator peak RSS | coordinator CPU to Ready | idle requests/min | idle CPU | Helm storage reads idle | node join: requests (node LISTs) | gate peak RSS | gate CPU |")
+	fmt.Println("| nodes | coordinator peak RSS (peak anonymous) | coordinator CPU to Ready | idle requests/min | idle CPU | Helm storage reads idle | node join: requests (node LISTs) | gate peak RSS (peak anonymous) | gate CPU |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rows {
 		fmt.Println(r)
@@ -181,9 +189,11 @@ func BenchmarkCoordinatorAtScale(b *testing.B) {
 func measure(ctx context.Context, b *testing.B, profilesDir string, n int, created *int, idle time.Duration) string {
 	g := startGate(ctx, b, n)
 	defer g.Stop()
+	gateAnon := sampleAnon(g.Cmd.Process.Pid)
 
 	c := startCoordinator(b, profilesDir, fmt.Sprint(n))
 	defer c.stop()
+	coordAnon := sampleAnon(c.pid())
 	start := time.Now()
 	waitAll(ctx, b, *created, 10*time.Minute)
 	toReady := time.Since(start)
@@ -192,7 +202,7 @@ func measure(ctx context.Context, b *testing.B, profilesDir string, n int, creat
 	startup := c.counter.snapshot()
 
 	// Let the startup's aftermath (the first health re-checks) pass.
-	time.Sleep(leaseSeconds * time.Second)
+	time.Sleep(15 * time.Second)
 	s1, cpu1 := c.counter.snapshot(), cpu(b, c.pid())
 	time.Sleep(idle)
 	s2, cpu2 := c.counter.snapshot(), cpu(b, c.pid())
@@ -232,6 +242,7 @@ func measure(ctx context.Context, b *testing.B, profilesDir string, n int, creat
 	}
 
 	coordRSS, gateRSS := hwm(b, c.pid()), hwm(b, g.Cmd.Process.Pid)
+	coordPeakAnon, gatePeakAnon := coordAnon.max(), gateAnon.max()
 	b.Logf("%d nodes: coordinator memory at the end: %s; gate: %s", n, memory(b, c.pid()), memory(b, g.Cmd.Process.Pid))
 	gateCPU := cpu(b, g.Cmd.Process.Pid)
 
@@ -243,12 +254,14 @@ func measure(ctx context.Context, b *testing.B, profilesDir string, n int, creat
 	b.Logf("%d nodes: gate listed %d nodes of %s; coordinator VmHWM %.1f MiB, gate VmHWM %.1f MiB", n, len(l.Items), platformName(0), mib(coordRSS), mib(gateRSS))
 	b.ReportMetric(mib(coordRSS), fmt.Sprintf("coordinator-MiB@%d", n))
 	b.ReportMetric(mib(gateRSS), fmt.Sprintf("gate-MiB@%d", n))
+	b.ReportMetric(mib(coordPeakAnon), fmt.Sprintf("coordinator-anon-MiB@%d", n))
+	b.ReportMetric(mib(gatePeakAnon), fmt.Sprintf("gate-anon-MiB@%d", n))
 	b.ReportMetric(perMin, fmt.Sprintf("idle-req/min@%d", n))
 	b.ReportMetric(100*idleCPU, fmt.Sprintf("idle-cpu-%%@%d", n))
 
-	return fmt.Sprintf("| %d | %.1f MiB | %.2f s (%s) | %.1f (%s) | %.2f%% of a core | %d | %d (%d) | %.1f MiB | %.2f s |",
-		n, mib(coordRSS), cpuReady.Seconds(), toReady.Round(100*time.Millisecond), perMin, describe(quiet, idle.Minutes()), 100*idleCPU,
-		quiet.helmReads, join.total(), join.counts["list nodes"], mib(gateRSS), gateCPU.Seconds())
+	return fmt.Sprintf("| %d | %.1f MiB (%.1f MiB) | %.2f s (%s) | %.1f (%s) | %.2f%% of a core | %d | %d (%d) | %.1f MiB (%.1f MiB) | %.2f s |",
+		n, mib(coordRSS), mib(coordPeakAnon), cpuReady.Seconds(), toReady.Round(100*time.Millisecond), perMin, describe(quiet, idle.Minutes()), 100*idleCPU,
+		quiet.helmReads, join.total(), join.counts["list nodes"], mib(gateRSS), mib(gatePeakAnon), gateCPU.Seconds())
 }
 
 // describe lists a snapshot's counts, per minute when minutes > 0.
@@ -553,7 +566,7 @@ func renew(ctx context.Context, ns, name, holder string) error {
 		s.AcquireTime = &now
 		s.LeaseTransitions = ptr.To(ptr.Deref(s.LeaseTransitions, 0) + 1)
 	}
-	s.HolderIdentity, s.LeaseDurationSeconds, s.RenewTime = ptr.To(holder), ptr.To(int32(leaseSeconds)), &now
+	s.HolderIdentity, s.LeaseDurationSeconds, s.RenewTime = ptr.To(holder), ptr.To(int32(leaseDuration/time.Second)), &now
 	return k8s.Update(ctx, l)
 }
 
@@ -575,6 +588,57 @@ func hwm(b *testing.B, pid int) int64 {
 		}
 	}
 	b.Fatal(errors.New("no VmHWM"))
+	return 0
+}
+
+// anonSampler samples a process' anonymous resident memory (RssAnon: heap,
+// stacks; VmHWM adds the binary's file-backed pages, which are shared and
+// reclaimable) every 50 ms and keeps the peak.
+type anonSampler struct {
+	stop chan struct{}
+	done chan struct{}
+	peak int64
+}
+
+func sampleAnon(pid int) *anonSampler {
+	s := &anonSampler{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if v := statusKB(pid, "RssAnon:"); v<<10 > s.peak {
+				s.peak = v << 10
+			}
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return s
+}
+
+// max stops sampling and returns the peak in bytes.
+func (s *anonSampler) max() int64 {
+	close(s.stop)
+	<-s.done
+	return s.peak
+}
+
+// statusKB reads one kB field of /proc/<pid>/status (0 if absent).
+func statusKB(pid int, field string) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(l, field); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb
+		}
+	}
 	return 0
 }
 
