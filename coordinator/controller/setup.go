@@ -1,6 +1,9 @@
 package controller
 
 import (
+	"context"
+	"time"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -8,7 +11,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -41,6 +46,7 @@ func CacheOptions(namespace string) cache.Options {
 		releasePods = releasePods.Add(*req)
 	}
 	return cache.Options{
+		NewInformer:      newInformer,
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Secret{}: {Namespaces: map[string]cache.Config{namespace: {}}, Transform: func(in any) (any, error) {
@@ -100,4 +106,57 @@ func nodeSkeleton(n *corev1.Node) corev1.Node {
 		out.Labels = map[string]string{names.PlatformLabel: p}
 	}
 	return out
+}
+
+// nodePageSize bounds how many whole Nodes the cache decodes at once.
+const nodePageSize = 250
+
+// newInformer is the cache's informer constructor: Nodes are listed in
+// pages (pagedNodes), everything else as controller-runtime does.
+func newInformer(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, idx toolscache.Indexers) toolscache.SharedIndexInformer {
+	if _, ok := obj.(*corev1.Node); ok {
+		lw = pagedNodes{toolscache.ToListerWatcherWithContext(lw)}
+	}
+	return toolscache.NewSharedIndexInformer(lw, obj, resync, idx)
+}
+
+// pagedNodes lists Nodes as a consistent read in pages of nodePageSize,
+// each page cut down to nodeSkeleton before the next is read. A list at
+// resourceVersion 0 (the informer's first) would come from the API server's
+// watch cache in one piece: every node whole, at once, before the cache's
+// transform sees any of them. Watch events come one node at a time and the
+// cache's transform cuts them.
+type pagedNodes struct {
+	lw toolscache.ListerWatcherWithContext
+}
+
+var (
+	_ toolscache.ListerWatcher            = pagedNodes{}
+	_ toolscache.ListerWatcherWithContext = pagedNodes{}
+)
+
+func (p pagedNodes) ListWithContext(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+	o.ResourceVersion, o.ResourceVersionMatch = "", ""
+	if o.Limit == 0 || o.Limit > nodePageSize {
+		o.Limit = nodePageSize
+	}
+	out, err := p.lw.ListWithContext(ctx, o)
+	if l, ok := out.(*corev1.NodeList); ok && err == nil {
+		for i := range l.Items {
+			l.Items[i] = nodeSkeleton(&l.Items[i])
+		}
+	}
+	return out, err
+}
+
+func (p pagedNodes) WatchWithContext(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+	return p.lw.WatchWithContext(ctx, o)
+}
+
+func (p pagedNodes) List(o metav1.ListOptions) (runtime.Object, error) {
+	return p.ListWithContext(context.Background(), o)
+}
+
+func (p pagedNodes) Watch(o metav1.ListOptions) (watch.Interface, error) {
+	return p.WatchWithContext(context.Background(), o)
 }
