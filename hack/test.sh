@@ -19,3 +19,9 @@ go test -count=1 -timeout 45m ${GO_TEST_FLAGS:-} ${rest}
 echo "== go test -p 1: the packages that run a real cluster:" ${cluster} >&2
 # shellcheck disable=SC2086
 go test -count=1 -p 1 -timeout 45m ${GO_TEST_FLAGS:-} ${cluster}
+# test/monitoring is a module of its own (Prometheus' libraries need newer
+# k8s.io modules than the product builds with): the alerts and the dashboard,
+# evaluated on a run of test/e2e's TestMonitoringScenario.
+echo "== go test: test/monitoring (its own module)" >&2
+# shellcheck disable=SC2086
+(cd test/monitoring && go test -count=1 -timeout 30m ${GO_TEST_FLAGS:-} ./...)

@@ -15,7 +15,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -104,6 +103,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 	)
 	recorders := &sharedRecorder{}
 	startup := &startupPages{}
+	lease := &leaseReader{}
 	initCloud := func(c *cloudcontrollerconfig.CompletedConfig) cloudprovider.Interface {
 		return provider
 	}
@@ -116,6 +116,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 					client := cc.ClientBuilder.ClientOrDie(ic.ClientName)
 					slimNodeCache(cc)
 					startup.releaseAfterSync(ctx, cc.SharedInformers.Core().V1().Nodes().Informer())
+					lease.start(ctx, cc)
 					c, err := cloudnode.New(client, cc.SharedInformers.Core().V1().Nodes(), nodeFacts,
 						recorders.recorder(ctx, client, names.CloudNodeController), cloudnode.Options{
 							Workers:               int(cc.ComponentConfig.NodeController.ConcurrentNodeSyncs),
@@ -139,6 +140,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 				client := cc.ClientBuilder.ClientOrDie(ic.ClientName)
 				slimNodeCache(cc)
 				startup.releaseAfterSync(ctx, cc.SharedInformers.Core().V1().Nodes().Informer())
+				lease.start(ctx, cc)
 				c, err := csr.NewController(client, cc.SharedInformers.Certificates().V1().CertificateSigningRequests(),
 					cc.SharedInformers.Core().V1().Nodes(), nodeFacts, recorders.recorder(ctx, client, names.CSRApprovalController), csrOpts)
 				if err != nil {
@@ -170,6 +172,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 				}
 				slimNodeCache(cc)
 				startup.releaseAfterSync(ctx, cc.SharedInformers.Core().V1().Nodes().Informer())
+				lease.start(ctx, cc)
 				client := cc.ClientBuilder.ClientOrDie(ic.ClientName)
 				c, err := ipam.NewController(client, cc.SharedInformers.Core().V1().Nodes(), nodeFacts, talosClient, recorders.recorder(ctx, client, names.IPAMController), cfg)
 				if err != nil {
@@ -275,21 +278,25 @@ func (s *startupPages) releaseAfterSync(ctx context.Context, inf cache.SharedInd
 	})
 }
 
-// slimNodeCache makes the shared node informer cache Nodes without
-// managedFields: no talos-ccm controller reads them, and they are a large share
-// of a Node's memory. Every controller calls it (whichever --controllers
-// enables); it must happen before the informers start, which the framework does
-// after all controllers are constructed.
+// slimNodeCache makes the shared node informer cache Nodes without what no
+// talos-ccm controller reads: managedFields, and every part of the status but
+// the addresses (images, conditions, node info, capacity: on a real node most
+// of its size). Nothing writes a Node's status from a cached copy (cloud-node
+// patches status.addresses alone), and an update of the Node itself ignores
+// the status it carries. Every controller calls it (whichever --controllers
+// enables); it must happen before the informers start, which the framework
+// does after all controllers are constructed.
 func slimNodeCache(cc *cloudcontrollerconfig.CompletedConfig) {
 	// SetTransform fails only once the informer runs; a second call replaces the
 	// same function.
-	_ = cc.SharedInformers.Core().V1().Nodes().Informer().SetTransform(stripManagedFields)
+	_ = cc.SharedInformers.Core().V1().Nodes().Informer().SetTransform(slimNode)
 }
 
-// stripManagedFields drops metadata.managedFields from cached objects.
-func stripManagedFields(obj any) (any, error) {
-	if a, err := meta.Accessor(obj); err == nil && a.GetManagedFields() != nil {
-		a.SetManagedFields(nil)
+// slimNode is the node cache's transform (see slimNodeCache).
+func slimNode(obj any) (any, error) {
+	if n, ok := obj.(*corev1.Node); ok {
+		n.ManagedFields = nil
+		n.Status = corev1.NodeStatus{Addresses: n.Status.Addresses}
 	}
 	return obj, nil
 }

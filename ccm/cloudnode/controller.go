@@ -7,7 +7,7 @@
 // requests: one Update (providerID, topology/instance-type labels, the routing
 // label node.cloudprovider.kubernetes.io/platform and the other
 // node.cloudprovider.kubernetes.io/* labels, rule labels, annotations and taints,
-// taint removal) and one status update (addresses). The library's controller
+// taint removal) and one merge patch of status.addresses. The library's controller
 // discards every kubernetes.io-namespaced AdditionalLabel, so the routing label
 // would cost an extra GET+PATCH per node there. It never reads the Talos API
 // itself (the facts source does) and never deletes nodes.
@@ -15,6 +15,7 @@ package cloudnode
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -33,7 +34,6 @@ import (
 	"k8s.io/client-go/tools/record"
 	cloudproviderapi "k8s.io/cloud-provider/api"
 	cloudnodeutil "k8s.io/cloud-provider/node/helpers"
-	nodeutil "k8s.io/component-helpers/node/util"
 	"k8s.io/klog/v2"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/controlloop"
@@ -137,6 +137,7 @@ func New(client kubernetes.Interface, nodes coreinformers.NodeInformer, source F
 	if err != nil {
 		return nil, fmt.Errorf("%s: watch nodes: %w", op, err)
 	}
+	watchUninitialized(c.lister)
 	return c, nil
 }
 
@@ -242,28 +243,32 @@ func (c *Controller) initialize(ctx context.Context, node *corev1.Node) error {
 	return nil
 }
 
-// writeAddresses sets status.addresses with one status update; on a conflict it
-// falls back to a patch computed against the server's copy.
+// writeAddresses sets status.addresses with one merge patch of that field
+// alone: the node in hand may be the informer's copy, which holds no other
+// status (ccm/app keeps only the addresses of a Node's status in the cache),
+// so a status update from it would erase what the kubelet reports.
 func (c *Controller) writeAddresses(ctx context.Context, node *corev1.Node, addrs []corev1.NodeAddress) error {
 	if slices.Equal(node.Status.Addresses, addrs) {
 		return nil
 	}
-	n := node.DeepCopy()
-	n.Status.Addresses = addrs
-	_, err := c.client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
-	if apierrors.IsConflict(err) {
-		cur, gerr := c.client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
-		if gerr != nil {
-			return fmt.Errorf("get node %s: %w", node.Name, gerr)
-		}
-		want := cur.DeepCopy()
-		want.Status.Addresses = addrs
-		_, _, err = nodeutil.PatchNodeStatus(c.client.CoreV1(), types.NodeName(node.Name), cur, want)
-	}
+	patch, err := addressesPatch(addrs)
 	if err != nil {
+		return fmt.Errorf("addresses of node %s: %w", node.Name, err)
+	}
+	if _, err := c.client.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		return fmt.Errorf("update addresses of node %s: %w", node.Name, err)
 	}
 	return nil
+}
+
+// addressesPatch is a JSON merge patch replacing status.addresses as a whole
+// (a merge patch replaces lists; the strategic merge key of addresses, type,
+// is not unique).
+func addressesPatch(addrs []corev1.NodeAddress) ([]byte, error) {
+	if addrs == nil {
+		addrs = []corev1.NodeAddress{}
+	}
+	return json.Marshal(map[string]any{"status": map[string]any{"addresses": addrs}})
 }
 
 // applyFacts writes everything of f onto n and removes the uninitialized taint.

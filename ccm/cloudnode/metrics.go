@@ -2,9 +2,12 @@ package cloudnode
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
 )
@@ -66,5 +69,49 @@ func (m *mismatched) set(node string, held bool) {
 	} else {
 		delete(m.nodes, node)
 		providerIDMismatch.Dec()
+	}
+}
+
+// uninitializedDesc: one series per node that still carries the
+// uninitialized taint, so that an alert's for: says how long is too long
+// (the TalosCCMNodeUninitialized alert) and count() how many wait.
+var uninitializedDesc = metrics.NewDesc("talos_ccm_node_uninitialized",
+	"Nodes not initialized yet (tainted node.cloudprovider.kubernetes.io/uninitialized): 1 per node, from talos-ccm's node cache at scrape time.",
+	[]string{"node"}, nil, metrics.ALPHA, "")
+
+// uninitializedCollector reads the controller's node cache at scrape time.
+type uninitializedCollector struct {
+	metrics.BaseStableCollector
+	lister atomic.Pointer[corelisters.NodeLister]
+}
+
+var (
+	uninitialized             = &uninitializedCollector{}
+	registerUninitializedOnce sync.Once
+)
+
+// watchUninitialized exports the nodes of l that are not initialized yet.
+func watchUninitialized(l corelisters.NodeLister) {
+	uninitialized.lister.Store(&l)
+	registerUninitializedOnce.Do(func() { legacyregistry.CustomMustRegister(uninitialized) })
+}
+
+func (c *uninitializedCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
+	ch <- uninitializedDesc
+}
+
+func (c *uninitializedCollector) CollectWithStability(ch chan<- metrics.Metric) {
+	l := c.lister.Load()
+	if l == nil {
+		return
+	}
+	nodes, err := (*l).List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, n := range nodes {
+		if isUninitialized(n) {
+			ch <- metrics.NewLazyConstMetric(uninitializedDesc, metrics.GaugeValue, 1, n.Name)
+		}
 	}
 }

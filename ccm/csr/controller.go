@@ -55,27 +55,39 @@ import (
 // the annotation, and a kubelet started with a correct --node-ip submits a new
 // one.
 //
-// The controller never asks for the same node from two workers at once: while
-// one worker waits for a node's facts, that node's other requests are set
-// aside and queued again when the answer is in, so a node whose Talos API hangs
-// holds at most one worker.
+// The controller calls Established beside its workers, never in them, and
+// for one node at a time: while a node's lookup runs, its requests are set
+// aside and queued again with the outcome when it ends, so a node whose Talos
+// API hangs holds no worker. Established must return once ctx ends.
 type NodeFacts interface {
 	Established(ctx context.Context, node *corev1.Node) (*facts.Facts, error)
+}
+
+// RememberedFacts is what a NodeFacts may offer besides Established: the
+// facts it remembers for a node, at hand without waiting (ccm/facts.Source
+// has it). With it, a request whose node's facts are remembered is decided in
+// one pass, without a lookup; without it, every request waits for a lookup
+// beside the workers.
+type RememberedFacts interface {
+	Remembered(nodeName string) (*facts.Facts, bool)
 }
 
 // Event reasons on the CSR and on its Node.
 const (
 	EventReasonApproved = "CSRApproved"
 	EventReasonDenied   = "CSRDenied"
+	// EventReasonPostponed (Warning, on the CSR): the lookup of the node's
+	// facts failed (AddressLookupFailed); the request stays pending.
+	EventReasonPostponed = "CSRPostponed"
 )
 
 // pendingByNode indexes pending kubelet-serving CSRs by the node that requested them,
 // so that a node becoming initialized (or getting new addresses) re-queues its CSRs.
 const pendingByNode = "node-csr-approval/pending-by-node"
 
-// errParked: another worker is reading the node's addresses; the request is
-// queued again when it is done (lookups.end).
-var errParked = fmt.Errorf("the node's addresses are being read by another worker: %w", controlloop.ErrSetAside)
+// errParked: the node's facts are being read beside the workers; the request
+// is queued again when the lookup ends (lookups.finish).
+var errParked = fmt.Errorf("the node's addresses are being read: %w", controlloop.ErrSetAside)
 
 // errRetry asks the worker to look at a request again after a back-off.
 var errRetry = fmt.Errorf("decision postponed: %w", controlloop.ErrRetry)
@@ -94,39 +106,156 @@ type Controller struct {
 	lookups     lookups
 }
 
-// lookups tracks the nodes whose addresses a worker is reading, and the requests
-// set aside meanwhile.
+// Back-off of a node whose lookup failed (no answer, or an error other than
+// facts.ErrIdentity and facts.ErrProvidedNodeIP): no new lookup of the node is
+// started before it has passed. It doubles with each failure in a row.
+const (
+	lookupBaseDelay = time.Second
+	lookupMaxDelay  = 5 * time.Minute
+)
+
+// lookups runs the reads of nodes' facts beside the workers, never in them:
+// a worker that needs a node's facts starts the node's lookup (or finds it
+// running) and sets the request aside; when the lookup ends, every request
+// set aside meanwhile gets its outcome and is queued again. So a worker never
+// waits for a Talos API, and a node whose Talos API hangs holds no worker.
+// At most one lookup per node is in flight; a node whose lookup failed gets
+// no new one before its back-off has passed (a circuit breaker: its requests
+// stay pending meanwhile).
 type lookups struct {
-	mu     sync.Mutex
-	parked map[string][]string // node name -> CSR names waiting for its lookup
+	mu    sync.Mutex
+	nodes map[string]*nodeLookup  // by node name
+	ready map[string]lookupResult // by CSR name: the outcome of the lookup it waited for
+	wg    sync.WaitGroup          // lookups in flight
 }
 
-// begin reports whether the caller may read node's addresses; if another worker
-// is doing so, csr is set aside until it ends.
-func (l *lookups) begin(node, csr string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.parked == nil {
-		l.parked = map[string][]string{}
-	}
-	waiting, busy := l.parked[node]
-	if !busy {
-		l.parked[node] = nil
-		return true
-	}
-	if !slices.Contains(waiting, csr) {
-		l.parked[node] = append(waiting, csr)
-	}
-	return false
+// nodeLookup is what the controller knows about the lookups of one node.
+type nodeLookup struct {
+	inflight bool
+	deleted  bool     // the Node was deleted while its lookup ran
+	parked   []string // CSRs waiting for the lookup in flight
+	failures int      // failed lookups in a row
+	retryAt  time.Time
+	lastErr  error
 }
 
-// end marks node's lookup done and returns the requests set aside meanwhile.
-func (l *lookups) end(node string) []string {
+// lookupResult is the outcome of one lookup, handed to one request.
+type lookupResult struct {
+	node  string
+	facts *facts.Facts
+	err   error
+}
+
+// lookupStep is what a worker does with a request whose node's facts it needs.
+type lookupStep int
+
+const (
+	// stepDecide: the outcome is in hand.
+	stepDecide lookupStep = iota
+	// stepStart: the caller starts the node's lookup; the request is set aside.
+	stepStart
+	// stepWait: the node's lookup is in flight; the request is set aside.
+	stepWait
+	// stepBackOff: the node's last lookup failed and its back-off has not passed.
+	stepBackOff
+)
+
+// next tells a worker what to do for request csr of node: decide on the
+// outcome handed to it (res), start the node's lookup, wait for the one in
+// flight, or wait for the node's back-off (last is then its last error).
+func (l *lookups) next(node, csr string, now time.Time) (step lookupStep, res lookupResult, last error, retryAt time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	waiting := l.parked[node]
-	delete(l.parked, node)
-	return waiting
+	if l.nodes == nil {
+		l.nodes, l.ready = map[string]*nodeLookup{}, map[string]lookupResult{}
+	}
+	if r, ok := l.ready[csr]; ok {
+		delete(l.ready, csr)
+		if r.node == node {
+			return stepDecide, r, nil, time.Time{}
+		}
+		// a request of another node by the same name: look again
+	}
+	n := l.nodes[node]
+	if n == nil {
+		n = &nodeLookup{}
+		l.nodes[node] = n
+	}
+	switch {
+	case n.inflight:
+		if !slices.Contains(n.parked, csr) {
+			n.parked = append(n.parked, csr)
+		}
+		return stepWait, lookupResult{}, nil, time.Time{}
+	case now.Before(n.retryAt):
+		return stepBackOff, lookupResult{}, n.lastErr, n.retryAt
+	}
+	n.inflight, n.parked = true, []string{csr}
+	l.wg.Add(1)
+	return stepStart, lookupResult{}, nil, time.Time{}
+}
+
+// finish records the outcome of node's lookup, hands it to every request set
+// aside for it and returns their names.
+func (l *lookups) finish(node string, f *facts.Facts, err error, now time.Time) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.nodes[node]
+	parked := n.parked
+	n.inflight, n.parked = false, nil
+	switch {
+	case n.deleted || err == nil || errors.Is(err, facts.ErrIdentity) || errors.Is(err, facts.ErrProvidedNodeIP):
+		// an answer (or a refusal that waiting does not change): no back-off;
+		// nothing needs remembering
+		delete(l.nodes, node)
+	default:
+		n.failures++
+		n.retryAt = now.Add(backOff(n.failures))
+		n.lastErr = err
+	}
+	for _, csr := range parked {
+		l.ready[csr] = lookupResult{node: node, facts: f, err: err}
+	}
+	return parked
+}
+
+// abandon ends node's lookup without an outcome (the controller is stopping).
+func (l *lookups) abandon(node string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n := l.nodes[node]; n != nil {
+		n.inflight, n.parked = false, nil
+	}
+}
+
+// dropNode forgets what is known about a node (deleted), once its lookup in
+// flight, if any, has ended.
+func (l *lookups) dropNode(node string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch n := l.nodes[node]; {
+	case n == nil:
+	case n.inflight:
+		n.deleted = true // forgotten when the lookup ends
+	default:
+		delete(l.nodes, node)
+	}
+}
+
+// dropRequest forgets an outcome waiting for a request that is gone.
+func (l *lookups) dropRequest(csr string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.ready, csr)
+}
+
+// backOff is the wait after failures failed lookups in a row.
+func backOff(failures int) time.Duration {
+	d := lookupBaseDelay
+	for i := 1; i < failures && d < lookupMaxDelay; i++ {
+		d *= 2
+	}
+	return min(d, lookupMaxDelay)
 }
 
 // NewController wires the controller to the shared informers. Start the informer
@@ -195,6 +324,7 @@ func NewController(
 	if _, err := nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.enqueueNodeCSRs(obj) },
 		UpdateFunc: c.nodeUpdated,
+		DeleteFunc: c.nodeDeleted,
 	}); err != nil {
 		return nil, fmt.Errorf("%s: watch nodes: %w", op, err)
 	}
@@ -213,6 +343,7 @@ func (c *Controller) Run(ctx context.Context) {
 	klog.InfoS("Starting controller", "controller", names.CSRApprovalController, "workers", c.opts.Workers)
 	defer klog.InfoS("Stopped controller", "controller", names.CSRApprovalController)
 	c.loop.Run(ctx)
+	c.lookups.wg.Wait() // the lookups end with ctx
 }
 
 // sync decides the CSR called name and records the decision.
@@ -220,18 +351,20 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	const op = "csr/Controller.sync"
 	csr, err := c.csrLister.Get(name)
 	if apierrors.IsNotFound(err) {
+		c.lookups.dropRequest(name)
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	if !Pending(csr) {
+		c.lookups.dropRequest(name)
 		return nil
 	}
 
 	d, node, err := c.decide(ctx, csr)
 	if errors.Is(err, errParked) {
-		// queued again by the worker reading the node's addresses
+		// queued again when the node's lookup ends
 		klog.V(4).InfoS("Kubelet serving CSR waits for its node's address lookup", "csr", klog.KObj(csr))
 	}
 	if err != nil {
@@ -275,19 +408,27 @@ func (c *Controller) decide(ctx context.Context, csr *certificatesv1.Certificate
 	}
 	var established []corev1.NodeAddress
 	if node != nil && (!c.opts.WaitForInitialization || Initialized(node)) {
-		if !c.lookups.begin(node.Name, csr.Name) {
-			return Decision{}, node, errParked
+		step, res, last, retryAt := stepDecide, lookupResult{}, error(nil), time.Time{}
+		if f, ok := c.remembered(node.Name); ok {
+			// what Established would return at once
+			c.lookups.dropRequest(csr.Name)
+			res.facts = f
+		} else {
+			step, res, last, retryAt = c.lookups.next(node.Name, csr.Name, time.Now())
 		}
-		f, err := c.facts.Established(ctx, node)
+		switch step {
+		case stepStart:
+			go c.lookup(ctx, node)
+			return Decision{}, node, errParked
+		case stepWait:
+			return Decision{}, node, errParked
+		case stepBackOff:
+			return Decision{Action: Retry, Reason: ReasonAddressLookupFailed,
+				Message: fmt.Sprintf("the last lookup of node %q failed, the next one not before %s: %v", node.Name, retryAt.UTC().Format(time.RFC3339), last)}, node, nil
+		}
+		f, err := res.facts, res.err
 		if err == nil && f != nil {
 			established = slices.Clone(f.Addresses) // the facts are shared
-		}
-		for _, parked := range c.lookups.end(node.Name) {
-			if err != nil {
-				c.loop.AddRateLimited(parked)
-			} else {
-				c.loop.Add(parked)
-			}
 		}
 		switch {
 		case errors.Is(err, facts.ErrIdentity):
@@ -298,11 +439,39 @@ func (c *Controller) decide(ctx context.Context, csr *certificatesv1.Certificate
 				Message: fmt.Sprintf("the addresses node %q gives to reach it are refused, nothing was dialled: %s", node.Name, clipLong(err.Error()))}, node, nil
 		case err != nil:
 			klog.ErrorS(err, "Cannot read the addresses talos-ccm established for node", "csr", klog.KObj(csr), "node", klog.KObj(node))
-			return Decision{Action: Retry, Reason: ReasonAddressLookupFailed,
-				Message: fmt.Sprintf("cannot read the addresses of node %q: %v", node.Name, err)}, node, nil
+			d := Decision{Action: Retry, Reason: ReasonAddressLookupFailed,
+				Message: fmt.Sprintf("cannot read the addresses of node %q: %s", node.Name, clipLong(err.Error()))}
+			// once per failed lookup (the node's back-off spaces them), not per pass
+			c.recorder.Eventf(csr, corev1.EventTypeWarning, EventReasonPostponed,
+				"Postponed kubelet serving certificate request of %s (%s): %s; it stays pending, looked at again after a back-off", clip(csr.Spec.Username), d.Reason, d.Message)
+			return d, node, nil
 		}
 	}
 	return checkNode(req, node, established, &c.opts), node, nil
+}
+
+// remembered returns the facts the NodeFacts remembers for the node, if it
+// offers them.
+func (c *Controller) remembered(nodeName string) (*facts.Facts, bool) {
+	if r, ok := c.facts.(RememberedFacts); ok {
+		return r.Remembered(nodeName)
+	}
+	return nil, false
+}
+
+// lookup reads node's facts beside the workers and queues again every
+// request that waited for them, with the outcome in hand. It runs until the
+// facts source answers or gives up (--talos-lookup-timeout), or until ctx ends.
+func (c *Controller) lookup(ctx context.Context, node *corev1.Node) {
+	defer c.lookups.wg.Done()
+	f, err := c.facts.Established(ctx, node)
+	if err != nil && ctx.Err() != nil {
+		c.lookups.abandon(node.Name) // stopping: nothing is queued any more
+		return
+	}
+	for _, name := range c.lookups.finish(node.Name, f, err, time.Now()) {
+		c.loop.Add(name)
+	}
 }
 
 // record writes the decision as an Approved or Denied condition through the approval
@@ -385,6 +554,16 @@ func (c *Controller) nodeUpdated(oldObj, newObj any) {
 	}
 	if Initialized(o) != Initialized(n) || o.Spec.ProviderID != n.Spec.ProviderID || !slices.Equal(o.Status.Addresses, n.Status.Addresses) {
 		c.enqueueNodeCSRs(n)
+	}
+}
+
+// nodeDeleted forgets the node's lookup back-off.
+func (c *Controller) nodeDeleted(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	if node, ok := obj.(*corev1.Node); ok {
+		c.lookups.dropNode(node.Name)
 	}
 }
 

@@ -58,6 +58,21 @@ type Facts struct {
 	ReadAt time.Time
 }
 
+// remembered is what a Source keeps of f between lookups: the node's identity
+// and addresses (what Established's callers read), not the labels, rule
+// output and the rest, which a node's initialization writes to the Node.
+// Kept for every node of the cluster, it is most of talos-ccm's memory that
+// grows with the cluster after the node cache.
+func (f *Facts) remembered() *Facts {
+	return &Facts{
+		Platform:       f.Platform,
+		ProviderID:     f.ProviderID,
+		Addresses:      f.Addresses,
+		TalosAddresses: f.TalosAddresses,
+		ReadAt:         f.ReadAt,
+	}
+}
+
 // Reading is what a node's Talos API answered, once the machine proved to be
 // the node. An Interpreter turns it into Facts.
 type Reading struct {

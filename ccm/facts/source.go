@@ -112,7 +112,7 @@ func (s *Source) Facts(ctx context.Context, node *corev1.Node) (*Facts, error) {
 				// nothing is established for a node registered with another providerID
 				delete(s.facts, node.Name)
 			default:
-				s.facts[node.Name] = fl.f
+				s.facts[node.Name] = fl.f.remembered()
 			}
 			s.mu.Unlock()
 			close(fl.done)
@@ -136,7 +136,10 @@ func (s *Source) Facts(ctx context.Context, node *corev1.Node) (*Facts, error) {
 }
 
 // Established returns the facts remembered for the node, or establishes them
-// (Facts) when there are none. Its errors are those of Facts: ErrIdentity
+// (Facts) when there are none. What is remembered of a node is its identity
+// and addresses only (Platform, ProviderID, Addresses, TalosAddresses,
+// ReadAt): what node-csr-approval and node IPAM read; labels, rule output and
+// the rest are written to the Node and not kept. Its errors are those of Facts: ErrIdentity
 // (the machine that answered is provably another node) and ErrProvidedNodeIP
 // (nothing was dialled) are not cured by waiting.
 func (s *Source) Established(ctx context.Context, node *corev1.Node) (*Facts, error) {
@@ -147,6 +150,16 @@ func (s *Source) Established(ctx context.Context, node *corev1.Node) (*Facts, er
 		return f, nil
 	}
 	return s.Facts(ctx, node)
+}
+
+// Remembered returns the facts remembered for the node, if any, without
+// reading its Talos API (what Established returns first). The Facts are
+// shared: callers must not modify them.
+func (s *Source) Remembered(nodeName string) (*Facts, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.facts[nodeName]
+	return f, f != nil
 }
 
 // Forget drops the facts remembered for a node (deleted, or no longer

@@ -77,6 +77,11 @@ func main() {
 		gatePull     = flag.String("gate-image-pull-policy", "", "Pull policy of the ccm-gate image (default: Kubernetes' default).")
 		pullSecrets  = flag.StringSlice("image-pull-secrets", nil, "Secrets in the release namespace (comma-separated names) every native CCM pod pulls its images with, the ccm-gate image included; the coordinator waits while one is missing.")
 		printVersion = flag.Bool("version", false, "Print the version and exit.")
+		netpol       = flag.Bool("native-ccm-network-policy", false, "Give every native CCM a NetworkPolicy: nothing in; out only DNS (port 53), the API server and the cloud APIs (the flags below). No effect on native CCMs in the host network, nor where the CNI does not enforce network policies.")
+		npAPICIDRs   = flag.StringSlice("native-ccm-api-server-cidrs", []string{"0.0.0.0/0", "::/0"}, "With --native-ccm-network-policy: the API server's addresses (its endpoints, kubectl get endpointslices -l kubernetes.io/service-name=kubernetes), as CIDRs.")
+		npAPIPorts   = flag.Int32Slice("native-ccm-api-server-ports", []int32{6443}, "With --native-ccm-network-policy: the API server's TCP ports (its endpoints', not the kubernetes Service's).")
+		npCloudCIDRs = flag.StringSlice("native-ccm-cloud-api-cidrs", []string{"0.0.0.0/0", "::/0"}, "With --native-ccm-network-policy: the cloud APIs' addresses, as CIDRs (default: anywhere; a cloud's API endpoints are its own to know).")
+		npCloudPorts = flag.Int32Slice("native-ccm-cloud-api-ports", []int32{443}, "With --native-ccm-network-policy: the cloud APIs' TCP ports.")
 	)
 	logOpts.BindFlags(flag.CommandLine)
 	leaderOpts.BindFlags(flag.CommandLine)
@@ -97,6 +102,18 @@ func main() {
 	if errs := release.ValidateImagePullSecrets(field.NewPath("--image-pull-secrets"), *pullSecrets); len(errs) > 0 {
 		log.Error(errs.ToAggregate(), "invalid flags")
 		os.Exit(1)
+	}
+
+	var netpolConfig *gate.NetworkPolicyConfig
+	if *netpol {
+		netpolConfig = &gate.NetworkPolicyConfig{
+			APIServer: gate.Egress{CIDRs: *npAPICIDRs, Ports: *npAPIPorts},
+			CloudAPI:  gate.Egress{CIDRs: *npCloudCIDRs, Ports: *npCloudPorts},
+		}
+		if err := netpolConfig.Validate(); err != nil {
+			log.Error(err, "invalid flags", "flag", "--native-ccm-*")
+			os.Exit(1)
+		}
 	}
 
 	profiles, err := profile.Builtin()
@@ -157,7 +174,7 @@ func main() {
 		// admission policy (the fence). There is deliberately no switch to turn
 		// it off: an ungated native CCM deletes other platforms' nodes.
 		Mutators: gate.Coordinator{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Image: *gateImage,
-			ImagePullPolicy: corev1.PullPolicy(*gatePull)}.Mutators,
+			ImagePullPolicy: corev1.PullPolicy(*gatePull), NetworkPolicy: netpolConfig}.Mutators,
 		Namespace:            *namespace,
 		ImagePullSecrets:     *pullSecrets,
 		UninstallGracePeriod: *grace,

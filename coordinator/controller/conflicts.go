@@ -143,7 +143,7 @@ func (r *NativeCCMReconciler) findConflicts(ctx context.Context, obj *v1.NativeC
 
 	// Our lease held by someone who is not our Deployment's pod.
 	var l coordinationv1.Lease
-	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: lease}, &l)
+	err := r.getLease(ctx, client.ObjectKey{Namespace: r.Namespace, Name: lease}, &l)
 	switch {
 	case apierrors.IsNotFound(err):
 	case err != nil:

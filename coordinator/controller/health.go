@@ -115,7 +115,7 @@ func (r *NativeCCMReconciler) observeHealth(ctx context.Context, l release.Lifec
 	}
 	leaseRef := l.Namespace + "/" + l.LeaseName
 	var lease coordinationv1.Lease
-	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: l.Namespace, Name: l.LeaseName}, &lease)
+	err := r.getLease(ctx, client.ObjectKey{Namespace: l.Namespace, Name: l.LeaseName}, &lease)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return health{}, fmt.Errorf("get lease %s: %w", leaseRef, err)
 	}
@@ -168,7 +168,9 @@ func (r *NativeCCMReconciler) observeHealth(ctx context.Context, l release.Lifec
 	case leaderPod != nil && fresh:
 		h.leader.Pod = leaderPod.Name
 		h.reason = v1.LeaseRenewedReason
-		h.message = fmt.Sprintf("pod %s leads (lease %s renewed at %s)", leaderPod.Name, leaseRef, renewed)
+		// No renew time here (status.leader has it): a message that changes
+		// with every renewal would be one more status write per check.
+		h.message = fmt.Sprintf("pod %s leads (lease %s)", leaderPod.Name, leaseRef)
 	case fresh && !ownPodName(holderPod, l.Release, pods.Items):
 		h.reason = v1.LeaseHeldByForeignIdentityReason
 		h.message = fmt.Sprintf("lease %s is held by %q, which is not a pod of release %s (renewed at %s)", leaseRef, holder, l.Release, renewed)

@@ -84,6 +84,8 @@ type NativeCCMReconciler struct {
 	ServerVersion ServerVersion
 
 	now func() time.Time
+	// gateChecks are the gate checks that passed, reused for Interval.
+	gateChecks gateChecks
 }
 
 // Options of the controller.
@@ -119,6 +121,16 @@ func (r *NativeCCMReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 	}
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1.NativeCCM{}, platformIndex, func(o client.Object) []string {
 		return []string{o.(*v1.NativeCCM).Spec.Platform}
+	}); err != nil {
+		return err
+	}
+	// A platform's nodes are found through this index, not by filtering
+	// every node in the cache with a label selector.
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Node{}, nodePlatformIndex, func(o client.Object) []string {
+		if p := o.GetLabels()[names.PlatformLabel]; p != "" {
+			return []string{p}
+		}
+		return nil
 	}); err != nil {
 		return err
 	}
@@ -158,6 +170,13 @@ func (r *NativeCCMReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		r.Metrics.RecordReadiness(ctx, obj)
 		r.Metrics.RecordStalled(ctx, obj)
 		r.Metrics.RecordReconciling(ctx, obj)
+		// Healthy: a pod of the release leads (the NativeCCMNoLeader alert);
+		// Unknown while nothing is installed.
+		if r.Metrics.IsDelete(obj) {
+			r.Metrics.DeleteCondition(ctx, obj, v1.HealthyCondition)
+		} else {
+			r.Metrics.RecordCondition(ctx, obj, v1.HealthyCondition)
+		}
 	}()
 
 	if !obj.DeletionTimestamp.IsZero() {
@@ -175,15 +194,21 @@ func (r *NativeCCMReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		log.Info("reconciliation is suspended")
 		return ctrl.Result{}, nil
 	}
+	// A reconcile asked for with reconcile.fluxcd.io/requestedAt checks
+	// everything again, even what nothing has changed since it was last
+	// checked (the release history, the gate).
+	forced := false
 	if v, ok := meta.ReconcileAnnotationValue(obj.GetAnnotations()); ok {
+		forced = v != obj.Status.GetLastHandledReconcileRequest()
 		obj.Status.SetLastHandledReconcileRequest(v)
 	}
-	return r.reconcile(ctx, obj)
+	return r.reconcile(ctx, obj, forced)
 }
 
 // reconcileDelete uninstalls the release (taking the CCM's RBAC with it) and
 // its Lease, and only then lets the NativeCCM go.
 func (r *NativeCCMReconciler) reconcileDelete(ctx context.Context, obj *v1.NativeCCM) (ctrl.Result, error) {
+	r.gateChecks.forget(obj.UID)
 	if err := r.uninstall(ctx, obj, "NativeCCM deleted"); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -210,7 +235,8 @@ func (r *NativeCCMReconciler) reconcileDelete(ctx context.Context, obj *v1.Nativ
 //  4. release: the action chosen from the release's state (install,
 //     upgrade with rollback and retry, uninstall, or nothing);
 //  5. health: is the installed CCM working? (Ready says so.)
-func (r *NativeCCMReconciler) reconcile(ctx context.Context, obj *v1.NativeCCM) (ctrl.Result, error) {
+func (r *NativeCCMReconciler) reconcile(ctx context.Context, obj *v1.NativeCCM, forced bool) (ctrl.Result, error) {
+	ctx = withLeaseReads(ctx)
 	if obj.Generation != obj.Status.ObservedGeneration {
 		conditions.MarkReconciling(obj, meta.ProgressingReason, "reconciling generation %d", obj.Generation)
 	}
@@ -242,12 +268,12 @@ func (r *NativeCCMReconciler) reconcile(ctx context.Context, obj *v1.NativeCCM) 
 	}
 
 	// 3. Gate.
-	if req.Mutators, err = r.reconcileGate(ctx, obj, p, req.Lifecycle); err != nil {
+	if req.Mutators, err = r.reconcileGate(ctx, obj, p, req.Lifecycle, forced); err != nil {
 		return ctrl.Result{}, err
 	}
 
 	// 4. Release: install, upgrade, or nothing.
-	if err := r.reconcileRelease(ctx, obj, req); err != nil {
+	if err := r.reconcileRelease(ctx, obj, req, forced); err != nil {
 		return ctrl.Result{}, err
 	}
 

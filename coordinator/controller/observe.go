@@ -15,8 +15,6 @@ import (
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
-
-	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 // resolveProfile finds the profile and builds the release request from it
@@ -95,9 +93,11 @@ func (r *NativeCCMReconciler) stallProfile(obj *v1.NativeCCM, reason string, err
 }
 
 // observeNodes counts the platform's nodes and tracks when the last one went.
+// It reads them from the cache's platform index, without copies: the nodes
+// it returns are the cache's and must not be changed.
 func (r *NativeCCMReconciler) observeNodes(ctx context.Context, obj *v1.NativeCCM) ([]corev1.Node, error) {
 	var list corev1.NodeList
-	if err := r.List(ctx, &list, client.MatchingLabels{names.PlatformLabel: obj.Spec.Platform}); err != nil {
+	if err := r.List(ctx, &list, client.MatchingFields{nodePlatformIndex: obj.Spec.Platform}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list nodes of platform %s: %w", obj.Spec.Platform, err)
 	}
 	obj.Status.Nodes = int32(len(list.Items))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/fluxcd/pkg/apis/meta"
@@ -70,7 +71,10 @@ var errStatusBehind = errors.New("release installed since the status was read")
 // reconcileRelease makes a wanted release what req describes: its Lease
 // first (created ahead: the CCM may not create leases), then the action
 // nextAction chooses from the release's state.
-func (r *NativeCCMReconciler) reconcileRelease(ctx context.Context, obj *v1.NativeCCM, req release.Request) error {
+//
+// forced (a reconcile requested with the reconcile.fluxcd.io/requestedAt
+// annotation) reads the release history even when nothing changed.
+func (r *NativeCCMReconciler) reconcileRelease(ctx context.Context, obj *v1.NativeCCM, req release.Request, forced bool) error {
 	if err := r.ensureLease(ctx, req.Lifecycle); err != nil {
 		return err
 	}
@@ -79,6 +83,13 @@ func (r *NativeCCMReconciler) reconcileRelease(ctx context.Context, obj *v1.Nati
 	// release-history read on the path that matters most (the first node of
 	// a platform appears).
 	assumeAbsent := obj.Status.Release == nil && obj.Status.Failures == 0
+	// A release the status records as deployed from the desired state, whose
+	// latest revision Helm's storage (the cached labels of its Secrets) still
+	// says is that one: nothing to do, and no history read.
+	if info, ok := r.unchangedRelease(ctx, obj, req.Digest()); ok && !forced {
+		r.upToDate(obj, info)
+		return nil
+	}
 	info, err := r.observeRelease(ctx, req, !assumeAbsent)
 	if err != nil {
 		return err
@@ -92,6 +103,47 @@ func (r *NativeCCMReconciler) reconcileRelease(ctx context.Context, obj *v1.Nati
 		return err
 	}
 	return r.runReleaseAction(ctx, obj, req, info, false)
+}
+
+// unchangedRelease returns the release status.release records when that is
+// the deployed latest revision, made from digest, and the labels of Helm's
+// release Secrets in the manager's cache agree: no revision after it, and it
+// is still deployed with that digest. Then the release step has nothing to
+// do and needs no read of the release history (which fetches and decodes
+// every revision kept). Anything else, or any doubt (the cache behind an
+// action just taken), is false: the caller reads the history.
+func (r *NativeCCMReconciler) unchangedRelease(ctx context.Context, obj *v1.NativeCCM, digest string) (*release.Info, bool) {
+	st := obj.Status.Release
+	if st == nil || obj.Status.Failures != 0 || st.Status != release.StatusDeployed || st.Digest != digest || st.Namespace != r.Namespace {
+		return nil, false
+	}
+	var secrets corev1.SecretList
+	if err := r.List(ctx, &secrets, client.InNamespace(r.Namespace), client.MatchingLabels{
+		release.StorageOwnerLabel: release.StorageOwner, release.StorageNameLabel: st.Name,
+	}); err != nil {
+		return nil, false
+	}
+	latest, status, latestDigest := 0, "", ""
+	for i := range secrets.Items {
+		s := &secrets.Items[i]
+		if s.Type != release.HelmStorageType {
+			continue
+		}
+		v, err := strconv.Atoi(s.Labels[release.StorageVersionLabel])
+		if err != nil {
+			return nil, false
+		}
+		if v > latest {
+			latest, status, latestDigest = v, s.Labels[release.StorageStatusLabel], s.Labels[release.DigestLabel]
+		}
+	}
+	if latest != st.Revision || status != release.StatusDeployed || latestDigest != digest {
+		return nil, false
+	}
+	return &release.Info{
+		Name: st.Name, Namespace: st.Namespace, Revision: st.Revision, Status: st.Status,
+		Chart: st.Chart, Digest: st.Digest, LastDeployed: st.Revision,
+	}, true
 }
 
 // observeRelease reads the release's latest revision (nil: none) unless
@@ -115,7 +167,11 @@ func (r *NativeCCMReconciler) observeRelease(ctx context.Context, req release.Re
 // runReleaseAction runs the action nextAction chooses for a wanted release.
 // assumeAbsent says info is nil because the history was not read.
 func (r *NativeCCMReconciler) runReleaseAction(ctx context.Context, obj *v1.NativeCCM, req release.Request, info *release.Info, assumeAbsent bool) error {
-	switch nextAction(true, info, req.Digest()) {
+	action := nextAction(true, info, req.Digest())
+	if action != actionNone {
+		defer forgetLeases(ctx)
+	}
+	switch action {
 	case actionNone:
 		r.upToDate(obj, info)
 		return nil
@@ -196,6 +252,7 @@ func (r *NativeCCMReconciler) upgrade(ctx context.Context, obj *v1.NativeCCM, re
 // (reason: InstallDisabled or NoNodes). The gate is not looked at for a
 // release that is not wanted, so Gated goes, as Healthy does.
 func (r *NativeCCMReconciler) reconcileAbsent(ctx context.Context, obj *v1.NativeCCM, reason string) error {
+	r.gateChecks.forget(obj.UID)
 	name := obj.ReleaseName()
 	info, err := r.Engine.Get(ctx, r.Namespace, name)
 	if err != nil {
@@ -242,10 +299,11 @@ func (r *NativeCCMReconciler) uninstall(ctx context.Context, obj *v1.NativeCCM, 
 // A Lease someone else holds is reported by the health check.
 func (r *NativeCCMReconciler) ensureLease(ctx context.Context, l release.Lifecycle) error {
 	lease := l.Lease()
-	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(lease), &coordinationv1.Lease{})
+	err := r.getLease(ctx, client.ObjectKeyFromObject(lease), &coordinationv1.Lease{})
 	if !apierrors.IsNotFound(err) {
 		return err
 	}
+	forgetLeases(ctx)
 	if err := r.Create(ctx, lease, client.FieldOwner(names.CoordinatorController)); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create lease %s/%s: %w", lease.Namespace, lease.Name, err)
 	}
@@ -257,10 +315,11 @@ func (r *NativeCCMReconciler) ensureLease(ctx context.Context, l release.Lifecyc
 // is not its to delete).
 func (r *NativeCCMReconciler) deleteLease(ctx context.Context, releaseName string) error {
 	var lease coordinationv1.Lease
-	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: releaseName}, &lease)
+	err := r.getLease(ctx, client.ObjectKey{Namespace: r.Namespace, Name: releaseName}, &lease)
 	if apierrors.IsNotFound(err) || (err == nil && lease.Labels[release.ManagedByLabel] != release.ManagedByValue) {
 		return nil
 	}
+	forgetLeases(ctx)
 	if err == nil {
 		err = r.Delete(ctx, &lease, client.Preconditions{UID: &lease.UID})
 	}

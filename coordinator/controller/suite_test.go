@@ -24,6 +24,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -142,6 +143,7 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 	}))
 	// image pull Secrets of a NativeCCM's own
 	must(deriveProfile("hcloud", "pull-a", 10326, nil))
+	must(deriveProfile("hcloud", "quiet-a", 10327, nil))
 
 	// the upstream CCM per Kubernetes minor: Azure's (with its own node
 	// filter), and a profile whose only release is two minors older than
@@ -162,7 +164,11 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 	// ccm-gate image comes from the product's registry).
 	must(k8s.Create(ctx, dockerConfigSecret(coordinatorPullSecret)))
 
-	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
+	// The manager's and Helm's requests are counted (quiet_test.go).
+	mgrCfg, engineCfg := rest.CopyConfig(e.Config), rest.CopyConfig(e.Config)
+	mgrCfg.Wrap(managerRequests.wrap)
+	engineCfg.Wrap(helmRequests.wrap)
+	mgr, err := ctrl.NewManager(mgrCfg, ctrl.Options{
 		Scheme:  NewScheme(),
 		Metrics: metricsserver.Options{BindAddress: "0"},
 		Cache:   CacheOptions(releaseNamespace),
@@ -194,7 +200,7 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 		Client:        mgr.GetClient(),
 		APIReader:     mgr.GetAPIReader(),
 		EventRecorder: rec,
-		Engine:        helm.NewEngine(e.Config, helm.Options{Wait: false, Timeout: time.Minute, Log: ctrl.Log.WithName("helm")}),
+		Engine:        helm.NewEngine(engineCfg, helm.Options{Wait: false, Timeout: time.Minute, Log: ctrl.Log.WithName("helm")}),
 		Profiles:      profiles,
 		// The gate, wired as cmd/ccm-coordinator wires it: every release is
 		// checked against the fence, gets its parameters and the ccm-gate sidecar.

@@ -23,6 +23,9 @@ import (
 
 const platformIndex = ".spec.platform"
 
+// nodePlatformIndex indexes the cached Nodes by their platform label.
+const nodePlatformIndex = "metadata.labels.platform"
+
 type queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
 
 // nodeHandler enqueues the NativeCCMs of a node's platform when a node with a
@@ -102,7 +105,7 @@ func (h secretHandler) Generic(context.Context, event.GenericEvent, queue) {}
 
 func (h secretHandler) enqueue(ctx context.Context, q queue, o client.Object) {
 	s, ok := o.(*corev1.Secret)
-	if !ok || s.Namespace != h.r.Namespace || s.Type == "helm.sh/release.v1" {
+	if !ok || s.Namespace != h.r.Namespace || s.Type == release.HelmStorageType {
 		return
 	}
 	var list v1.NativeCCMList

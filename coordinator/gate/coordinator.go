@@ -48,13 +48,17 @@ type Coordinator struct {
 	Image string
 	// ImagePullPolicy of ccm-gate; empty: Kubernetes' default.
 	ImagePullPolicy corev1.PullPolicy
+	// NetworkPolicy, when set, gives every release a NetworkPolicy for its
+	// pods (NetworkPolicy); nil: none.
+	NetworkPolicy *NetworkPolicyConfig
 }
 
 // Mutators checks that the fence is installed and current, that it knows
 // the providerID prefixes of the NativeCCM's profile for its platform, and
 // that the release's ServiceAccount holds the NativeCCM's grant (what the
 // fence confines it to); it records status.gate (what the fence enforces for
-// it) and returns the sidecar mutator that adds the view. It records the
+// it) and returns the sidecar mutator that adds the view (and, with
+// NetworkPolicy set, the mutator that adds the release's NetworkPolicy). It records the
 // Gated condition. Errors that wrap ErrConfig need a change of the NativeCCM
 // or profile; others (a missing fence or grant, the API server) are worth a
 // retry.
@@ -120,7 +124,11 @@ func (g Coordinator) Mutators(ctx context.Context, obj *v1.NativeCCM, p *profile
 	conditions.MarkTrue(obj, v1.GatedCondition, GateEnforcedReason,
 		"admission policy %s lets %s change only nodes labelled %s=%s with providerID %v (grant %s), and %s; ccm-gate shows it only those",
 		want.Policy, l.Username(), names.PlatformLabel, l.Platform, want.ProviderIDPrefixes, GrantName(obj.Name), services)
-	return []release.Mutator{s}, nil
+	mutators := []release.Mutator{s}
+	if g.NetworkPolicy != nil {
+		mutators = append(mutators, NetworkPolicy{Release: l.Release, Namespace: l.Namespace, Platform: l.Platform, NetworkPolicyConfig: *g.NetworkPolicy})
+	}
+	return mutators, nil
 }
 
 // writeGateStatus patches status.gate alone: what the fence enforces for the

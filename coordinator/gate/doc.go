@@ -14,8 +14,11 @@
 //   - the wiring of the view: a release post-render mutator that adds the
 //     ccm-gate sidecar (coordinator/gate/proxy) to the CCM's pod and points the
 //     CCM at it through a generated loopback kubeconfig (Sidecar, which also
-//     passes the load-balancer class of the Services the CCM serves), and the hook
-//     the NativeCCM reconciler calls for every release (Coordinator.Mutators).
+//     passes the load-balancer class of the Services the CCM serves), the
+//     opt-in NetworkPolicy that leaves the pod only its loopback listeners and
+//     lets out only DNS, the API server and the cloud APIs (NetworkPolicy), and
+//     the hook the NativeCCM reconciler calls for every release
+//     (Coordinator.Mutators).
 //
 // It must not run Helm or decide whether a release exists (coordinator/release/helm
 // and coordinator/controller do), and it does not proxy HTTP itself

@@ -52,3 +52,17 @@ func (e *ChartError) Unwrap() error { return e.Err }
 // ErrNameInUse: Install found the release already there (someone — usually an
 // earlier reconcile whose status the caller has not seen yet — installed it).
 var ErrNameInUse = errors.New("release already exists")
+
+// Helm's release storage: one Secret per revision, of type HelmStorageType,
+// labelled StorageOwnerLabel=StorageOwner, StorageNameLabel=<release>,
+// StorageVersionLabel=<revision> and StorageStatusLabel=<status>, plus the
+// release's own labels (DigestLabel). coordinator/release/helm checks that
+// these are Helm's names.
+const (
+	HelmStorageType     = "helm.sh/release.v1"
+	StorageOwnerLabel   = "owner"
+	StorageOwner        = "helm"
+	StorageNameLabel    = "name"
+	StorageVersionLabel = "version"
+	StorageStatusLabel  = "status"
+)

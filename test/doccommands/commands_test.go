@@ -47,6 +47,9 @@ var commands = []entry{
 	{cmd: "kubectl get events -A --field-selector involvedObject.kind=Node,type=Warning", run: &step{before: fixtures, check: nodeEventListed}},
 	{cmd: "helm upgrade hybrid-ccm charts/hybrid-ccm -n kube-system --reuse-values --set clouds.hcloud.enabled=false", run: &step{check: hcloudDisabled}},
 	{cmd: "helm uninstall hybrid-ccm -n kube-system", run: &step{check: umbrellaUninstalled}},
+	// docs/operations.md, "Is it working? helm test".
+	{cmd: "helm test hybrid-ccm -n kube-system --logs",
+		why: "the test pods need kubelets and the hybridctl image: test/oncluster runs helm test (Helm's SDK) on the documented install, passing and failing (TestInstallAsDocumented/HelmTest)"},
 
 	// docs/migrating-from-talos-ccm.md, "The chart".
 	{cmd: "helm uninstall -n kube-system talos-cloud-controller-manager", run: &step{before: upstreamReleaseStandIn, check: upstreamReleaseGone},
@@ -115,7 +118,7 @@ var commands = []entry{
 	{cmd: "hybridctl transform explain -c rules.yaml -m node.yaml", run: &step{before: explainInputs, check: explainAsDocumented},
 		why: "rules.yaml and node.yaml are cmd/hybridctl/internal/cli/testdata's, the input of the doc's example output"},
 
-	// README.md, docs/csr-approval.md: make and go test lines. make test
+	// README.md, docs/csr-approval.md, docs/benchmarks.md: make and go test lines. make test
 	// runs every test and CI runs make test; here: make's recipe (make -n),
 	// and that the packages exist and each -run/-bench/-fuzz pattern names
 	// a function in them.
@@ -125,11 +128,17 @@ var commands = []entry{
 		why: "dry run: the demo runs a real cluster as root (cmd/hybridctl/internal/demo's tests run it)"},
 	{cmd: "make fuzz", run: &step{inRepo: true, dryRun: true, check: makeRecipe("hack/fuzz.sh 2000x")},
 		why: "dry run: make test runs it"},
+	{cmd: "make bench", run: &step{inRepo: true, dryRun: true, check: makeRecipe("-bench . -benchtime 1x", "./test/bench/...")},
+		why: "dry run: the benchmarks take half an hour and print figures; make test runs each benchmark package's tests"},
+	{cmd: "make bench-10k", run: &step{inRepo: true, dryRun: true, check: makeRecipe("HYBRID_CCM_BENCH_NODES=1000,5000,10000", "-bench . -benchtime 1x")},
+		why: "dry run: as make bench, with 10,000 nodes"},
 	{cmd: "go test ./ccm/csr", run: &step{inRepo: true, exec: goTestNames}, why: "make test runs it"},
 	{cmd: "KUBEBUILDER_ASSETS=$(hack/control-plane.sh) go test ./ccm/csr/integration", run: &step{inRepo: true, exec: goTestNames}, why: "make test runs it"},
 	{cmd: "go test -run '^$' -fuzz '^FuzzValidate$' -fuzztime 60s ./ccm/csr", run: &step{inRepo: true, exec: goTestNames},
 		why: "make fuzz fuzzes it (2000 inputs)"},
 	{cmd: "KUBEBUILDER_ASSETS=$(hack/control-plane.sh) go test -run '^$' -bench Decide1000 -benchtime 1x ./ccm/csr/integration",
+		run: &step{inRepo: true, exec: goTestNames}, why: "make bench runs it"},
+	{cmd: "KUBEBUILDER_ASSETS=$(hack/control-plane.sh) go test -run '^$' -bench RenewalStorm -benchtime 1x ./ccm/csr/integration",
 		run: &step{inRepo: true, exec: goTestNames}, why: "make bench runs it"},
 
 	// Commands that need what this machine has not: Talos machines,

@@ -48,12 +48,18 @@ func renderChart(t *testing.T, name, namespace string) []*unstructured.Unstructu
 // renderChartWith renders a chart of charts/ with values.
 func renderChartWith(t *testing.T, name, namespace string, values map[string]any) []*unstructured.Unstructured {
 	t.Helper()
+	return renderChartAs(t, name, name, namespace, values)
+}
+
+// renderChartAs renders a chart of charts/ as release rel with values.
+func renderChartAs(t *testing.T, name, rel, namespace string, values map[string]any) []*unstructured.Unstructured {
+	t.Helper()
 	ch, err := loader.Load(filepath.Join(testenv.RepoRoot(), "charts", name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	vals, err := chartutil.ToRenderValues(ch, values,
-		chartutil.ReleaseOptions{Name: name, Namespace: namespace, IsInstall: true}, chartutil.DefaultCapabilities)
+		chartutil.ReleaseOptions{Name: rel, Namespace: namespace, IsInstall: true}, chartutil.DefaultCapabilities)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,10 +108,19 @@ func kubeconfigFor(t *testing.T, cfg *rest.Config) string {
 // namespace and a client configuration authenticated as its ServiceAccount.
 func applyCoordinatorChart(t *testing.T, c client.Client) (string, *rest.Config) {
 	t.Helper()
+	ns, cfg, _ := applyCoordinatorChartAs(t, c, "ccm-coordinator", map[string]any{})
+	return ns, cfg
+}
+
+// applyCoordinatorChartAs is applyCoordinatorChart for release rel (a
+// coordinator of its own: its ServiceAccount, RBAC and admission policy are
+// named after rel) with values. It returns the objects it rendered too.
+func applyCoordinatorChartAs(t *testing.T, c client.Client, rel string, values map[string]any) (string, *rest.Config, []*unstructured.Unstructured) {
+	t.Helper()
 	ctx := context.Background()
 	var sa, ns string
 	var probe *admissionregistrationv1.ValidatingAdmissionPolicy
-	objs := renderChart(t, "ccm-coordinator", "kube-system")
+	objs := renderChartAs(t, "ccm-coordinator", rel, "kube-system", values)
 	// the namespace first, as Helm orders it
 	slices.SortStableFunc(objs, func(a, b *unstructured.Unstructured) int {
 		return cmpBool(b.GetKind() == "Namespace", a.GetKind() == "Namespace")
@@ -113,6 +128,9 @@ func applyCoordinatorChart(t *testing.T, c client.Client) (string, *rest.Config)
 	for _, o := range objs {
 		switch o.GetKind() {
 		case "ServiceAccount":
+			if o.GetName() != rel { // helm test's
+				continue
+			}
 			sa, ns = o.GetName(), o.GetNamespace()
 		case "ValidatingAdmissionPolicy":
 			probe = &admissionregistrationv1.ValidatingAdmissionPolicy{}
@@ -146,7 +164,7 @@ func applyCoordinatorChart(t *testing.T, c client.Client) (string, *rest.Config)
 	if err != nil {
 		t.Fatalf("admission policy %s not enforced", probe.Name)
 	}
-	return ns, cfg
+	return ns, cfg, objs
 }
 
 // ccm-coordinator runs with exactly the RBAC and admission policy its chart

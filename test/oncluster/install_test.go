@@ -253,6 +253,10 @@ func TestInstallAsDocumented(t *testing.T) {
 
 	// Metrics, scraped as docs/operations.md says.
 	t.Run("Metrics", func(t *testing.T) { scrapeMetrics(t, ctx) })
+
+	// `helm test`, as docs/operations.md says: it passes on this install,
+	// and fails naming the problem when the coordinator is scaled to 0.
+	t.Run("HelmTest", func(t *testing.T) { helmTest(t, ctx) })
 }
 
 // noForeignQuestions fails the test for every question a cloud was asked

@@ -51,26 +51,9 @@ func (s Spec) apply(ctx context.Context, st state.State, name string) error {
 		}
 	}
 	for i, a := range s.Addresses {
-		p, err := netip.ParsePrefix(a.Prefix)
+		r, err := addressStatus(i+1, a)
 		if err != nil {
 			return fmt.Errorf("addresses[%d]: %w", i, err)
-		}
-		r := network.NewAddressStatus(network.NamespaceName, network.AddressID(a.Link, p))
-		spec := r.TypedSpec()
-		spec.Address = p
-		spec.Local = p.Addr()
-		spec.LinkName = a.Link
-		spec.LinkIndex = uint32(i + 1)
-		spec.Scope = nethelpers.ScopeGlobal
-		spec.Flags = nethelpers.AddressFlags(nethelpers.AddressPermanent)
-		spec.Family = nethelpers.FamilyInet4
-		if p.Addr().Is6() {
-			spec.Family = nethelpers.FamilyInet6
-		}
-		if p.Addr().IsLoopback() {
-			spec.Scope = nethelpers.ScopeHost
-		} else if p.Addr().IsLinkLocalUnicast() {
-			spec.Scope = nethelpers.ScopeLink
 		}
 		if err := st.Create(ctx, r); err != nil {
 			return fmt.Errorf("create AddressStatus %s: %w", a.Prefix, err)
@@ -82,6 +65,46 @@ func (s Spec) apply(ctx context.Context, st state.State, name string) error {
 		if err := st.Create(ctx, r); err != nil {
 			return fmt.Errorf("create SystemInformation: %w", err)
 		}
+	}
+	return nil
+}
+
+// addressStatus is a as the network/AddressStatus Talos reports, on the link
+// of the given index.
+func addressStatus(linkIndex int, a Address) (*network.AddressStatus, error) {
+	p, err := netip.ParsePrefix(a.Prefix)
+	if err != nil {
+		return nil, err
+	}
+	r := network.NewAddressStatus(network.NamespaceName, network.AddressID(a.Link, p))
+	spec := r.TypedSpec()
+	spec.Address = p
+	spec.Local = p.Addr()
+	spec.LinkName = a.Link
+	spec.LinkIndex = uint32(linkIndex)
+	spec.Scope = nethelpers.ScopeGlobal
+	spec.Flags = nethelpers.AddressFlags(nethelpers.AddressPermanent)
+	spec.Family = nethelpers.FamilyInet4
+	if p.Addr().Is6() {
+		spec.Family = nethelpers.FamilyInet6
+	}
+	if p.Addr().IsLoopback() {
+		spec.Scope = nethelpers.ScopeHost
+	} else if p.Addr().IsLinkLocalUnicast() {
+		spec.Scope = nethelpers.ScopeLink
+	}
+	return r, nil
+}
+
+// AddAddress adds an address to the running node (a new network/AddressStatus),
+// as when an interface gets one more address.
+func (n *Node) AddAddress(ctx context.Context, a Address) error {
+	r, err := addressStatus(100, a)
+	if err != nil {
+		return fmt.Errorf("address %q: %w", a.Prefix, err)
+	}
+	if err := n.state.Create(ctx, r); err != nil {
+		return fmt.Errorf("create AddressStatus %s: %w", a.Prefix, err)
 	}
 	return nil
 }

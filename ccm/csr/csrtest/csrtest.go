@@ -188,6 +188,17 @@ func (a *Addresses) Established(_ context.Context, node *corev1.Node) (*facts.Fa
 	return &facts.Facts{Addresses: append([]corev1.NodeAddress(nil), a.nodes[node.Name]...)}, nil
 }
 
+// Remembered implements csr's optional RememberedFacts: the facts are always
+// at hand, unless lookups of the node fail.
+func (a *Addresses) Remembered(node string) (*facts.Facts, bool) {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	if a.errs[node] != nil {
+		return nil, false
+	}
+	return &facts.Facts{Addresses: append([]corev1.NodeAddress(nil), a.nodes[node]...)}, true
+}
+
 // InternalIP, ExternalIP, Hostname, InternalDNS and ExternalDNS build NodeAddresses.
 func InternalIP(s string) corev1.NodeAddress {
 	return corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: s}

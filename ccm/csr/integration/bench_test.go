@@ -377,7 +377,7 @@ func BenchmarkHostileNode(b *testing.B) {
 		b.ReportMetric(base.Seconds(), "s-baseline-decided")
 		b.ReportMetric(hostile.Seconds(), "s-with-hostile-decided")
 		b.ReportMetric(hostile.Seconds()/base.Seconds(), "x-of-baseline")
-		fmt.Printf("node-csr-approval (%d workers) with a hostile node: %d CSRs of other nodes, each read from its Talos API, submission to all approved: baseline %s | while a node whose Talos API hangs has %d CSRs pending and a node listing %d addresses has %d: %s (%.2fx baseline) | hung node: %d Talos requests in flight (one lookup, one worker), many-address node: %d dials, %d denied\n",
+		fmt.Printf("node-csr-approval (%d workers) with a hostile node: %d CSRs of other nodes, each read from its Talos API, submission to all approved: baseline %s | while a node whose Talos API hangs has %d CSRs pending and a node listing %d addresses has %d: %s (%.2fx baseline) | hung node: %d Talos requests in flight (one lookup, beside the workers), many-address node: %d dials, %d denied\n",
 			opts.Workers, n, base.Round(time.Millisecond), hostileN, manyIPs, hostileN, hostile.Round(time.Millisecond), hostile.Seconds()/base.Seconds(),
 			held, s.manyIPs.Calls(), hostileN)
 	}

@@ -177,7 +177,7 @@ func startHostile(t testing.TB) *hostileSetup {
 // Neither may hold up other nodes' certificates. No clock is asserted: the hung
 // node's requests stay in flight (held by the endpoint, with timeouts far longer
 // than the test) while every other node's requests are decided, and the hung
-// node costs one lookup (one worker) although it has a request pending for each
+// node costs one lookup (and no worker) although it has a request pending for each
 // worker. The node listing many addresses is refused without a single dial.
 func TestHostileNodeDoesNotStallApproval(t *testing.T) {
 	setup(t)
@@ -253,5 +253,140 @@ func TestHostileNodeDoesNotStallApproval(t *testing.T) {
 	}
 	if calls := s.hung.Calls(); calls != perLookup {
 		t.Errorf("hung node: %d Talos requests for %d CSRs; want one lookup (%d)", calls, opts.Workers, perLookup)
+	}
+}
+
+// TestHungNodesHoldNoWorker: more nodes whose Talos API hangs than there are
+// workers, each with requests pending, hold up no other node: every honest
+// request is decided while each hung node's one lookup is still in flight
+// (no clock: the endpoint holds their requests until the test releases them).
+// None of the hung nodes' requests is decided without an answer; once a hung
+// node answers, its requests are decided on that answer (approved when it
+// proves the SANs, denied when it does not). A node whose Talos API fails stays
+// pending, with a Warning event on the request saying why.
+func TestHungNodesHoldNoWorker(t *testing.T) {
+	setup(t)
+	cleanupCSRs(t)
+	ep := talosnode.StartFor(t)
+	// requests and lookups outlive the test unless released
+	client, err := ep.NewClient(t.TempDir(), talos.Options{Timeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	src := facts.NewSource(client, cloud.NewInterpreter(nil), facts.Options{LookupTimeout: time.Hour})
+	opts := csr.NewOptions()
+	hungN, perNode := 3*opts.Workers, 2
+
+	addNode := func(name, ip string) *talosnode.Node {
+		n, err := ep.AddNode(name, []string{ip}, metalSpec(name, ip))
+		if err != nil {
+			t.Fatal(err)
+		}
+		createNode(t, nodeSpec{name: name, initialized: true, kubeletIPs: []string{ip}})
+		return n
+	}
+	var hung []*talosnode.Node
+	for i := range hungN {
+		n := addNode(fmt.Sprintf("hung-%02d", i), fmt.Sprintf("10.84.0.%d", i+1))
+		n.Hold()
+		t.Cleanup(n.Release)
+		hung = append(hung, n)
+	}
+	failing := addNode("failing-1", "10.84.1.1")
+	failing.SetUnreachable(true, false)
+	const honestN = 8
+	var honest []string
+	for i := range honestN {
+		name := fmt.Sprintf("calm-%d", i)
+		addNode(name, fmt.Sprintf("10.84.2.%d", i+1))
+		honest = append(honest, name)
+	}
+	startController(t, approver, opts, src)
+
+	// The hung nodes ask first: the first of them with a request for an
+	// address that is not its own, the others honestly.
+	hungCSR := func(i, j int) string { return fmt.Sprintf("%s-%d", hung[i].Name, j) }
+	for i, n := range hung {
+		ip := n.IPs[0]
+		if i == 0 {
+			ip = "10.84.9.9"
+		}
+		for j := range perNode {
+			submit(t, nodeClient(t, n.Name), hungCSR(i, j), csrtest.Request{NodeName: n.Name, DNSNames: []string{n.Name}, IPs: csrtest.Addrs(ip)}.MustPEM(), nil)
+		}
+	}
+	const perLookup = 3 // PlatformMetadata, AddressStatus, Nodename
+	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
+		for _, n := range hung {
+			if n.Held() < perLookup {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatalf("not every hung node's lookup reached its Talos API")
+	}
+
+	failingCSR := submit(t, nodeClient(t, failing.Name), failing.Name, csrtest.Request{NodeName: failing.Name, IPs: csrtest.Addrs("10.84.1.1")}.MustPEM(), nil)
+	for i, name := range honest {
+		submit(t, nodeClient(t, name), name, csrtest.Request{NodeName: name, DNSNames: []string{name}, IPs: csrtest.Addrs(fmt.Sprintf("10.84.2.%d", i+1))}.MustPEM(), nil)
+	}
+	for _, name := range honest {
+		wantCondition(t, waitDecided(t, name), certificatesv1.CertificateApproved, csr.ReasonNodeIdentityVerified)
+	}
+	// the failing node: postponed with a reason, not decided
+	ev := waitEvent(t, "CertificateSigningRequest", failingCSR, csr.EventReasonPostponed)
+	if ev.Type != corev1.EventTypeWarning || !strings.Contains(ev.Message, csr.ReasonAddressLookupFailed) || !strings.Contains(ev.Message, failing.Name) {
+		t.Errorf("postponement event %s %q", ev.Type, ev.Message)
+	}
+
+	// ... all while every hung node's one lookup is still in flight, and none
+	// of their requests decided
+	for i, n := range hung {
+		if held, calls := n.Held(), n.Calls(); held != perLookup || calls != perLookup {
+			t.Fatalf("%s: %d requests held, %d made; want exactly one lookup in flight (%d)", n.Name, held, calls, perLookup)
+		}
+		for j := range perNode {
+			c, err := env.Client.CertificatesV1().CertificateSigningRequests().Get(context.Background(), hungCSR(i, j), metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if decided(c) != nil {
+				t.Fatalf("%s decided without an answer from its Talos API: %+v", c.Name, c.Status.Conditions)
+			}
+		}
+	}
+	c, err := env.Client.CertificatesV1().CertificateSigningRequests().Get(context.Background(), failing.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if decided(c) != nil {
+		t.Fatalf("%s decided although its Talos API fails: %+v", c.Name, c.Status.Conditions)
+	}
+
+	// Once they answer, their requests are decided on that one answer.
+	for _, n := range hung {
+		n.Release()
+	}
+	for i, n := range hung {
+		for j := range perNode {
+			got := waitDecided(t, hungCSR(i, j))
+			if i == 0 {
+				wantCondition(t, got, certificatesv1.CertificateDenied, csr.ReasonIPAddressNotEstablished)
+			} else {
+				wantCondition(t, got, certificatesv1.CertificateApproved, csr.ReasonNodeIdentityVerified)
+			}
+		}
+		if calls := n.Calls(); calls != perLookup {
+			t.Errorf("%s: %d Talos requests for %d CSRs; want one lookup (%d)", n.Name, calls, perNode, perLookup)
+		}
+	}
+	c, err = env.Client.CertificatesV1().CertificateSigningRequests().Get(context.Background(), failing.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if decided(c) != nil {
+		t.Fatalf("%s decided although its Talos API fails: %+v", c.Name, c.Status.Conditions)
 	}
 }

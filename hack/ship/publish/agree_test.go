@@ -74,8 +74,8 @@ func TestRepositoryDefaultsAgree(t *testing.T) {
 			t.Errorf("the charts' defaults name %s, not an image a default build makes (%v)", img, want)
 		}
 	}
-	if len(got) != 3 {
-		t.Errorf("the charts' defaults name %v, want talos-ccm, ccm-coordinator and ccm-gate", got)
+	if slices.Sort(got); !slices.Equal(slices.Compact(slices.Clone(got)), slices.Sorted(slices.Values(want))) || len(got) != 5 {
+		t.Errorf("the charts' defaults name %v, want talos-ccm, ccm-coordinator, ccm-gate and hybridctl (each chart's helm test)", got)
 	}
 
 	if gate, want := gateImageDefault(t, root), ship.ImageRef(ship.DefaultRegistry, "ccm-gate", version); gate != want {
@@ -119,8 +119,8 @@ func gateImageDefault(t *testing.T, root string) string {
 }
 
 // renderedImages renders ch with its default values (as `helm template` in
-// kube-system) and returns every image its workloads name: container images
-// and ccm-coordinator's --gate-image.
+// kube-system) and returns every image its workloads name: container images,
+// ccm-coordinator's --gate-image, and the images of its helm test pods.
 func renderedImages(t *testing.T, ch *chart.Chart) []string {
 	t.Helper()
 	in := action.NewInstall(&action.Configuration{Log: func(string, ...any) {}})
@@ -136,6 +136,20 @@ func renderedImages(t *testing.T, ch *chart.Chart) []string {
 		t.Fatal(err)
 	}
 	var out []string
+	for _, h := range rel.Hooks {
+		hooks, err := chartstest.Parse(h.Manifest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, obj := range hooks {
+			cs, _, _ := unstructured.NestedSlice(obj.Object, "spec", "containers")
+			for _, c := range cs {
+				if img, _ := c.(map[string]any)["image"].(string); img != "" {
+					out = append(out, img)
+				}
+			}
+		}
+	}
 	for _, obj := range objs {
 		if obj.GetKind() != "Deployment" {
 			continue

@@ -18,8 +18,8 @@ import (
 // path of the repository value → image name. Their tags stay empty and so
 // default to the chart's appVersion.
 var imageValues = map[string]map[string]string{
-	"talos-ccm":       {"image.repository": "talos-ccm"},
-	"ccm-coordinator": {"image.repository": "ccm-coordinator", "gate.image.repository": "ccm-gate"},
+	"talos-ccm":       {"image.repository": "talos-ccm", "test.image.repository": "hybridctl"},
+	"ccm-coordinator": {"image.repository": "ccm-coordinator", "gate.image.repository": "ccm-gate", "test.image.repository": "hybridctl"},
 }
 
 // ReleaseCharts loads charts/<name> for every name in ship.Charts and returns them

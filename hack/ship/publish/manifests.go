@@ -193,5 +193,5 @@ func WriteManifests(root, dir string, log io.Writer) error {
 		}
 		fmt.Fprintf(log, "wrote %s\n", p)
 	}
-	return nil
+	return writeMonitoring(root, dir, log)
 }

@@ -38,6 +38,16 @@ func TestStaticManifestsCurrent(t *testing.T) {
 			t.Errorf("docs/deploy/%s is not what charts/%s renders (%v): run make manifests", m.File(), m.Chart, err)
 		}
 	}
+	monitoring, err := MonitoringFiles(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range monitoring {
+		got, err := os.ReadFile(filepath.Join(dir, MonitoringDir, name))
+		if err != nil || string(got) != string(want) {
+			t.Errorf("docs/deploy/%s/%s is not what the charts' files make (%v): run make manifests", MonitoringDir, name, err)
+		}
+	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)

@@ -132,9 +132,8 @@ func TestRelease(t *testing.T) {
 			checkPushedImage(t, srv, img, rel)
 		}
 	}
-	// Between them the charts name every image but hybridctl (a command-line
-	// tool, pushed for users).
-	for _, image := range []string{"talos-ccm", "ccm-coordinator", "ccm-gate"} {
+	// Between them the charts name every image (hybridctl in their helm test).
+	for _, image := range ship.Images {
 		if !named[ship.ImageRef(reg, image, version)] {
 			t.Errorf("no chart names %s (named: %v)", ship.ImageRef(reg, image, version), named)
 		}

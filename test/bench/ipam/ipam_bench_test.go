@@ -1,8 +1,8 @@
 // Package ipam benchmarks node-ipam-controller against a real kube-apiserver:
-// allocation for 5000 nodes, compared to its floor (test/writefloor: the
+// allocation for N nodes (1000, 5000; 10000 with make bench-10k), compared to its floor (test/writefloor: the
 // controller's writes, counted by the API server, priced at the API server's
 // ceiling for the same pod CIDR patch with as many workers as the controller
-// has), and the start-up rebuild with 5000 allocated nodes, compared to one
+// has), and the start-up rebuild with N allocated nodes, compared to one
 // LIST of those nodes; baselines measured in the same run.
 package ipam
 
@@ -27,6 +27,7 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/ipam"
+	"github.com/hybrid-ccm/hybrid-ccm/test/benchproc"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 	"github.com/hybrid-ccm/hybrid-ccm/test/writefloor"
 
@@ -42,12 +43,10 @@ func TestMain(m *testing.M) {
 	os.Exit(testenv.Run(m, testenv.Options{}, func(e *testenv.Env) { env = e }))
 }
 
-const nodes = 5000
-
 // workers is the controller's default, and the ceiling's concurrency.
 var workers = ipam.NewOptions().Workers
 
-// clusterCIDRs has room for 5000 nodes in both families.
+// clusterCIDRs has room for 65536 nodes in both families.
 var clusterCIDRs = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/48")}
 
 func parallelDo(n, workers int, fn func(i int) error) error {
@@ -193,9 +192,22 @@ func startController(b *testing.B) (stop func(), startup time.Duration) {
 	return func() { once.Do(func() { cancel(); <-done; factory.Shutdown() }) }, startup
 }
 
-// BenchmarkAllocate5000Nodes: 5000 registered nodes without pod CIDRs, then a
+// BenchmarkAllocate: N registered nodes without pod CIDRs (N from
+// benchproc.Nodes: 1000 and 5000; 10000 with `make bench-10k`), then a
 // controller starts; measured until every node carries its dual-stack CIDRs.
-func BenchmarkAllocate5000Nodes(b *testing.B) {
+func BenchmarkAllocate(b *testing.B) { forEachSize(b, allocate) }
+
+func forEachSize(b *testing.B, run func(b *testing.B, nodes int)) {
+	sizes, err := benchproc.Nodes()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range sizes {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) { run(b, n) })
+	}
+}
+
+func allocate(b *testing.B, nodes int) {
 	const prefix = "alloc"
 	// the ceiling before and after the figure, on as many nodes as the API
 	// server holds during it
@@ -211,7 +223,7 @@ func BenchmarkAllocate5000Nodes(b *testing.B) {
 	stop, startup := startController(b)
 	defer stop()
 	if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Minute, true, func(context.Context) (bool, error) {
-		return counter("talos_ccm_ipam_assignments_total", assigned)-assignedBefore >= nodes, nil
+		return counter("talos_ccm_ipam_assignments_total", assigned)-assignedBefore >= float64(nodes), nil
 	}); err != nil {
 		b.Fatalf("not all nodes allocated: %v of %d", counter("talos_ccm_ipam_assignments_total", assigned)-assignedBefore, nodes)
 	}
@@ -246,9 +258,11 @@ func BenchmarkAllocate5000Nodes(b *testing.B) {
 		nodes, startup.Round(time.Millisecond), workers, floor.Report(b, "alloc", alloc))
 }
 
-// BenchmarkRebuild5000Nodes: 5000 nodes that already carry CIDRs; a controller
+// BenchmarkRebuild: N nodes that already carry CIDRs; a controller
 // starts and rebuilds its ledger from them before it allocates anything.
-func BenchmarkRebuild5000Nodes(b *testing.B) {
+func BenchmarkRebuild(b *testing.B) { forEachSize(b, rebuild) }
+
+func rebuild(b *testing.B, nodes int) {
 	const prefix = "rebuild"
 	createNodes(b, prefix, nodes, true)
 	defer deleteNodes(b, prefix)
@@ -271,7 +285,7 @@ func BenchmarkRebuild5000Nodes(b *testing.B) {
 	defer stop()
 	writes := window.Close(b)
 	rebuild := time.Duration(counter("talos_ccm_ipam_rebuild_duration_seconds", nil) * float64(time.Second))
-	if got := counter("talos_ccm_ipam_cidrs_allocated", map[string]string{"pool": clusterCIDRs[0].String()}); got != nodes {
+	if got := counter("talos_ccm_ipam_cidrs_allocated", map[string]string{"pool": clusterCIDRs[0].String()}); got != float64(nodes) {
 		b.Fatalf("rebuilt %v allocations, want %d", got, nodes)
 	}
 

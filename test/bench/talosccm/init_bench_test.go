@@ -7,7 +7,11 @@ package talosccm
 
 import (
 	"context"
+	"crypto/tls"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,11 +25,13 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	cloudproviderapi "k8s.io/cloud-provider/api"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/app"
+	"github.com/hybrid-ccm/hybrid-ccm/test/benchproc"
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 	"github.com/hybrid-ccm/hybrid-ccm/test/writefloor"
@@ -59,7 +65,6 @@ func TestMain(m *testing.M) {
 }
 
 const (
-	nodes        = 1000
 	talosLatency = 20 * time.Millisecond
 	// registrants is how many kubelets register at the same time.
 	registrants = 32
@@ -78,11 +83,11 @@ func registration(name, ip string) *corev1.Node {
 
 // Kinds of write in a node's initialization: the kubelet's registration, then
 // talos-ccm's update (providerID, labels, annotations, taints) and status update
-// (addresses).
+// (a merge patch of the addresses).
 var (
 	registerWrite = writefloor.Kind{Verb: "POST", Resource: "nodes"}
 	updateWrite   = writefloor.Kind{Verb: "PUT", Resource: "nodes"}
-	statusWrite   = writefloor.Kind{Verb: "PUT", Resource: "nodes", Subresource: "status"}
+	statusWrite   = writefloor.Kind{Verb: "PATCH", Resource: "nodes", Subresource: "status"}
 )
 
 // ceiling measures the API server's ceiling for the writes of the nodes in
@@ -104,13 +109,14 @@ func ceiling(b *testing.B, prefix string, done []corev1.Node, registrants, worke
 		n.ManagedFields = nil // talos-ccm's node cache holds none
 		n.Spec.ProviderID, n.Spec.Taints = done[i].Spec.ProviderID, done[i].Spec.Taints
 		n.Labels, n.Annotations = done[i].Labels, done[i].Annotations
-		n, err := cs.Update(ctx, n, metav1.UpdateOptions{})
+		if _, err := cs.Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+		patch, err := json.Marshal(map[string]any{"status": map[string]any{"addresses": done[i].Status.Addresses}})
 		if err != nil {
 			return err
 		}
-		n.ManagedFields = nil
-		n.Status.Addresses = done[i].Status.Addresses
-		_, err = cs.UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		_, err = cs.Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 		return err
 	}}
 	c := writefloor.MeasureStages(b, len(done), register, initialize)
@@ -137,20 +143,35 @@ func parallelDo(n, workers int, fn func(i int)) {
 	wg.Wait()
 }
 
-// procMiB reads a kB field of /proc/<pid>/status (VmHWM: peak RSS; RssAnon:
-// heap, stacks; RssFile: the binary's mapped pages) in MiB.
-func procMiB(pid int, field string) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+// heapProfileEnv names a directory: when set, talos-ccm serves pprof on
+// loopback and its heap profile after the initialization is saved there
+// (talos-ccm-heap-<nodes>.pprof, for `go tool pprof -sample_index=inuse_space`),
+// with a CPU profile from the window's start (talos-ccm-cpu-<nodes>.pprof).
+const (
+	heapProfileEnv = "HYBRID_CCM_BENCH_HEAP_PROFILES"
+	pprofPort      = 10299
+)
+
+func saveProfile(b *testing.B, query, path string) {
+	c := &http.Client{Timeout: 5 * time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // #nosec G402 -- loopback, self-signed, a profile
+	resp, err := c.Get(fmt.Sprintf("https://127.0.0.1:%d%s", pprofPort, query))
 	if err != nil {
-		return 0
+		b.Logf("profile %s: %v", query, err)
+		return
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == field+":" {
-			v, _ := strconv.ParseFloat(f[1], 64)
-			return v / 1024
-		}
+	defer func() { _ = resp.Body.Close() }()
+	data, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("%s: %s", resp.Status, data)
 	}
-	return 0
+	if err == nil {
+		err = os.WriteFile(path, data, 0o600)
+	}
+	if err != nil {
+		b.Logf("profile %s: %v", query, err)
+		return
+	}
+	b.Logf("profile saved to %s", path)
 }
 
 // exeMiB sums the resident pages of the process's executable mappings with
@@ -186,18 +207,29 @@ func floorMiB(b *testing.B) float64 {
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	time.Sleep(2 * time.Second)
-	return procMiB(cmd.Process.Pid, "VmHWM")
+	return benchproc.MiB(cmd.Process.Pid, "VmHWM")
 }
 
-// BenchmarkInitialize1000Nodes registers 1000 nodes at once (as kubelets do)
-// whose Talos API answers after 20 ms, and measures the time until talos-ccm,
-// with the defaults the chart ships, has initialized all of them. The writes in
+// BenchmarkInitialize registers N nodes at once (as kubelets do), N from
+// benchproc.Nodes (1000 and 5000; 10000 with `make bench-10k`), whose Talos
+// API answers after 20 ms, and measures the time until talos-ccm, with the
+// defaults the chart ships, has initialized all of them. The writes in
 // that window (the registrations, talos-ccm's update and status update per
 // node) are counted by the API server and priced at its ceiling for the same
 // writes issued the same way with nothing else to do (see ceiling): the
 // registrations by as many registrants, talos-ccm's writes by as many workers
 // as talos-ccm has (--concurrent-node-syncs).
-func BenchmarkInitialize1000Nodes(b *testing.B) {
+func BenchmarkInitialize(b *testing.B) {
+	sizes, err := benchproc.Nodes()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range sizes {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) { initialize(b, n) })
+	}
+}
+
+func initialize(b *testing.B, nodes int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	base := floorMiB(b)
@@ -223,8 +255,15 @@ func BenchmarkInitialize1000Nodes(b *testing.B) {
 		b.Fatal(err)
 	}
 	logs, _ := os.Create(filepath.Join(b.TempDir(), "talos-ccm.log"))
-	cmd := exec.Command(bin, "--kubeconfig="+env.KubeconfigPath, "--authentication-kubeconfig="+env.KubeconfigPath,
-		"--authorization-kubeconfig="+env.KubeconfigPath, "--talosconfig="+tc, "--leader-elect=false", "--secure-port=0", "--v=1")
+	args := []string{"--kubeconfig=" + env.KubeconfigPath, "--authentication-kubeconfig=" + env.KubeconfigPath,
+		"--authorization-kubeconfig=" + env.KubeconfigPath, "--talosconfig=" + tc, "--leader-elect=false", "--secure-port=0", "--v=1"}
+	heapDir := os.Getenv(heapProfileEnv)
+	if heapDir != "" {
+		// the profile is read anonymously from loopback: allowed on this path only
+		args = append(args, "--secure-port="+strconv.Itoa(pprofPort), "--bind-address=127.0.0.1", "--profiling",
+			"--authorization-always-allow-paths=/healthz,/debug/pprof/heap,/debug/pprof/profile")
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
@@ -250,7 +289,7 @@ func BenchmarkInitialize1000Nodes(b *testing.B) {
 		if len(n.Status.Addresses) == 0 || n.Spec.ProviderID == "" {
 			return
 		}
-		if _, loaded := seen.LoadOrStore(n.Name, true); !loaded && done.Add(1) == nodes {
+		if _, loaded := seen.LoadOrStore(n.Name, true); !loaded && done.Add(1) == int64(nodes) {
 			close(allDone)
 		}
 	}
@@ -277,7 +316,16 @@ func BenchmarkInitialize1000Nodes(b *testing.B) {
 		time.Sleep(50 * time.Millisecond)
 	}
 
-	idle := procMiB(cmd.Process.Pid, "VmRSS")
+	idle := benchproc.MiB(cmd.Process.Pid, "VmRSS")
+	cpuBefore, selfBefore := benchproc.CPU(cmd.Process.Pid), benchproc.CPU(os.Getpid())
+	var cpuProfile chan struct{}
+	if heapDir != "" {
+		cpuProfile = make(chan struct{})
+		go func() {
+			defer close(cpuProfile)
+			saveProfile(b, fmt.Sprintf("/debug/pprof/profile?seconds=%d", 5+nodes/200), filepath.Join(heapDir, fmt.Sprintf("talos-ccm-cpu-%d.pprof", nodes)))
+		}()
+	}
 	window := writefloor.Open(b, env.Client)
 	b.ResetTimer()
 	start := time.Now()
@@ -290,9 +338,17 @@ func BenchmarkInitialize1000Nodes(b *testing.B) {
 	elapsed := time.Since(start)
 	b.StopTimer()
 	writes := window.Close(b)
+	cpu := benchproc.CPU(cmd.Process.Pid) - cpuBefore
+	self := benchproc.CPU(os.Getpid()) - selfBefore
+	if cpuProfile != nil {
+		<-cpuProfile
+	}
 
-	rss := procMiB(cmd.Process.Pid, "VmHWM")
-	anon, file := procMiB(cmd.Process.Pid, "RssAnon"), procMiB(cmd.Process.Pid, "RssFile")
+	if heapDir != "" {
+		saveProfile(b, "/debug/pprof/heap?gc=1", filepath.Join(heapDir, fmt.Sprintf("talos-ccm-heap-%d.pprof", nodes)))
+	}
+	rss := benchproc.MiB(cmd.Process.Pid, "VmHWM")
+	anon, file := benchproc.MiB(cmd.Process.Pid, "RssAnon"), benchproc.MiB(cmd.Process.Pid, "RssFile")
 	code, rodata := exeMiB(cmd.Process.Pid, "r-xp"), exeMiB(cmd.Process.Pid, "r--p")
 
 	// The floor: the same writes at the API server's ceiling, measured once
@@ -319,6 +375,7 @@ func BenchmarkInitialize1000Nodes(b *testing.B) {
 	apiFloor := writefloor.Floor{Writes: writes, Ceilings: best, Objects: nodes}
 
 	b.ReportMetric(rss, "talos-ccm-rss-MiB")
+	b.ReportMetric(cpu.Seconds(), "talos-ccm-cpu-s")
 	b.ReportMetric(anon, "talos-ccm-anon-MiB")
 	b.ReportMetric(base, "framework-floor-rss-MiB")
 	b.Logf("%d nodes registered at once (%d registrants, 20 ms Talos latency), talos-ccm with %d workers: %s",
@@ -326,4 +383,5 @@ func BenchmarkInitialize1000Nodes(b *testing.B) {
 	b.Logf("talos-ccm peak RSS %.1f MiB (at the end: anonymous %.1f MiB, binary file pages %.1f MiB), %.1f MiB above the %.1f MiB peak RSS of a process that only links k8s.io/cloud-provider/app; Talos requests %d",
 		rss, anon, file, rss-base, base, ep.Requests())
 	b.Logf("talos-ccm RSS when started and idle: %.1f MiB; at the end the binary's pages are %.1f MiB code and %.1f MiB read-only data", idle, code, rodata)
+	b.Logf("CPU time in the window: talos-ccm %.2f s (%.2f ms per node); the benchmark's process (registrants, watch, simulated Talos API) %.2f s", cpu.Seconds(), float64(cpu.Microseconds())/1000/float64(nodes), self.Seconds())
 }

@@ -8,6 +8,8 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
@@ -118,4 +120,31 @@ func Status(f *fleet.Fleet, namespace, release string) (*helmrelease.Release, er
 		return nil, fmt.Errorf("helm status %s -n %s: %w", release, namespace, err)
 	}
 	return rel, nil
+}
+
+// Test is `helm test release -n namespace --logs [--filter name=...]`:
+// it runs the release's test hooks (only those named, when names are
+// given) and returns their pods' logs, as the helm CLI prints them, with
+// the error of the first test that failed.
+func Test(f *fleet.Fleet, namespace, release string, timeout time.Duration, names ...string) (string, error) {
+	cfg, _, err := config(f, namespace)
+	if err != nil {
+		return "", err
+	}
+	rt := action.NewReleaseTesting(cfg)
+	rt.Namespace, rt.Timeout = namespace, timeout
+	if len(names) > 0 {
+		rt.Filters = map[string][]string{action.IncludeNameFilter: names}
+	}
+	rel, runErr := rt.Run(release)
+	if runErr != nil {
+		runErr = fmt.Errorf("helm test %s -n %s: %w", release, namespace, runErr)
+	}
+	var logs strings.Builder
+	if rel != nil {
+		if err := rt.GetPodLogs(&logs, rel); err != nil && runErr == nil {
+			return logs.String(), fmt.Errorf("helm test %s -n %s --logs: %w", release, namespace, err)
+		}
+	}
+	return logs.String(), runErr
 }

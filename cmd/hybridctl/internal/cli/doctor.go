@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -29,9 +30,16 @@ func newDoctorCommand() *cobra.Command {
 			"leader-election lease, NativeCCMs that are not Ready, undecided kubelet-serving CSRs, pod CIDR\n" +
 			"overlaps, a fence the API server does not enforce, NativeCCMs without their fence grant, native CCM\n" +
 			"identities and grants whose NativeCCM is gone, and node rights granted to identities no fence\n" +
-			"confines. It exits non-zero when it found something.",
+			"confines. It exits non-zero when it found something.\n\n" +
+			"--component talos-ccm or ccm-coordinator with --namespace checks only what that chart installed\n" +
+			"(its controller in that namespace, and for talos-ccm the nodes and CSRs, for ccm-coordinator the\n" +
+			"fence and the NativeCCMs), reading no more than the chart's helm test ServiceAccount may. In a pod\n" +
+			"without a kubeconfig it uses the pod's ServiceAccount (in-cluster configuration).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if (opts.Component == "") != (opts.Namespace == "") {
+				return errors.New("--component and --namespace go together")
+			}
 			rules := clientcmd.NewDefaultClientConfigLoadingRules()
 			rules.ExplicitPath = kubeconfig
 			cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
@@ -56,8 +64,17 @@ func newDoctorCommand() *cobra.Command {
 					return err
 				}
 			case "text":
-				fmt.Fprintf(out, "Inspected %d nodes, %d NativeCCMs, %d kubelet-serving CSRs, %d CCM workloads.\n",
-					rep.Inspected.Nodes, rep.Inspected.NativeCCMs, rep.Inspected.CSRs, rep.Inspected.Workloads)
+				switch opts.Component {
+				case doctor.ComponentTalosCCM:
+					fmt.Fprintf(out, "Inspected talos-ccm in namespace %s, %d nodes, %d kubelet-serving CSRs.\n",
+						opts.Namespace, rep.Inspected.Nodes, rep.Inspected.CSRs)
+				case doctor.ComponentCoordinator:
+					fmt.Fprintf(out, "Inspected ccm-coordinator in namespace %s, the fence, %d NativeCCMs.\n",
+						opts.Namespace, rep.Inspected.NativeCCMs)
+				default:
+					fmt.Fprintf(out, "Inspected %d nodes, %d NativeCCMs, %d kubelet-serving CSRs, %d CCM workloads.\n",
+						rep.Inspected.Nodes, rep.Inspected.NativeCCMs, rep.Inspected.CSRs, rep.Inspected.Workloads)
+				}
 				for _, n := range rep.Notes {
 					fmt.Fprintf(out, "note: %s\n", n)
 				}
@@ -90,10 +107,12 @@ func newDoctorCommand() *cobra.Command {
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
+	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, else in a pod its ServiceAccount)")
 	fs.StringVar(&kubeContext, "context", "", "kubeconfig context")
 	fs.StringVarP(&output, "output", "o", "text", "output format: text or json")
 	fs.DurationVar(&opts.UninitializedAfter, "uninitialized-after", opts.UninitializedAfter, "report nodes still uninitialized after this long")
+	fs.StringVar(&opts.Component, "component", "", "check only what one chart installed: "+strings.Join(doctor.Components, " or ")+" (needs --namespace)")
+	fs.StringVarP(&opts.Namespace, "namespace", "n", "", "with --component: the namespace of its controller")
 	fs.DurationVar(&opts.CSRPendingAfter, "csr-pending-after", opts.CSRPendingAfter, "report kubelet-serving CSRs undecided after this long")
 	return cmd
 }

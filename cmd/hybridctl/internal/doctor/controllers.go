@@ -36,19 +36,27 @@ func (d controllerRef) logs() string {
 	return fmt.Sprintf("kubectl -n %s logs deploy/%s", d.namespace, d.name)
 }
 
+// controllerChecks say which controllers checkControllers looks for.
+type controllerChecks struct {
+	talosCCM, coordinator bool
+	// where the Deployments were listed, for the finding of a missing one:
+	// "" (everywhere) or "in namespace <ns>"
+	where string
+}
+
 // checkControllers finds talos-ccm (by what its container runs, however it
 // was installed) and ccm-coordinator (by its chart's name label) and
 // reports either when it is missing, has no ready replica, or no replica
 // holds its leader-election Lease. It remembers the coordinator, whose logs
 // other findings point to.
-func (r *Report) checkControllers(ctx context.Context, c client.Client, o Options, deps []appsv1.Deployment) error {
+func (r *Report) checkControllers(ctx context.Context, c client.Client, o Options, deps []appsv1.Deployment, which controllerChecks) error {
 	talos := 0
 	for i := range deps {
 		d := &deps[i]
 		ref := controllerRef{d.Namespace, d.Name}
 		for _, ct := range d.Spec.Template.Spec.Containers {
 			w, ok := controller.ParseCCMContainer("Deployment/"+d.Namespace+"/"+d.Name, ct)
-			if !ok || !w.IsTalosCCM() {
+			if !ok || !w.IsTalosCCM() || !which.talosCCM {
 				continue
 			}
 			talos++
@@ -61,7 +69,7 @@ func (r *Report) checkControllers(ctx context.Context, c client.Client, o Option
 				}
 			}
 		}
-		if d.Labels["app.kubernetes.io/name"] == "ccm-coordinator" {
+		if which.coordinator && d.Labels["app.kubernetes.io/name"] == "ccm-coordinator" {
 			r.coordinator = &ref
 			if r.checkReady(d, "ccm-coordinator", "no NativeCCM is reconciled until one is") {
 				if err := r.checkLease(ctx, c, o, "ccm-coordinator", ref, d.Namespace, names.CoordinatorLease); err != nil {
@@ -70,9 +78,9 @@ func (r *Report) checkControllers(ctx context.Context, c client.Client, o Option
 			}
 		}
 	}
-	if talos == 0 {
+	if which.talosCCM && talos == 0 {
 		r.add(CheckTalosCCMMissing, "deployment/talos-ccm", fmt.Sprintf(installHint, "talos-ccm"),
-			"no Deployment runs talos-ccm (--cloud-provider=talos): nodes registering with the uninitialized taint stay tainted")
+			"no Deployment %sruns talos-ccm (--cloud-provider=talos): nodes registering with the uninitialized taint stay tainted", which.where)
 	}
 	return nil
 }
@@ -88,6 +96,12 @@ func (r *Report) checkReady(d *appsv1.Deployment, what, consequence string) bool
 		want = *d.Spec.Replicas
 	}
 	ref := controllerRef{d.Namespace, d.Name}
+	if want == 0 {
+		r.add(CheckControllerNotUp, "deployment/"+d.Namespace+"/"+d.Name,
+			fmt.Sprintf("kubectl -n %s scale deploy/%s --replicas=1 (or helm upgrade with the release's values)", d.Namespace, d.Name),
+			"%s: scaled to 0 replicas: %s", what, consequence)
+		return false
+	}
 	r.add(CheckControllerNotUp, "deployment/"+d.Namespace+"/"+d.Name,
 		fmt.Sprintf("kubectl -n %s describe deploy/%s (events: scheduling, image pulls), then %s", d.Namespace, d.Name, ref.logs()),
 		"%s: 0 of %d replicas ready: %s", what, want, consequence)

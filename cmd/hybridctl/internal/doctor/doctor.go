@@ -15,6 +15,9 @@
 // Security level below restricted.
 //
 // It only reads. Every finding names the object and says how to fix it.
+// Options.Component scopes it to what one chart installed (the charts' helm
+// test runs it so), reading no more than that chart's test ServiceAccount
+// may.
 package doctor
 
 import (
@@ -88,6 +91,12 @@ type Options struct {
 	CSRPendingAfter time.Duration
 	// Now is the reference time (tests); zero means time.Now().
 	Now time.Time
+	// Component scopes the checks to what one chart installed
+	// (ComponentTalosCCM, ComponentCoordinator) with its controller in
+	// Namespace, as the charts' helm test does; empty: every check.
+	Component string
+	// Namespace of the Component's controller (its Deployment and Lease).
+	Namespace string
 }
 
 // Report is the result of Run.
@@ -128,6 +137,13 @@ func Run(ctx context.Context, c client.Client, o Options) (*Report, error) {
 		o.Now = time.Now()
 	}
 	r := &Report{}
+	if o.Component != "" {
+		if err := r.runComponent(ctx, c, o); err != nil {
+			return nil, err
+		}
+		r.sort()
+		return r, nil
+	}
 	var nodes corev1.NodeList
 	if err := c.List(ctx, &nodes); err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
@@ -144,22 +160,27 @@ func Run(ctx context.Context, c client.Client, o Options) (*Report, error) {
 	if err := r.checkWorkloads(ctx, c, deps.Items); err != nil {
 		return nil, err
 	}
-	if err := r.checkControllers(ctx, c, o, deps.Items); err != nil {
+	if err := r.checkControllers(ctx, c, o, deps.Items, controllerChecks{talosCCM: true, coordinator: true}); err != nil {
 		return nil, err
 	}
-	if err := r.checkNativeCCMs(ctx, c, nodes.Items); err != nil {
+	if err := r.checkNativeCCMs(ctx, c, nodes.Items, true); err != nil {
 		return nil, err
 	}
 	if err := r.checkCSRs(ctx, c, o); err != nil {
 		return nil, err
 	}
+	r.sort()
+	return r, nil
+}
+
+// sort orders the findings by check, then object.
+func (r *Report) sort() {
 	sort.SliceStable(r.Findings, func(i, j int) bool {
 		if r.Findings[i].Check != r.Findings[j].Check {
 			return r.Findings[i].Check < r.Findings[j].Check
 		}
 		return r.Findings[i].Object < r.Findings[j].Object
 	})
-	return r, nil
 }
 
 func (r *Report) add(check, object, fix, format string, a ...any) {
@@ -284,7 +305,10 @@ func (r *Report) checkWorkloads(ctx context.Context, c client.Client, deps []app
 	return nil
 }
 
-func (r *Report) checkNativeCCMs(ctx context.Context, c client.Client, nodes []corev1.Node) error {
+// checkNativeCCMs checks the NativeCCMs and the fence; all, also the
+// cluster-wide checks of grants, orphans and the coordinator's namespace,
+// and of the nodes' opt-out labels.
+func (r *Report) checkNativeCCMs(ctx context.Context, c client.Client, nodes []corev1.Node, all bool) error {
 	var list v1.NativeCCMList
 	if err := c.List(ctx, &list); err != nil {
 		if apimeta.IsNoMatchError(err) || isNotFound(err) {
@@ -294,7 +318,7 @@ func (r *Report) checkNativeCCMs(ctx context.Context, c client.Client, nodes []c
 		return fmt.Errorf("list nativeccms: %w", err)
 	}
 	r.Inspected.NativeCCMs = len(list.Items)
-	if len(list.Items) > 0 && r.coordinator == nil {
+	if all && len(list.Items) > 0 && r.coordinator == nil {
 		r.add(CheckCoordinatorAbsent, "deployment/ccm-coordinator", r.coordinatorLogs(),
 			"%d NativeCCM(s) but no ccm-coordinator Deployment: no native CCM is installed, upgraded or removed", len(list.Items))
 	}
@@ -302,6 +326,21 @@ func (r *Report) checkNativeCCMs(ctx context.Context, c client.Client, nodes []c
 	if err != nil {
 		return err
 	}
+	if all {
+		if err := r.checkAll(ctx, c, ns, list.Items, nodes); err != nil {
+			return err
+		}
+	}
+	r.checkLoadBalancerClasses(list.Items)
+	r.checkUpstreamSkew(list.Items)
+	r.checkNativeCCMConditions(list.Items)
+	return nil
+}
+
+// checkAll is the part of checkNativeCCMs that reads cluster-wide what no
+// component's scope covers.
+func (r *Report) checkAll(ctx context.Context, c client.Client, ns string, nccms []v1.NativeCCM, nodes []corev1.Node) error {
+	list := v1.NativeCCMList{Items: nccms}
 	if err := r.checkGrants(ctx, c, ns, list.Items); err != nil {
 		return err
 	}
@@ -314,11 +353,15 @@ func (r *Report) checkNativeCCMs(ctx context.Context, c client.Client, nodes []c
 	if err := r.checkCoordinatorNamespace(ctx, c, ns); err != nil {
 		return err
 	}
-	r.checkLoadBalancerClasses(list.Items)
-	r.checkUpstreamSkew(list.Items)
 	r.checkForeignNodeLabels(list.Items, nodes)
-	for i := range list.Items {
-		n := &list.Items[i]
+	return nil
+}
+
+// checkNativeCCMConditions reports the NativeCCMs that are not Ready, or
+// whose installed CCM is not running.
+func (r *Report) checkNativeCCMConditions(nccms []v1.NativeCCM) {
+	for i := range nccms {
+		n := &nccms[i]
 		if n.Spec.Suspend {
 			continue
 		}
@@ -336,7 +379,6 @@ func (r *Report) checkNativeCCMs(ctx context.Context, c client.Client, nodes []c
 				"is not Ready: %s: %s", ready.Reason, ready.Message)
 		}
 	}
-	return nil
 }
 
 // checkLoadBalancerClasses finds NativeCCMs that ask to serve the same load

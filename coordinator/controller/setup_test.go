@@ -1,0 +1,61 @@
+package controller
+
+import (
+	"context"
+	"reflect"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	toolscache "k8s.io/client-go/tools/cache"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
+)
+
+// TestPagedNodes: the cache lists Nodes as a consistent read in pages of
+// nodePageSize and keeps of each only its skeleton, whatever the informer
+// asks for.
+func TestPagedNodes(t *testing.T) {
+	whole := corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "n1", UID: "u1", ResourceVersion: "7",
+			Labels:        map[string]string{names.PlatformLabel: "hcloud", "kubernetes.io/hostname": "n1"},
+			Annotations:   map[string]string{"talos.dev/owned-labels": "[]"},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}},
+		},
+		Spec:   corev1.NodeSpec{ProviderID: "hcloud://1", PodCIDR: "10.0.0.0/24"},
+		Status: corev1.NodeStatus{Images: []corev1.ContainerImage{{Names: []string{"x"}, SizeBytes: 1}}},
+	}
+	want := corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "u1", ResourceVersion: "7", Labels: map[string]string{names.PlatformLabel: "hcloud"}},
+		Spec:       corev1.NodeSpec{ProviderID: "hcloud://1"},
+	}
+	for _, tc := range []struct {
+		// asked is what the informer's reflector asks for.
+		asked metav1.ListOptions
+		// sent is what must reach the API server.
+		sent metav1.ListOptions
+	}{
+		{asked: metav1.ListOptions{ResourceVersion: "0", Limit: 500}, sent: metav1.ListOptions{Limit: nodePageSize}},
+		{asked: metav1.ListOptions{ResourceVersion: "0"}, sent: metav1.ListOptions{Limit: nodePageSize}},
+		{asked: metav1.ListOptions{ResourceVersion: "12", ResourceVersionMatch: metav1.ResourceVersionMatchExact}, sent: metav1.ListOptions{Limit: nodePageSize}},
+		{asked: metav1.ListOptions{Limit: 100, Continue: "c"}, sent: metav1.ListOptions{Limit: 100, Continue: "c"}},
+	} {
+		var got metav1.ListOptions
+		lw := &toolscache.ListWatch{ListWithContextFunc: func(_ context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			got = o
+			return &corev1.NodeList{Items: []corev1.Node{*whole.DeepCopy()}}, nil
+		}}
+		out, err := pagedNodes{lw}.ListWithContext(context.Background(), tc.asked)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, tc.sent) {
+			t.Errorf("asked %+v: sent %+v, want %+v", tc.asked, got, tc.sent)
+		}
+		if items := out.(*corev1.NodeList).Items; len(items) != 1 || !reflect.DeepEqual(items[0], want) {
+			t.Errorf("asked %+v: cached %+v, want %+v", tc.asked, items, want)
+		}
+	}
+}

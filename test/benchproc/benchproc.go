@@ -1,0 +1,84 @@
+// Package benchproc reads what the benchmarks report of a process they run:
+// its resident memory and its CPU time (from /proc), and the sizes the
+// benchmarks run at.
+package benchproc
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// NodesEnv names the node counts the scale benchmarks run at, comma-separated
+// (default DefaultNodes; `make bench-10k` adds 10000).
+const NodesEnv = "HYBRID_CCM_BENCH_NODES"
+
+// DefaultNodes are the node counts when NodesEnv is unset.
+var DefaultNodes = []int{1000, 5000}
+
+// Nodes returns the node counts of NodesEnv, or DefaultNodes. A value that is
+// not a positive integer is an error naming it.
+func Nodes() ([]int, error) {
+	v := strings.TrimSpace(os.Getenv(NodesEnv))
+	if v == "" {
+		return DefaultNodes, nil
+	}
+	var out []int
+	for f := range strings.SplitSeq(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%s=%q: %q is not a positive number of nodes", NodesEnv, v, f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// MiB reads a kB field of /proc/<pid>/status in MiB (VmHWM: the peak resident
+// set; VmRSS: the current one; RssAnon: heap and stacks; RssFile: mapped file
+// pages, mostly the executable's). 0 when it cannot be read.
+func MiB(pid int, field string) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for l := range strings.Lines(string(b)) {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == field+":" {
+			v, _ := strconv.ParseFloat(f[1], 64)
+			return v / 1024
+		}
+	}
+	return 0
+}
+
+// clockTick is USER_HZ, the unit of /proc/<pid>/stat's CPU times (100 on
+// every Linux architecture Go supports).
+const clockTick = 100
+
+// CPU returns the CPU time (user + system) the process has used so far; 0
+// when it cannot be read.
+func CPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// the command name (field 2) is in parentheses and may hold spaces
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	// f[0] is field 3 (state): utime is field 14, stime field 15
+	if len(f) < 13 {
+		return 0
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return time.Duration(ut+st) * time.Second / clockTick
+}

@@ -1,0 +1,46 @@
+package benchproc
+
+import (
+	"os"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestNodes(t *testing.T) {
+	for _, c := range []struct {
+		env  string
+		want []int
+		bad  bool
+	}{
+		{"", DefaultNodes, false},
+		{"1000,5000,10000", []int{1000, 5000, 10000}, false},
+		{" 200 , 300", []int{200, 300}, false},
+		{"1000,x", nil, true},
+		{"0", nil, true},
+		{"-5", nil, true},
+	} {
+		t.Setenv(NodesEnv, c.env)
+		got, err := Nodes()
+		if (err != nil) != c.bad || !slices.Equal(got, c.want) {
+			t.Errorf("%s=%q: got %v, %v; want %v (error %v)", NodesEnv, c.env, got, err, c.want, c.bad)
+		}
+	}
+}
+
+func TestOwnProcess(t *testing.T) {
+	pid := os.Getpid()
+	if MiB(pid, "VmHWM") <= 0 || MiB(pid, "VmRSS") <= 0 {
+		t.Fatalf("no resident memory read for the test process: VmHWM %v VmRSS %v", MiB(pid, "VmHWM"), MiB(pid, "VmRSS"))
+	}
+	before := CPU(pid)
+	// spin until the kernel has charged a tick (10 ms) of CPU time to us
+	for end := time.Now().Add(time.Minute); CPU(pid) <= before; {
+		if time.Now().After(end) {
+			t.Fatalf("CPU time did not grow in a minute of spinning: %v", CPU(pid))
+		}
+	}
+	if MiB(-1, "VmHWM") != 0 || CPU(-1) != 0 {
+		t.Fatal("a process that does not exist reads as non-zero")
+	}
+}
