@@ -73,16 +73,16 @@ var commands = []entry{
 		run: &step{subst: []string{"registry.example.com", "{registry}"}, check: installedFromRelease}},
 	// docs/supply-chain.md: the same release signed with a key cosign
 	// generates, verified and its SBOM fetched with cosign.
-	{cmd: "cosign generate-key-pair", run: &step{check: keyPairGenerated}},
+	{cmd: "cosign generate-key-pair", run: &step{needs: "cosign", check: keyPairGenerated}},
 	{cmd: "make release REGISTRY=registry.example.com/hybrid-ccm VERSION=0.2.0 SIGNING_KEY=cosign.key",
-		run: &step{inRepo: true, subst: []string{"registry.example.com", "{registry}", "SIGNING_KEY=cosign.key", "SIGNING_KEY={work}/cosign.key"}, check: releasedSigned},
+		run: &step{needs: "cosign", inRepo: true, subst: []string{"registry.example.com", "{registry}", "SIGNING_KEY=cosign.key", "SIGNING_KEY={work}/cosign.key"}, check: releasedSigned},
 		why: "make runs in the checkout: the key generated above is named by its path in the working directory"},
 	{cmd: "cosign verify --key cosign.pub --insecure-ignore-tlog=true registry.example.com/hybrid-ccm/talos-ccm:0.2.0",
-		run: &step{subst: []string{"registry.example.com", "{registry}"}, check: cosignVerified}},
+		run: &step{needs: "cosign", subst: []string{"registry.example.com", "{registry}"}, check: cosignVerified}},
 	{cmd: "cosign verify --key cosign.pub --insecure-ignore-tlog=true registry.example.com/hybrid-ccm/charts/hybrid-ccm:0.2.0",
-		run: &step{subst: []string{"registry.example.com", "{registry}"}, check: cosignVerified}},
+		run: &step{needs: "cosign", subst: []string{"registry.example.com", "{registry}"}, check: cosignVerified}},
 	{cmd: "cosign download sbom --platform linux/amd64 registry.example.com/hybrid-ccm/talos-ccm:0.2.0 > talos-ccm.spdx.json",
-		run: &step{subst: []string{"registry.example.com", "{registry}"}, check: sbomDownloaded}},
+		run: &step{needs: "cosign", subst: []string{"registry.example.com", "{registry}"}, check: sbomDownloaded}},
 	// docs/install.md, "Bootstrap, then Helm or Flux": the hand-over install.
 	{cmd: "helm install hybrid-ccm oci://ghcr.io/hybrid-ccm/charts/hybrid-ccm --version <version> --namespace kube-system -f values.yaml",
 		run: &step{subst: []string{"ghcr.io/hybrid-ccm", "{registry}/hybrid-ccm", "<version>", "0.2.0"}, before: emptyValues, check: installedFromRelease},

@@ -39,10 +39,18 @@ type step struct {
 	// check asserts what the command did (objects, releases, images), given
 	// the command as run and its output.
 	check func(t *testing.T, w *world, line, out string)
+	// needs names an optional tool (cosign): the step is skipped, saying
+	// so, when the world has none.
+	needs string
 }
 
 func (s *step) do(t *testing.T, w *world, cmd string) {
 	t.Helper()
+	if s.needs != "" {
+		if _, err := os.Stat(filepath.Join(w.bin, s.needs)); err != nil {
+			t.Skipf("%s is not built here (make %s builds it)", s.needs, s.needs)
+		}
+	}
 	line := cmd
 	if len(s.subst) > 0 {
 		pairs := make([]string, len(s.subst))

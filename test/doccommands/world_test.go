@@ -30,6 +30,8 @@ type world struct {
 	// work is the user's directory: copies of charts/, docs/deploy/ and
 	// gitops/clusters/, and the yaml files the docs name (clouds.yaml).
 	work string
+	// bin holds the CLIs the commands run (tools), first on their PATH.
+	bin  string
 	env  []string
 	kube kubernetes.Interface
 	dyn  dynamic.Interface
@@ -62,6 +64,7 @@ func newWorld(t *testing.T, named map[string]string) *world {
 		writeFile(t, filepath.Join(w.work, name), content)
 	}
 	bin := tools(t, repo)
+	w.bin = bin
 
 	start := time.Now()
 	env := w.startAPIServer(t)
