@@ -66,8 +66,17 @@ func readManifest(root, file string) ([]*unstructured.Unstructured, error) {
 // which the node's pod network is built (talos-ccm itself runs on the host
 // network before any exists).
 func editTalosCCM(objs []*unstructured.Unstructured) error {
-	var rules, args bool
+	var rules, args, rbac bool
 	for _, o := range objs {
+		if o.GetKind() == "ClusterRole" && o.GetName() == talosCCMName {
+			// node-ipam-controller patches spec.podCIDR(s): the default render,
+			// without it, grants no patch on nodes (docs/ipam.md, RBAC)
+			var err error
+			if rbac, err = grantNodePatch(o); err != nil {
+				return fmt.Errorf("%s: ClusterRole %s: %w", talosCCMManifest, talosCCMName, err)
+			}
+			continue
+		}
 		if o.GetName() != talosCCMName || o.GetNamespace() != talosCCMNamespace {
 			continue
 		}
@@ -99,10 +108,40 @@ func editTalosCCM(objs []*unstructured.Unstructured) error {
 			args = true
 		}
 	}
-	if !rules || !args {
-		return fmt.Errorf("%s: no ConfigMap or Deployment %s/%s to configure", talosCCMManifest, talosCCMNamespace, talosCCMName)
+	if !rules || !args || !rbac {
+		return fmt.Errorf("%s: no ConfigMap, Deployment %s/%s or ClusterRole %s with a nodes rule to configure", talosCCMManifest, talosCCMNamespace, talosCCMName, talosCCMName)
 	}
 	return nil
+}
+
+// grantNodePatch adds the verb patch to the ClusterRole's rule on nodes of
+// the core group; false when it has no such rule.
+func grantNodePatch(role *unstructured.Unstructured) (bool, error) {
+	rules, _, err := unstructured.NestedSlice(role.Object, "rules")
+	if err != nil {
+		return false, err
+	}
+	found := false
+	for _, r := range rules {
+		rule, _ := r.(map[string]any)
+		groups, _, _ := unstructured.NestedStringSlice(rule, "apiGroups")
+		resources, _, _ := unstructured.NestedStringSlice(rule, "resources")
+		if !slices.Contains(groups, "") || !slices.Equal(resources, []string{"nodes"}) {
+			continue
+		}
+		verbs, _, _ := unstructured.NestedStringSlice(rule, "verbs")
+		if !slices.Contains(verbs, "patch") {
+			verbs = append(verbs, "patch")
+		}
+		if err := unstructured.SetNestedStringSlice(rule, verbs, "verbs"); err != nil {
+			return false, err
+		}
+		found = true
+	}
+	if !found {
+		return false, nil
+	}
+	return true, unstructured.SetNestedSlice(role.Object, rules, "rules")
 }
 
 // manifestImages are the images the manifests' Deployments run and the
