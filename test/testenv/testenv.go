@@ -12,8 +12,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
+	"sync"
+	"syscall"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -94,6 +97,8 @@ func Start(opts Options) (*Env, error) {
 	}
 	cfg, err := e.Start()
 	if err != nil {
+		// whatever started (etcd, often) must not outlive the test
+		_ = e.Stop()
 		_ = os.RemoveAll(certDir)
 		return nil, fmt.Errorf("start control plane from %s: %w", dir, err)
 	}
@@ -113,7 +118,43 @@ func Start(opts Options) (*Env, error) {
 		return nil, err
 	}
 	_ = kc.Close()
-	return &Env{env: e, certDir: certDir, Config: cfg, Client: cs, KubeconfigPath: kc.Name()}, nil
+	env := &Env{env: e, certDir: certDir, Config: cfg, Client: cs, KubeconfigPath: kc.Name()}
+	stopOnSignal(env)
+	return env, nil
+}
+
+var (
+	running   = map[*Env]bool{}
+	runningMu sync.Mutex
+	watchOnce sync.Once
+)
+
+// stopOnSignal stops env when the test process gets SIGINT or SIGTERM (a
+// go test interrupted, a CI job cancelled) before Stop: etcd and
+// kube-apiserver are processes of their own and would outlive it. After
+// stopping every running Env it hands the signal on: to the other handlers
+// of the process (test/cluster's), or to the default action.
+func stopOnSignal(env *Env) {
+	runningMu.Lock()
+	running[env] = true
+	runningMu.Unlock()
+	watchOnce.Do(func() {
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+		go func() {
+			sig := <-ch
+			runningMu.Lock()
+			for e := range running {
+				_ = e.stop()
+			}
+			running = map[*Env]bool{}
+			runningMu.Unlock()
+			signal.Stop(ch)
+			if s, ok := sig.(syscall.Signal); ok {
+				_ = syscall.Kill(os.Getpid(), s)
+			}
+		}()
+	})
 }
 
 // RestartAPIServer stops kube-apiserver (etcd keeps running), calls down
@@ -142,6 +183,13 @@ func (e *Env) Stop() error {
 	if e == nil {
 		return nil
 	}
+	runningMu.Lock()
+	delete(running, e)
+	runningMu.Unlock()
+	return e.stop()
+}
+
+func (e *Env) stop() error {
 	_ = os.Remove(e.KubeconfigPath)
 	err := e.env.Stop()
 	if e.certDir != "" {
