@@ -20,16 +20,14 @@
 package coordinatorscale
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"fmt"
+	"github.com/hybrid-ccm/hybrid-ccm/test/benchproc"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -65,8 +63,6 @@ const (
 	platforms = 9
 	// gateCCM is the ServiceAccount (kube-system) the gate's list is made as.
 	gateCCM = "bench-native-ccm"
-	// clockTicks is USER_HZ, the unit of utime and stime in /proc/<pid>/stat.
-	clockTicks = 100
 )
 
 var (
@@ -121,19 +117,17 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// sizes are the node counts of HYBRID_CCM_BENCH_NODES.
+// sizes are the node counts of benchproc.Nodes (HYBRID_CCM_BENCH_NODES),
+// each at least one node per platform.
 func sizes(b *testing.B) []int {
-	spec := os.Getenv("HYBRID_CCM_BENCH_NODES")
-	if spec == "" {
-		spec = "1000,5000"
+	out, err := benchproc.Nodes()
+	if err != nil {
+		b.Fatal(err)
 	}
-	var out []int
-	for _, f := range strings.Split(spec, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < platforms {
-			b.Fatalf("HYBRID_CCM_BENCH_NODES=%q: %q is not a node count of at least %d", spec, f, platforms)
+	for _, n := range out {
+		if n < platforms {
+			b.Fatalf("%s: %d nodes is fewer than one per platform (%d)", benchproc.NodesEnv, n, platforms)
 		}
-		out = append(out, n)
 	}
 	return out
 }
@@ -572,23 +566,11 @@ func renew(ctx context.Context, ns, name, holder string) error {
 
 // hwm is a process' peak resident memory (VmHWM) in bytes.
 func hwm(b *testing.B, pid int) int64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		b.Fatal(err)
+	v := benchproc.MiB(pid, "VmHWM")
+	if v == 0 {
+		b.Fatalf("no VmHWM for process %d", pid)
 	}
-	defer func() { _ = f.Close() }()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if v, ok := strings.CutPrefix(s.Text(), "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return kb << 10
-		}
-	}
-	b.Fatal(errors.New("no VmHWM"))
-	return 0
+	return int64(v * (1 << 20))
 }
 
 // anonSampler samples a process' anonymous resident memory (RssAnon: heap,
@@ -607,8 +589,8 @@ func sampleAnon(pid int) *anonSampler {
 		t := time.NewTicker(50 * time.Millisecond)
 		defer t.Stop()
 		for {
-			if v := statusKB(pid, "RssAnon:"); v<<10 > s.peak {
-				s.peak = v << 10
+			if v := int64(benchproc.MiB(pid, "RssAnon") * (1 << 20)); v > s.peak {
+				s.peak = v
 			}
 			select {
 			case <-s.stop:
@@ -625,21 +607,6 @@ func (s *anonSampler) max() int64 {
 	close(s.stop)
 	<-s.done
 	return s.peak
-}
-
-// statusKB reads one kB field of /proc/<pid>/status (0 if absent).
-func statusKB(pid int, field string) int64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(l, field); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb
-		}
-	}
-	return 0
 }
 
 // memory is a process' resident memory: peak, current, anonymous (heap,
@@ -662,20 +629,13 @@ func memory(b *testing.B, pid int) string {
 
 // cpu is a process' CPU time so far (utime+stime).
 func cpu(b *testing.B, pid int) time.Duration {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		b.Fatal(err)
+	d := benchproc.CPU(pid)
+	if d == 0 {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d/stat", pid)); err != nil {
+			b.Fatal(err)
+		}
 	}
-	// Fields after the command name (which may hold spaces) in parentheses.
-	i := strings.LastIndexByte(string(data), ')')
-	f := strings.Fields(string(data[i+1:]))
-	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		b.Fatalf("/proc/%d/stat: %v %v", pid, err1, err2)
-	}
-	return time.Duration(ut+st) * time.Second / clockTicks
+	return d
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
