@@ -11,6 +11,8 @@
 #
 # REGISTRY (default ghcr.io/hybrid-ccm) and VERSION (default: appVersion of
 # charts/talos-ccm) are defaulted in one place, hack/ship; set them to override.
+# IMAGES_DIR is the layout make images/release write (default bin/images); two
+# builds of one layout at once take turns.
 
 GO           ?= go
 KUBE_VERSION ?= 1.36.3
@@ -22,6 +24,7 @@ REGISTRY     ?=
 VERSION      ?=
 SIGNING_KEY  ?=
 PLATFORMS    ?= linux/amd64,linux/arm64
+IMAGES_DIR   ?= bin/images
 export KUBE_VERSION ETCD_VERSION
 
 SHIP      = $(GO) run ./hack/ship/cmd/ship
@@ -104,7 +107,7 @@ demo: control-plane cluster aws-ccm build
 # Images of talos-ccm, ccm-coordinator, ccm-gate, hybridctl without a Docker
 # daemon: an OCI image layout in bin/images (one image index per image).
 images:
-	$(SHIP) images $(SHIPFLAGS) --out bin/images
+	$(SHIP) images $(SHIPFLAGS) --out $(IMAGES_DIR)
 
 # Builds the images, pushes them, an SPDX SBOM attached to each, and the four
 # charts (oci://REGISTRY/charts). SIGNING_KEY=<PEM private key file> signs every
@@ -112,7 +115,7 @@ images:
 # keys); without it nothing is signed. Credentials: docker login / helm
 # registry login. docs/supply-chain.md says how to verify.
 release:
-	$(SHIP) release $(SHIPFLAGS) $(if $(SIGNING_KEY),--signing-key=$(SIGNING_KEY)) --out bin/images
+	$(SHIP) release $(SHIPFLAGS) $(if $(SIGNING_KEY),--signing-key=$(SIGNING_KEY)) --out $(IMAGES_DIR)
 
 # Renders docs/deploy/*.yaml (kubectl apply, Talos externalCloudProvider).
 manifests:

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"golang.org/x/sys/unix"
 )
 
 // Annotation and label keys of the OCI image spec.
@@ -56,6 +58,8 @@ type Options struct {
 	Go string
 	// Log receives progress lines. Nil: none.
 	Log io.Writer
+
+	layoutLocked bool // the caller holds LockLayout(Out) (BuildLocked)
 }
 
 // WithDefaults fills the empty fields of o.
@@ -109,6 +113,17 @@ func (o Options) WithDefaults() (Options, error) {
 // Every timestamp is the commit time of HEAD, so two builds of one commit with
 // one Go toolchain give the same digests.
 func Build(ctx context.Context, opts Options) (map[string]v1.Hash, error) {
+	opts.layoutLocked = false
+	return build(ctx, opts)
+}
+
+// BuildLocked is Build for a caller holding LockLayout(opts.Out).
+func BuildLocked(ctx context.Context, opts Options) (map[string]v1.Hash, error) {
+	opts.layoutLocked = true
+	return build(ctx, opts)
+}
+
+func build(ctx context.Context, opts Options) (map[string]v1.Hash, error) {
 	o, err := opts.WithDefaults()
 	if err != nil {
 		return nil, fmt.Errorf("build images: %w", err)
@@ -146,6 +161,13 @@ func Build(ctx context.Context, opts Options) (map[string]v1.Hash, error) {
 		}
 	}
 
+	if !o.layoutLocked {
+		unlock, err := LockLayout(ctx, o.Out, o.Log)
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
+	}
 	if err := os.RemoveAll(o.Out); err != nil {
 		return nil, err
 	}
@@ -300,4 +322,48 @@ func writeLayerTar(path, name, binary string, mtime time.Time) error {
 		return err
 	}
 	return f.Close()
+}
+
+// LockLayout takes an exclusive lock on the layout dir (the file dir+".lock"
+// beside it), waiting while another build holds it: two builds writing one
+// layout at once (two `make release` in one checkout) would remove each
+// other's blobs half-written. The lock goes with the process, so a killed
+// build leaves none behind. Build takes it; BuildLocked is for a caller that
+// holds it already (a release reads the layout after building it).
+func LockLayout(ctx context.Context, dir string, log io.Writer) (func(), error) {
+	name := filepath.Clean(dir) + ".lock"
+	if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+		return nil, fmt.Errorf("lock %s: %w", dir, err)
+	}
+	f, err := os.OpenFile(name, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", dir, err)
+	}
+	fd := int(f.Fd())
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err == nil {
+		return func() { f.Close() }, nil
+	} else if !errors.Is(err, unix.EWOULDBLOCK) {
+		f.Close()
+		return nil, fmt.Errorf("lock %s (%s): %w", dir, name, err)
+	}
+	if log == nil {
+		log = io.Discard
+	}
+	fmt.Fprintf(log, "waiting for another build writing %s to finish (it holds %s)\n", dir, name)
+	for {
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", dir, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("lock %s (%s): %w", dir, name, err)
+		}
+	}
 }

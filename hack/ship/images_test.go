@@ -224,3 +224,41 @@ func layoutIndex(t *testing.T, dir, ref string) v1.ImageIndex {
 	t.Fatalf("%s: no image %s", dir, ref)
 	return nil
 }
+
+// TestLockLayout: a second build of one layout waits, saying so, until the
+// first is done, and gives up when its context ends.
+func TestLockLayout(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "bin", "images")
+	unlock, err := LockLayout(t.Context(), dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	var log strings.Builder
+	if _, err := LockLayout(ctx, dir, &log); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("second lock while held: %v, want the context's deadline", err)
+	}
+	if want := "waiting for another build writing " + dir; !strings.Contains(log.String(), want) {
+		t.Errorf("second lock said %q, want %q", log.String(), want)
+	}
+
+	got := make(chan error, 1)
+	go func() {
+		u, err := LockLayout(t.Context(), dir, io.Discard)
+		if err == nil {
+			u()
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("a third lock returned (%v) while the first is held", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	unlock()
+	if err := <-got; err != nil {
+		t.Fatalf("lock after the holder let go: %v", err)
+	}
+}

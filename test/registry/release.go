@@ -42,7 +42,10 @@ func (r *Registry) ReleaseRegistry() string { return r.host + "/" + ReleaseRepos
 // them: DOCKER_CONFIG and HELM_CONFIG_HOME name files DockerConfigJSON
 // wrote.
 //
-// make release builds into root/bin/images, as it does for a user.
+// make release builds into the layout IMAGES_DIR=<this registry's
+// directory>/release-images, not root/bin/images: tests releasing at once
+// from one checkout (test/doccommands checks what `make release` left in
+// bin/images) keep out of each other's way.
 //
 // It signs nothing (SIGNING_KEY= on make's command line, whatever the
 // environment says); ReleaseSigned signs.
@@ -71,7 +74,8 @@ func (r *Registry) release(ctx context.Context, root, version, keyFile string, l
 	if err != nil {
 		return fmt.Errorf("release %s: %w", version, err)
 	}
-	args := []string{"release", "REGISTRY=" + r.ReleaseRegistry(), "VERSION=" + version, "PLATFORMS=linux/" + runtime.GOARCH, "SIGNING_KEY=" + keyFile}
+	args := []string{"release", "REGISTRY=" + r.ReleaseRegistry(), "VERSION=" + version, "PLATFORMS=linux/" + runtime.GOARCH, "SIGNING_KEY=" + keyFile,
+		"IMAGES_DIR=" + filepath.Join(r.dir, "release-images")}
 	cmd := exec.CommandContext(ctx, "make", args...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "SSL_CERT_FILE="+caFile)

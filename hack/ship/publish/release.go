@@ -81,7 +81,13 @@ func Release(ctx context.Context, opts ReleaseOptions) (*Released, error) {
 	} else {
 		fmt.Fprintf(o.Log, "no signing key (--signing-key, make release %s=...): the images and charts will not be signed\n", SigningKeyEnv)
 	}
-	if _, err := ship.Build(ctx, o); err != nil {
+	// The layout is read back by pushImages: held until the release is done.
+	unlock, err := ship.LockLayout(ctx, o.Out, o.Log)
+	if err != nil {
+		return nil, fmt.Errorf("release: %w", err)
+	}
+	defer unlock()
+	if _, err := ship.BuildLocked(ctx, o); err != nil {
 		return nil, fmt.Errorf("release: %w", err)
 	}
 	ropts := remoteOptions(ctx, opts.HTTPClient)
