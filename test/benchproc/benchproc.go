@@ -6,6 +6,7 @@ package benchproc
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"time"
@@ -81,4 +82,22 @@ func CPU(pid int) time.Duration {
 		return 0
 	}
 	return time.Duration(ut+st) * time.Second / clockTick
+}
+
+// IdleHWM starts bin with no arguments, lets it run for settle (its package
+// initialization) and returns its peak resident memory (VmHWM) in MiB, then
+// kills it. The benchmarks' memory baselines are such binaries: a process
+// that links what a component must link and does nothing else.
+func IdleHWM(bin string, settle time.Duration) (float64, error) {
+	cmd := exec.Command(bin)
+	if err := cmd.Start(); err != nil {
+		return 0, fmt.Errorf("memory baseline %s: %w", bin, err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	time.Sleep(settle)
+	v := MiB(cmd.Process.Pid, "VmHWM")
+	if v == 0 {
+		return 0, fmt.Errorf("memory baseline %s: no VmHWM for process %d (did it exit?)", bin, cmd.Process.Pid)
+	}
+	return v, nil
 }

@@ -2,7 +2,10 @@ package benchproc
 
 import (
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -42,5 +45,31 @@ func TestOwnProcess(t *testing.T) {
 	}
 	if MiB(-1, "VmHWM") != 0 || CPU(-1) != 0 {
 		t.Fatal("a process that does not exist reads as non-zero")
+	}
+}
+
+func TestIdleHWM(t *testing.T) {
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skip("no sleep command")
+	}
+	// A script that runs sleep: IdleHWM starts its binary with no arguments.
+	script := filepath.Join(t.TempDir(), "idle")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\nexec "+sleep+" 60\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	v, err := IdleHWM(script, 300*time.Millisecond)
+	if err != nil || v <= 0 {
+		t.Fatalf("IdleHWM of a sleeping process: %v MiB, %v", v, err)
+	}
+	exits := filepath.Join(t.TempDir(), "exits")
+	if err := os.WriteFile(exits, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := IdleHWM(exits, 300*time.Millisecond); err == nil || !strings.Contains(err.Error(), exits) {
+		t.Fatalf("IdleHWM of a process that exited at once: %v, want an error naming it", err)
+	}
+	if _, err := IdleHWM(filepath.Join(t.TempDir(), "missing"), time.Millisecond); err == nil {
+		t.Fatal("IdleHWM of a missing binary: no error")
 	}
 }
