@@ -17,15 +17,17 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/csr"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/csr/csrtest"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/events"
+	"github.com/hybrid-ccm/hybrid-ccm/test/benchproc"
 	"github.com/hybrid-ccm/hybrid-ccm/test/writefloor"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
-// BenchmarkDecide1000 measures how long the controller (default options, events on)
-// takes to approve 1000 kubelet-serving CSRs of 1000 initialized nodes: once with
-// all 1000 pending when it starts ("queued", the primary figure), once submitted at
-// once by 1000 kubelets while it runs ("live", which includes the submission).
+// BenchmarkDecide measures how long the controller (default options, events
+// on) takes to approve n kubelet-serving CSRs of n initialized nodes, n from
+// benchproc.Nodes (1000 and 5000; 10000 with `make bench-10k`): once with all
+// n pending when it starts ("queued", the primary figure), once submitted at
+// once by n kubelets while it runs ("live", which includes the submission).
 //
 // Each figure is compared to its floor (test/writefloor): the writes the API
 // server served meanwhile (the approvals, the events recorded so far, in "live"
@@ -36,18 +38,29 @@ import (
 // in "live" after the submissions by as many submitters), measured in the same
 // run before and after the figures (the faster of the two rounds).
 //
-//	KUBEBUILDER_ASSETS=$(hack/control-plane.sh) go test -run '^$' -bench Decide1000 -benchtime 1x ./ccm/csr/integration
-func BenchmarkDecide1000(b *testing.B) {
+//	KUBEBUILDER_ASSETS=$(hack/control-plane.sh) go test -run '^$' -bench Decide -benchtime 1x ./ccm/csr/integration
+func BenchmarkDecide(b *testing.B) {
 	setup(b)
-	cleanupCSRs(b)
-	const n = 1000
+	sizes, err := benchproc.Nodes()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range sizes {
+		b.Run(fmt.Sprintf("csrs=%d", n), func(b *testing.B) {
+			cleanupCSRs(b)
+			decide(b, n)
+		})
+	}
+}
+
+func decide(b *testing.B, n int) {
 	const submitters = 16
 	ctx := context.Background()
 	opts := csr.NewOptions()
 
 	for iter := range b.N {
 		b.StopTimer()
-		prefix := fmt.Sprintf("bench%d", iter)
+		prefix := fmt.Sprintf("bench%d-n%d", iter, n) // events of an earlier size are not counted
 		names := make([]string, n)
 		addrs := csrtest.NewAddresses()
 		for i := range names {
@@ -90,7 +103,7 @@ func BenchmarkDecide1000(b *testing.B) {
 		b.StartTimer()
 		start := time.Now()
 		stop := startController(b, approver, opts, addrs)
-		waitApproved(b, approvedBefore+n)
+		waitApproved(b, approvedBefore+float64(n))
 		queuedDur := time.Since(start)
 		b.StopTimer()
 		queuedFloor := writefloor.Floor{Writes: window.Close(b), Objects: n}
@@ -105,7 +118,7 @@ func BenchmarkDecide1000(b *testing.B) {
 			return err
 		})
 		submitted := time.Since(start)
-		waitApproved(b, approvedBefore+n)
+		waitApproved(b, approvedBefore+float64(n))
 		liveDur := time.Since(start)
 		liveFloor := writefloor.Floor{Writes: window.Close(b), Objects: n}
 
