@@ -63,6 +63,7 @@ func main() {
 		healthOpts   controller.HealthOptions
 		metricsAddr  = flag.String("metrics-addr", ":8080", "The address the metrics endpoint binds to.")
 		healthAddr   = flag.String("health-addr", ":9440", "The address the health endpoint binds to.")
+		pprofAddr    = flag.String("pprof-addr", "", "The address net/http/pprof is served on, unauthenticated (e.g. 127.0.0.1:6060, then kubectl port-forward); empty: not served.")
 		eventsAddr   = flag.String("events-addr", "", "The address of an events receiver (Flux notification-controller), optional.")
 		namespace    = flag.String("release-namespace", "hybrid-ccm-system", "The coordinator's own namespace: the native CCM releases, their Helm history, credentials Secrets and leases (never a namespace other workloads share).")
 		overrides    = flag.String("profile-overrides", "", "Directory of profile override files (*.yaml), merged over the built-in profiles.")
@@ -137,6 +138,7 @@ func main() {
 		Cache:                         controller.CacheOptions(*namespace),
 		Metrics:                       metricsserver.Options{BindAddress: *metricsAddr},
 		HealthProbeBindAddress:        *healthAddr,
+		PprofBindAddress:              *pprofAddr,
 		LeaderElection:                leaderOpts.Enable,
 		LeaderElectionReleaseOnCancel: leaderOpts.ReleaseOnCancel,
 		LeaseDuration:                 &leaderOpts.LeaseDuration,

@@ -22,7 +22,7 @@ package coordinatorscale
 import (
 	"context"
 	"fmt"
-	"github.com/hybrid-ccm/hybrid-ccm/test/benchproc"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -54,6 +54,7 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/gatetest"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
+	"github.com/hybrid-ccm/hybrid-ccm/test/benchproc"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
 
@@ -249,6 +250,7 @@ func measure(ctx context.Context, b *testing.B, profilesDir string, n int, creat
 		b.Fatalf("list through the gate: %v", err)
 	}
 
+	c.saveHeapProfile(b, n)
 	coordRSS, gateRSS := hwm(b, c.pid()), hwm(b, g.Cmd.Process.Pid)
 	coordPeakAnon, gatePeakAnon := coordAnon.max(), gateAnon.max()
 	b.Logf("%d nodes: coordinator memory at the end: %s; gate: %s", n, memory(b, c.pid()), memory(b, g.Cmd.Process.Pid))
@@ -399,6 +401,40 @@ type coordinatorProcess struct {
 	counter *counter
 	server  *http.Server
 	log     string
+	pprof   string // its --pprof-addr, with profilesEnv only
+}
+
+// profilesEnv names a directory: when set, the coordinator serves pprof on
+// loopback and its heap profile at the end of each size is saved there
+// (coordinator-heap-<nodes>.pprof, `go tool pprof -sample_index=inuse_space`).
+const profilesEnv = "HYBRID_CCM_BENCH_HEAP_PROFILES"
+
+// saveHeapProfile saves the coordinator's heap profile (after a GC) to
+// profilesEnv's directory, if set.
+func (c *coordinatorProcess) saveHeapProfile(b *testing.B, n int) {
+	dir := os.Getenv(profilesEnv)
+	if dir == "" || c.pprof == "" {
+		return
+	}
+	path := filepath.Join(dir, fmt.Sprintf("coordinator-heap-%d.pprof", n))
+	resp, err := (&http.Client{Timeout: time.Minute}).Get("http://" + c.pprof + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		b.Logf("heap profile: %v", err)
+		return
+	}
+	defer func() { _ = resp.Body.Close() }()
+	data, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("%s: %s", resp.Status, data)
+	}
+	if err == nil {
+		err = os.WriteFile(path, data, 0o644)
+	}
+	if err != nil {
+		b.Logf("heap profile: %v", err)
+		return
+	}
+	b.Logf("coordinator heap profile saved to %s", path)
 }
 
 func (c *coordinatorProcess) pid() int { return c.cmd.Process.Pid }
@@ -457,12 +493,17 @@ func startCoordinator(b *testing.B, profilesDir, tag string) *coordinatorProcess
 		"--metrics-addr="+gatetest.FreePort(),
 		"--health-addr="+gatetest.FreePort(),
 	)
+	var pprof string
+	if os.Getenv(profilesEnv) != "" {
+		pprof = gatetest.FreePort()
+		cmd.Args = append(cmd.Args, "--pprof-addr="+pprof)
+	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	c := &coordinatorProcess{cmd: cmd, counter: cnt, server: srv, log: logPath}
+	c := &coordinatorProcess{cmd: cmd, counter: cnt, server: srv, log: logPath, pprof: pprof}
 	b.Cleanup(func() {
 		if cmd.ProcessState == nil {
 			_ = cmd.Process.Kill()
