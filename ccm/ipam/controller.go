@@ -503,11 +503,17 @@ func (c *Controller) cloudWant(ctx context.Context, node *corev1.Node, fallback 
 		avoid = append(avoid, a.Prefix.Addr())
 	}
 	// other nodes on the same prefix (a shared LAN): keep their addresses out
-	// of this node's pod CIDR
+	// of this node's pod CIDR. Only those inside the prefix are kept: a node
+	// is allocated by scanning every node, not by gathering all their addresses.
 	if others, lerr := c.lister.List(labels.Everything()); lerr == nil {
 		for _, o := range others {
-			if o.UID != node.UID {
-				avoid = append(avoid, hostAddrs(o)...)
+			if o.UID == node.UID {
+				continue
+			}
+			for _, a := range hostAddrs(o) {
+				if prefix.Contains(a) {
+					avoid = append(avoid, a)
+				}
 			}
 		}
 	}

@@ -114,13 +114,15 @@ func GlobalPrefix(addrs []talos.Address, nodeIPs []netip.Addr, configured int) (
 	return best.p, best.bits, true, nil
 }
 
-// addrsIn keeps the addresses inside p.
+// addrsIn keeps the addresses inside p, sorted, each once (in O(n log n):
+// on a shared LAN every node of the cluster may be inside p).
 func addrsIn(p netip.Prefix, addrs []netip.Addr) []netip.Addr {
 	var out []netip.Addr
 	for _, a := range addrs {
-		if p.Contains(a) && !slices.Contains(out, a) {
+		if p.Contains(a) {
 			out = append(out, a)
 		}
 	}
-	return out
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
 }

@@ -3,6 +3,7 @@ package ipam
 import (
 	"errors"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -119,5 +120,21 @@ func TestOptionsConfig(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestAddrsIn(t *testing.T) {
+	p := netip.MustParsePrefix("2001:db8:1::/64")
+	var in []netip.Addr
+	for _, s := range []string{"2001:db8:1::9", "10.0.0.1", "2001:db8:1::2", "2001:db8:2::1", "2001:db8:1::9", "2001:db8:1::2"} {
+		in = append(in, netip.MustParseAddr(s))
+	}
+	got := addrsIn(p, in)
+	want := []netip.Addr{netip.MustParseAddr("2001:db8:1::2"), netip.MustParseAddr("2001:db8:1::9")}
+	if !slices.Equal(got, want) {
+		t.Fatalf("addrsIn(%s, %v) = %v, want %v", p, in, got, want)
+	}
+	if got := addrsIn(p, nil); len(got) != 0 {
+		t.Fatalf("addrsIn of nothing = %v", got)
 	}
 }
