@@ -19,7 +19,7 @@ import (
 // (1000 CSR decisions a second, each with an event on the CSR and one on the
 // Node) at what one connection writes serially, and the rest is lost. Create
 // here only queues (bounded: beyond queue, events are dropped and counted in
-// the log, as the broadcaster would) and answers with the event as it will be
+// the log, as the broadcaster would, and in talos_ccm_events_dropped_total) and answers with the event as it will be
 // created; the broadcaster's name for it is final, so a later aggregation
 // patch finds it, and one that comes before the create makes the broadcaster
 // create it (its fallback on NotFound). Updates and patches are rare and stay
@@ -34,6 +34,7 @@ type AsyncSink struct {
 // NewAsyncSink starts workers writers of sink until ctx ends, with room for
 // queue events waiting.
 func NewAsyncSink(ctx context.Context, sink record.EventSink, workers, queue int) *AsyncSink {
+	register()
 	s := &AsyncSink{sink: sink, queue: make(chan *corev1.Event, queue)}
 	for range workers {
 		go func() {
@@ -72,6 +73,7 @@ func (s *AsyncSink) Create(ev *corev1.Event) (*corev1.Event, error) {
 	select {
 	case s.queue <- ev.DeepCopy():
 	default:
+		droppedEvents.Inc()
 		// said once, then every 1000th, so a flood does not flood the log too
 		if n := s.dropped.Add(1); n == 1 || n%1000 == 0 {
 			klog.InfoS("Event queue full, events dropped", "queue", cap(s.queue), "droppedSoFar", n,

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/component-base/metrics/testutil"
 )
 
 // slowSink is an API server that takes a while per event and can fail.
@@ -134,6 +135,10 @@ func TestAsyncSinkBounded(t *testing.T) {
 	s.release = make(chan struct{})
 	s.entered = make(chan struct{}, 100)
 	a := NewAsyncSink(ctx, s, 1, 5)
+	droppedBefore, err := testutil.GetCounterMetricValue(droppedEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
 	_, _ = a.Create(event(0))
 	<-s.entered // the worker holds event 0
 	done := make(chan struct{})
@@ -154,5 +159,8 @@ func TestAsyncSinkBounded(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	if n, _ := s.count(); n != 6 {
 		t.Errorf("created %d, want 6", n)
+	}
+	if v, err := testutil.GetCounterMetricValue(droppedEvents); err != nil || v-droppedBefore != 14 {
+		t.Errorf("talos_ccm_events_dropped_total grew by %v (%v), want 14", v-droppedBefore, err)
 	}
 }
