@@ -5,6 +5,8 @@ package benchproc
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -100,4 +102,29 @@ func IdleHWM(bin string, settle time.Duration) (float64, error) {
 		return 0, fmt.Errorf("memory baseline %s: no VmHWM for process %d (did it exit?)", bin, cmd.Process.Pid)
 	}
 	return v, nil
+}
+
+// ProfilesEnv names a directory the benchmarks save the profiles of the
+// processes they run to (heap, CPU; for `go tool pprof`), when set.
+const ProfilesEnv = "HYBRID_CCM_BENCH_HEAP_PROFILES"
+
+// SaveProfile fetches a pprof endpoint's profile from url with c and writes
+// it to path. An answer other than 200 is an error quoting it.
+func SaveProfile(c *http.Client, url, path string) error {
+	resp, err := c.Get(url)
+	if err != nil {
+		return fmt.Errorf("profile %s: %w", url, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	data, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("%s: %s", resp.Status, data)
+	}
+	if err == nil {
+		err = os.WriteFile(path, data, 0o600)
+	}
+	if err != nil {
+		return fmt.Errorf("profile %s: %w", url, err)
+	}
+	return nil
 }

@@ -1,6 +1,8 @@
 package benchproc
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -71,5 +73,31 @@ func TestIdleHWM(t *testing.T) {
 	}
 	if _, err := IdleHWM(filepath.Join(t.TempDir(), "missing"), time.Millisecond); err == nil {
 		t.Fatal("IdleHWM of a missing binary: no error")
+	}
+}
+
+func TestSaveProfile(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/debug/pprof/heap" {
+			http.Error(w, "no such profile", http.StatusNotFound)
+			return
+		}
+		_, _ = w.Write([]byte("profile bytes"))
+	}))
+	defer srv.Close()
+	path := filepath.Join(t.TempDir(), "heap.pprof")
+	if err := SaveProfile(srv.Client(), srv.URL+"/debug/pprof/heap", path); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(path); err != nil || string(b) != "profile bytes" {
+		t.Fatalf("saved %q, %v", b, err)
+	}
+	missing := filepath.Join(t.TempDir(), "missing.pprof")
+	err := SaveProfile(srv.Client(), srv.URL+"/debug/pprof/nothing", missing)
+	if err == nil || !strings.Contains(err.Error(), "404") || !strings.Contains(err.Error(), "no such profile") {
+		t.Fatalf("a 404: %v, want an error quoting the answer", err)
+	}
+	if _, err := os.Stat(missing); err == nil {
+		t.Fatal("a failed fetch wrote a file")
 	}
 }

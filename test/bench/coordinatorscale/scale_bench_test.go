@@ -22,7 +22,6 @@ package coordinatorscale
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -404,10 +403,10 @@ type coordinatorProcess struct {
 	pprof   string // its --pprof-addr, with profilesEnv only
 }
 
-// profilesEnv names a directory: when set, the coordinator serves pprof on
-// loopback and its heap profile at the end of each size is saved there
+// With benchproc.ProfilesEnv set, the coordinator serves pprof on loopback
+// and its heap profile at the end of each size is saved there
 // (coordinator-heap-<nodes>.pprof, `go tool pprof -sample_index=inuse_space`).
-const profilesEnv = "HYBRID_CCM_BENCH_HEAP_PROFILES"
+const profilesEnv = benchproc.ProfilesEnv
 
 // saveHeapProfile saves the coordinator's heap profile (after a GC) to
 // profilesEnv's directory, if set.
@@ -417,21 +416,8 @@ func (c *coordinatorProcess) saveHeapProfile(b *testing.B, n int) {
 		return
 	}
 	path := filepath.Join(dir, fmt.Sprintf("coordinator-heap-%d.pprof", n))
-	resp, err := (&http.Client{Timeout: time.Minute}).Get("http://" + c.pprof + "/debug/pprof/heap?gc=1")
-	if err != nil {
-		b.Logf("heap profile: %v", err)
-		return
-	}
-	defer func() { _ = resp.Body.Close() }()
-	data, err := io.ReadAll(resp.Body)
-	if err == nil && resp.StatusCode != http.StatusOK {
-		err = fmt.Errorf("%s: %s", resp.Status, data)
-	}
-	if err == nil {
-		err = os.WriteFile(path, data, 0o644)
-	}
-	if err != nil {
-		b.Logf("heap profile: %v", err)
+	if err := benchproc.SaveProfile(&http.Client{Timeout: time.Minute}, "http://"+c.pprof+"/debug/pprof/heap?gc=1", path); err != nil {
+		b.Log(err)
 		return
 	}
 	b.Logf("coordinator heap profile saved to %s", path)

@@ -10,7 +10,6 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -148,27 +147,14 @@ func parallelDo(n, workers int, fn func(i int)) {
 // (talos-ccm-heap-<nodes>.pprof, for `go tool pprof -sample_index=inuse_space`),
 // with a CPU profile from the window's start (talos-ccm-cpu-<nodes>.pprof).
 const (
-	heapProfileEnv = "HYBRID_CCM_BENCH_HEAP_PROFILES"
+	heapProfileEnv = benchproc.ProfilesEnv
 	pprofPort      = 10299
 )
 
 func saveProfile(b *testing.B, query, path string) {
 	c := &http.Client{Timeout: 5 * time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // #nosec G402 -- loopback, self-signed, a profile
-	resp, err := c.Get(fmt.Sprintf("https://127.0.0.1:%d%s", pprofPort, query))
-	if err != nil {
-		b.Logf("profile %s: %v", query, err)
-		return
-	}
-	defer func() { _ = resp.Body.Close() }()
-	data, err := io.ReadAll(resp.Body)
-	if err == nil && resp.StatusCode != http.StatusOK {
-		err = fmt.Errorf("%s: %s", resp.Status, data)
-	}
-	if err == nil {
-		err = os.WriteFile(path, data, 0o600)
-	}
-	if err != nil {
-		b.Logf("profile %s: %v", query, err)
+	if err := benchproc.SaveProfile(c, fmt.Sprintf("https://127.0.0.1:%d%s", pprofPort, query), path); err != nil {
+		b.Log(err)
 		return
 	}
 	b.Logf("profile saved to %s", path)
