@@ -4,6 +4,7 @@
 package benchproc
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hybrid-ccm/hybrid-ccm/hack/ship"
 )
 
 // NodesEnv names the node counts the scale benchmarks run at, comma-separated
@@ -125,6 +128,19 @@ func SaveProfile(c *http.Client, url, path string) error {
 	}
 	if err != nil {
 		return fmt.Errorf("profile %s: %w", url, err)
+	}
+	return nil
+}
+
+// Build compiles the package pkg (a path relative to the repository root
+// root, such as ./cmd/talos-ccm) into the file out exactly as the release
+// images compile their commands (ship.HostBuild): the memory the benchmarks
+// report is that of the binary the product ships. A failed build is an error
+// carrying the compiler's output.
+func Build(root, out, pkg string) error {
+	cmd := ship.HostBuild(context.Background(), root, out, pkg)
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build %s: %w\n%s", pkg, err, msg)
 	}
 	return nil
 }

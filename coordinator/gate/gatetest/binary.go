@@ -13,16 +13,16 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy"
+	"github.com/hybrid-ccm/hybrid-ccm/test/benchproc"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
 
-// BuildGate builds cmd/ccm-gate into dir and returns the binary's path.
+// BuildGate builds cmd/ccm-gate into dir as its image has it (static and
+// stripped: benchproc.Build) and returns the binary's path.
 func BuildGate(dir string) (string, error) {
 	bin := filepath.Join(dir, "ccm-gate")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/ccm-gate")
-	build.Dir = testenv.RepoRoot()
-	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build ccm-gate: %v\n%s", err, out)
+	if err := benchproc.Build(testenv.RepoRoot(), bin, "./cmd/ccm-gate"); err != nil {
+		return "", err
 	}
 	return bin, nil
 }

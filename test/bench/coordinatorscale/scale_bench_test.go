@@ -103,18 +103,12 @@ func TestMain(m *testing.M) {
 	}
 	workDir = dir
 	coordBin = filepath.Join(dir, "ccm-coordinator")
-	build := exec.Command("go", "build", "-o", coordBin, "./cmd/ccm-coordinator")
-	build.Dir = testenv.RepoRoot()
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build ccm-coordinator: %v\n%s", err, out)
-		os.Exit(1)
-	}
 	floorBin = filepath.Join(dir, "floor")
-	build = exec.Command("go", "build", "-o", floorBin, "./test/bench/coordinatorscale/floor")
-	build.Dir = testenv.RepoRoot()
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build the memory baseline: %v\n%s", err, out)
-		os.Exit(1)
+	for out, pkg := range map[string]string{coordBin: "./cmd/ccm-coordinator", floorBin: "./test/bench/coordinatorscale/floor"} {
+		if err := benchproc.Build(testenv.RepoRoot(), out, pkg); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
 	}
 	if gateBin, err = gatetest.BuildGate(dir); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -52,9 +52,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	bin, floor = filepath.Join(dir, "talos-ccm"), filepath.Join(dir, "floor")
-	for out, pkg := range map[string]string{bin: "../../../cmd/talos-ccm", floor: "./floor"} {
-		if msg, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", pkg, err, msg)
+	for out, pkg := range map[string]string{bin: "./cmd/talos-ccm", floor: "./test/bench/talosccm/floor"} {
+		if err := benchproc.Build(testenv.RepoRoot(), out, pkg); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
 	}
