@@ -69,7 +69,11 @@ type FactSource interface {
 
 // Options tune the controller.
 type Options struct {
-	// Workers is the number of nodes initialized concurrently.
+	// Workers is the number of nodes written concurrently. Twice as many
+	// nodes are synced at once: a node's Talos lookup (a network round trip,
+	// or up to the lookup timeout for a node that does not answer) overlaps
+	// the writes of others instead of holding a writer idle, so the API
+	// server sees Workers writers, as from a controller that only writes.
 	Workers int
 	// StatusUpdateFrequency is how often initialized nodes' facts are re-read.
 	StatusUpdateFrequency time.Duration
@@ -93,6 +97,8 @@ type Controller struct {
 	opts     Options
 	lastRead sync.Map // node name -> time.Time of the last facts read
 	mismatch mismatched
+	// writers holds one token per node being written (Options.Workers).
+	writers chan struct{}
 }
 
 // New creates the controller and registers its informer handlers.
@@ -107,10 +113,11 @@ func New(client kubernetes.Interface, nodes coreinformers.NodeInformer, source F
 		facts:    source,
 		recorder: recorder,
 		opts:     opts,
+		writers:  make(chan struct{}, max(opts.Workers, 1)),
 	}
 	var err error
 	c.loop, err = controlloop.New(controlloop.Config{
-		Name: names.CloudNodeController, Kind: "node", Workers: opts.Workers,
+		Name: names.CloudNodeController, Kind: "node", Workers: 2 * opts.Workers,
 		BaseDelay: 500 * time.Millisecond, MaxDelay: 2 * time.Minute,
 		Sync:   c.sync,
 		Synced: []cache.InformerSynced{nodes.Informer().HasSynced},
@@ -150,7 +157,7 @@ func (c *Controller) enqueue(obj any) {
 // Run processes nodes until ctx is done and returns once its workers have
 // finished.
 func (c *Controller) Run(ctx context.Context) {
-	klog.InfoS("Starting controller", "controller", names.CloudNodeController, "workers", c.opts.Workers, "enforce", c.opts.Enforce)
+	klog.InfoS("Starting controller", "controller", names.CloudNodeController, "workers", 2*c.opts.Workers, "writers", c.opts.Workers, "enforce", c.opts.Enforce)
 	defer klog.InfoS("Stopped controller", "controller", names.CloudNodeController)
 	c.loop.Run(ctx)
 }
@@ -207,6 +214,11 @@ func (c *Controller) initialize(ctx context.Context, node *corev1.Node) error {
 	}
 	addrs := f.Addresses
 
+	release, err := c.writer(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: node %s: %w", op, node.Name, err)
+	}
+	defer release()
 	updated := node.DeepCopy()
 	for attempt := 0; ; attempt++ {
 		applyFacts(updated, f, c.opts.Enforce)
@@ -323,6 +335,11 @@ func (c *Controller) refresh(ctx context.Context, node *corev1.Node) error {
 	if c.opts.Enforce && f.PlatformHeld != "" {
 		c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonPlatformLabelKept, "Platform label kept: %s", f.PlatformHeld)
 	}
+	release, err := c.writer(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: node %s: %w", op, node.Name, err)
+	}
+	defer release()
 	if c.opts.Enforce && f.Result != nil {
 		change := transform.Plan(node, f.Result)
 		if !change.Empty() {
@@ -341,6 +358,17 @@ func (c *Controller) refresh(ctx context.Context, node *corev1.Node) error {
 		return nil
 	}
 	return c.writeAddresses(ctx, node, f.Addresses)
+}
+
+// writer waits for one of the Options.Workers writer tokens and returns its
+// release, or ctx's error when ctx ends first.
+func (c *Controller) writer(ctx context.Context) (func(), error) {
+	select {
+	case c.writers <- struct{}{}:
+		return func() { <-c.writers }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 func (c *Controller) lastReadAt(name string) (time.Time, bool) {
