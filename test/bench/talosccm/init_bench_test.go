@@ -212,15 +212,15 @@ func BenchmarkInitialize(b *testing.B) {
 	}
 }
 
-// rounds is how many times talos-ccm initializes N new nodes, and how many
-// times the ceiling is measured: the fastest of each is compared, so that
-// both get the same chances on a machine whose speed varies.
+// rounds is how many times talos-ccm initializes N new nodes, each round
+// followed by a ceiling round of the same writes: the fastest of each kind is
+// compared, so that both get the same chances on a machine whose speed drifts.
 const rounds = 3
 
-// nodeName is the name of node i of round r (round -1: the canary).
+// nodeName is the name of node i of round r (i < 0: the round's canary).
 func nodeName(r, i int) string {
-	if r < 0 {
-		return "bench-canary"
+	if i < 0 {
+		return fmt.Sprintf("bench-canary-%d", r)
 	}
 	return fmt.Sprintf("bench-%d-%d", r, i)
 }
@@ -231,6 +231,7 @@ type round struct {
 	all     chan struct{}
 	elapsed time.Duration
 	writes  writefloor.Counts
+	ceiling writefloor.Ceiling
 }
 
 func initialize(b *testing.B, nodes int) {
@@ -243,27 +244,30 @@ func initialize(b *testing.B, nodes int) {
 		b.Fatal(err)
 	}
 	defer ep.Stop()
-	addNode := func(name string, k int) {
-		n, err := ep.AddNode(name, []string{ipOf(k)}, talosnode.Spec{
-			Metadata:  &runtime.PlatformMetadataSpec{Platform: "aws", Hostname: name, Region: "us-east-1", Zone: "us-east-1a", InstanceType: "m5.large", InstanceID: "i-" + strconv.Itoa(k), ProviderID: "aws:///us-east-1a/i-" + strconv.Itoa(k)},
-			Addresses: []talosnode.Address{{Link: "eth0", Prefix: ipOf(k) + "/8"}, {Link: "external", Prefix: fmt.Sprintf("198.51.%d.%d/32", (k/256)%256, k%256)}},
-		})
-		if err != nil {
-			b.Fatal(err)
+	// the Talos node behind node i of round r (i < 0: the canary) is number k
+	index := func(r, i int) int {
+		if i < 0 {
+			return rounds*nodes + r
 		}
-		n.SetLatency(talosLatency)
+		return r*nodes + i
 	}
 	for r := range rounds {
-		for i := range nodes {
-			addNode(nodeName(r, i), r*nodes+i)
+		for i := -1; i < nodes; i++ {
+			name, k := nodeName(r, i), index(r, i)
+			n, err := ep.AddNode(name, []string{ipOf(k)}, talosnode.Spec{
+				Metadata:  &runtime.PlatformMetadataSpec{Platform: "aws", Hostname: name, Region: "us-east-1", Zone: "us-east-1a", InstanceType: "m5.large", InstanceID: "i-" + strconv.Itoa(k), ProviderID: "aws:///us-east-1a/i-" + strconv.Itoa(k)},
+				Addresses: []talosnode.Address{{Link: "eth0", Prefix: ipOf(k) + "/8"}, {Link: "external", Prefix: fmt.Sprintf("198.51.%d.%d/32", (k/256)%256, k%256)}},
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			n.SetLatency(talosLatency)
 		}
 	}
-	addNode(nodeName(-1, 0), rounds*nodes)
 	tc := filepath.Join(b.TempDir(), "talosconfig")
 	if err := ep.WriteClientConfig(tc, "os:reader"); err != nil {
 		b.Fatal(err)
 	}
-	logs, _ := os.Create(filepath.Join(b.TempDir(), "talos-ccm.log"))
 	args := []string{"--kubeconfig=" + env.KubeconfigPath, "--authentication-kubeconfig=" + env.KubeconfigPath,
 		"--authorization-kubeconfig=" + env.KubeconfigPath, "--talosconfig=" + tc, "--leader-elect=false", "--secure-port=0", "--v=1"}
 	heapDir := os.Getenv(heapProfileEnv)
@@ -272,12 +276,6 @@ func initialize(b *testing.B, nodes int) {
 		args = append(args, "--secure-port="+strconv.Itoa(pprofPort), "--bind-address=127.0.0.1", "--profiling",
 			"--authorization-always-allow-paths=/healthz,/debug/pprof/heap,/debug/pprof/profile")
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 
 	// watch for initialized nodes from the test side
 	rs := make([]*round, rounds)
@@ -313,102 +311,105 @@ func initialize(b *testing.B, nodes int) {
 	factory.WaitForCacheSync(ctx.Done())
 
 	register := func(r, i int) {
-		k := r*nodes + i // the index of its Talos node
-		if r < 0 {
-			k = rounds * nodes
-		}
-		if _, err := env.Client.CoreV1().Nodes().Create(ctx, registration(nodeName(r, i), ipOf(k)), metav1.CreateOptions{}); err != nil {
+		if _, err := env.Client.CoreV1().Nodes().Create(ctx, registration(nodeName(r, i), ipOf(index(r, i))), metav1.CreateOptions{}); err != nil {
 			b.Error(err)
 		}
 	}
-	// warm-up: one canary node proves talos-ccm is up and synced (its
-	// writes, the status update last, are done before the window opens)
-	register(-1, 0)
-	for deadline := time.Now().Add(2 * time.Minute); ; {
-		n, err := env.Client.CoreV1().Nodes().Get(ctx, nodeName(-1, 0), metav1.GetOptions{})
-		if err == nil && n.Spec.ProviderID != "" && len(n.Status.Addresses) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatal("talos-ccm did not initialize the canary node")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 
-	idle := benchproc.MiB(cmd.Process.Pid, "VmRSS")
-	cpuBefore, selfBefore := benchproc.CPU(cmd.Process.Pid), benchproc.CPU(os.Getpid())
-	var cpuProfile chan struct{}
-	if heapDir != "" {
-		cpuProfile = make(chan struct{})
-		go func() {
-			defer close(cpuProfile)
-			saveProfile(b, fmt.Sprintf("/debug/pprof/profile?seconds=%d", 5+nodes/200), filepath.Join(heapDir, fmt.Sprintf("talos-ccm-cpu-%d.pprof", nodes)))
-		}()
-	}
-	// Each round registers N new nodes at once and waits until talos-ccm has
-	// initialized all of them; the nodes of the round before are deleted
-	// first, so that the API server and talos-ccm hold N nodes in each.
-	var initialized []corev1.Node
+	// Each round starts talos-ccm afresh, registers N new nodes at once and
+	// waits until talos-ccm has initialized all of them. Then talos-ccm
+	// stops (it would otherwise sync the ceiling's nodes), the round's nodes
+	// are deleted (the API server holds as many nodes in every round) and
+	// the API server's ceiling for the same writes is measured.
+	var (
+		rss, anon, file, code, rodata, idle float64
+		cpu, self                           time.Duration
+	)
+	workers := app.DefaultConcurrentNodeSyncs
 	b.ResetTimer()
+	b.StopTimer()
 	for r, rd := range rs {
+		logs, _ := os.Create(filepath.Join(b.TempDir(), fmt.Sprintf("talos-ccm-%d.log", r)))
+		cmd := exec.Command(bin, args...)
+		cmd.Stdout, cmd.Stderr = logs, logs
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		stop := func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); _ = logs.Close() }
+		// warm-up: a canary node proves talos-ccm is up and synced (its
+		// writes, the status update last, are done before the window opens)
+		register(r, -1)
+		for deadline := time.Now().Add(2 * time.Minute); ; {
+			n, err := env.Client.CoreV1().Nodes().Get(ctx, nodeName(r, -1), metav1.GetOptions{})
+			if err == nil && n.Spec.ProviderID != "" && len(n.Status.Addresses) > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				stop()
+				b.Fatal("talos-ccm did not initialize the canary node")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if r == 0 {
+			idle = benchproc.MiB(cmd.Process.Pid, "VmRSS")
+		}
+		cpuBefore, selfBefore := benchproc.CPU(cmd.Process.Pid), benchproc.CPU(os.Getpid())
+		last := r == rounds-1
+		var cpuProfile chan struct{}
+		if heapDir != "" && last {
+			cpuProfile = make(chan struct{})
+			go func() {
+				defer close(cpuProfile)
+				saveProfile(b, fmt.Sprintf("/debug/pprof/profile?seconds=%d", 5+nodes/200), filepath.Join(heapDir, fmt.Sprintf("talos-ccm-cpu-%d.pprof", nodes)))
+			}()
+		}
+
 		window := writefloor.Open(b, env.Client)
+		b.StartTimer()
 		start := time.Now()
 		parallelDo(nodes, registrants, func(i int) { register(r, i) })
 		select {
 		case <-rd.all:
 		case <-time.After(10 * time.Minute):
+			stop()
 			b.Fatalf("round %d: only %d/%d nodes initialized", r+1, rd.done.Load(), nodes)
 		}
 		rd.elapsed = time.Since(start)
 		b.StopTimer()
 		rd.writes = window.Close(b)
-		if r == rounds-1 {
-			// the shapes the ceiling writes: what talos-ccm wrote
-			initialized = listRound(b, r, nodes)
+		cpu += benchproc.CPU(cmd.Process.Pid) - cpuBefore
+		self += benchproc.CPU(os.Getpid()) - selfBefore
+		if cpuProfile != nil {
+			<-cpuProfile
 		}
+		if heapDir != "" && last {
+			saveProfile(b, "/debug/pprof/heap?gc=1", filepath.Join(heapDir, fmt.Sprintf("talos-ccm-heap-%d.pprof", nodes)))
+		}
+		if v := benchproc.MiB(cmd.Process.Pid, "VmHWM"); v > rss {
+			rss = v
+			anon, file = benchproc.MiB(cmd.Process.Pid, "RssAnon"), benchproc.MiB(cmd.Process.Pid, "RssFile")
+			code, rodata = exeMiB(cmd.Process.Pid, "r-xp"), exeMiB(cmd.Process.Pid, "r--p")
+		}
+		stop()
+
+		// the shapes the ceiling writes: what talos-ccm wrote
+		initialized := listRound(b, r, nodes)
 		deleteRound(b, r, nodes)
-		b.StartTimer()
-	}
-	b.StopTimer()
-	cpu := benchproc.CPU(cmd.Process.Pid) - cpuBefore
-	self := benchproc.CPU(os.Getpid()) - selfBefore
-	if cpuProfile != nil {
-		<-cpuProfile
+		rd.ceiling = ceiling(b, fmt.Sprintf("ceiling-%d", r), initialized, registrants, workers)
 	}
 
-	if heapDir != "" {
-		saveProfile(b, "/debug/pprof/heap?gc=1", filepath.Join(heapDir, fmt.Sprintf("talos-ccm-heap-%d.pprof", nodes)))
-	}
-	rss := benchproc.MiB(cmd.Process.Pid, "VmHWM")
-	anon, file := benchproc.MiB(cmd.Process.Pid, "RssAnon"), benchproc.MiB(cmd.Process.Pid, "RssFile")
-	code, rodata := exeMiB(cmd.Process.Pid, "r-xp"), exeMiB(cmd.Process.Pid, "r--p")
-
-	// The floor: the same writes at the API server's ceiling, measured once
-	// talos-ccm is gone (it would otherwise sync the ceiling's nodes) and its
-	// nodes are deleted (the API server holds as many nodes as it did); the
-	// fastest of as many rounds as talos-ccm had.
-	_ = cmd.Process.Kill()
-	_ = cmd.Wait()
-	if err := env.Client.CoreV1().Nodes().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
-		b.Fatal(err)
-	}
-	workers := app.DefaultConcurrentNodeSyncs
-	ceilings := make([]writefloor.Ceiling, rounds)
-	for r := range ceilings {
-		ceilings[r] = ceiling(b, "ceiling-"+strconv.Itoa(r), initialized, registrants, workers)
-	}
 	best := rs[0]
-	times := make([]string, rounds)
+	times, ceilings := make([]string, rounds), make([]writefloor.Ceiling, rounds)
 	for r, rd := range rs {
-		times[r] = rd.elapsed.Round(time.Millisecond).String()
+		times[r] = fmt.Sprintf("%s (ceiling %.0f writes/s)", rd.elapsed.Round(time.Millisecond), rd.ceiling.Rate())
+		ceilings[r] = rd.ceiling
 		if rd.elapsed < best.elapsed {
 			best = rd
 		}
 	}
 	elapsed, writes := best.elapsed, best.writes
 	apiFloor := writefloor.Floor{Writes: writes, Ceilings: writefloor.Best(ceilings...), Objects: nodes}
-	b.Logf("rounds of talos-ccm: %s; ceiling rounds: %v", strings.Join(times, ", "), ceilings)
-
+	b.Logf("rounds: talos-ccm %s", strings.Join(times, ", "))
 	b.ReportMetric(rss, "talos-ccm-rss-MiB")
 	b.ReportMetric(cpu.Seconds()/rounds, "talos-ccm-cpu-s")
 	b.ReportMetric(anon, "talos-ccm-anon-MiB")
@@ -437,11 +438,11 @@ func listRound(b *testing.B, r, nodes int) []corev1.Node {
 	return out
 }
 
-// deleteRound deletes round r's nodes and waits until the API server holds
-// none of them.
+// deleteRound deletes round r's nodes and its canary and waits until the API
+// server holds none of the round's nodes.
 func deleteRound(b *testing.B, r, nodes int) {
 	ctx := context.Background()
-	parallelDo(nodes, registrants, func(i int) { _ = env.Client.CoreV1().Nodes().Delete(ctx, nodeName(r, i), metav1.DeleteOptions{}) })
+	parallelDo(nodes+1, registrants, func(i int) { _ = env.Client.CoreV1().Nodes().Delete(ctx, nodeName(r, i-1), metav1.DeleteOptions{}) })
 	for deadline := time.Now().Add(5 * time.Minute); ; {
 		list, err := env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
