@@ -24,8 +24,11 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	cloudproviderapi "k8s.io/cloud-provider/api"
 
@@ -94,10 +97,16 @@ var (
 // the same shape named prefix-i (deleted again): the same registrations by as
 // many registrants, and once a node is registered, the same update and status
 // update as talos-ccm wrote, one after the other, by as many workers as
-// talos-ccm has.
+// talos-ccm has, encoded as talos-ccm encodes them (protobuf, the
+// cloud-provider framework's default; the registrations are the benchmark's,
+// JSON in both).
 func ceiling(b *testing.B, prefix string, done []corev1.Node, registrants, workers int) writefloor.Ceiling {
 	ctx := context.Background()
 	cs := env.Client.CoreV1().Nodes()
+	proto := rest.CopyConfig(env.Config)
+	proto.ContentType = k8sruntime.ContentTypeProtobuf
+	proto.AcceptContentTypes = k8sruntime.ContentTypeProtobuf + "," + k8sruntime.ContentTypeJSON
+	pcs := kubernetes.NewForConfigOrDie(proto).CoreV1().Nodes()
 	created := make([]*corev1.Node, len(done))
 	register := writefloor.Stage{Kinds: []writefloor.Kind{registerWrite}, Workers: registrants, Write: func(i int) (err error) {
 		created[i], err = cs.Create(ctx, registration(prefix+"-"+strconv.Itoa(i), done[i].Annotations[cloudproviderapi.AnnotationAlphaProvidedIPAddr]), metav1.CreateOptions{})
@@ -108,14 +117,14 @@ func ceiling(b *testing.B, prefix string, done []corev1.Node, registrants, worke
 		n.ManagedFields = nil // talos-ccm's node cache holds none
 		n.Spec.ProviderID, n.Spec.Taints = done[i].Spec.ProviderID, done[i].Spec.Taints
 		n.Labels, n.Annotations = done[i].Labels, done[i].Annotations
-		if _, err := cs.Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		if _, err := pcs.Update(ctx, n, metav1.UpdateOptions{}); err != nil {
 			return err
 		}
 		patch, err := json.Marshal(map[string]any{"status": map[string]any{"addresses": done[i].Status.Addresses}})
 		if err != nil {
 			return err
 		}
-		_, err = cs.Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+		_, err = pcs.Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 		return err
 	}}
 	c := writefloor.MeasureStages(b, len(done), register, initialize)
