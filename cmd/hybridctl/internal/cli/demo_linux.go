@@ -4,6 +4,8 @@ package cli
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -108,7 +110,15 @@ func reexecWithTempDir() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer os.RemoveAll(dir)
+	// The demo's processes die with it (parent-death signals), but not at
+	// once: a killed demo's children may still write into dir after it is
+	// gone. As a child subreaper this process inherits them, waits for
+	// them, and only then removes dir.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return 0, fmt.Errorf("become the demo's child subreaper: %w", err)
+	}
+	defer removeRunDir(dir)
+	defer reapOrphans(orphanWait)
 	lock, err := os.Create(filepath.Join(dir, ".lock"))
 	if err != nil {
 		return 0, err
@@ -128,6 +138,40 @@ func reexecWithTempDir() (int, error) {
 		_ = os.Unsetenv("TMPDIR")
 	}
 	return code, err
+}
+
+// orphanWait bounds how long the first process waits for the demo's
+// orphans before it removes the demo's temporary files anyway.
+const orphanWait = 30 * time.Second
+
+// reapOrphans waits, at most limit, until this process has no children
+// left: the descendants of a demo that was killed, which this process
+// inherits as their subreaper.
+func reapOrphans(limit time.Duration) {
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		switch {
+		case errors.Is(err, unix.ECHILD):
+			return
+		case errors.Is(err, unix.EINTR) || pid > 0:
+		default:
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	fmt.Fprintf(os.Stderr, "hybridctl: processes of the demo still running after %s; removing its temporary files anyway\n", limit)
+}
+
+// removeRunDir removes the demo's run directory, retrying for a moment
+// while a process that is still going away writes into it.
+func removeRunDir(dir string) {
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if err = os.RemoveAll(dir); err == nil {
+			return
+		}
+	}
+	fmt.Fprintf(os.Stderr, "hybridctl: cannot remove the demo's temporary files %s: %v\n", dir, err)
 }
 
 // removeStaleRunDirs removes the run directories of demos whose first
