@@ -214,6 +214,15 @@ type Tests interface{ Run() int }
 // Run is a TestMain helper: it starts one control plane for the package, runs the
 // tests (m is the *testing.M) and stops it. The started Env is passed to setup.
 func Run(m Tests, opts Options, setup func(*Env)) int {
+	if FuzzingRequested() {
+		// No control plane for fuzzing: fuzz targets do not use one, and a
+		// fuzz worker that is stopped at the end of the run (killed when it
+		// does not exit at once) would leave its etcd running, holding the
+		// pipes the worker inherited from go test, which then waits for
+		// them forever. setup is not called; tests that need the control
+		// plane skip.
+		return m.Run()
+	}
 	env, err := Start(opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testenv:", err)
@@ -233,4 +242,18 @@ func BenchmarksRequested() bool {
 	}
 	f := flag.Lookup("test.bench")
 	return f != nil && f.Value.String() != ""
+}
+
+// FuzzingRequested reports whether this test binary runs for `go test -fuzz`:
+// as the fuzzing coordinator or as one of its workers.
+func FuzzingRequested() bool {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	for _, name := range []string{"test.fuzz", "test.fuzzworker"} {
+		if f := flag.Lookup(name); f != nil && f.Value.String() != "" && f.Value.String() != "false" {
+			return true
+		}
+	}
+	return false
 }
