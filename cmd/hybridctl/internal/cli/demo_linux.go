@@ -4,7 +4,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -110,15 +109,8 @@ func reexecWithTempDir() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	// The demo's processes die with it (parent-death signals), but not at
-	// once: a killed demo's children may still write into dir after it is
-	// gone. As a child subreaper this process inherits them, waits for
-	// them, and only then removes dir.
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		return 0, fmt.Errorf("become the demo's child subreaper: %w", err)
-	}
-	defer removeRunDir(dir)
-	defer reapOrphans(orphanWait)
+	killed := false
+	defer func() { removeRunDir(dir, killed) }()
 	lock, err := os.Create(filepath.Join(dir, ".lock"))
 	if err != nil {
 		return 0, err
@@ -132,6 +124,8 @@ func reexecWithTempDir() (int, error) {
 		return 0, err
 	}
 	code, err := netns.Reexec()
+	// 128+n: a signal ended the demo; it could not stop what it started
+	killed = err == nil && code > 128
 	if had {
 		_ = os.Setenv("TMPDIR", prev)
 	} else {
@@ -140,39 +134,35 @@ func reexecWithTempDir() (int, error) {
 	return code, err
 }
 
-// orphanWait bounds how long the first process waits for the demo's
-// orphans before it removes the demo's temporary files anyway.
-const orphanWait = 30 * time.Second
-
-// reapOrphans waits, at most limit, until this process has no children
-// left: the descendants of a demo that was killed, which this process
-// inherits as their subreaper.
-func reapOrphans(limit time.Duration) {
-	for deadline := time.Now().Add(limit); time.Now().Before(deadline); {
-		var ws unix.WaitStatus
-		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
-		switch {
-		case errors.Is(err, unix.ECHILD):
-			return
-		case errors.Is(err, unix.EINTR) || pid > 0:
-		default:
-			time.Sleep(50 * time.Millisecond)
-		}
+// removeRunDir removes the demo's run directory. A demo that was killed
+// could not stop its processes: they die with it (parent-death signals),
+// but not at once, and may still write into dir, or create it again, for a
+// moment after it is gone. For such a demo the removal is retried until
+// dir stays gone for a second (at most stragglerWait).
+func removeRunDir(dir string, killed bool) {
+	wait := time.Duration(0)
+	if killed {
+		wait = stragglerWait
 	}
-	fmt.Fprintf(os.Stderr, "hybridctl: processes of the demo still running after %s; removing its temporary files anyway\n", limit)
-}
-
-// removeRunDir removes the demo's run directory, retrying for a moment
-// while a process that is still going away writes into it.
-func removeRunDir(dir string) {
 	var err error
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	for deadline, gone := time.Now().Add(wait), 0; ; time.Sleep(250 * time.Millisecond) {
 		if err = os.RemoveAll(dir); err == nil {
-			return
+			gone++
+		} else {
+			gone = 0
+		}
+		if (err == nil && (!killed || gone >= 4)) || time.Now().After(deadline) {
+			break
 		}
 	}
-	fmt.Fprintf(os.Stderr, "hybridctl: cannot remove the demo's temporary files %s: %v\n", dir, err)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "hybridctl: cannot remove the demo's temporary files %s: %v\n", dir, err)
+	}
 }
+
+// stragglerWait bounds how long the first process keeps removing the run
+// directory of a demo that was killed.
+const stragglerWait = 30 * time.Second
 
 // removeStaleRunDirs removes the run directories of demos whose first
 // process is gone (its lock is free).
