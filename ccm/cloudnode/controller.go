@@ -335,23 +335,28 @@ func (c *Controller) refresh(ctx context.Context, node *corev1.Node) error {
 	if c.opts.Enforce && f.PlatformHeld != "" {
 		c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonPlatformLabelKept, "Platform label kept: %s", f.PlatformHeld)
 	}
+	var change transform.NodeChange
+	enforce := c.opts.Enforce && f.Result != nil
+	if enforce {
+		change = transform.Plan(node, f.Result)
+	}
+	if (!enforce || change.Empty()) && slices.Equal(node.Status.Addresses, f.Addresses) {
+		return nil // nothing to write: no writer token taken
+	}
 	release, err := c.writer(ctx)
 	if err != nil {
 		return fmt.Errorf("%s: node %s: %w", op, node.Name, err)
 	}
 	defer release()
-	if c.opts.Enforce && f.Result != nil {
-		change := transform.Plan(node, f.Result)
-		if !change.Empty() {
-			n := node.DeepCopy()
-			change.Apply(n)
-			updated, err := c.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
-			if err != nil {
-				return fmt.Errorf("%s: node %s: %w", op, node.Name, err)
-			}
-			c.recorder.Eventf(updated, corev1.EventTypeNormal, ReasonRulesReconciled, "Rule output reconciled: %s", change)
-			node = updated
+	if enforce && !change.Empty() {
+		n := node.DeepCopy()
+		change.Apply(n)
+		updated, err := c.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		if err != nil {
+			return fmt.Errorf("%s: node %s: %w", op, node.Name, err)
 		}
+		c.recorder.Eventf(updated, corev1.EventTypeNormal, ReasonRulesReconciled, "Rule output reconciled: %s", change)
+		node = updated
 	}
 	if err := checkProvidedIP(node, f.Addresses); err != nil {
 		klog.V(2).InfoS("Provided node IP not among Talos addresses", "node", klog.KObj(node), "err", err)
