@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/fluxcd/pkg/runtime/conditions"
@@ -113,7 +112,7 @@ func ParseCCMContainer(ref string, c corev1.Container) (CCMWorkload, bool) {
 
 // detectConflicts sets the Conflict condition and emits an event when the set
 // of conflicts changes.
-func (r *NativeCCMReconciler) detectConflicts(ctx context.Context, obj *v1.NativeCCM, nodes []corev1.Node) error {
+func (r *NativeCCMReconciler) detectConflicts(ctx context.Context, obj *v1.NativeCCM, nodes platformView) error {
 	found, err := r.findConflicts(ctx, obj, nodes)
 	if err != nil {
 		return err
@@ -137,7 +136,7 @@ func (r *NativeCCMReconciler) detectConflicts(ctx context.Context, obj *v1.Nativ
 	return nil
 }
 
-func (r *NativeCCMReconciler) findConflicts(ctx context.Context, obj *v1.NativeCCM, nodes []corev1.Node) ([]Conflict, error) {
+func (r *NativeCCMReconciler) findConflicts(ctx context.Context, obj *v1.NativeCCM, nodes platformView) ([]Conflict, error) {
 	var out []Conflict
 	lease := obj.ReleaseName()
 
@@ -175,14 +174,7 @@ func (r *NativeCCMReconciler) findConflicts(ctx context.Context, obj *v1.NativeC
 	}
 	out = append(out, lbConflicts...)
 
-	var empty []string
-	for _, n := range nodes {
-		if n.Spec.ProviderID == "" {
-			empty = append(empty, n.Name)
-		}
-	}
-	if len(empty) > 0 {
-		slices.Sort(empty)
+	if empty := nodes.WithoutProviderID; len(empty) > 0 {
 		shown := empty
 		if len(shown) > 5 {
 			shown = shown[:5]

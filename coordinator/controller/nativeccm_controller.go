@@ -84,6 +84,8 @@ type NativeCCMReconciler struct {
 	ServerVersion ServerVersion
 
 	now func() time.Time
+	// nodes is what the controller knows of the cluster's Nodes.
+	nodes *nodeStore
 	// gateChecks are the gate checks that passed, reused for Interval.
 	gateChecks gateChecks
 }
@@ -124,19 +126,14 @@ func (r *NativeCCMReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 	}); err != nil {
 		return err
 	}
-	// A platform's nodes are found through this index, not by filtering
-	// every node in the cache with a label selector.
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Node{}, nodePlatformIndex, func(o client.Object) []string {
-		if p := o.GetLabels()[names.PlatformLabel]; p != "" {
-			return []string{p}
-		}
-		return nil
-	}); err != nil {
+	nodes, err := newNodeStore(mgr.GetConfig(), mgr.GetCache())
+	if err != nil {
 		return err
 	}
+	r.nodes = nodes
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1.NativeCCM{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicates.ReconcileRequestedPredicate{}))).
-		Watches(&corev1.Node{}, nodeHandler{r}).
+		WatchesRawSource(nodes).
 		Watches(&corev1.Secret{}, secretHandler{r}).
 		Watches(&corev1.Pod{}, podHandler{}).
 		Watches(&v1.NativeCCM{}, loadBalancerHandler{r}).
@@ -246,10 +243,7 @@ func (r *NativeCCMReconciler) reconcile(ctx context.Context, obj *v1.NativeCCM, 
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	nodes, err := r.observeNodes(ctx, obj)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
+	nodes := r.observeNodes(obj)
 	if err := r.detectConflicts(ctx, obj, nodes); err != nil {
 		return ctrl.Result{}, err
 	}

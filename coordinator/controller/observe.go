@@ -9,7 +9,6 @@ import (
 	"github.com/fluxcd/pkg/runtime/conditions"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
@@ -93,27 +92,16 @@ func (r *NativeCCMReconciler) stallProfile(obj *v1.NativeCCM, reason string, err
 }
 
 // observeNodes counts the platform's nodes and tracks when the last one went.
-// It reads them from the cache's platform index, without copies: the nodes
-// it returns are the cache's and must not be changed.
-func (r *NativeCCMReconciler) observeNodes(ctx context.Context, obj *v1.NativeCCM) ([]corev1.Node, error) {
-	var list corev1.NodeList
-	if err := r.List(ctx, &list, client.MatchingFields{nodePlatformIndex: obj.Spec.Platform}, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("list nodes of platform %s: %w", obj.Spec.Platform, err)
-	}
-	obj.Status.Nodes = int32(len(list.Items))
-	var empty int32
-	for _, n := range list.Items {
-		if n.Spec.ProviderID == "" {
-			empty++
-		}
-	}
-	obj.Status.NodesWithoutProviderID = empty
+func (r *NativeCCMReconciler) observeNodes(obj *v1.NativeCCM) platformView {
+	nodes := r.nodes.platform(obj.Spec.Platform)
+	obj.Status.Nodes = int32(nodes.Nodes)
+	obj.Status.NodesWithoutProviderID = int32(len(nodes.WithoutProviderID))
 	switch {
-	case len(list.Items) > 0:
+	case nodes.Nodes > 0:
 		obj.Status.NoNodesSince = nil
 	case obj.Status.NoNodesSince == nil:
 		now := metav1.NewTime(r.now())
 		obj.Status.NoNodesSince = &now
 	}
-	return list.Items, nil
+	return nodes
 }

@@ -17,70 +17,11 @@ import (
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
-
-	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 const platformIndex = ".spec.platform"
 
-// nodePlatformIndex indexes the cached Nodes by their platform label.
-const nodePlatformIndex = "metadata.labels.platform"
-
 type queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
-
-// nodeHandler enqueues the NativeCCMs of a node's platform when a node with a
-// platform label appears or goes, when its platform label changes (both the old
-// and the new platform), or when its providerID changes.
-type nodeHandler struct{ r *NativeCCMReconciler }
-
-var _ handler.EventHandler = nodeHandler{}
-
-func (h nodeHandler) Create(ctx context.Context, e event.CreateEvent, q queue) {
-	h.enqueue(ctx, q, platformOf(e.Object))
-}
-
-func (h nodeHandler) Update(ctx context.Context, e event.UpdateEvent, q queue) {
-	oldN, ok1 := e.ObjectOld.(*corev1.Node)
-	newN, ok2 := e.ObjectNew.(*corev1.Node)
-	if !ok1 || !ok2 {
-		return
-	}
-	op, np := platformOf(oldN), platformOf(newN)
-	if op == np && oldN.Spec.ProviderID == newN.Spec.ProviderID {
-		return
-	}
-	h.enqueue(ctx, q, op)
-	if np != op {
-		h.enqueue(ctx, q, np)
-	}
-}
-
-func (h nodeHandler) Delete(ctx context.Context, e event.DeleteEvent, q queue) {
-	h.enqueue(ctx, q, platformOf(e.Object))
-}
-
-func (h nodeHandler) Generic(context.Context, event.GenericEvent, queue) {}
-
-func platformOf(o client.Object) string {
-	if o == nil {
-		return ""
-	}
-	return o.GetLabels()[names.PlatformLabel]
-}
-
-func (h nodeHandler) enqueue(ctx context.Context, q queue, platform string) {
-	if platform == "" {
-		return
-	}
-	var list v1.NativeCCMList
-	if err := h.r.List(ctx, &list, client.MatchingFields{platformIndex: platform}); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "list NativeCCMs for node event", "platform", platform)
-		return
-	}
-	for _, n := range list.Items {
-		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: n.Name}})
-	}
-}
 
 // secretHandler enqueues the NativeCCMs whose credentials or image pull
 // Secret changed. Helm's own release Secrets live in the same namespace and

@@ -1,0 +1,238 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
+)
+
+func testNode(name, platform, providerID string) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}}}
+	if platform != "" {
+		n.Labels[names.PlatformLabel] = platform
+	}
+	n.Spec.ProviderID = providerID
+	return n
+}
+
+// drain returns the names the queue holds, sorted, and empties it.
+func drain(q queue) []string {
+	var out []string
+	for q.Len() > 0 {
+		r, _ := q.Get()
+		out = append(out, r.Name)
+		q.Done(r)
+		q.Forget(r)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func newTestQueue() queue {
+	return workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+}
+
+// TestNodeStoreEvents: what the store keeps of each Node event, and which
+// platforms' NativeCCMs it enqueues: only those whose count or nodes without
+// providerID changed.
+func TestNodeStoreEvents(t *testing.T) {
+	s := newNodeStoreFrom(nil)
+	q := newTestQueue()
+	defer q.ShutDown()
+	s.queue, s.ctx = q, context.Background()
+	// each platform has one NativeCCM named after it, "b" has two
+	s.nativeCCMs = func(_ context.Context, p string) ([]string, error) {
+		if p == "b" {
+			return []string{"b", "b-2"}, nil
+		}
+		return []string{p}, nil
+	}
+	view := func(p string, nodes int, without ...string) {
+		t.Helper()
+		want := platformView{Nodes: nodes}
+		if len(without) > 0 {
+			want.WithoutProviderID = without
+		}
+		if got := s.platform(p); !reflect.DeepEqual(got, want) {
+			t.Errorf("platform %s: %+v, want %+v", p, got, want)
+		}
+	}
+	enqueued := func(step string, want ...string) {
+		t.Helper()
+		if got := drain(q); !slices.Equal(got, want) {
+			t.Errorf("%s: enqueued %v, want %v", step, got, want)
+		}
+	}
+
+	for _, step := range []struct {
+		name string
+		do   func() error
+		want []string
+	}{
+		{"first list", func() error {
+			return s.Replace([]any{
+				&nodeFacts{Name: "a1", Platform: "a", HasProviderID: true},
+				&nodeFacts{Name: "a2", Platform: "a"},
+				&nodeFacts{Name: "b1", Platform: "b", HasProviderID: true},
+			}, "1")
+		}, []string{"a", "b", "b-2"}},
+		{"a node without platform", func() error { return s.Add(testNode("x1", "", "")) }, nil},
+		{"a node joins a", func() error { return s.Add(testNode("a3", "a", "aws://1")) }, []string{"a"}},
+		{"a node of a changes nothing read", func() error { return s.Update(testNode("a3", "a", "aws://1")) }, nil},
+		{"a node gets its providerID", func() error { return s.Update(testNode("a2", "a", "aws://2")) }, []string{"a"}},
+		{"a node's providerID changes", func() error { return s.Update(testNode("a2", "a", "aws://3")) }, nil},
+		{"a node moves from a to b", func() error { return s.Update(testNode("a3", "b", "")) }, []string{"a", "b", "b-2"}},
+		{"a node loses its platform", func() error { return s.Update(testNode("a1", "", "aws://1")) }, []string{"a"}},
+		{"a node goes", func() error { return s.Delete(testNode("b1", "b", "hc://1")) }, []string{"b", "b-2"}},
+		{"an unknown node goes", func() error { return s.Delete(testNode("x2", "c", "")) }, nil},
+	} {
+		if err := step.do(); err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		enqueued(step.name, step.want...)
+	}
+	view("a", 1)
+	view("b", 1, "a3")
+	view("c", 0)
+	if len(s.nodes) != 2 {
+		t.Errorf("kept %d nodes, want 2 (a2, a3): %v", len(s.nodes), s.nodes)
+	}
+
+	// A relist that changes only platform c's nodes enqueues only c.
+	if err := s.Replace([]any{
+		&nodeFacts{Name: "a2", Platform: "a", HasProviderID: true},
+		&nodeFacts{Name: "a3", Platform: "b"},
+		&nodeFacts{Name: "c1", Platform: "c"},
+	}, "2"); err != nil {
+		t.Fatal(err)
+	}
+	enqueued("relist", "c")
+	view("c", 1, "c1")
+	// A relist without platform b's nodes enqueues b.
+	if err := s.Replace([]any{testNode("a2", "a", "aws://2"), testNode("c1", "c", "")}, "3"); err != nil {
+		t.Fatal(err)
+	}
+	enqueued("relist without b", "b", "b-2")
+	view("b", 0)
+
+	if err := s.Add("not a node"); err == nil {
+		t.Error("Add of a string: no error")
+	}
+	select {
+	case <-s.synced:
+	default:
+		t.Error("not synced after a complete list")
+	}
+}
+
+// TestNodeStoreSyncsFromAPIServer: against the API server, the store lists
+// Nodes in pages (more than one here), is synced only then, and follows
+// the watch. The platforms are the test's own; no NativeCCM has them.
+func TestNodeStoreSyncsFromAPIServer(t *testing.T) {
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	const perPlatform = nodePageSize + 30 // 840 nodes in all: four pages
+	var created []string
+	t.Cleanup(func() {
+		for _, n := range created {
+			_ = k8s.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}})
+		}
+	})
+	for i := range perPlatform {
+		for _, p := range []string{"store-a", "store-b", ""} {
+			name := fmt.Sprintf("%s-%03d", p, i)
+			if p == "" {
+				name = fmt.Sprintf("store-none-%03d", i)
+			}
+			id := ""
+			if i%100 != 0 {
+				id = "test://" + name
+			}
+			if err := k8s.Create(ctx, testNode(name, p, id)); err != nil {
+				t.Fatal(err)
+			}
+			created = append(created, name)
+		}
+	}
+
+	s, err := newNodeStore(env.Config, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueued := sets.New[string]()
+	s.nativeCCMs = func(_ context.Context, p string) ([]string, error) { return []string{p}, nil }
+	q := newTestQueue()
+	defer q.ShutDown()
+	if err := s.Start(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WaitForSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	withoutID := []string{"store-a-000", "store-a-100", "store-a-200"}
+	if got := s.platform("store-a"); got.Nodes != perPlatform || !slices.Equal(got.WithoutProviderID, withoutID) {
+		t.Errorf("store-a after the list: %d nodes, without providerID %v; want %d and %v", got.Nodes, got.WithoutProviderID, perPlatform, withoutID)
+	}
+	if got := s.platform("store-b"); got.Nodes != perPlatform {
+		t.Errorf("store-b after the list: %d nodes, want %d", got.Nodes, perPlatform)
+	}
+	for _, n := range drain(q) {
+		enqueued.Insert(n)
+	}
+	if !enqueued.HasAll("store-a", "store-b") {
+		t.Errorf("after the list, enqueued %v; want store-a and store-b", sets.List(enqueued))
+	}
+
+	// The watch: a node moves from store-a to store-b, one gets its providerID,
+	// an unlabelled one joins store-a, and one of store-b goes.
+	move := testNode("store-a-001", "", "")
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(move), move); err != nil {
+		t.Fatal(err)
+	}
+	move.Labels[names.PlatformLabel] = "store-b"
+	if err := k8s.Update(ctx, move); err != nil {
+		t.Fatal(err)
+	}
+	fix := testNode("store-a-100", "", "")
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(fix), fix); err != nil {
+		t.Fatal(err)
+	}
+	fix.Spec.ProviderID = "test://fixed"
+	if err := k8s.Update(ctx, fix); err != nil {
+		t.Fatal(err)
+	}
+	join := testNode("store-none-005", "", "")
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(join), join); err != nil {
+		t.Fatal(err)
+	}
+	join.Labels[names.PlatformLabel] = "store-a"
+	if err := k8s.Update(ctx, join); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Delete(ctx, testNode("store-b-007", "", "")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the store follows the watch", func() (bool, string) {
+		a, b := s.platform("store-a"), s.platform("store-b")
+		return a.Nodes == perPlatform && b.Nodes == perPlatform &&
+				slices.Equal(a.WithoutProviderID, []string{"store-a-000", "store-a-200"}) &&
+				slices.Equal(b.WithoutProviderID, []string{"store-b-000", "store-b-100", "store-b-200"}),
+			fmt.Sprintf("store-a %d %v, store-b %d %v", a.Nodes, a.WithoutProviderID, b.Nodes, b.WithoutProviderID)
+	})
+	enqueued = sets.New[string]()
+	eventually(t, "the watch events enqueue store-a and store-b", func() (bool, string) {
+		enqueued.Insert(drain(q)...)
+		return enqueued.Equal(sets.New("store-a", "store-b")), fmt.Sprint(sets.List(enqueued))
+	})
+}
