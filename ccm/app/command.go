@@ -38,6 +38,7 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/transform"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/procmem"
 )
 
 // Defaults a user gets (the chart uses the same).
@@ -256,10 +257,24 @@ func (r *sharedRecorder) recorder(ctx context.Context, client interface {
 	return r.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
 }
 
+// releasedInitPages is the file-backed resident memory ReleaseInitPages gave
+// back, in bytes, logged at start-up.
+var releasedInitPages uint64
+
+// ReleaseInitPages gives back the executable's pages that package
+// initialization touched (procmem.ReleaseExecPages) and keeps the amount for
+// the start-up log line. Call it first thing in main.
+func ReleaseInitPages() (uint64, error) {
+	n, err := procmem.ReleaseExecPages()
+	releasedInitPages = n
+	return n, err
+}
+
 // startupPages releases, once, the executable's pages that start-up touched
 // (flags, configuration, serving, leader election, informer set-up): when the
 // node informer has synced, the controllers are constructed and running, and
-// what they use from now on comes back on first touch. See ReleaseInitPages.
+// what they use from now on comes back on first touch. See
+// procmem.ReleaseExecPages.
 type startupPages struct{ once sync.Once }
 
 func (s *startupPages) releaseAfterSync(ctx context.Context, inf cache.SharedIndexInformer) {
@@ -268,7 +283,7 @@ func (s *startupPages) releaseAfterSync(ctx context.Context, inf cache.SharedInd
 			if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 				return
 			}
-			n, err := ReleaseInitPages()
+			n, err := procmem.ReleaseExecPages()
 			if err != nil {
 				klog.V(1).InfoS("could not release start-up pages", "err", err)
 				return

@@ -4,12 +4,12 @@ package main
 import (
 	"fmt"
 	"os"
-	"runtime/debug"
 
 	"github.com/spf13/cobra"
 	"k8s.io/component-base/cli"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/app"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/procmem"
 	"github.com/hybrid-ccm/hybrid-ccm/cmd/internal/version"
 )
 
@@ -23,9 +23,7 @@ func main() {
 		// only memory is at stake: say so and go on
 		os.Stderr.WriteString("talos-ccm: " + err.Error() + " (continuing)\n")
 	}
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(defaultGCPercent)
-	}
+	procmem.DefaultGCPercent(defaultGCPercent)
 	cmd, err := app.NewCommand(nil)
 	if err != nil {
 		os.Stderr.WriteString("talos-ccm: " + err.Error() + "\n")

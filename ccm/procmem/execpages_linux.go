@@ -1,4 +1,7 @@
-package app
+// Package procmem keeps a long-running Hybrid CCM process's resident memory
+// small: ReleaseExecPages gives back the executable's pages that start-up
+// touched, and DefaultGCPercent sets the Go heap's growth when GOGC does not.
+package procmem
 
 import (
 	"bufio"
@@ -9,15 +12,13 @@ import (
 	"syscall"
 )
 
-// releasedInitPages is the file-backed resident memory ReleaseInitPages gave
-// back, in bytes, logged at start-up.
-var releasedInitPages uint64
-
-// ReleaseInitPages drops the executable's read-only pages (code and read-only
-// data) from the process's resident set. Call it first thing in main.
+// ReleaseExecPages drops the executable's read-only pages (code and read-only
+// data) from the process's resident set. Call it first thing in main, and
+// again when start-up is done if you like.
 //
-// Package initialization of a cloud-controller-manager runs an init function
-// in about a thousand packages spread over the whole binary, and the kernel
+// Package initialization of a cloud-controller-manager (or of a controller
+// linking controller-runtime and Helm's SDK) runs an init function in about a
+// thousand packages spread over the whole binary, and the kernel
 // maps each faulting page together with its neighbours (fault-around), so a
 // process that has done nothing yet holds some 35 MiB of the executable
 // resident, most of which it never touches again. These pages are clean and
@@ -26,15 +27,15 @@ var releasedInitPages uint64
 // mappings (.data, .bss, heap) are never touched.
 //
 // It returns how much file-backed resident memory the process gave back.
-func ReleaseInitPages() (uint64, error) {
+func ReleaseExecPages() (uint64, error) {
 	before := rssFile()
 	exe, err := os.Readlink("/proc/self/exe")
 	if err != nil {
-		return 0, fmt.Errorf("release init pages: %w", err)
+		return 0, fmt.Errorf("release executable pages: %w", err)
 	}
 	f, err := os.Open("/proc/self/maps")
 	if err != nil {
-		return 0, fmt.Errorf("release init pages: %w", err)
+		return 0, fmt.Errorf("release executable pages: %w", err)
 	}
 	defer f.Close()
 	var ranges [][2]uint64
@@ -54,17 +55,18 @@ func ReleaseInitPages() (uint64, error) {
 		ranges = append(ranges, [2]uint64{start, end})
 	}
 	if err := sc.Err(); err != nil {
-		return 0, fmt.Errorf("release init pages: /proc/self/maps: %w", err)
+		return 0, fmt.Errorf("release executable pages: /proc/self/maps: %w", err)
 	}
 	for _, r := range ranges {
 		if _, _, errno := syscall.Syscall(syscall.SYS_MADVISE, uintptr(r[0]), uintptr(r[1]-r[0]), syscall.MADV_DONTNEED); errno != 0 {
-			return 0, fmt.Errorf("release init pages: madvise %#x-%#x: %w", r[0], r[1], errno)
+			return 0, fmt.Errorf("release executable pages: madvise %#x-%#x: %w", r[0], r[1], errno)
 		}
 	}
+	var released uint64
 	if after := rssFile(); after < before {
-		releasedInitPages = before - after
+		released = before - after
 	}
-	return releasedInitPages, nil
+	return released, nil
 }
 
 // rssFile is the process's file-backed resident memory in bytes (0 if unknown).

@@ -1,4 +1,4 @@
-package app
+package procmem
 
 import (
 	"encoding/json"
@@ -6,19 +6,19 @@ import (
 )
 
 // initialized at package initialization; lives in the writable data that
-// ReleaseInitPages must leave alone.
+// ReleaseExecPages must leave alone.
 var initValue = map[string]int{"a": 1, "b": 2}
 
-// ReleaseInitPages gives back file-backed resident memory, and the process
+// ReleaseExecPages gives back file-backed resident memory, and the process
 // goes on working: code runs again (faulted back in), read-only data reads
 // the same, writable data set at init is intact.
-func TestReleaseInitPages(t *testing.T) {
+func TestReleaseExecPages(t *testing.T) {
 	const want = `{"a":1,"b":2}`
 	before := rssFile()
 	if before == 0 {
 		t.Skip("no RssFile in /proc/self/status")
 	}
-	n, err := ReleaseInitPages()
+	n, err := ReleaseExecPages()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func TestReleaseInitPages(t *testing.T) {
 	if err != nil || string(b) != want {
 		t.Errorf("after the release: %s, %v; want %s", b, err, want)
 	}
-	if _, err := ReleaseInitPages(); err != nil {
+	if _, err := ReleaseExecPages(); err != nil {
 		t.Errorf("a second release: %v", err)
 	}
 }
