@@ -6,6 +6,7 @@ package procmem
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -24,7 +25,11 @@ import (
 // resident, most of which it never touches again. These pages are clean and
 // backed by the executable: MADV_DONTNEED only unmaps them, and whatever the
 // process uses later comes back from the page cache on first touch. Writable
-// mappings (.data, .bss, heap) are never touched.
+// mappings (.data, .bss, heap) are never touched, and neither is a read-only
+// mapping that holds a page of its own (smaps: Anonymous above 0): in a
+// dynamically linked build the loader writes the relocated GOT and
+// .data.rel.ro before making them read-only, and dropping those pages would
+// bring back the file's unrelocated bytes.
 //
 // It returns how much file-backed resident memory the process gave back.
 func ReleaseExecPages() (uint64, error) {
@@ -33,29 +38,14 @@ func ReleaseExecPages() (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("release executable pages: %w", err)
 	}
-	f, err := os.Open("/proc/self/maps")
+	f, err := os.Open("/proc/self/smaps")
 	if err != nil {
 		return 0, fmt.Errorf("release executable pages: %w", err)
 	}
 	defer f.Close()
-	var ranges [][2]uint64
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// address perms offset dev inode path
-		fs := strings.Fields(sc.Text())
-		if len(fs) != 6 || fs[5] != exe || (fs[1] != "r-xp" && fs[1] != "r--p") {
-			continue
-		}
-		lo, hi, ok := strings.Cut(fs[0], "-")
-		start, err1 := strconv.ParseUint(lo, 16, 64)
-		end, err2 := strconv.ParseUint(hi, 16, 64)
-		if !ok || err1 != nil || err2 != nil || end <= start {
-			continue
-		}
-		ranges = append(ranges, [2]uint64{start, end})
-	}
-	if err := sc.Err(); err != nil {
-		return 0, fmt.Errorf("release executable pages: /proc/self/maps: %w", err)
+	ranges, err := cleanExecMappings(f, exe)
+	if err != nil {
+		return 0, fmt.Errorf("release executable pages: /proc/self/smaps: %w", err)
 	}
 	for _, r := range ranges {
 		if _, _, errno := syscall.Syscall(syscall.SYS_MADVISE, uintptr(r[0]), uintptr(r[1]-r[0]), syscall.MADV_DONTNEED); errno != 0 {
@@ -67,6 +57,51 @@ func ReleaseExecPages() (uint64, error) {
 		released = before - after
 	}
 	return released, nil
+}
+
+// cleanExecMappings reads smaps and returns the address ranges of exe's
+// private read-only mappings (r-xp, r--p) that hold no page of their own.
+func cleanExecMappings(smaps io.Reader, exe string) ([][2]uint64, error) {
+	var (
+		out     [][2]uint64
+		cur     [2]uint64
+		current bool // the mapping being read is a candidate
+		written bool // it holds anonymous (copied-on-write) pages
+	)
+	flush := func() {
+		if current && !written {
+			out = append(out, cur)
+		}
+		current, written = false, false
+	}
+	sc := bufio.NewScanner(smaps)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) == 0 {
+			continue
+		}
+		if strings.HasSuffix(fs[0], ":") {
+			// an attribute of the mapping above: "Anonymous:   4 kB"
+			if current && fs[0] == "Anonymous:" && (len(fs) < 2 || fs[1] != "0") {
+				written = true
+			}
+			continue
+		}
+		// a mapping: address perms offset dev inode path
+		flush()
+		if len(fs) != 6 || fs[5] != exe || (fs[1] != "r-xp" && fs[1] != "r--p") {
+			continue
+		}
+		lo, hi, ok := strings.Cut(fs[0], "-")
+		start, err1 := strconv.ParseUint(lo, 16, 64)
+		end, err2 := strconv.ParseUint(hi, 16, 64)
+		if !ok || err1 != nil || err2 != nil || end <= start {
+			continue
+		}
+		cur, current = [2]uint64{start, end}, true
+	}
+	flush()
+	return out, sc.Err()
 }
 
 // rssFile is the process's file-backed resident memory in bytes (0 if unknown).

@@ -2,7 +2,11 @@ package procmem
 
 import (
 	"encoding/json"
+	"runtime"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // initialized at package initialization; lives in the writable data that
@@ -31,7 +35,50 @@ func TestReleaseExecPages(t *testing.T) {
 	if err != nil || string(b) != want {
 		t.Errorf("after the release: %s, %v; want %s", b, err, want)
 	}
+	// New OS threads after the release (in a dynamically linked binary the
+	// runtime creates them with pthread_create, through the relocated GOT).
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+			time.Sleep(20 * time.Millisecond)
+		}()
+	}
+	wg.Wait()
 	if _, err := ReleaseExecPages(); err != nil {
 		t.Errorf("a second release: %v", err)
+	}
+}
+
+// TestCleanExecMappings: only the executable's private read-only mappings
+// without a page of their own are released.
+func TestCleanExecMappings(t *testing.T) {
+	const exe = "/usr/bin/ccm"
+	smaps := `00400000-00c00000 r-xp 00000000 08:01 42 /usr/bin/ccm
+Size:               8192 kB
+Anonymous:             0 kB
+VmFlags: rd ex mr mw me
+00c00000-01000000 r--p 00800000 08:01 42 /usr/bin/ccm
+Anonymous:             0 kB
+01000000-01010000 r--p 00c00000 08:01 42 /usr/bin/ccm
+Anonymous:             8 kB
+01010000-01020000 rw-p 00c10000 08:01 42 /usr/bin/ccm
+Anonymous:            64 kB
+01020000-01030000 r--p 00000000 08:01 43 /usr/lib/libc.so.6
+Anonymous:             0 kB
+01030000-01040000 r--p 00000000 08:01 44 /usr/bin/ccm (deleted)
+Anonymous:             0 kB
+7ffd0000-7ffd1000 r-xp 00000000 00:00 0
+Anonymous:             0 kB
+`
+	got, err := cleanExecMappings(strings.NewReader(smaps), exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][2]uint64{{0x00400000, 0x00c00000}, {0x00c00000, 0x01000000}}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("released %x, want %x", got, want)
 	}
 }
