@@ -196,30 +196,20 @@ func TestNodeStoreSyncsFromAPIServer(t *testing.T) {
 
 	// The watch: a node moves from store-a to store-b, one gets its providerID,
 	// an unlabelled one joins store-a, and one of store-b goes.
-	move := testNode("store-a-001", "", "")
-	if err := k8s.Get(ctx, client.ObjectKeyFromObject(move), move); err != nil {
-		t.Fatal(err)
+	update := func(name string, change func(*corev1.Node)) {
+		t.Helper()
+		n := testNode(name, "", "")
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(n), n); err != nil {
+			t.Fatal(err)
+		}
+		change(n)
+		if err := k8s.Update(ctx, n); err != nil {
+			t.Fatal(err)
+		}
 	}
-	move.Labels[names.PlatformLabel] = "store-b"
-	if err := k8s.Update(ctx, move); err != nil {
-		t.Fatal(err)
-	}
-	fix := testNode("store-a-100", "", "")
-	if err := k8s.Get(ctx, client.ObjectKeyFromObject(fix), fix); err != nil {
-		t.Fatal(err)
-	}
-	fix.Spec.ProviderID = "test://fixed"
-	if err := k8s.Update(ctx, fix); err != nil {
-		t.Fatal(err)
-	}
-	join := testNode("store-none-005", "", "")
-	if err := k8s.Get(ctx, client.ObjectKeyFromObject(join), join); err != nil {
-		t.Fatal(err)
-	}
-	join.Labels[names.PlatformLabel] = "store-a"
-	if err := k8s.Update(ctx, join); err != nil {
-		t.Fatal(err)
-	}
+	update("store-a-001", func(n *corev1.Node) { n.Labels[names.PlatformLabel] = "store-b" })
+	update("store-a-100", func(n *corev1.Node) { n.Spec.ProviderID = "test://fixed" })
+	update("store-none-005", func(n *corev1.Node) { n.Labels[names.PlatformLabel] = "store-a" })
 	if err := k8s.Delete(ctx, testNode("store-b-007", "", "")); err != nil {
 		t.Fatal(err)
 	}
