@@ -296,7 +296,8 @@ func (s *startupPages) releaseAfterSync(ctx context.Context, inf cache.SharedInd
 // slimNodeCache makes the shared node informer cache Nodes without what no
 // talos-ccm controller reads: managedFields, and every part of the status but
 // the addresses (images, conditions, node info, capacity: on a real node most
-// of its size). Nothing writes a Node's status from a cached copy (cloud-node
+// of its size), with the label and annotation keys and the label values that
+// nodes share stored once (see slimNode). Nothing writes a Node's status from a cached copy (cloud-node
 // patches status.addresses alone), and an update of the Node itself ignores
 // the status it carries. Every controller calls it (whichever --controllers
 // enables); it must happen before the informers start, which the framework
@@ -307,11 +308,3 @@ func slimNodeCache(cc *cloudcontrollerconfig.CompletedConfig) {
 	_ = cc.SharedInformers.Core().V1().Nodes().Informer().SetTransform(slimNode)
 }
 
-// slimNode is the node cache's transform (see slimNodeCache).
-func slimNode(obj any) (any, error) {
-	if n, ok := obj.(*corev1.Node); ok {
-		n.ManagedFields = nil
-		n.Status = corev1.NodeStatus{Addresses: n.Status.Addresses}
-	}
-	return obj, nil
-}
