@@ -307,4 +307,3 @@ func slimNodeCache(cc *cloudcontrollerconfig.CompletedConfig) {
 	// same function.
 	_ = cc.SharedInformers.Core().V1().Nodes().Informer().SetTransform(slimNode)
 }
-
