@@ -174,12 +174,8 @@ func (r *NativeCCMReconciler) findConflicts(ctx context.Context, obj *v1.NativeC
 	}
 	out = append(out, lbConflicts...)
 
-	if empty := nodes.WithoutProviderID; len(empty) > 0 {
-		shown := empty
-		if len(shown) > 5 {
-			shown = shown[:5]
-		}
-		out = append(out, Conflict{v1.EmptyProviderIDReason, fmt.Sprintf("%d node(s) of platform %s have no providerID: %s", len(empty), obj.Spec.Platform, strings.Join(shown, ", "))})
+	if nodes.WithoutProviderID > 0 {
+		out = append(out, Conflict{v1.EmptyProviderIDReason, fmt.Sprintf("%d node(s) of platform %s have no providerID: %s", nodes.WithoutProviderID, obj.Spec.Platform, strings.Join(nodes.FirstWithoutProviderID, ", "))})
 	}
 	return out, nil
 }

@@ -69,9 +69,16 @@ type platformNodes struct {
 // platformView is what the controller reads of one platform's nodes.
 type platformView struct {
 	Nodes int
-	// WithoutProviderID names the nodes without providerID, sorted.
-	WithoutProviderID []string
+	// WithoutProviderID is how many of them have no providerID.
+	WithoutProviderID int
+	// FirstWithoutProviderID names the first shownWithoutProviderID of those
+	// in name order (what the EmptyProviderID condition shows).
+	FirstWithoutProviderID []string
 }
+
+// shownWithoutProviderID is how many nodes without providerID a platform's
+// view names.
+const shownWithoutProviderID = 5
 
 var (
 	_ toolscache.ReflectorStore                    = (*nodeStore)(nil)
@@ -155,13 +162,20 @@ func (s *nodeStore) platform(p string) platformView {
 	if pn == nil {
 		return platformView{}
 	}
-	v := platformView{Nodes: pn.count}
-	if len(pn.withoutProviderID) > 0 {
-		v.WithoutProviderID = make([]string, 0, len(pn.withoutProviderID))
-		for n := range pn.withoutProviderID {
-			v.WithoutProviderID = append(v.WithoutProviderID, n)
+	v := platformView{Nodes: pn.count, WithoutProviderID: len(pn.withoutProviderID)}
+	// the first few names in order, without sorting them all: a platform may
+	// have thousands of nodes not initialized yet
+	for n := range pn.withoutProviderID {
+		first := v.FirstWithoutProviderID
+		if len(first) == shownWithoutProviderID && n >= first[len(first)-1] {
+			continue
 		}
-		slices.Sort(v.WithoutProviderID)
+		i, _ := slices.BinarySearch(first, n)
+		first = slices.Insert(first, i, n)
+		if len(first) > shownWithoutProviderID {
+			first = first[:shownWithoutProviderID]
+		}
+		v.FirstWithoutProviderID = first
 	}
 	return v
 }

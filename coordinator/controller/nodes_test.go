@@ -43,6 +43,26 @@ func newTestQueue() queue {
 	return workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
 }
 
+// A platform's view counts all its nodes without providerID and names the
+// first few in name order, whatever order the store holds them in.
+func TestPlatformViewNamesTheFirstFew(t *testing.T) {
+	s := newNodeStoreFrom(nil)
+	names := []string{"n-07", "n-03", "n-11", "n-01", "n-09", "n-05", "n-02", "n-10", "n-04", "n-08", "n-06", "n-00"}
+	for _, n := range names {
+		s.set(n, "p", true)
+	}
+	s.set("n-with-id", "p", false)
+	got := s.platform("p")
+	want := platformView{Nodes: len(names) + 1, WithoutProviderID: len(names), FirstWithoutProviderID: []string{"n-00", "n-01", "n-02", "n-03", "n-04"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("view %+v, want %+v", got, want)
+	}
+	s.set("n-00", "p", false)
+	if got := s.platform("p"); got.WithoutProviderID != len(names)-1 || !slices.Equal(got.FirstWithoutProviderID, []string{"n-01", "n-02", "n-03", "n-04", "n-05"}) {
+		t.Errorf("after n-00 got a providerID: %+v", got)
+	}
+}
+
 // TestNodeStoreEvents: what the store keeps of each Node event, and which
 // platforms' NativeCCMs it enqueues: only those whose count or nodes without
 // providerID changed.
@@ -60,9 +80,9 @@ func TestNodeStoreEvents(t *testing.T) {
 	}
 	view := func(p string, nodes int, without ...string) {
 		t.Helper()
-		want := platformView{Nodes: nodes}
+		want := platformView{Nodes: nodes, WithoutProviderID: len(without)}
 		if len(without) > 0 {
-			want.WithoutProviderID = without
+			want.FirstWithoutProviderID = without
 		}
 		if got := s.platform(p); !reflect.DeepEqual(got, want) {
 			t.Errorf("platform %s: %+v, want %+v", p, got, want)
@@ -181,8 +201,8 @@ func TestNodeStoreSyncsFromAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	withoutID := []string{"store-a-000", "store-a-100", "store-a-200"}
-	if got := s.platform("store-a"); got.Nodes != perPlatform || !slices.Equal(got.WithoutProviderID, withoutID) {
-		t.Errorf("store-a after the list: %d nodes, without providerID %v; want %d and %v", got.Nodes, got.WithoutProviderID, perPlatform, withoutID)
+	if got := s.platform("store-a"); got.Nodes != perPlatform || got.WithoutProviderID != len(withoutID) || !slices.Equal(got.FirstWithoutProviderID, withoutID) {
+		t.Errorf("store-a after the list: %d nodes, %d without providerID %v; want %d and %v", got.Nodes, got.WithoutProviderID, got.FirstWithoutProviderID, perPlatform, withoutID)
 	}
 	if got := s.platform("store-b"); got.Nodes != perPlatform {
 		t.Errorf("store-b after the list: %d nodes, want %d", got.Nodes, perPlatform)
@@ -216,9 +236,9 @@ func TestNodeStoreSyncsFromAPIServer(t *testing.T) {
 	eventually(t, "the store follows the watch", func() (bool, string) {
 		a, b := s.platform("store-a"), s.platform("store-b")
 		return a.Nodes == perPlatform && b.Nodes == perPlatform &&
-				slices.Equal(a.WithoutProviderID, []string{"store-a-000", "store-a-200"}) &&
-				slices.Equal(b.WithoutProviderID, []string{"store-b-000", "store-b-100", "store-b-200"}),
-			fmt.Sprintf("store-a %d %v, store-b %d %v", a.Nodes, a.WithoutProviderID, b.Nodes, b.WithoutProviderID)
+				slices.Equal(a.FirstWithoutProviderID, []string{"store-a-000", "store-a-200"}) && a.WithoutProviderID == 2 &&
+				slices.Equal(b.FirstWithoutProviderID, []string{"store-b-000", "store-b-100", "store-b-200"}) && b.WithoutProviderID == 3,
+			fmt.Sprintf("store-a %d %d %v, store-b %d %d %v", a.Nodes, a.WithoutProviderID, a.FirstWithoutProviderID, b.Nodes, b.WithoutProviderID, b.FirstWithoutProviderID)
 	})
 	enqueued = sets.New[string]()
 	eventually(t, "the watch events enqueue store-a and store-b", func() (bool, string) {

@@ -95,7 +95,7 @@ func (r *NativeCCMReconciler) stallProfile(obj *v1.NativeCCM, reason string, err
 func (r *NativeCCMReconciler) observeNodes(obj *v1.NativeCCM) platformView {
 	nodes := r.nodes.platform(obj.Spec.Platform)
 	obj.Status.Nodes = int32(nodes.Nodes)
-	obj.Status.NodesWithoutProviderID = int32(len(nodes.WithoutProviderID))
+	obj.Status.NodesWithoutProviderID = int32(nodes.WithoutProviderID)
 	switch {
 	case nodes.Nodes > 0:
 		obj.Status.NoNodesSince = nil
