@@ -206,10 +206,12 @@ func (s *Source) read(ctx context.Context, node *corev1.Node, targets []netip.Ad
 		var nodename string
 		wg.Go(func() { md, mdErr = s.talos.PlatformMetadata(ctx, ip.String()) })
 		wg.Go(func() { addrs, addrErr = s.talos.Addresses(ctx, ip.String()) })
-		wg.Go(func() { nodename, nameErr = s.talos.Nodename(ctx, ip.String()) })
 		if needSys {
 			wg.Go(func() { sys, sysErr = s.talos.SystemInformation(ctx, ip.String()) })
 		}
+		// the last read on this goroutine: one goroutine fewer whose stack
+		// grows to a gRPC call's depth, per node
+		nodename, nameErr = s.talos.Nodename(ctx, ip.String())
 		wg.Wait()
 		// The kubelet writes provided-node-ip itself: whoever answers there must
 		// prove to be this node before anything it says is believed.
