@@ -297,9 +297,9 @@ func (s *startupPages) releaseAfterSync(ctx context.Context, inf cache.SharedInd
 // talos-ccm controller reads: managedFields, and every part of the status but
 // the addresses (images, conditions, node info, capacity: on a real node most
 // of its size), with the label and annotation keys and the label values that
-// nodes share stored once (see slimNode). Nothing writes a Node's status from a cached copy (cloud-node
-// patches status.addresses alone), and an update of the Node itself ignores
-// the status it carries. Every controller calls it (whichever --controllers
+// nodes share stored once (see slimNode). Nothing writes a Node's status from
+// a cached copy (cloud-node patches status.addresses alone), and an update of
+// the Node itself ignores the status it carries. Every controller calls it (whichever --controllers
 // enables); it must happen before the informers start, which the framework
 // does after all controllers are constructed.
 func slimNodeCache(cc *cloudcontrollerconfig.CompletedConfig) {

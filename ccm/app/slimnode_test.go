@@ -85,8 +85,8 @@ func TestSlimNodeSharesCommonStrings(t *testing.T) {
 func TestInternTableBounds(t *testing.T) {
 	tab := &internTable{max: 3}
 	for _, s := range []string{"a", "b", "a", "c", "d", "e"} {
-		if got := tab.labels(map[string]string{s: s}); got[s] != s {
-			t.Fatalf("labels(%q) = %v", s, got)
+		if got := tab.shared(map[string]string{s: s}, true); got[s] != s {
+			t.Fatalf("shared(%q) = %v", s, got)
 		}
 	}
 	if n := tab.size(); n != 3 {
@@ -94,10 +94,10 @@ func TestInternTableBounds(t *testing.T) {
 	}
 	long := strings.Repeat("x", maxInternedLen+1)
 	tab = &internTable{max: 10}
-	if got := tab.annotationKeys(map[string]string{long: "v"}); got[long] != "v" || tab.size() != 0 {
+	if got := tab.shared(map[string]string{long: "v"}, false); got[long] != "v" || tab.size() != 0 {
 		t.Errorf("a %d-byte key: got %v, table holds %d", len(long), got, tab.size())
 	}
-	if got := tab.labels(nil); got != nil {
-		t.Errorf("labels(nil) = %v", got)
+	if got := tab.shared(nil, true); got != nil {
+		t.Errorf("shared(nil) = %v", got)
 	}
 }
