@@ -34,7 +34,13 @@ func TestDemoCommandInterrupt(t *testing.T) {
 		r := startDemo(t, "--non-interactive", "--exit-when-done=false", "--timeout=8m")
 		hint := r.waitFor(t, kubectlHint, 15*time.Minute)
 		inner, _ := strconv.Atoi(hint[2])
-		r.waitFor(t, regexp.MustCompile(`running: release native-ccm-`), 15*time.Minute)
+		// both native CCMs (in either order), so that every kind of process
+		// checkNothingLeft asks for has run: the first alone may be AWS's,
+		// before the hcloud testccm has started
+		running := regexp.MustCompile(`running: release (native-ccm-(?:hcloud|aws)) rev `)
+		for up := map[string]bool{}; len(up) < 2; {
+			up[r.waitFor(t, running, 15*time.Minute)[1]] = true
+		}
 		checkKubectl(t, hint[1])
 		netns := checkNetns(t, r, inner)
 
