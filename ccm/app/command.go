@@ -299,9 +299,9 @@ func (s *startupPages) releaseAfterSync(ctx context.Context, inf cache.SharedInd
 // of its size), with the label and annotation keys and the label values that
 // nodes share stored once (see slimNode). Nothing writes a Node's status from
 // a cached copy (cloud-node patches status.addresses alone), and an update of
-// the Node itself ignores the status it carries. Every controller calls it (whichever --controllers
-// enables); it must happen before the informers start, which the framework
-// does after all controllers are constructed.
+// the Node itself ignores the status it carries. Every controller calls it
+// (whichever --controllers enables); it must happen before the informers
+// start, which the framework does after all controllers are constructed.
 func slimNodeCache(cc *cloudcontrollerconfig.CompletedConfig) {
 	// SetTransform fails only once the informer runs; a second call replaces the
 	// same function.
