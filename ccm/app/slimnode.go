@@ -63,22 +63,25 @@ func (t *internTable) get(s string) string {
 	return s
 }
 
-// shared returns m with its keys, and its values too if values, replaced by
-// the table's copies (a new map: a map's keys cannot be replaced in place).
+// shared replaces m's keys, and its values too if values, by the table's
+// copies, in place, and returns m. Storing a key that equals one already in
+// the map stores the new string as the key (the Go runtime updates string
+// keys on overwrite), so no second map is built for each decoded Node;
+// TestSlimNodeSharesCommonStrings holds the runtime to that.
 func (t *internTable) shared(m map[string]string, values bool) map[string]string {
 	if len(m) == 0 {
 		return m
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := make(map[string]string, len(m))
 	for k, v := range m {
 		if values {
 			v = t.get(v)
 		}
-		out[t.get(k)] = v
+		// an existing key: the map gains no entry during the range
+		m[t.get(k)] = v
 	}
-	return out
+	return m
 }
 
 // size is how many strings the table holds.

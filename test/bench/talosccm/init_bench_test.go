@@ -110,7 +110,9 @@ func protobufConfig() *rest.Config {
 // talos-ccm has, encoded as talos-ccm encodes them (protobuf, the
 // cloud-provider framework's default; the registrations are the benchmark's,
 // JSON in both).
-func ceiling(b *testing.B, prefix string, done []corev1.Node, registrants, workers int) writefloor.Ceiling {
+//
+// cpu measures who used the CPU while the ceiling's writes were made.
+func ceiling(b *testing.B, prefix string, done []corev1.Node, registrants, workers int, cpu func() *benchproc.Share) (writefloor.Ceiling, *benchproc.Share) {
 	ctx := context.Background()
 	cs := env.Client.CoreV1().Nodes()
 	pcs := kubernetes.NewForConfigOrDie(protobufConfig()).CoreV1().Nodes()
@@ -134,9 +136,11 @@ func ceiling(b *testing.B, prefix string, done []corev1.Node, registrants, worke
 		_, err = pcs.Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 		return err
 	}}
+	share := cpu()
 	c := writefloor.MeasureStages(b, len(done), register, initialize)
+	share.Stop()
 	parallelDo(len(done), registrants, func(i int) { _ = cs.Delete(ctx, prefix+"-"+strconv.Itoa(i), metav1.DeleteOptions{}) })
-	return c
+	return c, share
 }
 
 func parallelDo(n, workers int, fn func(i int)) {
@@ -248,6 +252,8 @@ type round struct {
 	elapsed time.Duration
 	writes  writefloor.Counts
 	ceiling writefloor.Ceiling
+	// who used the CPU during the round and during its ceiling
+	cpu, ceilingCPU *benchproc.Share
 }
 
 func initialize(b *testing.B, nodes int) {
@@ -346,6 +352,22 @@ func initialize(b *testing.B, nodes int) {
 		cpu, self                           time.Duration
 	)
 	workers := app.DefaultConcurrentNodeSyncs
+	// The control plane's processes (children of this one), this process
+	// (registrants, observer, simulated Talos API) and, during a round,
+	// talos-ccm: whom the two cores work for.
+	plane := benchproc.Children()
+	for _, name := range []string{apiServer, etcd} {
+		if plane[name] == 0 {
+			b.Logf("no %s process among this process's children: its CPU time is not reported", name)
+		}
+	}
+	share := func(talos int) *benchproc.Share {
+		pids := map[string]int{apiServer: plane[apiServer], etcd: plane[etcd], benchmark: os.Getpid()}
+		if talos != 0 {
+			pids[talosCCM] = talos
+		}
+		return benchproc.StartShare(pids)
+	}
 	b.ResetTimer()
 	b.StopTimer()
 	for r, rd := range rs {
@@ -385,6 +407,7 @@ func initialize(b *testing.B, nodes int) {
 		}
 
 		window := writefloor.Open(b, env.Client)
+		rd.cpu = share(cmd.Process.Pid)
 		b.StartTimer()
 		start := time.Now()
 		parallelDo(nodes, registrants, func(i int) { register(r, i) })
@@ -396,6 +419,7 @@ func initialize(b *testing.B, nodes int) {
 		}
 		rd.elapsed = time.Since(start)
 		b.StopTimer()
+		rd.cpu.Stop()
 		rd.writes = window.Close(b)
 		cpu += benchproc.CPU(cmd.Process.Pid) - cpuBefore
 		self += benchproc.CPU(os.Getpid()) - selfBefore
@@ -415,7 +439,7 @@ func initialize(b *testing.B, nodes int) {
 		// the shapes the ceiling writes: what talos-ccm wrote
 		initialized := listRound(b, r, nodes)
 		deleteRound(b, r, nodes)
-		rd.ceiling = ceiling(b, fmt.Sprintf("ceiling-%d", r), initialized, registrants, workers)
+		rd.ceiling, rd.ceilingCPU = ceiling(b, fmt.Sprintf("ceiling-%d", r), initialized, registrants, workers, func() *benchproc.Share { return share(0) })
 	}
 
 	// The figure compares the fastest round with the fastest ceiling. Each
@@ -447,7 +471,26 @@ func initialize(b *testing.B, nodes int) {
 		rss, anon, file, rss-base, base, ep.Requests())
 	b.Logf("talos-ccm RSS when started and idle: %.1f MiB; at the end the binary's pages are %.1f MiB code and %.1f MiB read-only data", idle, code, rodata)
 	b.Logf("CPU time in the %d rounds: talos-ccm %.2f s (%.2f ms per node); the benchmark's process (registrants, watch, simulated Talos API) %.2f s", rounds, cpu.Seconds(), float64(cpu.Microseconds())/1000/float64(rounds*nodes), self.Seconds())
+	var during, ceilingCPU []*benchproc.Share
+	for _, rd := range rs {
+		during, ceilingCPU = append(during, rd.cpu), append(ceilingCPU, rd.ceilingCPU)
+	}
+	// Machine speed drifts between rounds; one process's CPU time against
+	// another's measured in the same rounds does not.
+	talosPerAPI := benchproc.PerObject(during, talosCCM, nodes) / benchproc.PerObject(during, apiServer, nodes)
+	b.ReportMetric(talosPerAPI, "talos-ccm-cpu-per-apiserver-cpu")
+	b.Logf("CPU per node, median of the rounds: while talos-ccm initialized: %s; in the ceiling rounds (the same writes, no talos-ccm): %s; talos-ccm used %.2f ms for each ms of kube-apiserver's",
+		benchproc.Describe(during, []string{apiServer, etcd, talosCCM, benchmark}, nodes),
+		benchproc.Describe(ceilingCPU, []string{apiServer, etcd, benchmark}, nodes), talosPerAPI)
 }
+
+// The processes whose CPU time the benchmark reports.
+const (
+	apiServer = "kube-apiserver"
+	etcd      = "etcd"
+	talosCCM  = "talos-ccm"
+	benchmark = "benchmark"
+)
 
 // listRound returns round r's nodes as the API server holds them.
 func listRound(b *testing.B, r, nodes int) []corev1.Node {

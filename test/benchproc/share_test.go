@@ -1,0 +1,72 @@
+package benchproc
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A process this one starts is found by its command name, and its CPU time
+// in a window is measured; the machine's busy share is a fraction.
+func TestShareMeasuresAChild(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh")
+	}
+	// a shell that spins for a while, then sleeps until killed
+	cmd := exec.Command(sh, "-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; exec sleep 60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	children := Children()
+	if children["sh"] != cmd.Process.Pid {
+		t.Fatalf("children %v: want sh with pid %d", children, cmd.Process.Pid)
+	}
+	s := StartShare(map[string]int{"sh": cmd.Process.Pid, "gone": 1 << 30})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		// the spinning is over once the shell became sleep
+		if Children()["sleep"] == cmd.Process.Pid || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.Stop()
+	if s.Used["sh"] <= 0 {
+		t.Errorf("the spinning shell used %v of CPU", s.Used["sh"])
+	}
+	if s.Used["gone"] != 0 {
+		t.Errorf("a process that does not exist used %v", s.Used["gone"])
+	}
+	if s.Busy <= 0 || s.Busy > 1 {
+		t.Errorf("busy fraction %v, want in (0, 1]", s.Busy)
+	}
+}
+
+// Per-object figures are the median over the windows, and a window without
+// the process (or never stopped) does not count.
+func TestPerObjectIsTheMedian(t *testing.T) {
+	w := func(ms int) *Share {
+		return &Share{Used: map[string]time.Duration{"p": time.Duration(ms) * time.Millisecond}, Busy: 0.9}
+	}
+	windows := []*Share{w(300), w(100), nil, w(200), {}}
+	if got := PerObject(windows, "p", 100); got != 2 {
+		t.Errorf("PerObject = %v ms, want 2 (the median of 1, 2 and 3)", got)
+	}
+	if got := PerObject(windows, "other", 100); got != 0 {
+		t.Errorf("PerObject of a process in no window = %v, want 0", got)
+	}
+	d := Describe(windows, []string{"p"}, 100)
+	if !strings.Contains(d, "p 2.00 ms") || !strings.Contains(d, "≥ 90 %") {
+		t.Errorf("Describe = %q", d)
+	}
+}
+
+func TestMachineCPU(t *testing.T) {
+	busy, total := MachineCPU()
+	if total <= 0 || busy <= 0 || busy > total {
+		t.Errorf("busy %v of %v", busy, total)
+	}
+}
