@@ -94,6 +94,10 @@ func CPU(pid int) time.Duration {
 // kills it. The benchmarks' memory baselines are such binaries: a process
 // that links what a component must link and does nothing else.
 func IdleHWM(bin string, settle time.Duration) (float64, error) {
+	// started cold, as the component it is the baseline of (see Cold)
+	if _, err := Cold(bin); err != nil {
+		return 0, fmt.Errorf("memory baseline: %w", err)
+	}
 	cmd := exec.Command(bin)
 	if err := cmd.Start(); err != nil {
 		return 0, fmt.Errorf("memory baseline %s: %w", bin, err)

@@ -1,7 +1,10 @@
 package benchproc
 
 import (
+	"bytes"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -68,5 +71,38 @@ func TestMachineCPU(t *testing.T) {
 	busy, total := MachineCPU()
 	if total <= 0 || busy <= 0 || busy > total {
 		t.Errorf("busy %v of %v", busy, total)
+	}
+}
+
+// A file read into the page cache is dropped from it.
+func TestColdDropsAFileFromThePageCache(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bin")
+	if err := os.WriteFile(path, bytes.Repeat([]byte("x"), 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.ReadFile(path); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	before, err := cached(f, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before == 0 {
+		t.Skip("this file system does not use the page cache for the file")
+	}
+	left, err := Cold(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Errorf("%d of %d bytes still cached after Cold", left, before)
+	}
+	if _, err := Cold(filepath.Join(t.TempDir(), "missing")); err == nil || !strings.Contains(err.Error(), "missing") {
+		t.Errorf("Cold of a missing file: %v, want an error naming it", err)
 	}
 }

@@ -456,6 +456,7 @@ func startCoordinator(b *testing.B, profilesDir, tag string) *coordinatorProcess
 		b.Fatal(err)
 	}
 	defer func() { _ = logFile.Close() }()
+	benchproc.StartCold(b, coordBin)
 	// The chart's arguments and values.yaml defaults.
 	cmd := exec.Command(coordBin,
 		"--kubeconfig="+kubeconfig,
@@ -499,6 +500,7 @@ func startGate(ctx context.Context, b *testing.B, n int) *gatetest.Gate {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		b.Fatal(err)
 	}
+	benchproc.StartCold(b, gateBin)
 	g, err := gatetest.StartGate(gateBin, dir, platformName(0), env.Config, "")
 	if err != nil {
 		b.Fatal(err)

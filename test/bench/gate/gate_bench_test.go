@@ -31,6 +31,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/gatetest"
+	"github.com/hybrid-ccm/hybrid-ccm/test/benchproc"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
@@ -126,6 +127,9 @@ func start(dir string) (*fixture, error) {
 	}
 	direct := &rest.Config{Host: env.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: env.Config.CAData}, BearerToken: token, QPS: -1, Burst: -1}
 	// GATE_BENCH_FLAGS adds flags, e.g. --cache=false to compare.
+	if _, err := benchproc.Cold(bin); err != nil { // measured from a cold start, see benchproc.Cold
+		return nil, err
+	}
 	g, err := gatetest.StartGate(bin, dir, platform, direct, token, strings.Fields(os.Getenv("GATE_BENCH_FLAGS"))...)
 	if err != nil {
 		return nil, err

@@ -372,6 +372,7 @@ func initialize(b *testing.B, nodes int) {
 	b.StopTimer()
 	for r, rd := range rs {
 		logs, _ := os.Create(filepath.Join(b.TempDir(), fmt.Sprintf("talos-ccm-%d.log", r)))
+		benchproc.StartCold(b, bin)
 		cmd := exec.Command(bin, args...)
 		cmd.Stdout, cmd.Stderr = logs, logs
 		if err := cmd.Start(); err != nil {
