@@ -21,7 +21,8 @@ import (
 // 30 to 38 MiB of executable pages depending on that alone.
 //
 // It returns how many bytes of the file are still cached afterwards (pages
-// that another process maps or that are being written back stay).
+// that another process maps stay, and a file on tmpfs stays whole: its pages
+// are the file).
 func Cold(path string) (int64, error) {
 	f, err := os.Open(path)
 	if err != nil {

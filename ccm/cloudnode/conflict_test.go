@@ -1,0 +1,111 @@
+package cloudnode_test
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
+)
+
+// statusCounter counts the API server's answers to node updates (PUT) by
+// status code.
+type statusCounter struct {
+	next http.RoundTripper
+	mu   sync.Mutex
+	puts map[int]int
+}
+
+func (s *statusCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := s.next.RoundTrip(r)
+	if err == nil && r.Method == http.MethodPut {
+		s.mu.Lock()
+		s.puts[resp.StatusCode]++
+		s.mu.Unlock()
+	}
+	return resp, err
+}
+
+func (s *statusCounter) count(code int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.puts[code]
+}
+
+// TestUpdateConflictKeepsTheOtherWrite: the kubelet writes the Node between
+// talos-ccm's read of it (the informer's copy the lookup started from) and
+// talos-ccm's update. The API server refuses that update (409, a stale
+// resourceVersion) and cloud-node writes its facts onto the Node as it now is:
+// the node ends initialized and keeps what the kubelet wrote. An update sent
+// without the resourceVersion it was read at would have erased the kubelet's
+// label instead.
+func TestUpdateConflictKeepsTheOtherWrite(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	const name = "conflict-0"
+	n := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{{Key: names.UninitializedTaint, Value: "true", Effect: corev1.TaintEffectNoSchedule}}},
+	}
+	created, err := env.Client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.40"}}
+	if _, err := env.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	counter := &statusCounter{puts: map[int]int{}}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter }
+	src := &heldSource{release: make(chan struct{})}
+	defer run(t, kubernetes.NewForConfigOrDie(cfg), src, 1)()
+
+	// the lookup holds the Node as it was; the kubelet writes it meanwhile
+	for deadline := time.Now().Add(30 * time.Second); src.waiting.Load() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("cloud-node never looked the node up")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	patch := []byte(`{"metadata":{"labels":{"example.com/written-by-kubelet":"yes"}}}`)
+	if _, err := env.Client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	close(src.release)
+
+	var got *corev1.Node
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		got, err = env.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !names.Uninitialized(got.Spec.Taints) && len(got.Status.Addresses) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node not initialized: taints %v, addresses %v", got.Spec.Taints, got.Status.Addresses)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got.Labels["example.com/written-by-kubelet"] != "yes" {
+		t.Errorf("the kubelet's label was lost: labels %v", got.Labels)
+	}
+	if got.Spec.ProviderID != "talos://metal/192.0.2.40" || got.Labels[names.PlatformLabel] != "metal" {
+		t.Errorf("providerID %q, platform label %q: the facts were not written", got.Spec.ProviderID, got.Labels[names.PlatformLabel])
+	}
+	if conflicts, ok := counter.count(http.StatusConflict), counter.count(http.StatusOK); conflicts != 1 || ok != 1 {
+		t.Errorf("node updates answered 409: %d, 200: %d; want one refused for its stale resourceVersion, then one written", conflicts, ok)
+	}
+}
