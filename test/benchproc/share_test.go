@@ -105,8 +105,14 @@ func TestColdDropsAFileFromThePageCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if left != 0 {
+	// the file systems the benchmarks' temporary directories are on here
+	// and in CI drop clean pages; others may keep them
+	known := map[int64]bool{unix.EXT4_SUPER_MAGIC: true, unix.XFS_SUPER_MAGIC: true, unix.BTRFS_SUPER_MAGIC: true, unix.OVERLAYFS_SUPER_MAGIC: true}
+	switch {
+	case left != 0 && known[int64(fs.Type)]:
 		t.Errorf("%d of %d bytes still cached after Cold", left, before)
+	case left != 0:
+		t.Skipf("file system type %#x kept %d of %d bytes cached", fs.Type, left, before)
 	}
 	if _, err := Cold(filepath.Join(t.TempDir(), "missing")); err == nil || !strings.Contains(err.Error(), "missing") {
 		t.Errorf("Cold of a missing file: %v, want an error naming it", err)
