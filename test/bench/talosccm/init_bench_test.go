@@ -478,8 +478,11 @@ func initialize(b *testing.B, nodes int) {
 	}
 	// Machine speed drifts between rounds; one process's CPU time against
 	// another's measured in the same rounds does not.
-	talosPerAPI := benchproc.PerObject(during, talosCCM, nodes) / benchproc.PerObject(during, apiServer, nodes)
-	b.ReportMetric(talosPerAPI, "talos-ccm-cpu-per-apiserver-cpu")
+	var talosPerAPI float64
+	if api := benchproc.PerObject(during, apiServer, nodes); api > 0 {
+		talosPerAPI = benchproc.PerObject(during, talosCCM, nodes) / api
+		b.ReportMetric(talosPerAPI, "talos-ccm-cpu-per-apiserver-cpu")
+	}
 	b.Logf("CPU per node, median of the rounds: while talos-ccm initialized: %s; in the ceiling rounds (the same writes, no talos-ccm): %s; talos-ccm used %.2f ms for each ms of kube-apiserver's",
 		benchproc.Describe(during, []string{apiServer, etcd, talosCCM, benchmark}, nodes),
 		benchproc.Describe(ceilingCPU, []string{apiServer, etcd, benchmark}, nodes), talosPerAPI)
