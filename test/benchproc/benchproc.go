@@ -66,19 +66,9 @@ const clockTick = 100
 // CPU returns the CPU time (user + system) the process has used so far; 0
 // when it cannot be read.
 func CPU(pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// the command name (field 2) is in parentheses and may hold spaces
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+1:])
+	_, f, ok := stat(pid)
 	// f[0] is field 3 (state): utime is field 14, stime field 15
-	if len(f) < 13 {
+	if !ok || len(f) < 13 {
 		return 0
 	}
 	ut, err1 := strconv.ParseInt(f[11], 10, 64)
@@ -89,13 +79,31 @@ func CPU(pid int) time.Duration {
 	return time.Duration(ut+st) * time.Second / clockTick
 }
 
+// stat reads /proc/<pid>/stat: the command name (field 2, in parentheses, and
+// it may hold spaces or parentheses itself) and the fields after it, from the
+// state (field 3) on.
+func stat(pid int) (comm string, fields []string, ok bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return "", nil, false
+	}
+	s := string(b)
+	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || end < open {
+		return "", nil, false
+	}
+	return s[open+1 : end], strings.Fields(s[end+1:]), true
+}
+
 // IdleHWM starts bin with no arguments, lets it run for settle (its package
 // initialization) and returns its peak resident memory (VmHWM) in MiB, then
 // kills it. The benchmarks' memory baselines are such binaries: a process
 // that links what a component must link and does nothing else.
-func IdleHWM(bin string, settle time.Duration) (float64, error) {
-	// started cold, as the component it is the baseline of (see Cold)
-	if _, err := Cold(bin); err != nil {
+//
+// It starts bin cold, as the component it is the baseline of (see ColdStart;
+// logf gets the note when it could not).
+func IdleHWM(logf Logf, bin string, settle time.Duration) (float64, error) {
+	if err := ColdStart(logf, bin); err != nil {
 		return 0, fmt.Errorf("memory baseline: %w", err)
 	}
 	cmd := exec.Command(bin)

@@ -60,7 +60,7 @@ func TestIdleHWM(t *testing.T) {
 	if err := os.WriteFile(script, []byte("#!/bin/sh\nexec "+sleep+" 60\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	v, err := IdleHWM(script, 300*time.Millisecond)
+	v, err := IdleHWM(t.Logf, script, 300*time.Millisecond)
 	if err != nil || v <= 0 {
 		t.Fatalf("IdleHWM of a sleeping process: %v MiB, %v", v, err)
 	}
@@ -68,10 +68,10 @@ func TestIdleHWM(t *testing.T) {
 	if err := os.WriteFile(exits, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := IdleHWM(exits, 300*time.Millisecond); err == nil || !strings.Contains(err.Error(), exits) {
+	if _, err := IdleHWM(t.Logf, exits, 300*time.Millisecond); err == nil || !strings.Contains(err.Error(), exits) {
 		t.Fatalf("IdleHWM of a process that exited at once: %v, want an error naming it", err)
 	}
-	if _, err := IdleHWM(filepath.Join(t.TempDir(), "missing"), time.Millisecond); err == nil {
+	if _, err := IdleHWM(t.Logf, filepath.Join(t.TempDir(), "missing"), time.Millisecond); err == nil {
 		t.Fatal("IdleHWM of a missing binary: no error")
 	}
 }

@@ -67,19 +67,19 @@ func cached(f *os.File, size int64) (int64, error) {
 	return n, nil
 }
 
-// StartCold is Cold for a benchmark: it fails b when the file cannot be
-// dropped, and logs what stayed cached.
-func StartCold(b interface {
-	Helper()
-	Fatal(args ...any)
-	Logf(format string, args ...any)
-}, path string) {
-	b.Helper()
+// Logf is where a benchmark's notes go (testing.B's Logf).
+type Logf func(format string, args ...any)
+
+// ColdStart is Cold before a measured start: an error when the file cannot be
+// dropped, a note through logf when some of it stayed cached (the start is
+// then not cold, and the figure says less).
+func ColdStart(logf Logf, path string) error {
 	left, err := Cold(path)
 	if err != nil {
-		b.Fatal(err)
+		return err
 	}
 	if left > 0 {
-		b.Logf("%s: %d KiB stayed in the page cache (mapped by another process?): its start is not cold", path, left>>10)
+		logf("%s: %d KiB stayed in the page cache (mapped by another process, or a file system that keeps files in memory): its start is not cold", path, left>>10)
 	}
+	return nil
 }

@@ -18,25 +18,15 @@ func Children() map[string]int {
 	if err != nil {
 		return out
 	}
-	self := os.Getpid()
+	self := strconv.Itoa(os.Getpid())
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if open < 0 || end < open {
-			continue
-		}
-		f := strings.Fields(s[end+1:])
 		// f[0] is the state, f[1] the parent
-		if len(f) > 1 && f[1] == strconv.Itoa(self) {
-			out[s[open+1:end]] = pid
+		if comm, f, ok := stat(pid); ok && len(f) > 1 && f[1] == self {
+			out[comm] = pid
 		}
 	}
 	return out
@@ -80,11 +70,14 @@ type Share struct {
 	Busy float64
 }
 
-// StartShare starts measuring the processes in pids (name → pid).
+// StartShare starts measuring the processes in pids (name → pid); a pid of
+// 0 (a process not found) is not measured, and Describe says so.
 func StartShare(pids map[string]int) *Share {
-	s := &Share{pids: pids, start: map[string]time.Duration{}}
+	s := &Share{pids: map[string]int{}, start: map[string]time.Duration{}}
 	for name, pid := range pids {
-		s.start[name] = CPU(pid)
+		if pid > 0 {
+			s.pids[name], s.start[name] = pid, CPU(pid)
+		}
 	}
 	s.busy, s.total = MachineCPU()
 	return s
@@ -122,12 +115,28 @@ func PerObject(windows []*Share, name string, objects int) float64 {
 	return v[len(v)/2]
 }
 
+// measured tells whether any window measured the process.
+func measured(windows []*Share, name string) bool {
+	for _, w := range windows {
+		if w != nil {
+			if _, ok := w.Used[name]; ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Describe lists, for each name, the median CPU time per object over the
 // windows ("kube-apiserver 3.60 ms, etcd 0.70 ms"), and the machine's lowest
 // busy fraction.
 func Describe(windows []*Share, names []string, objects int) string {
 	parts := make([]string, 0, len(names)+1)
 	for _, name := range names {
+		if !measured(windows, name) {
+			parts = append(parts, name+" not measured")
+			continue
+		}
 		parts = append(parts, fmt.Sprintf("%s %.2f ms", name, PerObject(windows, name, objects)))
 	}
 	low := 1.0

@@ -50,6 +50,30 @@ func TestShareMeasuresAChild(t *testing.T) {
 	}
 }
 
+// A command name with spaces and parentheses is read whole (the kernel puts
+// it in parentheses in /proc/<pid>/stat).
+func TestChildrenReadsAnOddName(t *testing.T) {
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skip("no sleep")
+	}
+	odd := filepath.Join(t.TempDir(), "a) (b")
+	if err := os.Symlink(sleep, odd); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(odd, "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	if got := Children()["a) (b"]; got != cmd.Process.Pid {
+		t.Fatalf("children %v: want %q with pid %d", Children(), "a) (b", cmd.Process.Pid)
+	}
+	if CPU(cmd.Process.Pid) < 0 {
+		t.Error("negative CPU time")
+	}
+}
+
 // Per-object figures are the median over the windows, and a window without
 // the process (or never stopped) does not count.
 func TestPerObjectIsTheMedian(t *testing.T) {
@@ -63,9 +87,13 @@ func TestPerObjectIsTheMedian(t *testing.T) {
 	if got := PerObject(windows, "other", 100); got != 0 {
 		t.Errorf("PerObject of a process in no window = %v, want 0", got)
 	}
-	d := Describe(windows, []string{"p"}, 100)
-	if !strings.Contains(d, "p 2.00 ms") || !strings.Contains(d, "≥ 90 %") {
+	d := Describe(windows, []string{"p", "absent"}, 100)
+	if !strings.Contains(d, "p 2.00 ms") || !strings.Contains(d, "absent not measured") || !strings.Contains(d, "≥ 90 %") {
 		t.Errorf("Describe = %q", d)
+	}
+	// a process not found (pid 0) is not measured rather than shown as 0 ms
+	if s := StartShare(map[string]int{"absent": 0}).Stop(); len(s.Used) != 0 {
+		t.Errorf("a pid of 0 was measured: %v", s.Used)
 	}
 }
 

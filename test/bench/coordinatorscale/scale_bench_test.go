@@ -185,7 +185,7 @@ func BenchmarkCoordinatorAtScale(b *testing.B) {
 func measure(ctx context.Context, b *testing.B, profilesDir string, n int, created *int, idle time.Duration) string {
 	// What controller-runtime, fluxcd/pkg/runtime and Helm's SDK occupy
 	// before any work, measured beside the coordinator.
-	floor, err := benchproc.IdleHWM(floorBin, 2*time.Second)
+	floor, err := benchproc.IdleHWM(b.Logf, floorBin, 2*time.Second)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -456,7 +456,9 @@ func startCoordinator(b *testing.B, profilesDir, tag string) *coordinatorProcess
 		b.Fatal(err)
 	}
 	defer func() { _ = logFile.Close() }()
-	benchproc.StartCold(b, coordBin)
+	if err := benchproc.ColdStart(b.Logf, coordBin); err != nil {
+		b.Fatal(err)
+	}
 	// The chart's arguments and values.yaml defaults.
 	cmd := exec.Command(coordBin,
 		"--kubeconfig="+kubeconfig,
@@ -500,7 +502,9 @@ func startGate(ctx context.Context, b *testing.B, n int) *gatetest.Gate {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		b.Fatal(err)
 	}
-	benchproc.StartCold(b, gateBin)
+	if err := benchproc.ColdStart(b.Logf, gateBin); err != nil {
+		b.Fatal(err)
+	}
 	g, err := gatetest.StartGate(gateBin, dir, platformName(0), env.Config, "")
 	if err != nil {
 		b.Fatal(err)

@@ -102,14 +102,14 @@ var (
 
 func setup(b *testing.B) *fixture {
 	b.Helper()
-	setupOnce.Do(func() { shared, setupErr = start(workDir) })
+	setupOnce.Do(func() { shared, setupErr = start(workDir, b.Logf) })
 	if setupErr != nil {
 		b.Fatal(setupErr)
 	}
 	return shared
 }
 
-func start(dir string) (*fixture, error) {
+func start(dir string, logf benchproc.Logf) (*fixture, error) {
 	ctx := context.Background()
 	if err := gatetest.GrantNativeCCM(ctx, env.Client, ccmNS, ccmName); err != nil {
 		return nil, err
@@ -127,7 +127,7 @@ func start(dir string) (*fixture, error) {
 	}
 	direct := &rest.Config{Host: env.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: env.Config.CAData}, BearerToken: token, QPS: -1, Burst: -1}
 	// GATE_BENCH_FLAGS adds flags, e.g. --cache=false to compare.
-	if _, err := benchproc.Cold(bin); err != nil { // measured from a cold start, see benchproc.Cold
+	if err := benchproc.ColdStart(logf, bin); err != nil { // measured from a cold start
 		return nil, err
 	}
 	g, err := gatetest.StartGate(bin, dir, platform, direct, token, strings.Fields(os.Getenv("GATE_BENCH_FLAGS"))...)

@@ -10,6 +10,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -111,8 +112,9 @@ func protobufConfig() *rest.Config {
 // cloud-provider framework's default; the registrations are the benchmark's,
 // JSON in both).
 //
-// cpu measures who used the CPU while the ceiling's writes were made.
-func ceiling(b *testing.B, prefix string, done []corev1.Node, registrants, workers int, cpu func() *benchproc.Share) (writefloor.Ceiling, *benchproc.Share) {
+// It also returns the CPU time of the processes in pids while the writes were
+// made.
+func ceiling(b *testing.B, prefix string, done []corev1.Node, registrants, workers int, pids map[string]int) (writefloor.Ceiling, *benchproc.Share) {
 	ctx := context.Background()
 	cs := env.Client.CoreV1().Nodes()
 	pcs := kubernetes.NewForConfigOrDie(protobufConfig()).CoreV1().Nodes()
@@ -136,7 +138,7 @@ func ceiling(b *testing.B, prefix string, done []corev1.Node, registrants, worke
 		_, err = pcs.Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 		return err
 	}}
-	share := cpu()
+	share := benchproc.StartShare(pids)
 	c := writefloor.MeasureStages(b, len(done), register, initialize)
 	share.Stop()
 	parallelDo(len(done), registrants, func(i int) { _ = cs.Delete(ctx, prefix+"-"+strconv.Itoa(i), metav1.DeleteOptions{}) })
@@ -206,7 +208,7 @@ func exeMiB(pid int, perms string) float64 {
 // floorMiB is the floor binary's peak RSS once its package initialization
 // is done: what talos-ccm's libraries occupy before it does anything.
 func floorMiB(b *testing.B) float64 {
-	v, err := benchproc.IdleHWM(floor, 2*time.Second)
+	v, err := benchproc.IdleHWM(b.Logf, floor, 2*time.Second)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -349,7 +351,7 @@ func initialize(b *testing.B, nodes int) {
 	// the API server's ceiling for the same writes is measured.
 	var (
 		rss, anon, file, code, rodata, idle float64
-		cpu, self                           time.Duration
+		cpu, self                           time.Duration // of talos-ccm and this process, in the rounds
 	)
 	workers := app.DefaultConcurrentNodeSyncs
 	// The control plane's processes (children of this one), this process
@@ -361,18 +363,14 @@ func initialize(b *testing.B, nodes int) {
 			b.Logf("no %s process among this process's children: its CPU time is not reported", name)
 		}
 	}
-	share := func(talos int) *benchproc.Share {
-		pids := map[string]int{apiServer: plane[apiServer], etcd: plane[etcd], benchmark: os.Getpid()}
-		if talos != 0 {
-			pids[talosCCM] = talos
-		}
-		return benchproc.StartShare(pids)
-	}
+	pids := map[string]int{apiServer: plane[apiServer], etcd: plane[etcd], benchmark: os.Getpid()}
 	b.ResetTimer()
 	b.StopTimer()
 	for r, rd := range rs {
 		logs, _ := os.Create(filepath.Join(b.TempDir(), fmt.Sprintf("talos-ccm-%d.log", r)))
-		benchproc.StartCold(b, bin)
+		if err := benchproc.ColdStart(b.Logf, bin); err != nil {
+			b.Fatal(err)
+		}
 		cmd := exec.Command(bin, args...)
 		cmd.Stdout, cmd.Stderr = logs, logs
 		if err := cmd.Start(); err != nil {
@@ -396,7 +394,6 @@ func initialize(b *testing.B, nodes int) {
 		if r == 0 {
 			idle = benchproc.MiB(cmd.Process.Pid, "VmRSS")
 		}
-		cpuBefore, selfBefore := benchproc.CPU(cmd.Process.Pid), benchproc.CPU(os.Getpid())
 		last := r == rounds-1
 		var cpuProfile chan struct{}
 		if heapDir != "" && last {
@@ -408,7 +405,9 @@ func initialize(b *testing.B, nodes int) {
 		}
 
 		window := writefloor.Open(b, env.Client)
-		rd.cpu = share(cmd.Process.Pid)
+		withTalos := maps.Clone(pids)
+		withTalos[talosCCM] = cmd.Process.Pid
+		rd.cpu = benchproc.StartShare(withTalos)
 		b.StartTimer()
 		start := time.Now()
 		parallelDo(nodes, registrants, func(i int) { register(r, i) })
@@ -422,8 +421,8 @@ func initialize(b *testing.B, nodes int) {
 		b.StopTimer()
 		rd.cpu.Stop()
 		rd.writes = window.Close(b)
-		cpu += benchproc.CPU(cmd.Process.Pid) - cpuBefore
-		self += benchproc.CPU(os.Getpid()) - selfBefore
+		cpu += rd.cpu.Used[talosCCM]
+		self += rd.cpu.Used[benchmark]
 		if cpuProfile != nil {
 			<-cpuProfile
 		}
@@ -440,7 +439,7 @@ func initialize(b *testing.B, nodes int) {
 		// the shapes the ceiling writes: what talos-ccm wrote
 		initialized := listRound(b, r, nodes)
 		deleteRound(b, r, nodes)
-		rd.ceiling, rd.ceilingCPU = ceiling(b, fmt.Sprintf("ceiling-%d", r), initialized, registrants, workers, func() *benchproc.Share { return share(0) })
+		rd.ceiling, rd.ceilingCPU = ceiling(b, fmt.Sprintf("ceiling-%d", r), initialized, registrants, workers, pids)
 	}
 
 	// The figure compares the fastest round with the fastest ceiling. Each
