@@ -3,6 +3,7 @@ package cloudnode_test
 import (
 	"context"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -13,7 +14,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/cloud"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/facts"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
+	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
 )
 
 // statusCounter counts the API server's answers to node updates (PUT) by
@@ -46,12 +52,24 @@ func (s *statusCounter) count(code int) int {
 // resourceVersion) and cloud-node writes its facts onto the Node as it now is:
 // the node ends initialized and keeps what the kubelet wrote. An update sent
 // without the resourceVersion it was read at would have erased the kubelet's
-// label instead.
+// label instead. The facts come from a real Talos API (talosnode: mTLS, the
+// COSI state server) through talos-ccm's own facts source; the node's Talos
+// API holds the lookup while the kubelet writes.
 func TestUpdateConflictKeepsTheOtherWrite(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	const name = "conflict-0"
+	const name, ip = "conflict-0", "192.0.2.40"
+	ep := talosnode.StartFor(t)
+	machine, err := ep.AddNode(name, []string{ip}, talosnode.Spec{
+		Metadata:  &runtime.PlatformMetadataSpec{Platform: "metal", Hostname: name},
+		Addresses: []talosnode.Address{{Link: "eth0", Prefix: ip + "/24"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	machine.Hold()
+	defer machine.Release()
 	n := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{{Key: names.UninitializedTaint, Value: "true", Effect: corev1.TaintEffectNoSchedule}}},
@@ -61,7 +79,7 @@ func TestUpdateConflictKeepsTheOtherWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
-	created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.40"}}
+	created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}
 	if _, err := env.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -69,11 +87,11 @@ func TestUpdateConflictKeepsTheOtherWrite(t *testing.T) {
 	counter := &statusCounter{puts: map[int]int{}}
 	cfg := rest.CopyConfig(env.Config)
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter }
-	src := &heldSource{release: make(chan struct{})}
+	src := facts.NewSource(ep.ClientFor(t), cloud.NewInterpreter(nil), facts.Options{})
 	defer run(t, kubernetes.NewForConfigOrDie(cfg), src, 1)()
 
 	// the lookup holds the Node as it was; the kubelet writes it meanwhile
-	for deadline := time.Now().Add(30 * time.Second); src.waiting.Load() == 0; {
+	for deadline := time.Now().Add(30 * time.Second); machine.Held() == 0; {
 		if time.Now().After(deadline) {
 			t.Fatal("cloud-node never looked the node up")
 		}
@@ -83,15 +101,17 @@ func TestUpdateConflictKeepsTheOtherWrite(t *testing.T) {
 	if _, err := env.Client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	close(src.release)
+	machine.Release()
 
+	want := []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}, {Type: corev1.NodeHostName, Address: name}}
 	var got *corev1.Node
 	for deadline := time.Now().Add(60 * time.Second); ; {
 		got, err = env.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !names.Uninitialized(got.Spec.Taints) && len(got.Status.Addresses) == 1 {
+		// initialized: the taint is gone and the addresses from Talos are written
+		if !names.Uninitialized(got.Spec.Taints) && slices.Equal(got.Status.Addresses, want) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -102,7 +122,7 @@ func TestUpdateConflictKeepsTheOtherWrite(t *testing.T) {
 	if got.Labels["example.com/written-by-kubelet"] != "yes" {
 		t.Errorf("the kubelet's label was lost: labels %v", got.Labels)
 	}
-	if got.Spec.ProviderID != "talos://metal/192.0.2.40" || got.Labels[names.PlatformLabel] != "metal" {
+	if got.Spec.ProviderID != "talos://metal/"+ip || got.Labels[names.PlatformLabel] != "metal" {
 		t.Errorf("providerID %q, platform label %q: the facts were not written", got.Spec.ProviderID, got.Labels[names.PlatformLabel])
 	}
 	if conflicts, ok := counter.count(http.StatusConflict), counter.count(http.StatusOK); conflicts != 1 || ok != 1 {

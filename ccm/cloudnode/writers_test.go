@@ -82,7 +82,7 @@ func (w *writeCounter) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // run starts cloud-node looking nodes up in src, with workers writers writing
 // through client; the function it returns stops it and waits for its workers.
-func run(t *testing.T, client kubernetes.Interface, src *heldSource, workers int) (stop func()) {
+func run(t *testing.T, client kubernetes.Interface, src cloudnode.FactSource, workers int) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	factory := informers.NewSharedInformerFactory(env.Client, 0)
