@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/cosi-project/runtime/pkg/resource"
+	"github.com/cosi-project/runtime/pkg/resource/protobuf"
 	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/siderolabs/talos/pkg/machinery/nethelpers"
 	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
@@ -34,19 +36,34 @@ type Address struct {
 	Prefix string // e.g. "10.0.0.5/24", "2001:db8::5/64"
 }
 
+// create stores r in the node's state already marshaled, as the COSI state
+// server sends it (protobuf and YAML spec): the server then answers every
+// request with those bytes instead of encoding the resource again. The
+// answers are byte for byte what it would send for r; what it saves is the
+// work a real Talos node does on its own CPU (machined encoding its
+// resources), which in a test would land on the cores the API server and
+// talos-ccm share.
+func create(ctx context.Context, st state.State, r resource.Resource) error {
+	m, err := protobuf.FromResource(r)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", r.Metadata().Type(), err)
+	}
+	return st.Create(ctx, m)
+}
+
 func (s Spec) apply(ctx context.Context, st state.State, name string) error {
 	nn := k8s.NewNodename(k8s.NamespaceName, k8s.NodenameID)
 	nn.TypedSpec().Nodename = name
 	if s.Nodename != "" {
 		nn.TypedSpec().Nodename = s.Nodename
 	}
-	if err := st.Create(ctx, nn); err != nil {
+	if err := create(ctx, st, nn); err != nil {
 		return fmt.Errorf("create Nodename: %w", err)
 	}
 	if s.Metadata != nil {
 		r := runtime.NewPlatformMetadataSpec(runtime.NamespaceName, runtime.PlatformMetadataID)
 		*r.TypedSpec() = *s.Metadata
-		if err := st.Create(ctx, r); err != nil {
+		if err := create(ctx, st, r); err != nil {
 			return fmt.Errorf("create PlatformMetadata: %w", err)
 		}
 	}
@@ -55,14 +72,14 @@ func (s Spec) apply(ctx context.Context, st state.State, name string) error {
 		if err != nil {
 			return fmt.Errorf("addresses[%d]: %w", i, err)
 		}
-		if err := st.Create(ctx, r); err != nil {
+		if err := create(ctx, st, r); err != nil {
 			return fmt.Errorf("create AddressStatus %s: %w", a.Prefix, err)
 		}
 	}
 	if s.System != nil {
 		r := hardware.NewSystemInformation(hardware.SystemInformationID)
 		*r.TypedSpec() = *s.System
-		if err := st.Create(ctx, r); err != nil {
+		if err := create(ctx, st, r); err != nil {
 			return fmt.Errorf("create SystemInformation: %w", err)
 		}
 	}
@@ -103,7 +120,7 @@ func (n *Node) AddAddress(ctx context.Context, a Address) error {
 	if err != nil {
 		return fmt.Errorf("address %q: %w", a.Prefix, err)
 	}
-	if err := n.state.Create(ctx, r); err != nil {
+	if err := create(ctx, n.state, r); err != nil {
 		return fmt.Errorf("create AddressStatus %s: %w", a.Prefix, err)
 	}
 	return nil
@@ -116,10 +133,14 @@ func (n *Node) SetMetadata(ctx context.Context, md runtime.PlatformMetadataSpec)
 	*r.TypedSpec() = md
 	if err != nil {
 		if state.IsNotFoundError(err) {
-			return n.state.Create(ctx, r)
+			return create(ctx, n.state, r)
 		}
 		return err
 	}
 	r.Metadata().SetVersion(cur.Metadata().Version())
-	return n.state.Update(ctx, r)
+	m, err := protobuf.FromResource(r)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", r.Metadata().Type(), err)
+	}
+	return n.state.Update(ctx, m)
 }
