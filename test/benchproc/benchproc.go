@@ -66,17 +66,23 @@ const clockTick = 100
 // CPU returns the CPU time (user + system) the process has used so far; 0
 // when it cannot be read.
 func CPU(pid int) time.Duration {
+	d, _ := cpuTime(pid)
+	return d
+}
+
+// cpuTime is CPU, and whether /proc/<pid>/stat could be read.
+func cpuTime(pid int) (time.Duration, bool) {
 	_, f, ok := stat(pid)
 	// f[0] is field 3 (state): utime is field 14, stime field 15
 	if !ok || len(f) < 13 {
-		return 0
+		return 0, false
 	}
 	ut, err1 := strconv.ParseInt(f[11], 10, 64)
 	st, err2 := strconv.ParseInt(f[12], 10, 64)
 	if err1 != nil || err2 != nil {
-		return 0
+		return 0, false
 	}
-	return time.Duration(ut+st) * time.Second / clockTick
+	return time.Duration(ut+st) * time.Second / clockTick, true
 }
 
 // stat reads /proc/<pid>/stat: the command name (field 2, in parentheses, and

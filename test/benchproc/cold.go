@@ -55,6 +55,7 @@ func cached(f *os.File, size int64) (int64, error) {
 	defer func() { _ = unix.Munmap(m) }()
 	page := int64(os.Getpagesize())
 	vec := make([]byte, (size+page-1)/page)
+	// golang.org/x/sys/unix has no Mincore wrapper on Linux
 	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
 		return 0, fmt.Errorf("residency of %s: mincore: %w", f.Name(), errno)
 	}

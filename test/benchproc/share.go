@@ -70,13 +70,15 @@ type Share struct {
 	Busy float64
 }
 
-// StartShare starts measuring the processes in pids (name → pid); a pid of
-// 0 (a process not found) is not measured, and Describe says so.
+// StartShare starts measuring the processes in pids (name → pid). A process
+// whose CPU time cannot be read at the start or at the end of the window (a
+// pid of 0 for a process not found, one that exited) is not measured: it has
+// no Used entry, and Describe says so.
 func StartShare(pids map[string]int) *Share {
 	s := &Share{pids: map[string]int{}, start: map[string]time.Duration{}}
 	for name, pid := range pids {
-		if pid > 0 {
-			s.pids[name], s.start[name] = pid, CPU(pid)
+		if d, ok := cpuTime(pid); pid > 0 && ok {
+			s.pids[name], s.start[name] = pid, d
 		}
 	}
 	s.busy, s.total = MachineCPU()
@@ -87,7 +89,9 @@ func StartShare(pids map[string]int) *Share {
 func (s *Share) Stop() *Share {
 	s.Used = map[string]time.Duration{}
 	for name, pid := range s.pids {
-		s.Used[name] = CPU(pid) - s.start[name]
+		if d, ok := cpuTime(pid); ok {
+			s.Used[name] = d - s.start[name]
+		}
 	}
 	busy, total := MachineCPU()
 	if total > s.total {
@@ -97,11 +101,17 @@ func (s *Share) Stop() *Share {
 }
 
 // PerObject is a process's CPU time per object in milliseconds, the median
-// over the windows.
+// over the windows that measured it; 0 when none did.
 func PerObject(windows []*Share, name string, objects int) float64 {
+	v, _ := perObject(windows, name, objects)
+	return v
+}
+
+// perObject is PerObject, and whether any window measured the process.
+func perObject(windows []*Share, name string, objects int) (float64, bool) {
 	var v []float64
 	for _, w := range windows {
-		if w == nil || w.Used == nil {
+		if w == nil {
 			continue
 		}
 		if d, ok := w.Used[name]; ok {
@@ -109,22 +119,10 @@ func PerObject(windows []*Share, name string, objects int) float64 {
 		}
 	}
 	if len(v) == 0 {
-		return 0
+		return 0, false
 	}
 	slices.Sort(v)
-	return v[len(v)/2]
-}
-
-// measured tells whether any window measured the process.
-func measured(windows []*Share, name string) bool {
-	for _, w := range windows {
-		if w != nil {
-			if _, ok := w.Used[name]; ok {
-				return true
-			}
-		}
-	}
-	return false
+	return v[len(v)/2], true
 }
 
 // Describe lists, for each name, the median CPU time per object over the
@@ -133,11 +131,11 @@ func measured(windows []*Share, name string) bool {
 func Describe(windows []*Share, names []string, objects int) string {
 	parts := make([]string, 0, len(names)+1)
 	for _, name := range names {
-		if !measured(windows, name) {
+		if v, ok := perObject(windows, name, objects); ok {
+			parts = append(parts, fmt.Sprintf("%s %.2f ms", name, v))
+		} else {
 			parts = append(parts, name+" not measured")
-			continue
 		}
-		parts = append(parts, fmt.Sprintf("%s %.2f ms", name, PerObject(windows, name, objects)))
 	}
 	low := 1.0
 	for _, w := range windows {

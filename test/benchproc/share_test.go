@@ -42,8 +42,8 @@ func TestShareMeasuresAChild(t *testing.T) {
 	if s.Used["sh"] <= 0 {
 		t.Errorf("the spinning shell used %v of CPU", s.Used["sh"])
 	}
-	if s.Used["gone"] != 0 {
-		t.Errorf("a process that does not exist used %v", s.Used["gone"])
+	if d, ok := s.Used["gone"]; ok {
+		t.Errorf("a process that does not exist was measured: %v", d)
 	}
 	if s.Busy <= 0 || s.Busy > 1 {
 		t.Errorf("busy fraction %v, want in (0, 1]", s.Busy)
@@ -51,17 +51,19 @@ func TestShareMeasuresAChild(t *testing.T) {
 }
 
 // A command name with spaces and parentheses is read whole (the kernel puts
-// it in parentheses in /proc/<pid>/stat).
+// it in parentheses in /proc/<pid>/stat): the process is found by it, and its
+// CPU time is read from the fields after it.
 func TestChildrenReadsAnOddName(t *testing.T) {
-	sleep, err := exec.LookPath("sleep")
+	sh, err := exec.LookPath("sh")
 	if err != nil {
-		t.Skip("no sleep")
+		t.Skip("no sh")
 	}
 	odd := filepath.Join(t.TempDir(), "a) (b")
-	if err := os.Symlink(sleep, odd); err != nil {
+	if err := os.Symlink(sh, odd); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(odd, "60")
+	// it spins until killed, keeping its name
+	cmd := exec.Command(odd, "-c", "while :; do :; done")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -69,8 +71,37 @@ func TestChildrenReadsAnOddName(t *testing.T) {
 	if got := Children()["a) (b"]; got != cmd.Process.Pid {
 		t.Fatalf("children %v: want %q with pid %d", Children(), "a) (b", cmd.Process.Pid)
 	}
-	if CPU(cmd.Process.Pid) < 0 {
-		t.Error("negative CPU time")
+	for deadline := time.Now().Add(30 * time.Second); CPU(cmd.Process.Pid) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("no CPU time read for a process that spins")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A process that exits during the window is not measured (no Used entry),
+// and Describe says so instead of printing a figure.
+func TestShareOfAProcessThatExits(t *testing.T) {
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skip("no sleep")
+	}
+	cmd := exec.Command(sleep, "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := StartShare(map[string]int{"brief": cmd.Process.Pid, "self": os.Getpid()})
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	s.Stop()
+	if d, ok := s.Used["brief"]; ok {
+		t.Errorf("a process gone at the window's end was measured: %v", d)
+	}
+	if _, ok := s.Used["self"]; !ok {
+		t.Error("this process was not measured")
+	}
+	if d := Describe([]*Share{s}, []string{"brief"}, 1); !strings.Contains(d, "brief not measured") {
+		t.Errorf("Describe = %q", d)
 	}
 }
 

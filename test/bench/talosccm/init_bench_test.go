@@ -519,14 +519,15 @@ func initialize(b *testing.B, nodes int) {
 	}
 	// Machine speed drifts between rounds; one process's CPU time against
 	// another's measured in the same rounds does not.
-	var talosPerAPI float64
-	if api := benchproc.PerObject(during, apiServer, nodes); api > 0 {
-		talosPerAPI = benchproc.PerObject(during, talosCCM, nodes) / api
-		b.ReportMetric(talosPerAPI, "talos-ccm-cpu-per-apiserver-cpu")
+	perAPI := "talos-ccm's CPU per ms of kube-apiserver's: not measured"
+	api, talos := benchproc.PerObject(during, apiServer, nodes), benchproc.PerObject(during, talosCCM, nodes)
+	if api > 0 && talos > 0 {
+		b.ReportMetric(talos/api, "talos-ccm-cpu-per-apiserver-cpu")
+		perAPI = fmt.Sprintf("talos-ccm used %.2f ms for each ms of kube-apiserver's", talos/api)
 	}
-	b.Logf("CPU per node, median of the rounds: while talos-ccm initialized: %s; in the ceiling rounds (the same writes, no talos-ccm): %s; talos-ccm used %.2f ms for each ms of kube-apiserver's",
+	b.Logf("CPU per node, median of the rounds: while talos-ccm initialized: %s; in the ceiling rounds (the same writes, no talos-ccm): %s; %s",
 		benchproc.Describe(during, []string{apiServer, etcd, talosCCM, benchmark}, nodes),
-		benchproc.Describe(ceilingCPU, []string{apiServer, etcd, benchmark}, nodes), talosPerAPI)
+		benchproc.Describe(ceilingCPU, []string{apiServer, etcd, benchmark}, nodes), perAPI)
 }
 
 // The processes whose CPU time the benchmark reports.
