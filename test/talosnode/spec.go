@@ -44,11 +44,20 @@ type Address struct {
 // resources), which in a test would land on the cores the API server and
 // talos-ccm share.
 func create(ctx context.Context, st state.State, r resource.Resource) error {
-	m, err := protobuf.FromResource(r)
+	m, err := encoded(r)
 	if err != nil {
-		return fmt.Errorf("encode %s: %w", r.Metadata().Type(), err)
+		return err
 	}
 	return st.Create(ctx, m)
+}
+
+// encoded is r as the state server sends it (see create).
+func encoded(r resource.Resource) (resource.Resource, error) {
+	m, err := protobuf.FromResource(r)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s %s: %w", r.Metadata().Type(), r.Metadata().ID(), err)
+	}
+	return m, nil
 }
 
 func (s Spec) apply(ctx context.Context, st state.State, name string) error {
@@ -131,16 +140,17 @@ func (n *Node) SetMetadata(ctx context.Context, md runtime.PlatformMetadataSpec)
 	r := runtime.NewPlatformMetadataSpec(runtime.NamespaceName, runtime.PlatformMetadataID)
 	cur, err := n.state.Get(ctx, r.Metadata())
 	*r.TypedSpec() = md
-	if err != nil {
-		if state.IsNotFoundError(err) {
-			return create(ctx, n.state, r)
+	if state.IsNotFoundError(err) {
+		err = create(ctx, n.state, r)
+	} else if err == nil {
+		r.Metadata().SetVersion(cur.Metadata().Version())
+		var m resource.Resource
+		if m, err = encoded(r); err == nil {
+			err = n.state.Update(ctx, m)
 		}
-		return err
 	}
-	r.Metadata().SetVersion(cur.Metadata().Version())
-	m, err := protobuf.FromResource(r)
 	if err != nil {
-		return fmt.Errorf("encode %s: %w", r.Metadata().Type(), err)
+		return fmt.Errorf("talosnode: node %s: set PlatformMetadata: %w", n.Name, err)
 	}
-	return n.state.Update(ctx, m)
+	return nil
 }

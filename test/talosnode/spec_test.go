@@ -2,6 +2,7 @@ package talosnode
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	cosiv1alpha1 "github.com/cosi-project/runtime/api/v1alpha1"
@@ -91,5 +92,32 @@ func TestStoredAnswersAreWhatTheServerEncodes(t *testing.T) {
 	}
 	if len(wl.sent) != 1 || len(gl.sent) != len(wl.sent) || !proto.Equal(wl.sent[0], gl.sent[0]) {
 		t.Errorf("List: stored answers differ:\n got %v\nwant %v", gl.sent, wl.sent)
+	}
+}
+
+// SetMetadata replaces the node's PlatformMetadata, stored encoded too: the
+// server answers the new spec.
+func TestSetMetadataStoresEncoded(t *testing.T) {
+	ctx := context.Background()
+	n := &Node{Name: "web-1", state: state.WrapCore(namespaced.NewState(inmem.Build))}
+	n.rpc = server.NewState(n.state)
+	for _, host := range []string{"first", "second"} { // created, then updated
+		if err := n.SetMetadata(ctx, runtime.PlatformMetadataSpec{Platform: "metal", Hostname: host}); err != nil {
+			t.Fatal(err)
+		}
+		r, err := n.state.Get(ctx, runtime.NewPlatformMetadataSpec(runtime.NamespaceName, runtime.PlatformMetadataID).Metadata())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := r.(*protobuf.Resource); !ok {
+			t.Fatalf("stored as %T, not encoded", r)
+		}
+		a, err := n.rpc.Get(ctx, &cosiv1alpha1.GetRequest{Namespace: runtime.NamespaceName, Type: runtime.PlatformMetadataType, Id: runtime.PlatformMetadataID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if y := a.Resource.GetSpec().GetYamlSpec(); !strings.Contains(y, "hostname: "+host) {
+			t.Errorf("after setting hostname %q the server answers %q", host, y)
+		}
 	}
 }
