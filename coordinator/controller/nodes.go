@@ -33,8 +33,9 @@ import (
 // reflector lists Nodes in pages (pagedNodes) and watches them; a change that
 // moves a platform's count or its nodes without providerID enqueues that
 // platform's NativeCCMs. It is the controller's source of Node events and
-// reports synced after the first complete list, so no NativeCCM is
-// reconciled before its nodes are known.
+// reports synced after the first complete list has been counted and its
+// platforms enqueued, so no NativeCCM is reconciled before its nodes are
+// known.
 type nodeStore struct {
 	lw toolscache.ListerWatcher
 	// nativeCCMs lists the NativeCCMs of a platform (the manager's cache).
@@ -304,8 +305,10 @@ func (s *nodeStore) Replace(list []any, _ string) error {
 	}
 	s.nodes, s.platforms = fresh.nodes, fresh.platforms
 	s.mu.Unlock()
-	s.syncOnce.Do(func() { close(s.synced) })
+	// Synced only once the list's platforms are in the queue: whoever
+	// waited for the sync finds them there.
 	s.enqueue(changed)
+	s.syncOnce.Do(func() { close(s.synced) })
 	return nil
 }
 

@@ -71,8 +71,16 @@ func TestNodeStoreEvents(t *testing.T) {
 	q := newTestQueue()
 	defer q.ShutDown()
 	s.queue, s.ctx = q, context.Background()
-	// each platform has one NativeCCM named after it, "b" has two
+	// each platform has one NativeCCM named after it, "b" has two. The
+	// first list's platforms are enqueued before the store reports synced:
+	// whoever waited for the sync finds them in the queue.
+	var syncedBeforeEnqueue []string
 	s.nativeCCMs = func(_ context.Context, p string) ([]string, error) {
+		select {
+		case <-s.synced:
+		default:
+			syncedBeforeEnqueue = append(syncedBeforeEnqueue, p)
+		}
 		if p == "b" {
 			return []string{"b", "b-2"}, nil
 		}
@@ -121,6 +129,12 @@ func TestNodeStoreEvents(t *testing.T) {
 			t.Fatalf("%s: %v", step.name, err)
 		}
 		enqueued(step.name, step.want...)
+		if step.name == "first list" {
+			slices.Sort(syncedBeforeEnqueue)
+			if !slices.Equal(syncedBeforeEnqueue, []string{"a", "b"}) {
+				t.Errorf("platforms enqueued before the store reported synced: %v, want [a b]", syncedBeforeEnqueue)
+			}
+		}
 	}
 	view("a", 1)
 	view("b", 1, "a3")
