@@ -393,7 +393,11 @@ func initialize(b *testing.B, nodes int) {
 	// the API server's ceiling for the same writes is measured.
 	var (
 		rss, anon, file, code, rodata, idle float64
-		cpu, self                           time.Duration // of talos-ccm and this process, in the rounds
+		// startPeak is talos-ccm's peak RSS before a round's nodes (package
+		// initialization, which maps much of the executable before main can
+		// give it back, and start-up), the highest of the rounds
+		startPeak float64
+		cpu, self time.Duration // of talos-ccm and this process, in the rounds
 	)
 	workers := app.DefaultConcurrentNodeSyncs
 	// The control plane's processes (children of this one), this process
@@ -436,6 +440,7 @@ func initialize(b *testing.B, nodes int) {
 		if r == 0 {
 			idle = benchproc.MiB(cmd.Process.Pid, "VmRSS")
 		}
+		startPeak = max(startPeak, benchproc.MiB(cmd.Process.Pid, "VmHWM"))
 		last := r == rounds-1
 		var cpuProfile chan struct{}
 		if heapDir != "" && last {
@@ -506,12 +511,13 @@ func initialize(b *testing.B, nodes int) {
 	b.ReportMetric(rss, "talos-ccm-rss-MiB")
 	b.ReportMetric(cpu.Seconds()/rounds, "talos-ccm-cpu-s")
 	b.ReportMetric(anon, "talos-ccm-anon-MiB")
+	b.ReportMetric(startPeak, "talos-ccm-start-peak-MiB")
 	b.ReportMetric(base, "framework-floor-rss-MiB")
 	b.Logf("%d nodes registered at once (%d registrants, 20 ms Talos latency), talos-ccm with %d workers: %s",
 		nodes, registrants, workers, apiFloor.Report(b, "init", elapsed))
 	b.Logf("talos-ccm peak RSS %.1f MiB (at the end: anonymous %.1f MiB, binary file pages %.1f MiB), %.1f MiB above the %.1f MiB peak RSS of a process that only links k8s.io/cloud-provider/app and the Talos machinery client; Talos requests %d",
 		rss, anon, file, rss-base, base, ep.Requests())
-	b.Logf("talos-ccm RSS when started and idle: %.1f MiB; at the end the binary's pages are %.1f MiB code and %.1f MiB read-only data", idle, code, rodata)
+	b.Logf("talos-ccm RSS when started and idle: %.1f MiB, its peak until then (package initialization, start-up) %.1f MiB; at the end the binary's pages are %.1f MiB code and %.1f MiB read-only data", idle, startPeak, code, rodata)
 	b.Logf("CPU time in the %d rounds: talos-ccm %.2f s (%.2f ms per node); the benchmark's process (registrants, watch, simulated Talos API) %.2f s", rounds, cpu.Seconds(), float64(cpu.Microseconds())/1000/float64(rounds*nodes), self.Seconds())
 	var during, ceilingCPU []*benchproc.Share
 	for _, rd := range rs {
