@@ -31,8 +31,14 @@ import (
 func createSecret(t *testing.T, name string, data map[string]string) {
 	t.Helper()
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: releaseNamespace}, StringData: data}
-	if err := k8s.Create(ctxT(t), s); err != nil && !apierrors.IsAlreadyExists(err) {
+	switch err := k8s.Create(ctxT(t), s); {
+	case apierrors.IsAlreadyExists(err):
+		// another test's, which deletes it
+	case err != nil:
 		t.Fatal(err)
+	default:
+		// gone when the test ends: a test run again (-count) starts without it
+		t.Cleanup(func() { _ = k8s.Delete(context.Background(), s) })
 	}
 }
 
