@@ -124,6 +124,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 							StatusUpdateFrequency: cc.ComponentConfig.NodeStatusUpdateFrequency.Duration,
 							Enforce:               tf.enforce || rules.Global.Enforce,
 							InitializedEvents:     tf.initEvents,
+							AfterFirstRead:        startup.releaseAfterFirstRead,
 						})
 					if err != nil {
 						return nil, false, err
@@ -230,7 +231,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 		}
 		klog.InfoS("talos-ccm configured", "rules", len(rules.Transformations), "enforce", tf.enforce || rules.Global.Enforce,
 			"clusterName", rules.Global.ClusterName, "clusterNameFrom", clusterFrom,
-			"initPagesReleasedMiB", releasedInitPages>>20)
+			"initPagesReleasedMiB", initPagesReleased()>>20)
 		return run(cmd, args)
 	}
 	cmd.SilenceUsage = true
@@ -257,40 +258,52 @@ func (r *sharedRecorder) recorder(ctx context.Context, client interface {
 	return r.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
 }
 
-// releasedInitPages is the file-backed resident memory ReleaseInitPages gave
-// back, in bytes, logged at start-up.
-var releasedInitPages uint64
-
 // ReleaseInitPages gives back the executable's pages that package
-// initialization touched (procmem.ReleaseExecPages) and keeps the amount for
-// the start-up log line. Call it first thing in main.
+// initialization touched (procmem.ReleaseDuringInit) and returns what package
+// initialization gave back in all (cmd/talos-ccm/internal/initpages releases
+// twice before main), for the start-up log line. Call it first thing in main.
 func ReleaseInitPages() (uint64, error) {
-	n, err := procmem.ReleaseExecPages()
-	releasedInitPages = n
-	return n, err
+	procmem.ReleaseDuringInit()
+	return procmem.InitReleased()
 }
 
-// startupPages releases, once, the executable's pages that start-up touched
-// (flags, configuration, serving, leader election, informer set-up): when the
-// node informer has synced, the controllers are constructed and running, and
-// what they use from now on comes back on first touch. See
-// procmem.ReleaseExecPages.
-type startupPages struct{ once sync.Once }
+func initPagesReleased() uint64 {
+	n, _ := procmem.InitReleased()
+	return n
+}
+
+// startupPages gives back the executable's pages that start-up touched
+// (procmem.ReleaseExecPages), at two moments: when the node informer has
+// synced (flags, configuration, serving, leader election and informer set-up
+// are behind it; the controllers are constructed and running), and after
+// cloud-node first read a node's facts (its first Talos API connection, TLS
+// handshake included, and the first decoding of each Talos resource are
+// behind it). What the controllers use from then on comes back on first
+// touch.
+type startupPages struct{ synced, read sync.Once }
 
 func (s *startupPages) releaseAfterSync(ctx context.Context, inf cache.SharedIndexInformer) {
-	s.once.Do(func() {
+	s.synced.Do(func() {
 		go func() {
-			if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-				return
+			if cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+				releaseStartupPages("the node informer has synced")
 			}
-			n, err := procmem.ReleaseExecPages()
-			if err != nil {
-				klog.V(1).InfoS("could not release start-up pages", "err", err)
-				return
-			}
-			klog.V(1).InfoS("released start-up pages of the executable", "MiB", n>>20)
 		}()
 	})
+}
+
+// releaseAfterFirstRead is cloud-node's Options.AfterFirstRead.
+func (s *startupPages) releaseAfterFirstRead() {
+	s.read.Do(func() { releaseStartupPages("the first node's facts were read") })
+}
+
+func releaseStartupPages(after string) {
+	n, err := procmem.ReleaseExecPages()
+	if err != nil {
+		klog.V(1).InfoS("could not release start-up pages", "after", after, "err", err)
+		return
+	}
+	klog.V(1).InfoS("released start-up pages of the executable", "after", after, "MiB", n>>20)
 }
 
 // slimNodeCache makes the shared node informer cache Nodes without what no

@@ -17,6 +17,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/cloud"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/cloudnode"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/facts"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
@@ -88,7 +89,7 @@ func TestUpdateConflictKeepsTheOtherWrite(t *testing.T) {
 	cfg := rest.CopyConfig(env.Config)
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter }
 	src := facts.NewSource(ep.ClientFor(t), cloud.NewInterpreter(nil), facts.Options{})
-	defer run(t, kubernetes.NewForConfigOrDie(cfg), src, 1)()
+	defer run(t, kubernetes.NewForConfigOrDie(cfg), src, cloudnode.Options{Workers: 1})()
 
 	// the lookup holds the Node as it was; the kubelet writes it meanwhile
 	for deadline := time.Now().Add(30 * time.Second); machine.Held() == 0; {

@@ -80,13 +80,14 @@ func (w *writeCounter) RoundTrip(r *http.Request) (*http.Response, error) {
 	return w.next.RoundTrip(r)
 }
 
-// run starts cloud-node looking nodes up in src, with workers writers writing
-// through client; the function it returns stops it and waits for its workers.
-func run(t *testing.T, client kubernetes.Interface, src cloudnode.FactSource, workers int) (stop func()) {
+// run starts cloud-node looking nodes up in src, with opts.Workers writers
+// writing through client; the function it returns stops it and waits for its
+// workers.
+func run(t *testing.T, client kubernetes.Interface, src cloudnode.FactSource, opts cloudnode.Options) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	factory := informers.NewSharedInformerFactory(env.Client, 0)
-	c, err := cloudnode.New(client, factory.Core().V1().Nodes(), src, record.NewFakeRecorder(100), cloudnode.Options{Workers: workers})
+	c, err := cloudnode.New(client, factory.Core().V1().Nodes(), src, record.NewFakeRecorder(100), opts)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -127,7 +128,17 @@ func TestLookupsOverlapWrites(t *testing.T) {
 	}
 
 	src := &heldSource{release: make(chan struct{})}
-	defer run(t, client, src, workers)()
+	// Options.AfterFirstRead: once, and only once a node's facts were read
+	var firstReads atomic.Int32
+	afterFirstRead := func() {
+		select {
+		case <-src.release:
+		default:
+			t.Errorf("Options.AfterFirstRead called before any lookup was answered")
+		}
+		firstReads.Add(1)
+	}
+	defer run(t, client, src, cloudnode.Options{Workers: workers, AfterFirstRead: afterFirstRead})()
 
 	// every worker is in a lookup before any node is written
 	for deadline := time.Now().Add(30 * time.Second); src.waiting.Load() < 2*workers; {
@@ -168,5 +179,12 @@ func TestLookupsOverlapWrites(t *testing.T) {
 	}
 	if counter.writes.Load() < nodes {
 		t.Errorf("%d node writes for %d nodes", counter.writes.Load(), nodes)
+	}
+	// it runs in a goroutine of its own: give it the time to
+	for deadline := time.Now().Add(10 * time.Second); firstReads.Load() == 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := firstReads.Load(); got != 1 {
+		t.Errorf("Options.AfterFirstRead called %d times for %d nodes, want once", got, nodes)
 	}
 }

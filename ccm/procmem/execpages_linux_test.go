@@ -82,3 +82,30 @@ Anonymous:             0 kB
 		t.Errorf("released %x, want %x", got, want)
 	}
 }
+
+// TestReleaseDuringInitAddsUp: each call gives back what was touched since
+// the one before, and InitReleased is the sum.
+func TestReleaseDuringInitAddsUp(t *testing.T) {
+	if rssFile() == 0 {
+		t.Skip("no RssFile in /proc/self/status")
+	}
+	before, _ := InitReleased()
+	ReleaseDuringInit()
+	first, err := InitReleased()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// touch the executable again
+	if _, err := json.Marshal(map[string]any{"a": []int{1}, "b": initValue}); err != nil {
+		t.Fatal(err)
+	}
+	ReleaseDuringInit()
+	second, err := InitReleased()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("released %d KiB, then %d KiB", (first-before)>>10, (second-first)>>10)
+	if first <= before || second <= first {
+		t.Errorf("InitReleased %d -> %d -> %d bytes: a release that gave back nothing, or not added up", before, first, second)
+	}
+}
