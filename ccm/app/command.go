@@ -280,7 +280,7 @@ func initPagesReleased() uint64 {
 // handshake included, and the first decoding of each Talos resource are
 // behind it). What the controllers use from then on comes back on first
 // touch.
-type startupPages struct{ synced, read sync.Once }
+type startupPages struct{ synced sync.Once }
 
 func (s *startupPages) releaseAfterSync(ctx context.Context, inf cache.SharedIndexInformer) {
 	s.synced.Do(func() {
@@ -292,9 +292,10 @@ func (s *startupPages) releaseAfterSync(ctx context.Context, inf cache.SharedInd
 	})
 }
 
-// releaseAfterFirstRead is cloud-node's Options.AfterFirstRead.
+// releaseAfterFirstRead is cloud-node's Options.AfterFirstRead, which
+// cloud-node calls once.
 func (s *startupPages) releaseAfterFirstRead() {
-	s.read.Do(func() { releaseStartupPages("the first node's facts were read") })
+	releaseStartupPages("the first node's facts were read")
 }
 
 func releaseStartupPages(after string) {
