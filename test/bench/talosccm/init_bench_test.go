@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -342,7 +343,12 @@ func initialize(b *testing.B, nodes int) {
 		}
 		return r*nodes + i
 	}
-	for r := range rounds {
+	// A round's Talos nodes exist during that round only: the simulated Talos
+	// API (this process, sharing the cores) holds N nodes in every round, not
+	// the nodes of every round at once, whose heap this process's collector
+	// marked again and again (with five rounds of 10,000 nodes it used 0.27 ms
+	// more per node than in the ceiling rounds, against 0.13 ms with three).
+	addTalos := func(r int) {
 		for i := -1; i < nodes; i++ {
 			name, k := nodeName(r, i), index(r, i)
 			n, err := ep.AddNode(name, []string{ipOf(k)}, talosnode.Spec{
@@ -354,6 +360,12 @@ func initialize(b *testing.B, nodes int) {
 			}
 			n.SetLatency(talosLatency)
 		}
+	}
+	removeTalos := func(r int) {
+		for i := -1; i < nodes; i++ {
+			ep.RemoveNode(nodeName(r, i))
+		}
+		goruntime.GC() // not left for the next round's collector
 	}
 	tc := filepath.Join(b.TempDir(), "talosconfig")
 	if err := ep.WriteClientConfig(tc, "os:reader"); err != nil {
@@ -438,6 +450,7 @@ func initialize(b *testing.B, nodes int) {
 	b.ResetTimer()
 	b.StopTimer()
 	for r, rd := range rs {
+		addTalos(r)
 		logs, _ := os.Create(filepath.Join(b.TempDir(), fmt.Sprintf("talos-ccm-%d.log", r)))
 		if err := benchproc.ColdStart(b.Logf, bin); err != nil {
 			b.Fatal(err)
@@ -511,6 +524,7 @@ func initialize(b *testing.B, nodes int) {
 		// the shapes the ceiling writes: what talos-ccm wrote
 		initialized := listRound(b, r, nodes)
 		deleteRound(b, r, nodes)
+		removeTalos(r)
 		rd.ceiling, rd.ceilingCPU = ceiling(b, fmt.Sprintf("ceiling-%d", r), initialized, registrants, workers, pids)
 	}
 
