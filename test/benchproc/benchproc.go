@@ -42,6 +42,23 @@ func Nodes() ([]int, error) {
 	return out, nil
 }
 
+// RoundsEnv sets how many rounds a benchmark that reports the median of its
+// rounds runs (an odd number, so that the median is one round).
+const RoundsEnv = "HYBRID_CCM_BENCH_ROUNDS"
+
+// Rounds returns the rounds of RoundsEnv, or def when it is unset.
+func Rounds(def int) (int, error) {
+	v := strings.TrimSpace(os.Getenv(RoundsEnv))
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n%2 == 0 {
+		return 0, fmt.Errorf("%s=%q: want an odd number of rounds (1, 3, 5, ...), so that the median is one round", RoundsEnv, v)
+	}
+	return n, nil
+}
+
 // MiB reads a kB field of /proc/<pid>/status in MiB (VmHWM: the peak resident
 // set; VmRSS: the current one; RssAnon: heap and stacks; RssFile: mapped file
 // pages, mostly the executable's). 0 when it cannot be read.

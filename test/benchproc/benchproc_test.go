@@ -33,6 +33,28 @@ func TestNodes(t *testing.T) {
 	}
 }
 
+func TestRounds(t *testing.T) {
+	for _, c := range []struct {
+		env  string
+		want int
+		bad  bool
+	}{
+		{"", 5, false},
+		{"1", 1, false},
+		{" 7 ", 7, false},
+		{"4", 0, true}, // no middle round
+		{"0", 0, true},
+		{"-3", 0, true},
+		{"five", 0, true},
+	} {
+		t.Setenv(RoundsEnv, c.env)
+		got, err := Rounds(5)
+		if (err != nil) != c.bad || got != c.want || (err != nil && !strings.Contains(err.Error(), RoundsEnv)) {
+			t.Errorf("%s=%q: got %d, %v; want %d (error naming %s: %v)", RoundsEnv, c.env, got, err, c.want, RoundsEnv, c.bad)
+		}
+	}
+}
+
 func TestOwnProcess(t *testing.T) {
 	pid := os.Getpid()
 	if MiB(pid, "VmHWM") <= 0 || MiB(pid, "VmRSS") <= 0 {

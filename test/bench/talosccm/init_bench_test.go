@@ -279,29 +279,13 @@ func BenchmarkInitialize(b *testing.B) {
 }
 
 // defaultRounds is how many times talos-ccm initializes N new nodes, each
-// round followed by a ceiling round of the same writes (roundsEnv sets
-// another odd number). The figure is the median of the rounds, each against
-// the ceiling measured right after it: pairing cancels the machine's drift
-// between rounds, and the median of five does not follow one lucky or unlucky
-// round, which the fastest round against the fastest ceiling did (one figure
-// at 1,000 nodes varies by ±0.1 here).
+// round followed by a ceiling round of the same writes (benchproc.RoundsEnv
+// sets another odd number). The figure is the median of the rounds, each
+// against the ceiling measured right after it: pairing cancels the machine's
+// drift between rounds, and the median of five does not follow one lucky or
+// unlucky round, which the fastest round against the fastest ceiling did (one
+// figure at 1,000 nodes varies by ±0.1 here).
 const defaultRounds = 5
-
-// roundsEnv overrides defaultRounds.
-const roundsEnv = "HYBRID_CCM_BENCH_ROUNDS"
-
-// benchRounds reads roundsEnv: an odd number, so that the median is a round.
-func benchRounds() (int, error) {
-	v := strings.TrimSpace(os.Getenv(roundsEnv))
-	if v == "" {
-		return defaultRounds, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 || n%2 == 0 {
-		return 0, fmt.Errorf("%s=%q: want an odd number of rounds (1, 3, 5, ...), so that the median is one round", roundsEnv, v)
-	}
-	return n, nil
-}
 
 // nodeName is the name of node i of round r (i < 0: the round's canary).
 func nodeName(r, i int) string {
@@ -325,7 +309,7 @@ type round struct {
 func initialize(b *testing.B, nodes int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	rounds, err := benchRounds()
+	rounds, err := benchproc.Rounds(defaultRounds)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -346,8 +330,8 @@ func initialize(b *testing.B, nodes int) {
 	// A round's Talos nodes exist during that round only: the simulated Talos
 	// API (this process, sharing the cores) holds N nodes in every round, not
 	// the nodes of every round at once, whose heap this process's collector
-	// marked again and again (with five rounds of 10,000 nodes it used 0.27 ms
-	// more per node than in the ceiling rounds, against 0.13 ms with three).
+	// marked again and again (with five rounds of 10,000 nodes it used 0.85 ms
+	// per node in a round against 0.61 ms in a ceiling round).
 	addTalos := func(r int) {
 		for i := -1; i < nodes; i++ {
 			name, k := nodeName(r, i), index(r, i)
