@@ -8,6 +8,7 @@ import (
 	goflag "flag"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/fluxcd/pkg/runtime/client"
@@ -27,6 +28,7 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/cmd/internal/version"
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/controller"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/domain"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
@@ -87,6 +89,7 @@ func main() {
 		gatePull     = flag.String("gate-image-pull-policy", "", "Pull policy of the ccm-gate image (default: Kubernetes' default).")
 		pullSecrets  = flag.StringSlice("image-pull-secrets", nil, "Secrets in the release namespace (comma-separated names) every native CCM pod pulls its images with, the ccm-gate image included; the coordinator waits while one is missing.")
 		printVersion = flag.Bool("version", false, "Print the version and exit.")
+		domainLabels = flag.StringSlice("domain-labels", nil, "Node labels a NativeCCM's domain may restrict besides the built-in node.cloudprovider.kubernetes.io/domain and topology.kubernetes.io/region (comma-separated; the chart passes gate.domainLabels, which its fence checks too).")
 		netpol       = flag.Bool("native-ccm-network-policy", false, "Give every native CCM a NetworkPolicy: nothing in; out only DNS (port 53), the API server and the cloud APIs (the flags below). No effect on native CCMs in the host network, nor where the CNI does not enforce network policies.")
 		npAPICIDRs   = flag.StringSlice("native-ccm-api-server-cidrs", []string{"0.0.0.0/0", "::/0"}, "With --native-ccm-network-policy: the API server's addresses (its endpoints, kubectl get endpointslices -l kubernetes.io/service-name=kubernetes), as CIDRs.")
 		npAPIPorts   = flag.Int32Slice("native-ccm-api-server-ports", []int32{6443}, "With --native-ccm-network-policy: the API server's TCP ports (its endpoints', not the kubernetes Service's).")
@@ -187,6 +190,7 @@ func main() {
 		Mutators: gate.Coordinator{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Image: *gateImage,
 			ImagePullPolicy: corev1.PullPolicy(*gatePull), NetworkPolicy: netpolConfig}.Mutators,
 		Namespace:            *namespace,
+		DomainLabels:         append(slices.Clone(domain.BuiltinKeys), *domainLabels...),
 		ImagePullSecrets:     *pullSecrets,
 		UninstallGracePeriod: *grace,
 		RetryInterval:        *retry,

@@ -49,7 +49,8 @@ func (r *NativeCCMReconciler) loadBalancers(ctx context.Context, obj *v1.NativeC
 	return lb, conflicts, nil
 }
 
-// older orders NativeCCMs for load balancer conflicts: creation time, then name.
+// older orders NativeCCMs for load balancer and domain conflicts: creation
+// time, then name; the older one keeps what both claim.
 func older(a, b *v1.NativeCCM) bool {
 	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
 		return a.CreationTimestamp.Before(&b.CreationTimestamp)
@@ -75,7 +76,7 @@ func (h loadBalancerHandler) Update(ctx context.Context, e event.UpdateEvent, q 
 		return
 	}
 	h.enqueueOthers(ctx, q, e.ObjectNew)
-	if o.LoadBalancersEnabled() && !n.LoadBalancersEnabled() {
+	if (o.LoadBalancersEnabled() && !n.LoadBalancersEnabled()) || o.Spec.Platform != n.Spec.Platform {
 		h.enqueueOthers(ctx, q, e.ObjectOld)
 	}
 }
@@ -88,7 +89,7 @@ func (h loadBalancerHandler) Generic(context.Context, event.GenericEvent, queue)
 
 func (h loadBalancerHandler) enqueueOthers(ctx context.Context, q queue, o client.Object) {
 	changed, ok := o.(*v1.NativeCCM)
-	if !ok || !changed.LoadBalancersEnabled() {
+	if !ok {
 		return
 	}
 	var list v1.NativeCCMList
@@ -96,7 +97,13 @@ func (h loadBalancerHandler) enqueueOthers(ctx context.Context, q queue, o clien
 		return
 	}
 	for i := range list.Items {
-		if n := &list.Items[i]; n.Name != changed.Name && n.LoadBalancersEnabled() {
+		n := &list.Items[i]
+		if n.Name == changed.Name {
+			continue
+		}
+		// the load balancer classes, and the domains of one platform
+		// (overlap, unowned nodes), are decided among NativeCCMs
+		if (changed.LoadBalancersEnabled() && n.LoadBalancersEnabled()) || n.Spec.Platform == changed.Spec.Platform {
 			q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: n.Name}})
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/domain"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 
@@ -71,6 +72,10 @@ type NativeCCMReconciler struct {
 	// UninstallGracePeriod is the default time Auto keeps a release after the
 	// last node of its platform is gone.
 	UninstallGracePeriod time.Duration
+	// DomainLabels are the node label keys a NativeCCM's domain may restrict
+	// (the fence's domain labels); the controller keeps every node's values
+	// of them. Nil: domain.BuiltinKeys.
+	DomainLabels []string
 	// RetryInterval is how often a waiting NativeCCM (credentials missing) is
 	// looked at again, besides Secret events.
 	RetryInterval time.Duration
@@ -100,7 +105,7 @@ type Options struct {
 var owned = []string{
 	meta.ReadyCondition, meta.ReconcilingCondition, meta.StalledCondition,
 	v1.ProfileResolvedCondition, v1.InstalledCondition, v1.ConflictCondition,
-	v1.HealthyCondition, v1.GatedCondition,
+	v1.HealthyCondition, v1.GatedCondition, v1.NodesOwnedCondition,
 }
 
 // SetupWithManager registers the reconciler and its watches.
@@ -126,7 +131,10 @@ func (r *NativeCCMReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 	}); err != nil {
 		return err
 	}
-	nodes, err := newNodeStore(mgr.GetConfig(), mgr.GetCache())
+	if r.DomainLabels == nil {
+		r.DomainLabels = domain.BuiltinKeys
+	}
+	nodes, err := newNodeStore(mgr.GetConfig(), mgr.GetCache(), r.DomainLabels)
 	if err != nil {
 		return err
 	}
@@ -173,6 +181,12 @@ func (r *NativeCCMReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 			r.Metrics.DeleteCondition(ctx, obj, v1.HealthyCondition)
 		} else {
 			r.Metrics.RecordCondition(ctx, obj, v1.HealthyCondition)
+		}
+		// NodesOwned: nodes of the platform no native CCM manages.
+		if r.Metrics.IsDelete(obj) {
+			r.Metrics.DeleteCondition(ctx, obj, v1.NodesOwnedCondition)
+		} else {
+			r.Metrics.RecordCondition(ctx, obj, v1.NodesOwnedCondition)
 		}
 	}()
 
@@ -243,9 +257,24 @@ func (r *NativeCCMReconciler) reconcile(ctx context.Context, obj *v1.NativeCCM, 
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	nodes := r.observeNodes(obj)
-	if err := r.detectConflicts(ctx, obj, nodes); err != nil {
+	dom, boundary, err := r.resolveDomain(obj, p)
+	if err != nil {
 		return ctrl.Result{}, err
+	}
+	req.Lifecycle.DomainSelector = dom.Selector()
+	nodes := r.observeNodes(obj, dom, boundary)
+	if err := r.reportUnowned(ctx, obj); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.detectConflicts(ctx, obj, nodes.platformView); err != nil {
+		return ctrl.Result{}, err
+	}
+	refusal, err := r.checkDomain(ctx, obj, dom, boundary, nodes)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if refusal != nil {
+		return ctrl.Result{}, r.refuse(ctx, obj, refusal)
 	}
 
 	// 2. Decide.

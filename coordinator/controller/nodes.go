@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -21,13 +22,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/domain"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 // nodeStore is the coordinator's view of the cluster's Nodes. Of a Node it
 // keeps only what the NativeCCM controller reads: the name, the platform
-// label and whether spec.providerID is set, and only of Nodes that have a
+// label, the values of the domain labels (keys) and whether spec.providerID
+// is set, and only of Nodes that have a
 // platform label (about a hundred bytes a node; a Node object in an
 // informer's cache costs ten times that even cut to a skeleton). Its own
 // reflector lists Nodes in pages (pagedNodes) and watches them; a change that
@@ -38,6 +41,8 @@ import (
 // known.
 type nodeStore struct {
 	lw toolscache.ListerWatcher
+	// keys are the domain label keys whose values are kept, sorted.
+	keys []string
 	// nativeCCMs lists the NativeCCMs of a platform (the manager's cache).
 	nativeCCMs func(ctx context.Context, platform string) ([]string, error)
 
@@ -56,6 +61,8 @@ type nodeEntry struct {
 	// platform is the key of nodeStore.platforms (one string per platform).
 	platform     string
 	noProviderID bool
+	// group is the node's domain label values (platformNodes.groups).
+	group *nodeGroup
 }
 
 // platformNodes is one platform's nodes.
@@ -65,7 +72,21 @@ type platformNodes struct {
 	count int
 	// withoutProviderID names the platform's nodes with no providerID.
 	withoutProviderID map[string]struct{}
+	// groups count the nodes by their values of the domain labels (a few
+	// per platform: its regions, projects), keyed by groupKey.
+	groups map[string]*nodeGroup
 }
+
+// nodeGroup is the nodes of a platform with the same domain label values.
+type nodeGroup struct {
+	key string
+	// values are aligned with nodeStore.keys; "" is an absent label.
+	values []string
+	count  int
+}
+
+// groupKey joins label values (which never contain NUL).
+func groupKey(values []string) string { return strings.Join(values, "\x00") }
 
 // platformView is what the controller reads of one platform's nodes.
 type platformView struct {
@@ -88,7 +109,7 @@ var (
 
 // newNodeStore returns a store that lists and watches Nodes with cfg (as
 // protobuf) and finds a platform's NativeCCMs in c's index.
-func newNodeStore(cfg *rest.Config, c client.Reader) (*nodeStore, error) {
+func newNodeStore(cfg *rest.Config, c client.Reader, keys []string) (*nodeStore, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.ContentType = runtime.ContentTypeProtobuf
 	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
@@ -104,7 +125,7 @@ func newNodeStore(cfg *rest.Config, c client.Reader) (*nodeStore, error) {
 			return cs.CoreV1().Nodes().Watch(ctx, o)
 		},
 	}
-	s := newNodeStoreFrom(pagedNodes{lw})
+	s := newNodeStoreFrom(pagedNodes{lw: lw, keys: sortedKeys(keys)}, keys)
 	s.nativeCCMs = func(ctx context.Context, platform string) ([]string, error) {
 		var list v1.NativeCCMList
 		if err := c.List(ctx, &list, client.MatchingFields{platformIndex: platform}, client.UnsafeDisableDeepCopy); err != nil {
@@ -119,9 +140,10 @@ func newNodeStore(cfg *rest.Config, c client.Reader) (*nodeStore, error) {
 	return s, nil
 }
 
-func newNodeStoreFrom(lw toolscache.ListerWatcher) *nodeStore {
+func newNodeStoreFrom(lw toolscache.ListerWatcher, keys []string) *nodeStore {
 	return &nodeStore{
 		lw:        lw,
+		keys:      sortedKeys(keys),
 		nodes:     map[string]nodeEntry{},
 		platforms: map[string]*platformNodes{},
 		synced:    make(chan struct{}),
@@ -183,23 +205,36 @@ func (s *nodeStore) platform(p string) platformView {
 
 // entryOf reads what is kept of a Node (a *corev1.Node from a watch, a
 // *nodeFacts from a list page).
-func entryOf(obj any) (name string, platform string, noProviderID bool, ok bool) {
+func (s *nodeStore) entryOf(obj any) (f nodeFacts, ok bool) {
 	switch n := obj.(type) {
 	case *corev1.Node:
-		return n.Name, n.Labels[names.PlatformLabel], n.Spec.ProviderID == "", true
+		return factOf(n, s.keys), true
 	case *nodeFacts:
-		return n.Name, n.Platform, !n.HasProviderID, true
+		return *n, true
 	case toolscache.DeletedFinalStateUnknown:
-		return entryOf(n.Obj)
+		return s.entryOf(n.Obj)
 	}
-	return "", "", false, false
+	return nodeFacts{}, false
+}
+
+// factOf cuts a Node to what the store keeps.
+func factOf(n *corev1.Node, keys []string) nodeFacts {
+	f := nodeFacts{Name: n.Name, Platform: n.Labels[names.PlatformLabel], HasProviderID: n.Spec.ProviderID != ""}
+	if f.Platform != "" && len(keys) > 0 {
+		f.Values = make([]string, len(keys))
+		for i, k := range keys {
+			f.Values[i] = n.Labels[k]
+		}
+	}
+	return f
 }
 
 // set records what is kept of one node under s.mu and returns the platforms
 // whose view changed.
-func (s *nodeStore) set(name, platform string, noProviderID bool) []string {
+func (s *nodeStore) set(f nodeFacts) []string {
+	name, platform, noProviderID := f.Name, f.Platform, !f.HasProviderID
 	old, had := s.nodes[name]
-	if had && old.platform == platform && old.noProviderID == noProviderID {
+	if had && old.platform == platform && old.noProviderID == noProviderID && slices.Equal(old.group.values, f.Values) {
 		return nil
 	}
 	var changed []string
@@ -222,8 +257,18 @@ func (s *nodeStore) set(name, platform string, noProviderID bool) []string {
 		}
 		pn.withoutProviderID[name] = struct{}{}
 	}
-	s.nodes[name] = nodeEntry{platform: pn.name, noProviderID: noProviderID}
-	if !had || old.platform != platform {
+	if pn.groups == nil {
+		pn.groups = map[string]*nodeGroup{}
+	}
+	key := groupKey(f.Values)
+	g := pn.groups[key]
+	if g == nil {
+		g = &nodeGroup{key: key, values: f.Values}
+		pn.groups[key] = g
+	}
+	g.count++
+	s.nodes[name] = nodeEntry{platform: pn.name, noProviderID: noProviderID, group: g}
+	if !had || old.platform != platform || old.group.key != g.key {
 		changed = append(changed, pn.name)
 	}
 	return changed
@@ -238,18 +283,23 @@ func (s *nodeStore) remove(name string, e nodeEntry) {
 	}
 	pn.count--
 	delete(pn.withoutProviderID, name)
+	if g := e.group; g != nil {
+		if g.count--; g.count <= 0 {
+			delete(pn.groups, g.key)
+		}
+	}
 	if pn.count <= 0 {
 		delete(s.platforms, e.platform)
 	}
 }
 
 func (s *nodeStore) upsert(obj any) error {
-	name, p, noID, ok := entryOf(obj)
+	f, ok := s.entryOf(obj)
 	if !ok {
 		return fmt.Errorf("node store: unexpected object %T", obj)
 	}
 	s.mu.Lock()
-	changed := s.set(name, p, noID)
+	changed := s.set(f)
 	s.mu.Unlock()
 	s.enqueue(changed)
 	return nil
@@ -263,7 +313,8 @@ func (s *nodeStore) Update(obj any) error { return s.upsert(obj) }
 
 // Delete implements toolscache.ReflectorStore.
 func (s *nodeStore) Delete(obj any) error {
-	name, _, _, ok := entryOf(obj)
+	f, ok := s.entryOf(obj)
+	name := f.Name
 	if !ok {
 		return fmt.Errorf("node store: unexpected object %T", obj)
 	}
@@ -283,13 +334,13 @@ func (s *nodeStore) Delete(obj any) error {
 // the platforms whose view changed are enqueued (all of them, the first
 // time).
 func (s *nodeStore) Replace(list []any, _ string) error {
-	fresh := newNodeStoreFrom(nil)
+	fresh := newNodeStoreFrom(nil, s.keys)
 	for _, obj := range list {
-		name, p, noID, ok := entryOf(obj)
+		f, ok := s.entryOf(obj)
 		if !ok {
 			return fmt.Errorf("node store: unexpected object %T", obj)
 		}
-		fresh.set(name, p, noID)
+		fresh.set(f)
 	}
 	s.mu.Lock()
 	var changed []string
@@ -316,8 +367,13 @@ func samePlatformNodes(a, b *platformNodes) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	if a.count != b.count || len(a.withoutProviderID) != len(b.withoutProviderID) {
+	if a.count != b.count || len(a.withoutProviderID) != len(b.withoutProviderID) || len(a.groups) != len(b.groups) {
 		return false
+	}
+	for k, g := range a.groups {
+		if h, ok := b.groups[k]; !ok || h.count != g.count {
+			return false
+		}
 	}
 	for n := range a.withoutProviderID {
 		if _, ok := b.withoutProviderID[n]; !ok {
@@ -359,11 +415,17 @@ type nodeFacts struct {
 	Name          string
 	Platform      string
 	HasProviderID bool
+	// Values of the store's domain label keys ("" absent).
+	Values []string
 }
 
 func (*nodeFacts) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 
-func (n *nodeFacts) DeepCopyObject() runtime.Object { c := *n; return &c }
+func (n *nodeFacts) DeepCopyObject() runtime.Object {
+	c := *n
+	c.Values = slices.Clone(n.Values)
+	return &c
+}
 
 // nodeFactsList is a page of the node list, cut (pagedNodes).
 type nodeFactsList struct {
@@ -381,15 +443,14 @@ func (l *nodeFactsList) DeepCopyObject() runtime.Object {
 
 // factsOf cuts a page of Nodes to nodeFacts, keeping only the Nodes with a
 // platform label (the store keeps no other).
-func factsOf(l *corev1.NodeList) *nodeFactsList {
+func factsOf(l *corev1.NodeList, keys []string) *nodeFactsList {
 	out := &nodeFactsList{ListMeta: l.ListMeta}
 	for i := range l.Items {
 		n := &l.Items[i]
-		p := n.Labels[names.PlatformLabel]
-		if p == "" {
+		if n.Labels[names.PlatformLabel] == "" {
 			continue
 		}
-		out.Items = append(out.Items, nodeFacts{Name: n.Name, Platform: p, HasProviderID: n.Spec.ProviderID != ""})
+		out.Items = append(out.Items, factOf(n, keys))
 	}
 	return out
 }
@@ -403,7 +464,8 @@ const nodePageSize = 250
 // watch cache in one piece: every node whole, at once. Watch events come one
 // node at a time and the nodeStore keeps only their facts.
 type pagedNodes struct {
-	lw toolscache.ListerWatcherWithContext
+	lw   toolscache.ListerWatcherWithContext
+	keys []string
 }
 
 var (
@@ -418,7 +480,7 @@ func (p pagedNodes) ListWithContext(ctx context.Context, o metav1.ListOptions) (
 	}
 	out, err := p.lw.ListWithContext(ctx, o)
 	if l, ok := out.(*corev1.NodeList); ok && err == nil {
-		return factsOf(l), nil
+		return factsOf(l, p.keys), nil
 	}
 	return out, err
 }
@@ -433,4 +495,112 @@ func (p pagedNodes) List(o metav1.ListOptions) (runtime.Object, error) {
 
 func (p pagedNodes) Watch(o metav1.ListOptions) (watch.Interface, error) {
 	return p.WatchWithContext(context.Background(), o)
+}
+
+func sortedKeys(keys []string) []string {
+	out := slices.Clone(keys)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// domainView is what the controller reads of the nodes of one domain.
+type domainView struct {
+	platformView
+	// Values counts the domain's nodes by their value of the key asked for
+	// (the profile's boundary label); "" counts those without it.
+	Values map[string]int
+}
+
+// labelsOf are the labels a group's nodes carry (of the store's keys) and
+// the platform label.
+func (s *nodeStore) labelsOf(platform string, g *nodeGroup) map[string]string {
+	l := make(map[string]string, len(s.keys)+1)
+	for i, k := range s.keys {
+		if i < len(g.values) && g.values[i] != "" {
+			l[k] = g.values[i]
+		}
+	}
+	l[names.PlatformLabel] = platform
+	return l
+}
+
+// keeps reports the domain keys the store does not keep values of.
+func (s *nodeStore) missingKeys(keys []string) []string {
+	return slices.DeleteFunc(slices.Clone(keys), func(k string) bool { return slices.Contains(s.keys, k) })
+}
+
+// domain returns the nodes of d, with their values of key by ("": none).
+func (s *nodeStore) domain(d domain.Domain, by string) domainView {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	v := domainView{}
+	pn := s.platforms[d.Platform]
+	if pn == nil {
+		return v
+	}
+	in := map[*nodeGroup]bool{}
+	for _, g := range pn.groups {
+		l := s.labelsOf(d.Platform, g)
+		if !d.Contains(names.PlatformLabel, l) {
+			continue
+		}
+		in[g] = true
+		v.Nodes += g.count
+		if by != "" {
+			if v.Values == nil {
+				v.Values = map[string]int{}
+			}
+			v.Values[l[by]] += g.count
+		}
+	}
+	for n := range pn.withoutProviderID {
+		if !in[s.nodes[n].group] {
+			continue
+		}
+		v.WithoutProviderID++
+		v.FirstWithoutProviderID = insertFirst(v.FirstWithoutProviderID, n, shownWithoutProviderID)
+	}
+	return v
+}
+
+// nodesWhere names up to max nodes of platform, in name order, whose labels
+// (of the store's keys) match, and counts them all.
+func (s *nodeStore) nodesWhere(platform string, match func(labels map[string]string) bool, max int) (int, []string) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	pn := s.platforms[platform]
+	if pn == nil {
+		return 0, nil
+	}
+	matching := map[*nodeGroup]bool{}
+	count := 0
+	for _, g := range pn.groups {
+		if match(s.labelsOf(platform, g)) {
+			matching[g] = true
+			count += g.count
+		}
+	}
+	if count == 0 {
+		return 0, nil
+	}
+	var first []string
+	for n, e := range s.nodes {
+		if e.platform == platform && matching[e.group] {
+			first = insertFirst(first, n, max)
+		}
+	}
+	return count, first
+}
+
+// insertFirst keeps the first max names in order.
+func insertFirst(first []string, n string, max int) []string {
+	if len(first) == max && n >= first[len(first)-1] {
+		return first
+	}
+	i, _ := slices.BinarySearch(first, n)
+	first = slices.Insert(first, i, n)
+	if len(first) > max {
+		first = first[:max]
+	}
+	return first
 }

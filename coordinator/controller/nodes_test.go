@@ -14,6 +14,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/domain"
+
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
@@ -46,18 +49,18 @@ func newTestQueue() queue {
 // A platform's view counts all its nodes without providerID and names the
 // first few in name order, whatever order the store holds them in.
 func TestPlatformViewNamesTheFirstFew(t *testing.T) {
-	s := newNodeStoreFrom(nil)
+	s := newNodeStoreFrom(nil, nil)
 	names := []string{"n-07", "n-03", "n-11", "n-01", "n-09", "n-05", "n-02", "n-10", "n-04", "n-08", "n-06", "n-00"}
 	for _, n := range names {
-		s.set(n, "p", true)
+		s.set(nodeFacts{Name: n, Platform: "p", HasProviderID: false})
 	}
-	s.set("n-with-id", "p", false)
+	s.set(nodeFacts{Name: "n-with-id", Platform: "p", HasProviderID: true})
 	got := s.platform("p")
 	want := platformView{Nodes: len(names) + 1, WithoutProviderID: len(names), FirstWithoutProviderID: []string{"n-00", "n-01", "n-02", "n-03", "n-04"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("view %+v, want %+v", got, want)
 	}
-	s.set("n-00", "p", false)
+	s.set(nodeFacts{Name: "n-00", Platform: "p", HasProviderID: true})
 	if got := s.platform("p"); got.WithoutProviderID != len(names)-1 || !slices.Equal(got.FirstWithoutProviderID, []string{"n-01", "n-02", "n-03", "n-04", "n-05"}) {
 		t.Errorf("after n-00 got a providerID: %+v", got)
 	}
@@ -67,7 +70,7 @@ func TestPlatformViewNamesTheFirstFew(t *testing.T) {
 // platforms' NativeCCMs it enqueues: only those whose count or nodes without
 // providerID changed.
 func TestNodeStoreEvents(t *testing.T) {
-	s := newNodeStoreFrom(nil)
+	s := newNodeStoreFrom(nil, nil)
 	q := newTestQueue()
 	defer q.ShutDown()
 	s.queue, s.ctx = q, context.Background()
@@ -200,7 +203,7 @@ func TestNodeStoreSyncsFromAPIServer(t *testing.T) {
 		}
 	}
 
-	s, err := newNodeStore(env.Config, nil)
+	s, err := newNodeStore(env.Config, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,4 +262,76 @@ func TestNodeStoreSyncsFromAPIServer(t *testing.T) {
 		enqueued.Insert(drain(q)...)
 		return enqueued.Equal(sets.New("store-a", "store-b")), fmt.Sprint(sets.List(enqueued))
 	})
+}
+
+// TestNodeStoreDomains: the store keeps the domain labels' values, a node
+// moving between domains of one platform enqueues the platform, and the
+// domain views count and name the nodes of a domain.
+func TestNodeStoreDomains(t *testing.T) {
+	const region = "topology.kubernetes.io/region"
+	s := newNodeStoreFrom(nil, []string{region, v1.DomainLabel})
+	q := newTestQueue()
+	defer q.ShutDown()
+	s.queue, s.ctx = q, context.Background()
+	s.nativeCCMs = func(_ context.Context, p string) ([]string, error) { return []string{p}, nil }
+	node := func(name, platform, r, providerID string) *corev1.Node {
+		n := testNode(name, platform, providerID)
+		if r != "" {
+			n.Labels[region] = r
+		}
+		return n
+	}
+	for _, n := range []*corev1.Node{
+		node("eu-1", "aws", "eu-west-1", "aws:///a/i-1"),
+		node("eu-2", "aws", "eu-west-1", ""),
+		node("us-1", "aws", "us-east-1", "aws:///b/i-3"),
+		node("none", "aws", "", "aws:///c/i-4"),
+		node("hc-1", "hcloud", "eu-west-1", "hcloud://1"),
+	} {
+		if err := s.Add(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drain(q)
+	eu := domain.Domain{Platform: "aws", Require: map[string][]string{region: {"eu-west-1"}}}
+	got := s.domain(eu, region)
+	want := domainView{platformView: platformView{Nodes: 2, WithoutProviderID: 1, FirstWithoutProviderID: []string{"eu-2"}}, Values: map[string]int{"eu-west-1": 2}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("eu domain: %+v, want %+v", got, want)
+	}
+	whole := s.domain(domain.Domain{Platform: "aws"}, region)
+	if whole.Nodes != 4 || !reflect.DeepEqual(whole.Values, map[string]int{"eu-west-1": 2, "us-east-1": 1, "": 1}) {
+		t.Errorf("the whole platform: %+v", whole)
+	}
+	count, first := s.nodesWhere("aws", func(l map[string]string) bool { return l[region] != "eu-west-1" }, 1)
+	if count != 2 || !slices.Equal(first, []string{"none"}) {
+		t.Errorf("nodes outside eu-west-1: %d %v", count, first)
+	}
+	// a node relabelled into another region moves, and its platform is enqueued
+	if err := s.Update(node("eu-1", "aws", "us-east-1", "aws:///a/i-1")); err != nil {
+		t.Fatal(err)
+	}
+	if got := drain(q); !slices.Equal(got, []string{"aws"}) {
+		t.Errorf("after a relabel: enqueued %v, want [aws]", got)
+	}
+	if got := s.domain(eu, region); got.Nodes != 1 {
+		t.Errorf("eu after the relabel: %+v", got)
+	}
+	// the same labels again change nothing
+	if err := s.Update(node("eu-1", "aws", "us-east-1", "aws:///a/i-1")); err != nil {
+		t.Fatal(err)
+	}
+	if got := drain(q); len(got) != 0 {
+		t.Errorf("no change enqueued %v", got)
+	}
+	if got := s.missingKeys([]string{region, "x.io/y"}); !slices.Equal(got, []string{"x.io/y"}) {
+		t.Errorf("missing keys %v", got)
+	}
+	// a list with the same nodes but other groups is a change
+	if err := s.Replace([]any{&nodeFacts{Name: "eu-2", Platform: "aws", Values: []string{"", "eu-west-1"}}}, "2"); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.domain(eu, ""); got.Nodes != 1 {
+		t.Errorf("after the list: %+v", got)
+	}
 }

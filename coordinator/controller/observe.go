@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/domain"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 )
@@ -91,9 +92,10 @@ func (r *NativeCCMReconciler) stallProfile(obj *v1.NativeCCM, reason string, err
 	return &stallError{reason: reason, err: err}
 }
 
-// observeNodes counts the platform's nodes and tracks when the last one went.
-func (r *NativeCCMReconciler) observeNodes(obj *v1.NativeCCM) platformView {
-	nodes := r.nodes.platform(obj.Spec.Platform)
+// observeNodes counts the domain's nodes (by the boundary label's values
+// too, when the profile has one) and tracks when the last one went.
+func (r *NativeCCMReconciler) observeNodes(obj *v1.NativeCCM, d domain.Domain, boundary string) domainView {
+	nodes := r.nodes.domain(d, boundary)
 	obj.Status.Nodes = int32(nodes.Nodes)
 	obj.Status.NodesWithoutProviderID = int32(nodes.WithoutProviderID)
 	switch {

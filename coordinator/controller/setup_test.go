@@ -46,7 +46,7 @@ func TestPagedNodes(t *testing.T) {
 			got = o
 			return &corev1.NodeList{ListMeta: metav1.ListMeta{ResourceVersion: "9", Continue: "next"}, Items: []corev1.Node{*whole.DeepCopy(), unlabelled, noID}}, nil
 		}}
-		out, err := pagedNodes{lw}.ListWithContext(context.Background(), tc.asked)
+		out, err := pagedNodes{lw: lw}.ListWithContext(context.Background(), tc.asked)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 
 	"github.com/fluxcd/pkg/runtime/conditions"
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/domain"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 
@@ -68,7 +70,12 @@ func (g Coordinator) Mutators(ctx context.Context, obj *v1.NativeCCM, p *profile
 		return nil, err
 	}
 	f := Fence{Name: g.FenceName, Namespace: l.Namespace}
-	if l.Username() != f.Username(obj.Name) {
+	dom, splitBy, err := domain.Of(obj, p)
+	if err != nil {
+		return fail(fmt.Errorf("%w: %w", ErrConfig, err))
+	}
+	member := splitBy != "" && strings.HasPrefix(l.Username(), f.Username(obj.Name)+domain.SplitSeparator)
+	if l.Username() != f.Username(obj.Name) && !member {
 		return fail(fmt.Errorf("%w: the release runs as %s, but the fence confines %s", ErrConfig, l.Username(), f.Username(obj.Name)))
 	}
 	if err := ValidatePrefixes(p.ProviderIDPrefixes); err != nil {
@@ -78,27 +85,37 @@ func (g Coordinator) Mutators(ctx context.Context, obj *v1.NativeCCM, p *profile
 	if reader == nil {
 		reader = g.Client
 	}
-	table, err := ReadFence(ctx, reader, f)
+	installed, err := ReadFence(ctx, reader, f)
 	if err != nil {
 		return fail(err)
 	}
+	if missing := domain.Unenforceable(dom, splitBy, installed.DomainKeys); len(missing) > 0 {
+		return fail(fmt.Errorf("%w: spec.domain: the fence checks the domain labels %v, not %v: add them to the ccm-coordinator chart's fence.domainLabels (docs/gate.md, \"Domains\")",
+			ErrConfig, installed.DomainKeys, missing))
+	}
 	// The fence takes the prefixes of the node's platform from its own table,
 	// which the chart renders from the same profiles the coordinator loads.
-	enforced := table[l.Platform]
+	enforced := installed.Prefixes[l.Platform]
 	if missing := slices.DeleteFunc(slices.Clone(p.ProviderIDPrefixes), func(x string) bool { return slices.Contains(enforced, x) }); len(missing) > 0 {
 		return fail(fmt.Errorf("%w: the fence knows providerID prefixes %v of platform %s, not %v of profile %s: install the ccm-coordinator chart with the profile overrides the coordinator runs with",
 			ErrFenceNotInstalled, enforced, l.Platform, missing, p.Name))
 	}
-	grant := Grant{NativeCCM: obj.Name, Namespace: l.Namespace, Platform: l.Platform}
+	grant := Grant{NativeCCM: obj.Name, Namespace: l.Namespace, Platform: l.Platform,
+		Domain: DomainGrant{Require: dom.Require, SplitBy: splitBy}}
 	if lb := l.LoadBalancers; lb != nil {
 		grant.LoadBalancers = &v1.GateLoadBalancers{Class: lb.Class, Default: lb.Default}
 	}
 	if err := CheckGrant(ctx, g.Client, grant); err != nil {
 		return fail(err)
 	}
+	sa, user := l.Namespace+"/"+l.ServiceAccountName(), l.Username()
+	if member {
+		// one status for every member
+		sa, user = l.Namespace+"/"+v1.ReleasePrefix+obj.Name+domain.SplitSeparator+"<value>", f.Username(obj.Name)+domain.SplitSeparator+"<value>"
+	}
 	want := &v1.GateStatus{
 		Policy:             f.name(),
-		ServiceAccount:     l.Namespace + "/" + l.ServiceAccountName(),
+		ServiceAccount:     sa,
 		ProviderIDPrefixes: append([]string(nil), p.ProviderIDPrefixes...),
 		LoadBalancers:      grant.LoadBalancers,
 	}
@@ -121,9 +138,16 @@ func (g Coordinator) Mutators(ctx context.Context, obj *v1.NativeCCM, p *profile
 			services += " or without a class"
 		}
 	}
+	nodes := fmt.Sprintf("nodes labelled %s=%s", names.PlatformLabel, l.Platform)
+	if !dom.Whole() {
+		nodes += " and " + strings.ReplaceAll(dom.Selector(), "),", ") and ")
+	}
+	if splitBy != "" {
+		nodes += ", each split member those of its own " + splitBy
+	}
 	conditions.MarkTrue(obj, v1.GatedCondition, GateEnforcedReason,
-		"admission policy %s lets %s change only nodes labelled %s=%s with providerID %v (grant %s), and %s; ccm-gate shows it only those",
-		want.Policy, l.Username(), names.PlatformLabel, l.Platform, want.ProviderIDPrefixes, GrantName(obj.Name), services)
+		"admission policy %s lets %s change only %s with providerID %v (grant %s), and %s; ccm-gate shows it only those",
+		want.Policy, user, nodes, want.ProviderIDPrefixes, GrantName(obj.Name), services)
 	mutators := []release.Mutator{s}
 	if g.NetworkPolicy != nil {
 		mutators = append(mutators, NetworkPolicy{Release: l.Release, Namespace: l.Namespace, Platform: l.Platform, NetworkPolicyConfig: *g.NetworkPolicy})

@@ -67,6 +67,10 @@ type Fence struct {
 	// (BuiltinPrefixes). The chart renders the built-in profiles merged with
 	// its profileOverrides, as the coordinator loads them (PrefixTable).
 	ProviderIDPrefixes map[string][]string
+	// DomainKeys are the node label keys a NativeCCM's domain may restrict
+	// (at most 4). Nil: BuiltinDomainKeys. The chart renders those and its
+	// fence.domainLabels.
+	DomainKeys []string
 }
 
 // ErrConfig marks errors that only a change of the NativeCCM, its profile or
@@ -158,7 +162,15 @@ func (f Fence) Objects() (*admissionregistrationv1.ValidatingAdmissionPolicy, *a
 	if err != nil {
 		return nil, nil, err
 	}
-	p, b := f.render(f.Namespace, lit)
+	keys := f.DomainKeys
+	if keys == nil {
+		keys = BuiltinDomainKeys
+	}
+	keyLit, err := DomainKeyLiteral(keys)
+	if err != nil {
+		return nil, nil, err
+	}
+	p, b := f.render(f.Namespace, lit, keyLit)
 	d := FenceDigest()
 	p.Annotations = map[string]string{DigestAnnotation: d}
 	b.Annotations = map[string]string{DigestAnnotation: d}
@@ -179,7 +191,7 @@ const prefixesVariable = "providerIDPrefixes"
 // FenceDigest identifies the fence's logic, whatever the name, namespace and
 // providerID prefixes.
 func FenceDigest() string {
-	p, b := Fence{Name: DefaultFenceName}.render(digestNamespace, digestPrefixes)
+	p, b := Fence{Name: DefaultFenceName}.render(digestNamespace, digestPrefixes, digestDomainKeys)
 	buf, _ := json.Marshal([]any{p.Spec, b.Spec})
 	return fmt.Sprintf("%x", sha256.Sum256(buf))[:16]
 }
@@ -239,7 +251,7 @@ func BuiltinPrefixes() (map[string][]string, error) {
 // who names the requester in denials.
 const who = "variables.who"
 
-func (f Fence) render(namespace, prefixes string) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+func (f Fence) render(namespace, prefixes, domainKeys string) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
 	name := f.name()
 	label := celString(names.PlatformLabel)
 	saPrefix := "system:serviceaccount:" + namespace + ":" + v1.ReleasePrefix
@@ -278,14 +290,16 @@ func (f Fence) render(namespace, prefixes string) (*admissionregistrationv1.Vali
 				Name:       "native-ccm-identity",
 				Expression: "request.userInfo.username.startsWith(" + celString(saPrefix) + ")",
 			}},
-			Variables: append(append([]admissionregistrationv1.Variable{
-				// The NativeCCM whose ServiceAccount sends the request.
+			Variables: append(append(append([]admissionregistrationv1.Variable{
+				// The NativeCCM (or split member) whose ServiceAccount sends the request.
 				{Name: "nativeCCM", Expression: "request.userInfo.username.substring(size(" + celString(saPrefix) + "))"},
 				{Name: "isService", Expression: "request.resource.resource == 'services'"},
 				{Name: "who", Expression: "'NativeCCM ' + variables.nativeCCM + ' (' + request.userInfo.username + ')'"},
-				// Its grant (RBAC, asked with the requester's own authorizer).
-				{Name: "granted", Expression: grantCheck(grantNativeCCMs, "variables.nativeCCM")},
+			}, domainVariables(namespace, domainKeys)...), append([]admissionregistrationv1.Variable{
+				// Its grant (RBAC, asked of the authorizer about the NativeCCM's ServiceAccount).
+				{Name: "granted", Expression: grantCheck(grantNativeCCMs, "variables.parent")},
 				{Name: "wildcard", Expression: grantCheck(grantPlatforms, lit(wildcardProbe)) + " || " + grantCheck(grantClasses, lit(wildcardProbe))},
+				{Name: "wildcardDomain", Expression: grantCheck(grantDomains, lit(wildcardProbe)) + " || " + grantCheck(grantSplits, lit(wildcardProbe))},
 				{Name: "oldPlatform", Expression: "request.operation == 'CREATE' ? '' : oldObject.metadata.?labels[?" + label + "].orValue('')"},
 				{Name: "oldProviderID", Expression: "request.operation == 'CREATE' ? '' : oldObject.?spec.?providerID.orValue('')"},
 				{Name: "newPlatform", Expression: "request.operation == 'UPDATE' ? object.metadata.?labels[?" + label + "].orValue('') : ''"},
@@ -294,8 +308,8 @@ func (f Fence) render(namespace, prefixes string) (*admissionregistrationv1.Vali
 				{Name: prefixesVariable, Expression: prefixes},
 				{Name: "prefixes", Expression: "variables." + prefixesVariable + "[?variables.oldPlatform].orValue([]).filter(p, size(p) >= " + strconv.Itoa(minPrefix) + ")"},
 				{Name: "ownProviderID", Expression: "variables.oldProviderID != '' && variables.prefixes.exists(p, variables.oldProviderID.startsWith(p))"},
-			}, changeVariables()...), serviceVariables()...),
-			Validations: append(append([]admissionregistrationv1.Validation{
+			}, changeVariables()...)...), serviceVariables()...),
+			Validations: append(append(append([]admissionregistrationv1.Validation{
 				{
 					Expression: "variables.granted",
 					Message:    "hybrid-ccm gate: a native CCM ServiceAccount without its grant (no NativeCCM) may change nothing",
@@ -305,7 +319,7 @@ func (f Fence) render(namespace, prefixes string) (*admissionregistrationv1.Vali
 					Reason: ptr.To(metav1.StatusReasonForbidden),
 				},
 				{
-					Expression: "!variables.wildcard",
+					Expression: "!variables.wildcard && !variables.wildcardDomain",
 					Message:    "hybrid-ccm gate: a native CCM ServiceAccount that RBAC grants every platform or load balancer class (a wildcard) may change nothing",
 					MessageExpression: cel(lit("hybrid-ccm gate: "), who, lit(" may not "), verb, lit(" "), kind,
 						lit(": RBAC grants it "+GrantGroup+" for any name (a rule without resourceNames, or a wildcard such as cluster-admin's), so the fence cannot tell its platform: bind it only to its grant "), grant),
@@ -353,7 +367,7 @@ func (f Fence) render(namespace, prefixes string) (*admissionregistrationv1.Vali
 					MessageExpression: cel(lit("hybrid-ccm gate: "), who, lit(" may not set or change the providerID of node "), "request.name"),
 					Reason:            ptr.To(metav1.StatusReasonForbidden),
 				},
-			}, changeValidations(node, who)...), serviceValidations(who)...),
+			}, changeValidations(node, who)...), serviceValidations(who)...), domainValidations(node, who)...),
 		},
 	}
 	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
@@ -367,11 +381,13 @@ func (f Fence) render(namespace, prefixes string) (*admissionregistrationv1.Vali
 	return policy, binding
 }
 
-// grantCheck is a CEL expression: does the requester's grant (RBAC, asked
-// with the API server's authorizer) let it "fence" resource name of
-// GrantGroup? name is a CEL string expression; empty: no name.
+// grantCheck is a CEL expression: does the grant of the requester's
+// NativeCCM (RBAC, asked of the API server's authorizer about the
+// NativeCCM's ServiceAccount, which is the requester unless it is a split
+// member) let it "fence" resource name of GrantGroup? name is a CEL string
+// expression; empty: no name.
 func grantCheck(resource, name string) string {
-	expr := "authorizer.group(" + lit(GrantGroup) + ").resource(" + lit(resource) + ")"
+	expr := "authorizer.serviceAccount(variables.grantNamespace, variables.grantee).group(" + lit(GrantGroup) + ").resource(" + lit(resource) + ")"
 	if name != "" {
 		expr += ".name(" + name + ")"
 	}
@@ -404,7 +420,7 @@ func cel(parts ...string) string { return "(" + strings.Join(parts, " + ") + ")"
 // replace). A test checks that the file is this and that the chart renders
 // what Objects renders for the same namespace and profiles.
 func FenceTemplate() ([]byte, error) {
-	p, b := Fence{}.render(digestNamespace, digestPrefixes)
+	p, b := Fence{}.render(digestNamespace, digestPrefixes, digestDomainKeys)
 	set, err := profile.Builtin()
 	if err != nil {
 		return nil, err
@@ -440,6 +456,13 @@ func FenceTemplate() ([]byte, error) {
 {{- end }}
 {{- end }}
 `)
+	// The domain label keys: the built-in ones and gate.domainLabels.
+	builtinKeys, err := json.Marshal(BuiltinDomainKeys)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(&out, "{{- $domainKeys := concat (`%s` | fromJsonArray) (.Values.gate.domainLabels | default list) | uniq | sortAlpha }}\n", builtinKeys)
+	fmt.Fprintf(&out, "{{- if gt (len $domainKeys) %d }}{{ fail (printf \"gate.domainLabels: the fence checks at most %d domain labels, and with the built-in ones these are %%d: %%s\" (len $domainKeys) (join \", \" $domainKeys)) }}{{ end }}\n", domainSlots, domainSlots)
 	out.WriteString("# The fence: what every native CCM of this coordinator may change on nodes\n")
 	out.WriteString("# and Services (docs/gate.md). No paramKind: it never refuses anyone but a\n")
 	out.WriteString("# native CCM. The coordinator only reads it; see docs/security.md.\n")
@@ -462,6 +485,11 @@ func FenceTemplate() ([]byte, error) {
 			return nil, errors.New("gate.FenceTemplate: the prefix table's placeholder is not a plain expression")
 		}
 		spec = bytes.ReplaceAll(spec, quoted, []byte("expression: {{ $table | toJson | toJson }}"))
+		quotedKeys := []byte("expression: '" + digestDomainKeys + "'")
+		if i == 0 && !bytes.Contains(spec, quotedKeys) {
+			return nil, errors.New("gate.FenceTemplate: the domain keys' placeholder is not a plain expression")
+		}
+		spec = bytes.ReplaceAll(spec, quotedKeys, []byte("expression: {{ $domainKeys | toJson | toJson }}"))
 		if i > 0 {
 			out.WriteString("---\n")
 		}
@@ -552,12 +580,25 @@ func CheckFence(ctx context.Context, r client.Reader, f Fence) error {
 	return err
 }
 
+// InstalledFence is the data of an installed fence.
+type InstalledFence struct {
+	// Prefixes are the providerID prefixes of every platform.
+	Prefixes map[string][]string
+	// DomainKeys are the label keys a domain may restrict.
+	DomainKeys []string
+}
+
 // ReadFence is CheckFence, and returns the providerID prefixes of every
-// platform that the installed fence enforces.
-func ReadFence(ctx context.Context, r client.Reader, f Fence) (map[string][]string, error) {
+// platform and the domain label keys that the installed fence enforces.
+func ReadFence(ctx context.Context, r client.Reader, f Fence) (InstalledFence, error) {
+	table, keys, err := readFence(ctx, r, f)
+	return InstalledFence{Prefixes: table, DomainKeys: keys}, err
+}
+
+func readFence(ctx context.Context, r client.Reader, f Fence) (map[string][]string, []string, error) {
 	const op = "gate.CheckFence"
 	if err := f.Validate(); err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
+		return nil, nil, fmt.Errorf("%s: %w", op, err)
 	}
 	name, want := f.name(), FenceDigest()
 	var policy admissionregistrationv1.ValidatingAdmissionPolicy
@@ -569,36 +610,47 @@ func ReadFence(ctx context.Context, r client.Reader, f Fence) (map[string][]stri
 		err := r.Get(ctx, client.ObjectKey{Name: name}, o.obj)
 		switch {
 		case apierrors.IsNotFound(err):
-			return nil, fmt.Errorf("%s: %w: %s %s does not exist (the ccm-coordinator chart installs it)", op, ErrFenceNotInstalled, o.kind, name)
+			return nil, nil, fmt.Errorf("%s: %w: %s %s does not exist (the ccm-coordinator chart installs it)", op, ErrFenceNotInstalled, o.kind, name)
 		case err != nil:
-			return nil, fmt.Errorf("%s: %s %s: %w", op, o.kind, name, err)
+			return nil, nil, fmt.Errorf("%s: %s %s: %w", op, o.kind, name, err)
 		}
 		if got := o.obj.GetAnnotations()[DigestAnnotation]; got != want {
-			return nil, fmt.Errorf("%s: %w: %s %s has fence digest %q, this coordinator expects %q (install the ccm-coordinator chart of the coordinator's version)", op, ErrFenceNotInstalled, o.kind, name, got, want)
+			return nil, nil, fmt.Errorf("%s: %w: %s %s has fence digest %q, this coordinator expects %q (install the ccm-coordinator chart of the coordinator's version)", op, ErrFenceNotInstalled, o.kind, name, got, want)
 		}
 	}
 	// The prefix table is data of the installed fence; everything else must
 	// be exactly this coordinator's fence for its namespace.
 	var table map[string][]string
+	var keys []string
 	for _, v := range policy.Spec.Variables {
-		if v.Name == prefixesVariable {
+		switch v.Name {
+		case prefixesVariable:
 			if err := json.Unmarshal([]byte(v.Expression), &table); err != nil {
-				return nil, fmt.Errorf("%s: %w: ValidatingAdmissionPolicy %s: the providerID prefixes are not a table (%v)", op, ErrFenceNotInstalled, name, err)
+				return nil, nil, fmt.Errorf("%s: %w: ValidatingAdmissionPolicy %s: the providerID prefixes are not a table (%v)", op, ErrFenceNotInstalled, name, err)
+			}
+		case domainKeysVariable:
+			var err error
+			if keys, err = parseDomainKeys(v.Expression); err != nil {
+				return nil, nil, fmt.Errorf("%s: %w: ValidatingAdmissionPolicy %s: the domain label keys are not a list the fence can check (%v)", op, ErrFenceNotInstalled, name, err)
 			}
 		}
 	}
+	keyLit, err := DomainKeyLiteral(keys)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w: ValidatingAdmissionPolicy %s: %w", op, ErrFenceNotInstalled, name, err)
+	}
 	lit, err := prefixLiteral(table)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w: ValidatingAdmissionPolicy %s: %w", op, ErrFenceNotInstalled, name, err)
+		return nil, nil, fmt.Errorf("%s: %w: ValidatingAdmissionPolicy %s: %w", op, ErrFenceNotInstalled, name, err)
 	}
-	wantPolicy, wantBinding := f.render(f.Namespace, lit)
+	wantPolicy, wantBinding := f.render(f.Namespace, lit, keyLit)
 	if !equalJSON(policy.Spec, wantPolicy.Spec) {
-		return nil, fmt.Errorf("%s: %w: ValidatingAdmissionPolicy %s is not the fence for the native CCMs of namespace %s (installed for another namespace, or changed after install)", op, ErrFenceNotInstalled, name, f.Namespace)
+		return nil, nil, fmt.Errorf("%s: %w: ValidatingAdmissionPolicy %s is not the fence for the native CCMs of namespace %s (installed for another namespace, or changed after install)", op, ErrFenceNotInstalled, name, f.Namespace)
 	}
 	if !equalJSON(binding.Spec, wantBinding.Spec) {
-		return nil, fmt.Errorf("%s: %w: ValidatingAdmissionPolicyBinding %s does not bind the fence with Deny (changed after install)", op, ErrFenceNotInstalled, name)
+		return nil, nil, fmt.Errorf("%s: %w: ValidatingAdmissionPolicyBinding %s does not bind the fence with Deny (changed after install)", op, ErrFenceNotInstalled, name)
 	}
-	return table, nil
+	return table, keys, nil
 }
 
 func spec(o client.Object) any {

@@ -123,6 +123,16 @@ type Grant struct {
 	Platform string
 	// LoadBalancers: the Services it may change; nil: none.
 	LoadBalancers *v1.GateLoadBalancers
+	// Domain narrows the platform's nodes it may change; zero: all of them.
+	Domain DomainGrant
+}
+
+// ruleT is one rule of a grant's ClusterRole.
+type ruleT = rbacv1.PolicyRule
+
+// want is one thing CheckGrant asks the authorizer for.
+type want struct {
+	resource, name, what string
 }
 
 // GrantFor is the grant a NativeCCM needs in the coordinator's namespace:
@@ -176,6 +186,7 @@ func (g Grant) Objects() (*rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding, error
 		return rbacv1.PolicyRule{APIGroups: []string{GrantGroup}, Resources: []string{resource}, ResourceNames: names, Verbs: []string{GrantVerb}}
 	}
 	rules := []rbacv1.PolicyRule{rule(grantNativeCCMs, g.NativeCCM), rule(grantPlatforms, g.Platform)}
+	rules = append(rules, g.Domain.rules(rule)...)
 	if lb := g.LoadBalancers; lb != nil {
 		rules = append(rules, rule(grantLoadBalancers), rule(grantClasses, lb.Class))
 		if lb.Default {
@@ -260,9 +271,10 @@ func CheckGrant(ctx context.Context, c client.Client, g Grant) error {
 	}
 	user := Fence{Namespace: g.Namespace}.Username(g.NativeCCM)
 	allowed := func(resource, name string) (bool, error) {
+		// The groups the fence's authorizer.serviceAccount asks with.
 		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 			User:   user,
-			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + g.Namespace, "system:authenticated"},
+			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + g.Namespace},
 			ResourceAttributes: &authorizationv1.ResourceAttributes{
 				Group: GrantGroup, Resource: resource, Name: name, Verb: GrantVerb,
 			},
@@ -272,13 +284,11 @@ func CheckGrant(ctx context.Context, c client.Client, g Grant) error {
 		}
 		return sar.Status.Allowed, nil
 	}
-	type want struct {
-		resource, name, what string
-	}
 	wants := []want{
 		{grantNativeCCMs, g.NativeCCM, "NativeCCM " + g.NativeCCM},
 		{grantPlatforms, g.Platform, "platform " + g.Platform},
 	}
+	wants = append(wants, g.Domain.wants()...)
 	if lb := g.LoadBalancers; lb != nil {
 		wants = append(wants, want{grantLoadBalancers, "", "load balancers"}, want{grantClasses, lb.Class, "load balancer class " + lb.Class})
 		if lb.Default {
@@ -298,7 +308,7 @@ func CheckGrant(ctx context.Context, c client.Client, g Grant) error {
 	if len(missing) > 0 {
 		return fmt.Errorf("%s: %w", op, &GrantError{Grant: g, Missing: missing})
 	}
-	for _, r := range []string{grantPlatforms, grantClasses} {
+	for _, r := range []string{grantPlatforms, grantClasses, grantDomains, grantSplits} {
 		ok, err := allowed(r, wildcardProbe)
 		if err != nil {
 			return err

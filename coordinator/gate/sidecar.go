@@ -80,6 +80,8 @@ type Sidecar struct {
 	Namespace string `json:"namespace"`
 	// Platform the view shows.
 	Platform string `json:"platform"`
+	// DomainSelector narrows the view to the CCM's domain; empty: the platform.
+	DomainSelector string `json:"domainSelector,omitempty"`
 	// LoadBalancerClass is the spec.loadBalancerClass of the Services the CCM
 	// serves (--load-balancer-class); empty: load balancers off, the CCM sees
 	// no Service.
@@ -116,12 +118,13 @@ var _ release.Mutator = Sidecar{}
 // SidecarFor derives the sidecar of a release from its lifecycle settings.
 func SidecarFor(l release.Lifecycle, image string) Sidecar {
 	s := Sidecar{
-		Release:    l.Release,
-		Namespace:  l.Namespace,
-		Platform:   l.Platform,
-		Image:      image,
-		ProxyPort:  l.SecurePort + proxyPortOffset,
-		HealthPort: l.SecurePort + healthPortOffset,
+		Release:        l.Release,
+		Namespace:      l.Namespace,
+		Platform:       l.Platform,
+		DomainSelector: l.DomainSelector,
+		Image:          image,
+		ProxyPort:      l.SecurePort + proxyPortOffset,
+		HealthPort:     l.SecurePort + healthPortOffset,
 	}
 	if l.Workload != nil {
 		s.Container = l.Workload.Container
@@ -197,6 +200,8 @@ func (s Sidecar) check() error {
 		return fmt.Errorf("platform is required: an empty platform would show every unlabelled node")
 	case s.Image == "":
 		return fmt.Errorf("ccm-gate image is required")
+	case s.DomainSelector != "" && proxy.ValidateDomainSelector(s.DomainSelector) != nil:
+		return proxy.ValidateDomainSelector(s.DomainSelector)
 	case s.DefaultLoadBalancerClass && s.LoadBalancerClass == "":
 		return fmt.Errorf("the default for Services without a class needs a load-balancer class of its own")
 	case s.ProxyPort <= 0 || s.ProxyPort > 65535 || s.HealthPort <= 0 || s.MetricsPort() > 65535:
@@ -343,11 +348,17 @@ func (s Sidecar) container() corev1.Container {
 		// Metrics carry no secrets but are unauthenticated: loopback only.
 		"--metrics-listen=127.0.0.1:" + strconv.Itoa(int(s.MetricsPort())),
 		"--platform=" + s.Platform,
+	}
+	if s.DomainSelector != "" {
+		// A selector domain.Domain wrote from validated keys and values.
+		args = append(args, "--domain-selector="+s.DomainSelector)
+	}
+	args = append(args,
 		// The gate authenticates with the ServiceAccount token projected into
 		// it alone, and accepts from the CCM only the client token it writes.
-		"--credentials=" + string(proxy.OwnCredentials),
-		"--client-token-file=" + ClientTokenPath,
-	}
+		"--credentials="+string(proxy.OwnCredentials),
+		"--client-token-file="+ClientTokenPath,
+	)
 	if s.LoadBalancerClass != "" {
 		// Services of type LoadBalancer of this class, without the class.
 		args = append(args, "--load-balancer-class="+s.LoadBalancerClass)

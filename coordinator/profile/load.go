@@ -328,6 +328,7 @@ func Validate(p *Profile) field.ErrorList {
 	errs = append(errs, validateCCM(field.NewPath("ccm"), &p.CCM)...)
 	errs = append(errs, validateCredentials(field.NewPath("credentials"), p)...)
 	errs = append(errs, validateChart(field.NewPath("chart"), &p.Chart)...)
+	errs = append(errs, validateDomain(field.NewPath("domain"), p)...)
 
 	if lb := p.LoadBalancers; lb != nil {
 		fp := field.NewPath("loadBalancers")
@@ -607,4 +608,33 @@ func (p *Profile) DeepCopy() *Profile {
 		panic(err)
 	}
 	return out
+}
+
+var iniNameRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9-]*$`)
+
+// validateDomain checks the boundary label and where a split member's value
+// goes in the cloud config.
+func validateDomain(fp *field.Path, p *Profile) field.ErrorList {
+	d := p.Domain
+	if d == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	if d.BoundaryLabel != "" {
+		if msgs := validation.IsQualifiedName(d.BoundaryLabel); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(fp.Child("boundaryLabel"), d.BoundaryLabel, strings.Join(msgs, "; ")))
+		}
+	}
+	if d.CloudConfigKey != "" {
+		section, key := d.CloudConfigSection()
+		switch {
+		case d.BoundaryLabel == "":
+			errs = append(errs, field.Invalid(fp.Child("cloudConfigKey"), d.CloudConfigKey, "a split needs domain.boundaryLabel"))
+		case !iniNameRE.MatchString(section) || !iniNameRE.MatchString(key):
+			errs = append(errs, field.Invalid(fp.Child("cloudConfigKey"), d.CloudConfigKey, "want Section.Key of the INI cloud config, e.g. Global.Region"))
+		case p.CCM.CloudConfig == nil:
+			errs = append(errs, field.Invalid(fp.Child("cloudConfigKey"), d.CloudConfigKey, "this CCM is given no cloud-config file (ccm.cloudConfig is not set)"))
+		}
+	}
+	return errs
 }

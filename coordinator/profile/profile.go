@@ -10,6 +10,8 @@
 // minor. It must not talk to the cluster or to Helm.
 package profile
 
+import "strings"
+
 // APIVersion and Kind identify a profile document.
 const (
 	APIVersion = "hybridccm.io/v1alpha1"
@@ -43,11 +45,40 @@ type Profile struct {
 	// LoadBalancers says how the CCM serves Services of type LoadBalancer
 	// (NativeCCM spec.loadBalancers), or why it cannot.
 	LoadBalancers *LoadBalancers `json:"loadBalancers,omitempty"`
+	// Domain says what bounds the nodes one CCM of this cloud can see (a
+	// region, a project): a node beyond it is "not found" and deleted by the
+	// CCM's lifecycle controller.
+	Domain *Domain `json:"domain,omitempty"`
 	// Quirks are known behaviours of the upstream CCM and how this profile
 	// mitigates them.
 	Quirks []Quirk `json:"quirks,omitempty"`
 	// Sources are where the facts in this profile come from.
 	Sources []string `json:"sources,omitempty"`
+}
+
+// Domain is the boundary of what one CCM of the cloud sees.
+type Domain struct {
+	// BoundaryLabel is the node label whose value one CCM is limited to
+	// (topology.kubernetes.io/region for aws and openstack); empty when no
+	// label says it (a Hetzner project: docs/profiles.md shows the talos-ccm
+	// rule that sets node.cloudprovider.kubernetes.io/domain instead). Nodes
+	// of one NativeCCM with several values are refused unless it splits.
+	// +optional
+	BoundaryLabel string `json:"boundaryLabel,omitempty"`
+	// CloudConfigKey is where a split member's value goes in the cloud
+	// config file (INI: Section.Key, e.g. Global.Region); empty: the
+	// profile cannot split (each value needs its own NativeCCM).
+	// +optional
+	CloudConfigKey string `json:"cloudConfigKey,omitempty"`
+	// Notes say what bounds the CCM and where upstream says so.
+	// +optional
+	Notes string `json:"notes,omitempty"`
+}
+
+// CloudConfigSection and CloudConfigName split CloudConfigKey.
+func (d *Domain) CloudConfigSection() (section, key string) {
+	section, key, _ = strings.Cut(d.CloudConfigKey, ".")
+	return section, key
 }
 
 // CCM is the upstream CCM container.

@@ -51,6 +51,10 @@ type Lifecycle struct {
 	Namespace string `json:"namespace"`
 	// Platform routed to this CCM.
 	Platform string `json:"platform"`
+	// DomainSelector narrows the platform's nodes to the CCM's domain
+	// (ccm-gate --domain-selector); empty (omitted, so a release without a
+	// domain keeps its fingerprint): every node of the platform.
+	DomainSelector string `json:"domainSelector,omitempty"`
 	// LeaseName is the unique --leader-elect-resource-name.
 	LeaseName string `json:"leaseName"`
 	// SecurePort is the unique --secure-port.

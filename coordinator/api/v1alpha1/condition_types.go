@@ -23,6 +23,11 @@ const (
 	// of the platform with an empty providerID.
 	ConflictCondition = "Conflict"
 
+	// NodesOwnedCondition is True when every node of the platform is owned by
+	// the domain of some NativeCCM, and False (reason UnownedNodes) naming the
+	// nodes no native CCM manages.
+	NodesOwnedCondition = "NodesOwned"
+
 	// HealthyCondition is True when the installed native CCM is actually
 	// working: its leader-election Lease is held by one of the release's pods
 	// and was renewed within the lease duration. It is absent while no release
@@ -132,6 +137,34 @@ const (
 	// EmptyProviderIDReason: nodes of the platform have no providerID yet; a
 	// native CCM must never see them (the gate hides them).
 	EmptyProviderIDReason = "EmptyProviderID"
+
+	// DomainOverlapReason: another NativeCCM of the platform owns some of the
+	// same nodes (domains overlap); the younger one is not installed.
+	DomainOverlapReason = "DomainOverlap"
+
+	// DomainSpansBoundaryReason: the NativeCCM's nodes carry several values of
+	// the profile's boundary label (an aws CCM sees one region): one CCM
+	// would delete the others' nodes as "not found". Nothing is installed
+	// (an installed release is removed) until the domain is narrowed or split.
+	DomainSpansBoundaryReason = "DomainSpansBoundary"
+
+	// InvalidDomainReason: spec.domain cannot be enforced: a selector the
+	// fence cannot check (a label it does not know, an operator other than
+	// In), a split of a profile without a boundary label, or values that make
+	// no release name.
+	InvalidDomainReason = "InvalidDomain"
+
+	// UnownedNodesReason: nodes of the platform are in no NativeCCM's domain.
+	UnownedNodesReason = "UnownedNodes"
+
+	// AllNodesOwnedReason: every node of the platform is in a domain.
+	AllNodesOwnedReason = "AllNodesOwned"
+
+	// LoadBalancersRemainReason: the release would be uninstalled, but
+	// Services it served still carry the cloud's cleanup finalizer
+	// (service.kubernetes.io/load-balancer-cleanup): uninstalling would
+	// orphan their load balancers and leave the Services stuck in deletion.
+	LoadBalancersRemainReason = "LoadBalancersRemain"
 
 	// NoConflictReason: none of the conflicts above was found.
 	NoConflictReason = "NoConflict"

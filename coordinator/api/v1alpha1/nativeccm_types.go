@@ -86,10 +86,45 @@ type NativeCCMSpec struct {
 
 	// LoadBalancers turns on the CCM's service controller for Services of type
 	// LoadBalancer of its class (and, when it is the default, those without a
-	// class), with only its own platform's nodes as targets.
+	// class), with only its own domain's nodes as targets.
 	// +optional
 	LoadBalancers *LoadBalancers `json:"loadBalancers,omitempty"`
+
+	// Domain narrows the nodes this CCM owns from every node of the platform
+	// to those one CCM of the cloud can see with its credentials and cloud
+	// config: a region, an account, a project. Several NativeCCMs may serve
+	// one platform with disjoint domains. Absent: every node of the platform
+	// (refused when the profile knows the cloud's boundary and the nodes
+	// span it: an aws CCM sees one region).
+	// +optional
+	Domain *Domain `json:"domain,omitempty"`
 }
+
+// Domain is the part of a platform's nodes one NativeCCM owns.
+type Domain struct {
+	// Selector is what a node of the platform must carry to be owned:
+	// matchLabels, and matchExpressions with the operator In, on labels the
+	// fence knows (the profiles' domain labels, e.g.
+	// topology.kubernetes.io/region, and node.cloudprovider.kubernetes.io/domain,
+	// which a talos-ccm rule can set from metadata). The view shows only
+	// these nodes and the fence refuses every write to others.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator == 'In')",message="a domain selector's matchExpressions may only use the operator In: the fence enforces equality and set membership"
+	Selector *metav1.LabelSelector `json:"selector,omitempty"`
+
+	// Split installs one release per value of the profile's boundary label
+	// (for aws and openstack topology.kubernetes.io/region) seen on the
+	// domain's nodes, each with that value in its cloud config and a
+	// ServiceAccount, lease and view of its own (status.domains).
+	// +optional
+	Split bool `json:"split,omitempty"`
+}
+
+// DomainLabel is the node label a talos-ccm transformation rule sets where a
+// cloud's boundary is in no label of its own (a Hetzner project, a GCP
+// project, an Azure subscription): kubelets cannot set it (NodeRestriction
+// keeps *.kubernetes.io labels), and the fence knows it for every platform.
+const DomainLabel = "node.cloudprovider.kubernetes.io/domain"
 
 // LoadBalancers of one NativeCCM.
 // +kubebuilder:validation:XValidation:rule="!has(self.class) || self.class.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*)/([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$')",message="class must be a prefixed name such as hybridccm.io/aws (what spec.loadBalancerClass of a Service accepts)"
@@ -243,6 +278,29 @@ type GateLoadBalancers struct {
 	Default bool `json:"default,omitempty"`
 }
 
+// DomainStatus is one release of a split NativeCCM.
+type DomainStatus struct {
+	// Value of the boundary label this release owns.
+	// +kubebuilder:validation:MaxLength=63
+	Value string `json:"value"`
+	// Release is the Helm release (and ServiceAccount, lease) name.
+	// +kubebuilder:validation:MaxLength=53
+	Release string `json:"release"`
+	// Nodes is the number of the NativeCCM's nodes with that value.
+	// +optional
+	Nodes int32 `json:"nodes"`
+	// Revision of the release the coordinator last observed.
+	// +optional
+	Revision int `json:"revision,omitempty"`
+	// Ready: the release is deployed and its CCM holds its lease.
+	// +optional
+	Ready bool `json:"ready,omitempty"`
+	// Message says what is missing while not Ready.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+}
+
 // UpstreamStatus is the upstream CCM release the coordinator chose for the
 // API server's Kubernetes minor (the profile's ccm.image.tags), or the one
 // spec.overrides.image names.
@@ -335,6 +393,19 @@ type NativeCCMStatus struct {
 	// release is installed.
 	// +optional
 	Gate *GateStatus `json:"gate,omitempty"`
+
+	// Domains are the releases of a split NativeCCM, one per value of the
+	// profile's boundary label seen on its nodes.
+	// +optional
+	// +listType=map
+	// +listMapKey=value
+	// +kubebuilder:validation:MaxItems=64
+	Domains []DomainStatus `json:"domains,omitempty"`
+
+	// UnownedNodes is how many nodes of the platform no NativeCCM's domain
+	// covers (no native CCM manages their lifecycle).
+	// +optional
+	UnownedNodes int32 `json:"unownedNodes,omitempty"`
 
 	// Failures counts consecutive failed install/upgrade attempts.
 	// +optional

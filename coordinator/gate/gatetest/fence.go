@@ -47,7 +47,8 @@ func InstallFence(ctx context.Context, c client.Client, namespace string) error 
 // built-in profiles' when it is absent or of another namespace) plus
 // prefixes for platform.
 func installFence(ctx context.Context, c client.Client, f gate.Fence, platform string, prefixes []string) error {
-	table, err := gate.ReadFence(ctx, c, f)
+	installed, err := gate.ReadFence(ctx, c, f)
+	table := installed.Prefixes
 	if err != nil {
 		if table, err = gate.BuiltinPrefixes(); err != nil {
 			return err

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
@@ -22,7 +23,7 @@ import (
 type nodeMeta struct {
 	UID             string
 	ResourceVersion string
-	// Labels of the Node (the cache keeps only the platform label).
+	// Labels of the Node (the cache keeps only those the view selects on).
 	Labels map[string]string
 }
 
@@ -99,7 +100,7 @@ func (p *Proxy) read(ctx context.Context, in http.Header, u, accept string, limi
 	}
 }
 
-// nodeCache holds the names of the platform's Nodes, from a label-selected
+// nodeCache holds the names of the domain's Nodes, from a label-selected
 // metadata watch with the gate's own credentials (the pod's ServiceAccount).
 type nodeCache struct {
 	informer cache.SharedIndexInformer
@@ -110,20 +111,30 @@ var nodesGVR = schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
 // cachePageSize bounds how many nodes' metadata the cache decodes at once.
 const cachePageSize = 250
 
-func newNodeCache(cfg *rest.Config, label, platform string) (*nodeCache, error) {
+func newNodeCache(cfg *rest.Config, reqs labels.Requirements) (*nodeCache, error) {
 	mc, err := metadata.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	selector := label + "=" + platform
+	selector := labels.NewSelector().Add(reqs...).String()
+	keys := make([]string, 0, len(reqs))
+	for _, r := range reqs {
+		keys = append(keys, r.Key())
+	}
 	nodes := mc.Resource(nodesGVR)
 	// Keep only what the view reads: a few hundred bytes per node. Stripping
 	// happens per page and per event, so the full metadata (managed fields,
 	// annotations) of many nodes is never held at once.
 	strip := func(m *metav1.PartialObjectMetadata) {
+		kept := make(map[string]string, len(keys))
+		for _, k := range keys {
+			if v, ok := m.Labels[k]; ok {
+				kept[k] = v
+			}
+		}
 		m.ObjectMeta = metav1.ObjectMeta{
 			Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion,
-			Labels: map[string]string{label: m.Labels[label]},
+			Labels: kept,
 		}
 	}
 	lw := &cache.ListWatch{

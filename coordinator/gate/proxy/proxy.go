@@ -48,6 +48,11 @@ type Config struct {
 	Platform string
 	// PlatformLabel is the routing label key; default names.PlatformLabel.
 	PlatformLabel string
+	// DomainSelector narrows the view to the platform's nodes in the CCM's
+	// ownership domain (for example topology.kubernetes.io/region=eu-west-1):
+	// a Kubernetes label selector of equality and set requirements, ANDed with
+	// platform=<Platform>. Empty: every node of the platform.
+	DomainSelector string
 	// Credentials is ForwardCredentials (default) or OwnCredentials.
 	Credentials CredentialMode
 	// ClientToken, when set, is the only credential the proxy accepts: every
@@ -81,17 +86,18 @@ type Config struct {
 
 // Proxy is the node view: an http.Handler in front of the API server.
 type Proxy struct {
-	cfg         Config
-	log         logr.Logger
-	base        *url.URL
-	transport   http.RoundTripper
-	requirement labels.Requirement
-	cache       *nodeCache
-	serviceView serviceView
-	history     *serviceHistory
-	rp          *httputil.ReverseProxy
-	metrics     *metrics
-	access      *accessGate
+	cfg          Config
+	log          logr.Logger
+	base         *url.URL
+	transport    http.RoundTripper
+	requirements labels.Requirements
+	selector     labels.Selector
+	cache        *nodeCache
+	serviceView  serviceView
+	history      *serviceHistory
+	rp           *httputil.ReverseProxy
+	metrics      *metrics
+	access       *accessGate
 }
 
 var _ http.Handler = (*Proxy)(nil)
@@ -124,9 +130,9 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.Log.GetSink() == nil {
 		cfg.Log = klog.Background()
 	}
-	req, err := platformRequirement(cfg.PlatformLabel, cfg.Platform)
+	reqs, err := viewRequirements(cfg.PlatformLabel, cfg.Platform, cfg.DomainSelector)
 	if err != nil {
-		return nil, fmt.Errorf("%s: platform %q: %w", op, cfg.Platform, err)
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	view, err := newServiceView(cfg.LoadBalancerClass, cfg.DefaultLoadBalancerClass)
 	if err != nil {
@@ -146,19 +152,20 @@ func New(cfg Config) (*Proxy, error) {
 		return nil, fmt.Errorf("%s: upstream transport: %w", op, err)
 	}
 	p := &Proxy{
-		cfg:         cfg,
-		log:         cfg.Log.WithValues("platform", cfg.Platform),
-		base:        base,
-		transport:   transport,
-		requirement: req,
-		serviceView: view,
-		metrics:     newMetrics(cfg.Registerer),
+		cfg:          cfg,
+		log:          cfg.Log.WithValues("platform", cfg.Platform),
+		base:         base,
+		transport:    transport,
+		requirements: reqs,
+		selector:     labels.NewSelector().Add(reqs...),
+		serviceView:  view,
+		metrics:      newMetrics(cfg.Registerer),
 	}
 	if p.access, err = newAccessGate(cfg.Upstream, cfg.StartupAccess); err != nil {
 		return nil, fmt.Errorf("%s: startup access: %w", op, err)
 	}
 	if !cfg.DisableCache {
-		if p.cache, err = newNodeCache(cfg.Upstream, cfg.PlatformLabel, cfg.Platform); err != nil {
+		if p.cache, err = newNodeCache(cfg.Upstream, reqs); err != nil {
 			return nil, fmt.Errorf("%s: node cache: %w", op, err)
 		}
 	}
@@ -282,9 +289,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// filter injects the platform selector into a list or watch and forwards it.
+// filter injects the view's selector (platform and domain) into a list or watch and forwards it.
 func (p *Proxy) filter(w http.ResponseWriter, r *http.Request, rt route) {
-	q, err := viewSelector(r.URL.Query(), p.requirement)
+	q, err := viewSelector(r.URL.Query(), p.requirements)
 	if err != nil {
 		p.refuse(w, r, rt, badRequest(err))
 		return
@@ -391,8 +398,7 @@ func (p *Proxy) lookup(r *http.Request, name string, cached bool) (nodeMeta, boo
 }
 
 func (p *Proxy) inView(m nodeMeta) bool {
-	v, ok := m.Labels[p.cfg.PlatformLabel]
-	return ok && v == p.cfg.Platform
+	return p.selector.Matches(labels.Set(m.Labels))
 }
 
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, rt route, decision string) {

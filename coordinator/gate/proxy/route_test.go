@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding/json"
+	"k8s.io/apimachinery/pkg/labels"
 	"net/url"
 	"strings"
 	"testing"
@@ -115,7 +116,7 @@ func TestViewSelector(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.query, func(t *testing.T) {
 			q, _ := url.ParseQuery(tc.query)
-			raw, err := viewSelector(q, req)
+			raw, err := viewSelector(q, labels.Requirements{req})
 			if tc.wantErr {
 				if err == nil {
 					t.Fatalf("viewSelector = %q, want an error", raw)

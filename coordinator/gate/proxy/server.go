@@ -36,6 +36,8 @@ type ServerOptions struct {
 	// Platform and PlatformLabel define the view.
 	Platform      string
 	PlatformLabel string
+	// DomainSelector narrows the view to the CCM's ownership domain.
+	DomainSelector string
 	// Credentials is "forward" or "own".
 	Credentials string
 	// ClientTokenFile, when set, holds the only bearer token the proxy accepts
@@ -73,6 +75,7 @@ func (o *ServerOptions) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.MetricsListen, "metrics-listen", o.MetricsListen, "Address of /metrics, served without authentication (keep it on loopback); empty disables it.")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the API server; empty uses the pod's in-cluster configuration.")
 	fs.StringVar(&o.Platform, "platform", o.Platform, "Platform whose nodes the CCM may see (value of --platform-label). Required.")
+	fs.StringVar(&o.DomainSelector, "domain-selector", o.DomainSelector, "Label selector of the CCM's ownership domain within the platform (e.g. topology.kubernetes.io/region=eu-west-1): the view shows only the platform's nodes it matches. Only =, == and in requirements. Empty: every node of the platform.")
 	fs.StringVar(&o.PlatformLabel, "platform-label", o.PlatformLabel, "Node label that routes nodes to platforms.")
 	fs.StringVar(&o.Credentials, "credentials", o.Credentials, `Whose credentials reach the API server: "forward" (the CCM's own, default) or "own" (the gate's kubeconfig; only where the CCM's cannot be forwarded).`)
 	fs.StringVar(&o.ClientTokenFile, "client-token-file", o.ClientTokenFile, `File with the only bearer token the proxy accepts, created with a random token at start if absent (share its directory with the CCM alone); requires --credentials=own. Empty: no client authentication.`)
@@ -120,6 +123,7 @@ func Serve(ctx context.Context, o ServerOptions, ready func(proxyURL, healthAddr
 		Upstream:                 upstream,
 		Platform:                 o.Platform,
 		PlatformLabel:            o.PlatformLabel,
+		DomainSelector:           o.DomainSelector,
 		Credentials:              CredentialMode(o.Credentials),
 		ClientToken:              clientToken,
 		LoadBalancerClass:        o.LoadBalancerClass,

@@ -1,0 +1,258 @@
+// Package domain is what one native CCM owns: the nodes of a platform that
+// carry given label values. A cloud CCM sees what its credentials and cloud
+// config reach — one AWS or OpenStack region, one Hetzner project — and
+// deletes every other node it is shown as "not found"; a domain is that
+// boundary written as node labels.
+//
+// A domain is the platform plus, per label key, the set of values a node may
+// carry (a conjunction of `key in (values)` requirements): what the view can
+// select with a label selector and what the fence can check with its grant
+// (coordinator/gate), nothing wider. The package decides membership, overlap
+// and the split of one domain into one per boundary value; it reads no API
+// and renders nothing.
+package domain
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
+)
+
+// Domain is the nodes of Platform whose labels carry, for every key of
+// Require, one of its values. An empty Require is every node of the platform.
+type Domain struct {
+	Platform string
+	// Require maps a label key to its allowed values, sorted, without
+	// duplicates, never empty.
+	Require map[string][]string
+}
+
+// MaxKeys bounds the label keys of one domain (the fence checks each).
+const MaxKeys = 4
+
+// MaxValues bounds the values of one key.
+const MaxValues = 16
+
+// FromSelector builds a domain from a NativeCCM's spec.domain.selector:
+// matchLabels and matchExpressions with operator In, ANDed. platformLabel
+// may not appear in it (the platform is spec.platform). Errors name the
+// field.
+func FromSelector(platform, platformLabel string, sel *metav1.LabelSelector) (Domain, error) {
+	d := Domain{Platform: platform, Require: map[string][]string{}}
+	if sel == nil {
+		return d, nil
+	}
+	var errs []error
+	narrow := func(field, key string, values []string) {
+		if msgs := validation.IsQualifiedName(key); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("%s: key %q: %s", field, key, strings.Join(msgs, "; ")))
+			return
+		}
+		if key == platformLabel {
+			errs = append(errs, fmt.Errorf("%s: %s is spec.platform's label; a domain narrows the platform by other labels", field, key))
+			return
+		}
+		if len(values) == 0 {
+			errs = append(errs, fmt.Errorf("%s: key %s: no values", field, key))
+			return
+		}
+		for _, v := range values {
+			if msgs := validation.IsValidLabelValue(v); len(msgs) > 0 || v == "" {
+				errs = append(errs, fmt.Errorf("%s: key %s: value %q is not a label value a node can carry", field, key, v))
+				return
+			}
+		}
+		set := sortedUnique(values)
+		if have, ok := d.Require[key]; ok {
+			set = intersect(have, set)
+		}
+		d.Require[key] = set
+	}
+	for _, k := range slices.Sorted(maps.Keys(sel.MatchLabels)) {
+		narrow("matchLabels["+k+"]", k, []string{sel.MatchLabels[k]})
+	}
+	for i, e := range sel.MatchExpressions {
+		field := fmt.Sprintf("matchExpressions[%d]", i)
+		if e.Operator != metav1.LabelSelectorOpIn {
+			errs = append(errs, fmt.Errorf("%s: operator %s: a domain may only use In (the fence enforces equality and set membership)", field, e.Operator))
+			continue
+		}
+		narrow(field, e.Key, e.Values)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Domain{}, err
+	}
+	for k, v := range d.Require {
+		if len(v) == 0 {
+			return Domain{}, fmt.Errorf("key %s: the requirements on it have no value in common, so the domain holds no node", k)
+		}
+		if len(v) > MaxValues {
+			return Domain{}, fmt.Errorf("key %s: %d values, at most %d", k, len(v), MaxValues)
+		}
+	}
+	if len(d.Require) > MaxKeys {
+		return Domain{}, fmt.Errorf("%d label keys, at most %d", len(d.Require), MaxKeys)
+	}
+	return d, nil
+}
+
+// Whole reports whether the domain is every node of the platform.
+func (d Domain) Whole() bool { return len(d.Require) == 0 }
+
+// Keys are the label keys the domain restricts, sorted.
+func (d Domain) Keys() []string { return slices.Sorted(maps.Keys(d.Require)) }
+
+// Contains reports whether a node of the platform with these labels is in the
+// domain. platformLabel's value must be the domain's platform.
+func (d Domain) Contains(platformLabel string, labels map[string]string) bool {
+	if labels[platformLabel] != d.Platform {
+		return false
+	}
+	for k, vs := range d.Require {
+		v, ok := labels[k]
+		if !ok || !slices.Contains(vs, v) {
+			return false
+		}
+	}
+	return true
+}
+
+// Selector is the domain's label selector without the platform, as ccm-gate's
+// --domain-selector takes it: "" for the whole platform.
+func (d Domain) Selector() string {
+	parts := make([]string, 0, len(d.Require))
+	for _, k := range d.Keys() {
+		parts = append(parts, k+" in ("+strings.Join(d.Require[k], ",")+")")
+	}
+	return strings.Join(parts, ",")
+}
+
+// String describes the domain for people: "aws nodes with
+// topology.kubernetes.io/region in (eu-west-1)".
+func (d Domain) String() string {
+	if d.Whole() {
+		return "every " + d.Platform + " node"
+	}
+	return d.Platform + " nodes with " + strings.ReplaceAll(d.Selector(), "),", ") and ")
+}
+
+// With narrows the domain to key=value (a split member's domain). ok is
+// false when the domain excludes that value.
+func (d Domain) With(key, value string) (Domain, bool) {
+	if have, restricted := d.Require[key]; restricted && !slices.Contains(have, value) {
+		return Domain{}, false
+	}
+	out := Domain{Platform: d.Platform, Require: maps.Clone(d.Require)}
+	if out.Require == nil {
+		out.Require = map[string][]string{}
+	}
+	out.Require[key] = []string{value}
+	return out, true
+}
+
+// Overlap reports whether some node could be in both domains, and if so the
+// labels of one such node (besides the platform label): for every key both
+// restrict, a value they share; for keys one restricts, its first value.
+func Overlap(a, b Domain) (map[string]string, bool) {
+	if a.Platform != b.Platform {
+		return nil, false
+	}
+	example := map[string]string{}
+	for _, k := range sortedUnique(append(a.Keys(), b.Keys()...)) {
+		av, aok := a.Require[k]
+		bv, bok := b.Require[k]
+		switch {
+		case aok && bok:
+			common := intersect(av, bv)
+			if len(common) == 0 {
+				return nil, false
+			}
+			example[k] = common[0]
+		case aok:
+			example[k] = av[0]
+		default:
+			example[k] = bv[0]
+		}
+	}
+	return example, true
+}
+
+// Slug is how a boundary value appears in a split member's release and
+// ServiceAccount name, and what the fence compares it with: lower case, with
+// "_" and "." as "-". The fence computes the same from the node's label.
+func Slug(value string) string {
+	return strings.NewReplacer("_", "-", ".", "-").Replace(strings.ToLower(value))
+}
+
+// BuiltinKeys are the domain label keys the fence and the coordinator know
+// without configuration: v1.DomainLabel (set by a talos-ccm rule) and the
+// region, the boundary of the aws and openstack profiles.
+var BuiltinKeys = []string{v1.DomainLabel, "topology.kubernetes.io/region"}
+
+// SplitSeparator joins a NativeCCM's release name and a member's slug:
+// native-ccm-aws--eu-west-1. NativeCCM names may not contain it.
+const SplitSeparator = "--"
+
+func sortedUnique(in []string) []string {
+	out := slices.Clone(in)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func intersect(a, b []string) []string {
+	var out []string
+	for _, v := range a {
+		if slices.Contains(b, v) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// Of is the domain of a NativeCCM — spec.platform narrowed by
+// spec.domain.selector — and, when spec.domain.split is on, the profile's
+// boundary label it is split by. Errors name the field.
+func Of(obj *v1.NativeCCM, p *profile.Profile) (d Domain, splitBy string, err error) {
+	var sel *metav1.LabelSelector
+	split := false
+	if obj.Spec.Domain != nil {
+		sel, split = obj.Spec.Domain.Selector, obj.Spec.Domain.Split
+	}
+	if d, err = FromSelector(obj.Spec.Platform, names.PlatformLabel, sel); err != nil {
+		return Domain{}, "", fmt.Errorf("spec.domain.selector: %w", err)
+	}
+	if !split {
+		return d, "", nil
+	}
+	if p == nil || p.Domain == nil || p.Domain.BoundaryLabel == "" || p.Domain.CloudConfigKey == "" {
+		name := obj.ProfileName()
+		return Domain{}, "", fmt.Errorf("spec.domain.split: profile %s knows no boundary label with a cloud-config key for it, so it cannot split: give each domain a NativeCCM of its own with spec.domain.selector (docs/profiles.md)", name)
+	}
+	return d, p.Domain.BoundaryLabel, nil
+}
+
+// Keys are the label keys a NativeCCM's domain needs the fence to know:
+// those its selector restricts and the split label.
+func Keys(d Domain, splitBy string) []string {
+	keys := d.Keys()
+	if splitBy != "" && !slices.Contains(keys, splitBy) {
+		keys = append(keys, splitBy)
+		slices.Sort(keys)
+	}
+	return keys
+}
+
+// Unenforceable are the keys of Keys that the installed fence does not know.
+func Unenforceable(d Domain, splitBy string, fenceKeys []string) []string {
+	return slices.DeleteFunc(Keys(d, splitBy), func(k string) bool { return slices.Contains(fenceKeys, k) })
+}
