@@ -149,6 +149,13 @@ clouds:
   hcloud-fsn: {enabled: true, platform: hcloud, loadBalancers: {enabled: true, class: example.com/fsn}}
   aws: {enabled: false}
 `), "ccm-elsewhere"},
+		{"two regions of one cloud", values(t, `
+clouds:
+  aws: {enabled: false}
+  aws-eu: {enabled: true, platform: aws, domain: {matchLabels: {topology.kubernetes.io/region: eu-west-1}}}
+  aws-us: {enabled: true, platform: aws, credentials: {secretName: aws-us}, loadBalancers: {enabled: true, class: hybridccm.io/aws-us},
+    domain: {matchExpressions: [{key: topology.kubernetes.io/region, operator: In, values: [us-east-2, us-east-1]}]}}
+`), "hybrid-ccm-system"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := mustRender(t, hybridCCM, tc.vals)
@@ -256,5 +263,27 @@ func TestUmbrellaSchema(t *testing.T) {
 	// One class each, one default, and a cloud with load balancers off: fine.
 	if _, err := render(t, hybridCCM, values(t, `clouds: {aws: {enabled: true, loadBalancers: {enabled: true, default: true}}, hcloud: {enabled: true, loadBalancers: {enabled: true}}, gcp: {enabled: true, loadBalancers: {enabled: false, default: true}}}`)); err != nil {
 		t.Errorf("distinct classes refused: %v", err)
+	}
+}
+
+// TestUmbrellaDomains: clouds.<name>.domain becomes spec.domain.selector,
+// and domains the fence cannot enforce are refused at render time.
+func TestUmbrellaDomains(t *testing.T) {
+	m := mustRender(t, hybridCCM, values(t, `
+clouds:
+  aws-eu: {enabled: true, platform: aws, domain: {matchLabels: {topology.kubernetes.io/region: eu-west-1}}}
+`))
+	n := nativeCCMs(t, m)["aws-eu"]
+	if d := n.Spec.Domain; d == nil || d.Selector == nil || d.Selector.MatchLabels["topology.kubernetes.io/region"] != "eu-west-1" {
+		t.Fatalf("spec.domain %+v", n.Spec.Domain)
+	}
+	for _, tc := range []struct{ vals, want string }{
+		{`clouds: {aws-eu: {enabled: true, platform: aws, domain: {matchExpressions: [{key: topology.kubernetes.io/region, operator: In, values: [a]}], matchLabels: {topology.kubernetes.io/region: a}}}}`, "is given twice"},
+		{`clouds: {aws-eu: {enabled: true, platform: aws, domain: {matchExpressions: [{key: topology.kubernetes.io/region, operator: NotIn, values: [a]}]}}}`, "value must be 'In'"},
+	} {
+		_, err := render(t, hybridCCM, values(t, tc.vals))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want an error with %q", tc.vals, err, tc.want)
+		}
 	}
 }

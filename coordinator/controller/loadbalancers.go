@@ -3,6 +3,11 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -11,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 )
 
@@ -107,4 +113,44 @@ func (h loadBalancerHandler) enqueueOthers(ctx context.Context, q queue, o clien
 			q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: n.Name}})
 		}
 	}
+}
+
+// holdForLoadBalancers keeps a release that served load balancers while
+// Services it served still carry the service controller's cleanup finalizer
+// (service.kubernetes.io/load-balancer-cleanup): without the CCM, their
+// cloud load balancers would be orphaned and the Services stuck in deletion.
+// It returns a wait (Ready False, LoadBalancersRemain, naming the Services)
+// until none is left; nil when the release may go.
+func (r *NativeCCMReconciler) holdForLoadBalancers(ctx context.Context, obj *v1.NativeCCM) error {
+	if obj.Status.Gate == nil || obj.Status.Gate.LoadBalancers == nil {
+		return nil
+	}
+	lb := obj.Status.Gate.LoadBalancers
+	var list corev1.ServiceList
+	// uncached: read only when a release that served load balancers is to go
+	if err := r.APIReader.List(ctx, &list); err != nil {
+		return fmt.Errorf("list Services for the load balancers of release %s: %w", obj.ReleaseName(), err)
+	}
+	var held []string
+	for i := range list.Items {
+		svc := &list.Items[i]
+		if !slices.Contains(svc.Finalizers, gate.LoadBalancerCleanupFinalizer) {
+			continue
+		}
+		class := ptr.Deref(svc.Spec.LoadBalancerClass, "")
+		if class == lb.Class || (class == "" && lb.Default) {
+			held = append(held, svc.Namespace+"/"+svc.Name)
+		}
+	}
+	if len(held) == 0 {
+		return nil
+	}
+	slices.Sort(held)
+	shown := held
+	if len(shown) > shownNodes {
+		shown = append(slices.Clone(shown[:shownNodes]), "...")
+	}
+	err := fmt.Errorf("release %s is kept: %d Service(s) it served still carry %s (%s); delete them or change their type, so that the CCM removes their load balancers and the finalizer, and it is uninstalled then",
+		obj.ReleaseName(), len(held), gate.LoadBalancerCleanupFinalizer, strings.Join(shown, ", "))
+	return r.waitFor(obj, v1.LoadBalancersRemainReason, err)
 }

@@ -13,6 +13,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
@@ -151,4 +152,69 @@ func TestLoadBalancers(t *testing.T) {
 	for _, n := range []string{"lb-b", "lb-c", "lb-no"} {
 		_ = k8s.Delete(ctxT(t), &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: n}})
 	}
+}
+
+// TestUninstallWaitsForLoadBalancerCleanup: a release that served load
+// balancers is not uninstalled (install policy Never, then the NativeCCM
+// deleted) while a Service of its class still carries the service
+// controller's cleanup finalizer; the Services are named, and it goes once
+// the finalizer does.
+func TestUninstallWaitsForLoadBalancerCleanup(t *testing.T) {
+	const name, rel = "lb-d", "native-ccm-lb-d"
+	hcloudSecret(t)
+	createNode(t, "lb-d-1", name, "hcloud://4401")
+	createNativeCCM(t, &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1.NativeCCMSpec{Platform: name, LoadBalancers: &v1.LoadBalancers{Enabled: true}}})
+	waitCondition(t, name, meta.ReadyCondition, metav1.ConditionTrue, v1.InstallSucceededReason)
+
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "lb-d-tenant"}}
+	create(t, ns)
+	class := v1.LoadBalancerClassPrefix + name
+	svc := func(n string, class *string) *corev1.Service {
+		return &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: ns.Name, Finalizers: []string{gate.LoadBalancerCleanupFinalizer}},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: class,
+				Ports: []corev1.ServicePort{{Port: 80}}},
+		}
+	}
+	served := svc("served", &class)
+	other := svc("other-class", ptr.To("example.com/other"))
+	for _, s := range []*corev1.Service{served, other} {
+		create(t, s)
+	}
+	release := func(s *corev1.Service) {
+		t.Helper()
+		if err := k8s.Get(ctxT(t), client.ObjectKeyFromObject(s), s); err != nil {
+			t.Fatal(err)
+		}
+		s.Finalizers = nil
+		if err := k8s.Update(ctxT(t), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { release(other) })
+
+	updateNativeCCM(t, name, func(o *v1.NativeCCM) { o.Spec.Install = v1.InstallNever })
+	waitMessage(t, name, meta.ReadyCondition, metav1.ConditionFalse, v1.LoadBalancersRemainReason,
+		"1 Service(s)", "lb-d-tenant/served", gate.LoadBalancerCleanupFinalizer)
+	if _, err := getDeployment(t, rel); err != nil {
+		t.Fatalf("the release went while its Service held the finalizer: %v", err)
+	}
+	if ok, seen := hasEvent(t, name, v1.LoadBalancersRemainReason); !ok {
+		t.Fatalf("no %s event: %s", v1.LoadBalancersRemainReason, seen)
+	}
+	// deleting the NativeCCM waits too
+	if err := k8s.Delete(ctxT(t), &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	never(t, "the release uninstalled", quiet, func() (bool, string) {
+		_, err := getDeployment(t, rel)
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	release(served)
+	eventually(t, "release and NativeCCM gone once the finalizer is", func() (bool, string) {
+		_, derr := getDeployment(t, rel)
+		err := k8s.Get(ctxT(t), client.ObjectKey{Name: name}, &v1.NativeCCM{})
+		return apierrors.IsNotFound(derr) && apierrors.IsNotFound(err), fmt.Sprintf("deployment %v, NativeCCM %v", derr, err)
+	})
 }

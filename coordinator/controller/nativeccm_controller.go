@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/fluxcd/pkg/apis/meta"
@@ -220,6 +221,14 @@ func (r *NativeCCMReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 // its Lease, and only then lets the NativeCCM go.
 func (r *NativeCCMReconciler) reconcileDelete(ctx context.Context, obj *v1.NativeCCM) (ctrl.Result, error) {
 	r.gateChecks.forget(obj.UID)
+	if err := r.holdForLoadBalancers(ctx, obj); err != nil {
+		var wait *waitError
+		if errors.As(err, &wait) {
+			// looked at again; the NativeCCM stays until its Services are clean
+			return ctrl.Result{RequeueAfter: wait.after}, nil
+		}
+		return ctrl.Result{}, err
+	}
 	if err := r.uninstall(ctx, obj, "NativeCCM deleted"); err != nil {
 		return ctrl.Result{}, err
 	}

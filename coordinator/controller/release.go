@@ -263,6 +263,9 @@ func (r *NativeCCMReconciler) reconcileAbsent(ctx context.Context, obj *v1.Nativ
 		msg = "install policy is Never"
 	}
 	if nextAction(false, info, "") == actionUninstall {
+		if err := r.holdForLoadBalancers(ctx, obj); err != nil {
+			return err
+		}
 		if err := r.uninstall(ctx, obj, msg); err != nil {
 			return err
 		}

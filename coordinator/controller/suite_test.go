@@ -144,6 +144,11 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 	// image pull Secrets of a NativeCCM's own
 	must(deriveProfile("hcloud", "pull-a", 10326, nil))
 	must(deriveProfile("hcloud", "quiet-a", 10327, nil))
+	// profiles that know their boundary, as aws's and openstack's do
+	regional := func(p *profile.Profile) { p.Domain = &profile.Domain{BoundaryLabel: "topology.kubernetes.io/region"} }
+	must(deriveProfile("hcloud", "domain-a", 10328, regional))
+	must(deriveProfile("hcloud", "domain-b", 10329, regional))
+	must(deriveProfile("hcloud", "lb-d", 10330, nil))
 
 	// the upstream CCM per Kubernetes minor: Azure's (with its own node
 	// filter), and a profile whose only release is two minors older than

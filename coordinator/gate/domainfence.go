@@ -125,13 +125,15 @@ func domainVariables(namespace, keys string) []admissionregistrationv1.Variable 
 // everything of a split member its NativeCCM's grant does not split.
 // node guards a validation to nodes; who names the requester.
 func domainValidations(node func(string) string, who string) []admissionregistrationv1.Validation {
+	// Message expressions cannot ask the authorizer: they name the node's
+	// domain labels, and the grant to look at.
+	labels := "variables.domainKeys.map(k, k + '=' + variables.nodeLabels[?k].orValue('(none)')).join(', ')"
 	return []admissionregistrationv1.Validation{
 		{
 			Expression: "variables.splitValue == '' || size(variables.splitKeys) == 1",
 			Message:    "hybrid-ccm gate: a split member's ServiceAccount (native-ccm-<name>--<value>) may change nothing unless its NativeCCM's grant names one split label",
-			MessageExpression: cel(lit("hybrid-ccm gate: "), who, lit(" may not change anything: it is a split member of NativeCCM "), "variables.parent",
-				lit(", whose grant "+GrantPrefix+"'"), "variables.parent", lit("' names "),
-				"(size(variables.splitKeys) == 0 ? 'no split label ("+GrantGroup+" "+grantSplits+"/<label>)' : 'several split labels')"),
+			MessageExpression: cel(lit("hybrid-ccm gate: "), who, lit(" may not change anything: it is named as a split member of NativeCCM "), "variables.parent",
+				lit(", and the grant "+GrantPrefix), "variables.parent", lit(" names no split label ("+GrantGroup+" "+grantSplits+"/<label>), or several")),
 			Reason: ptr.To(metav1.StatusReasonForbidden),
 		},
 		{
@@ -144,17 +146,16 @@ func domainValidations(node func(string) string, who string) []admissionregistra
 			Expression: node("size(variables.outsideKeys) == 0"),
 			Message:    "hybrid-ccm gate: a native CCM may only change nodes of its domain",
 			MessageExpression: cel(lit("hybrid-ccm gate: "), who, lit(" may not change or delete node "), "request.name",
-				lit(": it is outside the NativeCCM's domain: its label "), "variables.outsideKeys[0]", lit(" is "),
-				"(variables.nodeLabels[?variables.outsideKeys[0]].orValue('') == '' ? 'missing' : '\"' + variables.nodeLabels[variables.outsideKeys[0]] + '\"')",
-				lit(", a value the grant "+GrantPrefix), "variables.parent", lit(" does not name ("+grantDomains+"/<label>=<value>)")),
+				lit(": it is outside the domain of NativeCCM "), "variables.parent", lit(" (its grant "+GrantPrefix), "variables.parent",
+				lit(" names the "+grantDomains+"/<label>=<value> it owns); the node's domain labels are "), labels),
 			Reason: ptr.To(metav1.StatusReasonForbidden),
 		},
 		{
 			Expression: node("variables.splitValue == '' || variables.nodeSlug == variables.splitValue"),
 			Message:    "hybrid-ccm gate: a split member may only change nodes of its own value of the split label",
 			MessageExpression: cel(lit("hybrid-ccm gate: "), who, lit(" may not change or delete node "), "request.name",
-				lit(": it serves the nodes whose label "), "variables.splitKeys[0]", lit(" is "), "variables.splitValue",
-				lit(", and this node's is "), "(variables.nodeSlug == '' ? 'missing' : variables.nodeSlug)"),
+				lit(": it is the split member of NativeCCM "), "variables.parent", lit(" for the value "), "variables.splitValue",
+				lit(" of the split label; the node's domain labels are "), labels),
 			Reason: ptr.To(metav1.StatusReasonForbidden),
 		},
 	}

@@ -118,27 +118,27 @@ func TestFenceDomains(t *testing.T) {
 	}{
 		{name: "own region: delete", do: del(eu, "dom-eu"), allow: true},
 		{name: "own region: taint", do: taint(eu, "dom-eu"), allow: true},
-		{name: "other region: delete", do: del(eu, "dom-us"), who: "NativeCCM d-eu", node: "dom-us", reason: `its label ` + regionLabel + ` is "us-east-1"`},
-		{name: "other region: taint", do: taint(eu, "dom-us"), who: "NativeCCM d-eu", node: "dom-us", reason: "outside the NativeCCM's domain"},
-		{name: "other region: status", do: status(eu, "dom-us"), who: "NativeCCM d-eu", node: "dom-us", reason: "outside the NativeCCM's domain"},
-		{name: "no region label: delete", do: del(eu, "dom-noregion"), who: "NativeCCM d-eu", node: "dom-noregion", reason: "is missing"},
+		{name: "other region: delete", do: del(eu, "dom-us"), who: "NativeCCM d-eu", node: "dom-us", reason: regionLabel + "=us-east-1"},
+		{name: "other region: taint", do: taint(eu, "dom-us"), who: "NativeCCM d-eu", node: "dom-us", reason: "outside the domain of NativeCCM d-eu"},
+		{name: "other region: status", do: status(eu, "dom-us"), who: "NativeCCM d-eu", node: "dom-us"},
+		{name: "no region label: delete", do: del(eu, "dom-noregion"), who: "NativeCCM d-eu", node: "dom-noregion", reason: regionLabel + "=(none)"},
 		{name: "the other region's CCM: delete its own", do: del(us, "dom-us"), allow: true},
-		{name: "the other region's CCM: not the first region's", do: del(us, "dom-eu"), who: "NativeCCM d-us", node: "dom-eu", reason: `"eu-west-1"`},
+		{name: "the other region's CCM: not the first region's", do: del(us, "dom-eu"), who: "NativeCCM d-us", node: "dom-eu", reason: regionLabel + "=eu-west-1"},
 		{name: "a NativeCCM without a domain keeps the whole platform", do: del(all, "dom-us"), allow: true},
 		{name: "a NativeCCM without a domain, node without region", do: del(all, "dom-noregion"), allow: true},
 		{name: "a domain never reaches another platform", do: del(eu, "dom-hc-p1"), who: "NativeCCM d-eu", node: "dom-hc-p1"},
 
 		{name: "split member: own value", do: del(splitEU, "dom-eu"), allow: true},
 		{name: "split member: own value, taint", do: taint(splitEU, "dom-eu-2"), allow: true},
-		{name: "split member: other value", do: del(splitEU, "dom-us"), who: "NativeCCM d-split--eu-west-1", node: "dom-us", reason: "this node's is us-east-1"},
-		{name: "split member: no value", do: del(splitEU, "dom-noregion"), who: "NativeCCM d-split--eu-west-1", node: "dom-noregion", reason: "this node's is missing"},
+		{name: "split member: other value", do: del(splitEU, "dom-us"), who: "NativeCCM d-split--eu-west-1", node: "dom-us", reason: "for the value eu-west-1 of the split label; the node's domain labels are " + v1.DomainLabel + "=(none), " + regionLabel + "=us-east-1"},
+		{name: "split member: no value", do: del(splitEU, "dom-noregion"), who: "NativeCCM d-split--eu-west-1", node: "dom-noregion", reason: regionLabel + "=(none)"},
 		{name: "the other split member", do: del(splitUS, "dom-us"), allow: true},
 		{name: "the other split member, not the first's node", do: status(splitUS, "dom-eu"), who: "NativeCCM d-split--us-east-1", node: "dom-eu"},
 		{name: "a member of a NativeCCM that does not split", do: del(notSplit, "dom-us"), who: "NativeCCM d-eu--us-east-1", reason: "names no split label"},
 		{name: "a member of a NativeCCM that does not split, in its parent's domain", do: del(notSplit, "dom-eu"), who: "NativeCCM d-eu--us-east-1", reason: "names no split label"},
 
 		{name: "domain label: own project", do: del(p1, "dom-hc-p1"), allow: true},
-		{name: "domain label: other project", do: del(p1, "dom-hc-p2"), who: "NativeCCM d-p1", node: "dom-hc-p2", reason: `its label ` + v1.DomainLabel + ` is "p2"`},
+		{name: "domain label: other project", do: del(p1, "dom-hc-p2"), who: "NativeCCM d-p1", node: "dom-hc-p2", reason: v1.DomainLabel + "=p2"},
 	}
 	for _, tc := range checks {
 		t.Run(tc.name, func(t *testing.T) {
@@ -159,8 +159,8 @@ func TestFenceDomains(t *testing.T) {
 		if _, err := admin.CoreV1().Nodes().Patch(ctx, "dom-eu-2", types.MergePatchType, []byte(`{"metadata":{"labels":{"`+regionLabel+`":"us-east-1"}}}`), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		checkFenceDecision(t, del(eu, "dom-eu-2")(), false, "NativeCCM d-eu", "dom-eu-2", `"us-east-1"`)
-		checkFenceDecision(t, del(splitEU, "dom-eu-2")(), false, "NativeCCM d-split--eu-west-1", "dom-eu-2", "this node's is us-east-1")
+		checkFenceDecision(t, del(eu, "dom-eu-2")(), false, "NativeCCM d-eu", "dom-eu-2", regionLabel+"=us-east-1")
+		checkFenceDecision(t, del(splitEU, "dom-eu-2")(), false, "NativeCCM d-split--eu-west-1", "dom-eu-2", regionLabel+"=us-east-1")
 		checkFenceDecision(t, del(us, "dom-eu-2")(), true)
 		checkFenceDecision(t, del(splitUS, "dom-eu-2")(), true)
 	})
@@ -172,7 +172,7 @@ func TestFenceDomains(t *testing.T) {
 		}
 		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 			err := del(us, "dom-us")()
-			return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "outside the NativeCCM's domain"), nil
+			return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "outside the domain of NativeCCM d-us"), nil
 		})
 		if err != nil {
 			t.Fatalf("d-us kept us-east-1 after its grant moved to ap-south-1: %v", err)

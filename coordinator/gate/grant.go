@@ -13,6 +13,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/domain"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 // What the fence confines each native CCM to comes from RBAC: a grant.
@@ -136,10 +139,18 @@ type want struct {
 }
 
 // GrantFor is the grant a NativeCCM needs in the coordinator's namespace:
-// its platform, and with spec.loadBalancers on its class (and the Services
-// without a class when it is the default).
+// its platform and domain (spec.domain.selector), and with
+// spec.loadBalancers on its class (and the Services without a class when it
+// is the default). A split NativeCCM's grant also names the split label
+// (Grant.Domain.SplitBy), which only its profile knows.
 func GrantFor(obj *v1.NativeCCM, namespace string) Grant {
 	g := Grant{NativeCCM: obj.Name, Namespace: namespace, Platform: obj.Spec.Platform}
+	if obj.Spec.Domain != nil {
+		// an invalid selector stalls the NativeCCM; its grant is the platform's
+		if d, err := domain.FromSelector(obj.Spec.Platform, names.PlatformLabel, obj.Spec.Domain.Selector); err == nil && !d.Whole() {
+			g.Domain.Require = d.Require
+		}
+	}
 	if obj.LoadBalancersEnabled() {
 		g.LoadBalancers = &v1.GateLoadBalancers{Class: obj.LoadBalancerClass(), Default: obj.Spec.LoadBalancers.Default}
 	}

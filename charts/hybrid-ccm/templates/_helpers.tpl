@@ -41,3 +41,32 @@ one dash or two, as Go's and Kubernetes' flag parsers take them. */}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+hybrid-ccm.domain: a cloud's domain (clouds.<name>.domain) as JSON, label key
+to its values ({} for none), refusing what the fence cannot enforce: an
+operator other than In, a key given twice, no values.
+*/}}
+{{- define "hybrid-ccm.domain" -}}
+{{- $out := dict -}}
+{{- with .domain -}}
+{{- range $k, $v := (.matchLabels | default dict) -}}
+{{- $_ := set $out $k (list (toString $v)) -}}
+{{- end -}}
+{{- range $i, $e := (.matchExpressions | default list) -}}
+{{- if ne (toString $e.operator) "In" -}}
+{{- fail (printf "clouds.%s.domain.matchExpressions[%d]: operator %v: a domain may only use In (the fence enforces equality and set membership)" $.name $i $e.operator) -}}
+{{- end -}}
+{{- if hasKey $out (toString $e.key) -}}
+{{- fail (printf "clouds.%s.domain: key %v is given twice: give each label key once" $.name $e.key) -}}
+{{- end -}}
+{{- if not $e.values -}}
+{{- fail (printf "clouds.%s.domain.matchExpressions[%d]: key %v has no values" $.name $i $e.key) -}}
+{{- end -}}
+{{- $vs := list -}}
+{{- range $e.values }}{{ $vs = append $vs (toString .) }}{{ end -}}
+{{- $_ := set $out (toString $e.key) ($vs | uniq | sortAlpha) -}}
+{{- end -}}
+{{- end -}}
+{{- $out | toJson -}}
+{{- end -}}
