@@ -10,16 +10,11 @@ import (
 )
 
 func TestRegionOf(t *testing.T) {
-	for zone, want := range map[string]string{
-		"eu-west-1a":       "eu-west-1",
-		"us-east-1f":       "us-east-1",
-		"ap-southeast-2b":  "ap-southeast-2",
-		"us-gov-west-1a":   "us-gov-west-1",
-		"us-west-2-lax-1a": "us-west-2",
-		"":                 "",
-	} {
-		if got := fakeec2.RegionOf(zone); got != want {
-			t.Errorf("RegionOf(%q) = %q, want %q", zone, got, want)
+	// zone, then its region
+	for _, c := range [][2]string{{"eu-west-1a", "eu-west-1"}, {"us-east-1f", "us-east-1"}, {"ap-southeast-2b", "ap-southeast-2"},
+		{"us-gov-west-1a", "us-gov-west-1"}, {"us-west-2-lax-1a", "us-west-2"}, {"", ""}} {
+		if got := fakeec2.RegionOf(c[0]); got != c[1] {
+			t.Errorf("RegionOf(%q) = %q, want %q", c[0], got, c[1])
 		}
 	}
 }
