@@ -139,22 +139,29 @@ func TestAWSCCMRegionDomains(t *testing.T) {
 	if leases[region] == leases[otherRegion] {
 		t.Fatalf("both releases use lease %s", leases[region])
 	}
+	holders := map[string]bool{}
 	for r, l := range leases {
+		var lease *coordinationv1.Lease
 		poll(t, ctx, "the "+r+" CCM holds lease "+l, func() bool {
-			lease, err := env.Client.CoordinationV1().Leases(ccmNamespace).Get(ctx, l, metav1.GetOptions{})
-			return err == nil && held(lease)
+			var err error
+			lease, err = env.Client.CoordinationV1().Leases(ccmNamespace).Get(ctx, l, metav1.GetOptions{})
+			return err == nil && lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity != ""
 		})
+		holders[*lease.Spec.HolderIdentity] = true
+	}
+	if len(holders) != 2 {
+		t.Errorf("lease holders %v, want one CCM each", holders)
 	}
 
 	// Each CCM checks its own NotReady node, three monitor periods, and
 	// deletes nothing.
-	for r, n := range map[string]node{region: euNotReady, otherRegion: usNotReady} {
-		poll(t, ctx, "three monitor periods of the "+r+" CCM", func() bool { return asked(ec2, n.instanceID, r) >= 6 })
-	}
-	for _, n := range regionNodes {
-		if _, err := env.Client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{}); err != nil {
-			t.Errorf("node %s: %v", n.name, err)
-		}
+	var missing []string
+	poll(t, ctx, "three monitor periods of each CCM, or a node deleted", func() bool {
+		missing = absent(t, ctx, regionNodes)
+		return len(missing) > 0 || asked(ec2, euNotReady.instanceID, region) >= 6 && asked(ec2, usNotReady.instanceID, otherRegion) >= 6
+	})
+	if len(missing) > 0 {
+		t.Fatalf("nodes %v deleted; calls:\n  %s", missing, strings.Join(summarize(ec2.Calls()), "\n  "))
 	}
 
 	// The other region's instance terminated: its node goes, and only it.
@@ -165,10 +172,8 @@ func TestAWSCCMRegionDomains(t *testing.T) {
 	t.Logf("%s deleted: %s", usNotReady.name, waitDeletingEvent(t, ctx, usNotReady.name))
 	seen := asked(ec2, euNotReady.instanceID, region)
 	poll(t, ctx, "two more monitor periods of the "+region+" CCM", func() bool { return asked(ec2, euNotReady.instanceID, region) >= seen+4 })
-	for _, n := range regionNodes {
-		if _, err := env.Client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{}); n.name != usNotReady.name && err != nil {
-			t.Errorf("node %s: %v", n.name, err)
-		}
+	if missing := absent(t, ctx, regionNodes); !slices.Equal(missing, []string{usNotReady.name}) {
+		t.Errorf("nodes %v deleted, want just %s", missing, usNotReady.name)
 	}
 
 	calls := ec2.Calls()
@@ -188,11 +193,17 @@ func TestAWSCCMRegionDomains(t *testing.T) {
 		}
 	}
 	// The first region's CCM was told of no node of the other region: its
-	// output never names one.
+	// output never names one. The other region's recorded the deletion
+	// (the event broadcaster logs every event it sends).
 	for _, n := range regionNodes {
 		if r := fakeec2.RegionOf(n.zone); r != region && strings.Contains(outputs[region].String(), n.name) {
 			t.Errorf("the %s CCM's output names %s, a node of %s", region, n.name, r)
 		}
+	}
+	if !slices.ContainsFunc(strings.Split(outputs[otherRegion].String(), "\n"), func(l string) bool {
+		return strings.Contains(l, `object="`+usNotReady.name+`"`) && strings.Contains(l, `reason="DeletingNode"`)
+	}) {
+		t.Errorf("the %s CCM's output does not record deleting %s", otherRegion, usNotReady.name)
 	}
 }
 
@@ -219,8 +230,19 @@ func leaseName(t *testing.T, ccm corev1.Container) string {
 	return ""
 }
 
-func held(l *coordinationv1.Lease) bool {
-	return l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != ""
+// absent returns the names of the nodes that no longer exist.
+func absent(t *testing.T, ctx context.Context, nodes []node) []string {
+	t.Helper()
+	var out []string
+	for _, n := range nodes {
+		_, err := env.Client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			out = append(out, n.name)
+		} else if err != nil {
+			t.Errorf("node %s: %v", n.name, err)
+		}
+	}
+	return out
 }
 
 // waitDeletingEvent waits for the event cloud-node-lifecycle records when it
