@@ -9,7 +9,11 @@
 // pod on real kubelets); and, with its
 // service controller on, that it serves LoadBalancer Services from the fake's
 // Classic ELB API, behind the gate only those of its class
-// (loadbalancer_test.go). Everything runs in a network namespace with only lo
+// (loadbalancer_test.go); and, with nodes in two regions, that one CCM
+// configured for one region deletes the other region's NotReady node
+// (upstream cloud-provider-aws#939) while one gated CCM per region, each
+// shown only its region's nodes, deletes nothing it does not own
+// (regions_test.go). Everything runs in a network namespace with only lo
 // (TestMain). Only its tests hold code.
 package aws
 
