@@ -9,7 +9,11 @@
 // pod on real kubelets); and, with its
 // service controller on, that it serves LoadBalancer Services from the fake's
 // Classic ELB API, behind the gate only those of its class
-// (loadbalancer_test.go). Everything runs in a network namespace with only lo
+// (loadbalancer_test.go); and, with nodes in two regions, that one CCM
+// configured for one region deletes the other region's NotReady node
+// (upstream cloud-provider-aws#939) while one gated CCM per region, each
+// shown only its region's nodes, deletes nothing it does not own
+// (regions_test.go). Everything runs in a network namespace with only lo
 // (TestMain). Only its tests hold code.
 package aws
 
@@ -70,6 +74,8 @@ type node struct {
 	instance, instanceID string
 	// labels are set besides those of kubelet and talos-ccm.
 	labels map[string]string
+	// zone is the instance's availability zone; empty: zone.
+	zone string
 }
 
 // Own nodes: one per EC2 state the lifecycle controller acts on.
@@ -100,31 +106,46 @@ func (n node) id() string {
 	if n.providerID != "" || n.platform != "aws" {
 		return n.providerID
 	}
-	return "aws:///" + zone + "/" + n.instanceID
+	return "aws:///" + n.availabilityZone() + "/" + n.instanceID
 }
 
-func instances() []fakeec2.Instance {
+func (n node) availabilityZone() string {
+	if n.zone != "" {
+		return n.zone
+	}
+	return zone
+}
+
+func instances() []fakeec2.Instance { return ec2Instances(append(slices.Clone(own), foreign...)) }
+
+// ec2Instances are the EC2 instances behind the nodes, in their zones.
+func ec2Instances(nodes []node) []fakeec2.Instance {
 	var out []fakeec2.Instance
-	for i, n := range append(slices.Clone(own), foreign...) {
+	for i, n := range nodes {
 		if n.instance == "" {
 			continue
 		}
-		out = append(out, fakeec2.Instance{ID: n.instanceID, State: n.instance, Zone: zone, Type: "m5.large",
-			PrivateIP: fmt.Sprintf("10.0.0.%d", i+10), PrivateDNSName: fmt.Sprintf("ip-10-0-0-%d.%s.compute.internal", i+10, region),
+		z := n.availabilityZone()
+		out = append(out, fakeec2.Instance{ID: n.instanceID, State: n.instance, Zone: z, Type: "m5.large",
+			PrivateIP: fmt.Sprintf("10.0.0.%d", i+10), PrivateDNSName: fmt.Sprintf("ip-10-0-0-%d.%s.compute.internal", i+10, fakeec2.RegionOf(z)),
 			Tags: map[string]string{"kubernetes.io/cluster/" + clusterID: "owned"}})
 	}
 	return out
 }
 
-// cloudConf is the cloud.conf profiles/aws.yaml asks for off EC2: [Global]
-// Region, VPC, SubnetID, KubernetesClusterID and the endpoints of the fake.
-// serveEC2 serves the fake's EC2 API on loopback and its instance metadata
-// service on the address the SDK asks (lo carries it in this network
-// namespace), where every request is recorded, until the test ends.
-func serveEC2(t *testing.T, ec2 *fakeec2.Server) *httptest.Server {
+// serveEC2 serves the fake's endpoints of the given regions on loopback, each
+// at its own address as AWS serves each region at its own host, and its
+// instance metadata service on the address the SDK asks (lo carries it in
+// this network namespace), where every request is recorded, until the test
+// ends. It returns the endpoints' base URLs by region.
+func serveEC2(t *testing.T, ec2 *fakeec2.Server, regions ...string) map[string]string {
 	t.Helper()
-	srv := httptest.NewServer(ec2)
-	t.Cleanup(srv.Close)
+	urls := map[string]string{}
+	for _, r := range regions {
+		srv := httptest.NewServer(ec2.Region(r))
+		t.Cleanup(srv.Close)
+		urls[r] = srv.URL
+	}
 	imdsLn, err := net.Listen("tcp", net.JoinHostPort(imdsAddr.String(), "80"))
 	if err != nil {
 		t.Fatal(err)
@@ -132,10 +153,13 @@ func serveEC2(t *testing.T, ec2 *fakeec2.Server) *httptest.Server {
 	imds := &http.Server{Handler: ec2.IMDS()}
 	go func() { _ = imds.Serve(imdsLn) }()
 	t.Cleanup(func() { _ = imds.Close() })
-	return srv
+	return urls
 }
 
-func cloudConf(url string) string {
+// cloudConf is the cloud.conf profiles/aws.yaml asks for off EC2: [Global]
+// Region, VPC, SubnetID, KubernetesClusterID and the fake's endpoints of
+// that region (url), signed for it.
+func cloudConf(region, url string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "[Global]\nRegion = %s\nVPC = vpc-0fake\nSubnetID = subnet-0fake\nKubernetesClusterID = %s\n", region, clusterID)
 	for i, s := range []struct{ service, path string }{
@@ -160,7 +184,7 @@ func TestAWSCCMGated(t *testing.T) {
 	t.Cleanup(cancel)
 
 	ec2 := fakeec2.New(instances()...)
-	srv := serveEC2(t, ec2)
+	endpoint := serveEC2(t, ec2, region)[region]
 
 	// The nodes, as kubelets register them and talos-ccm initializes them.
 	for _, n := range append(slices.Clone(own), foreign...) {
@@ -179,7 +203,7 @@ func TestAWSCCMGated(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The credentials, as docs/profiles.md names their keys.
-	conf := cloudConf(srv.URL)
+	conf := cloudConf(region, endpoint)
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "aws-ccm", Namespace: ccmNamespace},
 		StringData: map[string]string{"access-key-id": accessKey, "secret-access-key": "fake-secret", "cloud.conf": conf}}
 	if _, err := env.Client.CoreV1().Secrets(ccmNamespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
@@ -200,21 +224,11 @@ func TestAWSCCMGated(t *testing.T) {
 
 	// The fence confines NativeCCM aws's identity; the release's RBAC.
 	const name = "aws"
-	sa := "native-ccm-" + name
-	confine(t, ctx, name)
-	token := grantRelease(t, ctx, sa, false)
-	direct := &rest.Config{Host: env.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: env.Config.CAData}, BearerToken: token}
+	rel := confineRelease(t, ctx, name, false)
 
 	// ccm-gate as the coordinator's sidecar runs it, the CCM behind it.
 	gated, stopGated := context.WithCancel(ctx)
-	gate, err := gatetest.StartGate(gateBin, t.TempDir(), "aws", env.Config, token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(gate.Stop)
-	startCCM(t, gated, ccmProcess{container: ccm, conf: conf, secret: map[string][]byte{"access-key-id": []byte(accessKey), "secret-access-key": []byte("fake-secret")},
-		kubeconfig:     writeTokenKubeconfig(t, gate.Config, token),
-		authKubeconfig: writeTokenKubeconfig(t, direct, token)})
+	gate, _ := rel.start(t, gated, ccmProcess{container: ccm, conf: conf, secret: fakeSecret})
 
 	// The lifecycle controller's decisions, on its own nodes.
 	gone(t, ctx, "aws-terminated", ec2)
@@ -223,15 +237,7 @@ func TestAWSCCMGated(t *testing.T) {
 
 	// Three more monitor periods (each asks about the stopped instance twice)
 	// before judging what it left alone.
-	askedAbout := func(id string) int {
-		n := 0
-		for _, c := range ec2.Calls() {
-			if slices.Contains(c.InstanceIDs, id) {
-				n++
-			}
-		}
-		return n
-	}
+	askedAbout := func(id string) int { return asked(ec2, id, "") }
 	seen := askedAbout("i-0000000000000a003")
 	poll(t, ctx, "three more monitor periods", func() bool { return askedAbout("i-0000000000000a003") >= seen+6 })
 
@@ -250,8 +256,8 @@ func TestAWSCCMGated(t *testing.T) {
 				t.Errorf("asked EC2 about %s (%s), not a NotReady node of its own", id, c)
 			}
 		}
-		if c.AccessKey != accessKey || c.Region != region {
-			t.Errorf("call %s signed by %q for region %q, want the Secret's key %q for %q", c, c.AccessKey, c.Region, accessKey, region)
+		if c.AccessKey != accessKey || c.Region != region || c.SignedRegion != region {
+			t.Errorf("call %s sent to region %q signed by %q for %q, want the Secret's key %q for %q", c, c.Region, c.AccessKey, c.SignedRegion, accessKey, region)
 		}
 	}
 	for _, id := range allowed {
@@ -274,7 +280,7 @@ func TestAWSCCMGated(t *testing.T) {
 	// The gated CCM stops.
 	stopGated()
 	gate.Stop()
-	t.Run("Ungated", func(t *testing.T) { ungated(t, ctx, sa, ccm, conf, ec2) })
+	t.Run("Ungated", func(t *testing.T) { ungated(t, ctx, rel.sa, ccm, conf, ec2) })
 
 	// The profile's AWS_EC2_METADATA_DISABLED is what keeps it off the
 	// metadata service: without it the SDK asks IMDS at every start.
@@ -368,6 +374,50 @@ type ccmProcess struct {
 	// secret is the data of the credentials Secret the container's env
 	// refers to.
 	secret map[string][]byte
+	// leaderElect keeps the release's leader election (its lease); without
+	// it the CCM runs with --leader-elect=false.
+	leaderElect bool
+}
+
+// fakeSecret is the data of the credentials Secret, as docs/profiles.md
+// names its keys.
+var fakeSecret = map[string][]byte{"access-key-id": []byte(accessKey), "secret-access-key": []byte("fake-secret")}
+
+// nativeRelease is a NativeCCM's release as the coordinator installs it: its
+// ServiceAccount (native-ccm-<name>), confined by the fence, with the
+// release's RBAC.
+type nativeRelease struct {
+	sa, token string
+	// direct reaches the API server itself as the ServiceAccount.
+	direct *rest.Config
+	// client is the controller-runtime client confine used.
+	client client.Client
+}
+
+// confineRelease makes NativeCCM name one the fence confines and grants its
+// ServiceAccount what its release binds it to (grantRelease).
+func confineRelease(t *testing.T, ctx context.Context, name string, loadBalancers bool) nativeRelease {
+	t.Helper()
+	c := confine(t, ctx, name)
+	sa := "native-ccm-" + name
+	token := grantRelease(t, ctx, sa, loadBalancers)
+	return nativeRelease{sa: sa, token: token, client: c,
+		direct: &rest.Config{Host: env.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: env.Config.CAData}, BearerToken: token}}
+}
+
+// start runs ccm-gate as the coordinator's sidecar runs it for the release
+// (platform aws, with the extra flags gateArgs) and the CCM behind it, as p
+// says, until ctx ends (the CCM) or the test does (the gate); p's
+// kubeconfigs are the gate's and the API server's with the release's token.
+func (r nativeRelease) start(t *testing.T, ctx context.Context, p ccmProcess, gateArgs ...string) (*gatetest.Gate, *testenv.Buffer) {
+	t.Helper()
+	gate, err := gatetest.StartGate(gateBin, t.TempDir(), "aws", env.Config, r.token, gateArgs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(gate.Stop)
+	p.kubeconfig, p.authKubeconfig = writeTokenKubeconfig(t, gate.Config, r.token), writeTokenKubeconfig(t, r.direct, r.token)
+	return gate, startCCM(t, ctx, p)
 }
 
 // startCCM starts the AWS CCM binary as p says, without leader election,
@@ -381,16 +431,26 @@ func startCCM(t *testing.T, ctx context.Context, p ccmProcess) *testenv.Buffer {
 	}
 	ccm, kubeconfig := p.container, p.kubeconfig
 
-	var args []string
+	// Each process listens on a free secure port (in a pod it has its own
+	// network namespace).
+	_, port, err := net.SplitHostPort(gatetest.FreePort())
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--secure-port=" + port}
 	for _, a := range ccm.Args {
 		switch {
-		case strings.HasPrefix(a, "--kubeconfig="), strings.HasPrefix(a, "--cloud-config="), strings.HasPrefix(a, "--leader-elect"), strings.HasPrefix(a, "--master="):
+		case strings.HasPrefix(a, "--kubeconfig="), strings.HasPrefix(a, "--cloud-config="), strings.HasPrefix(a, "--master="), strings.HasPrefix(a, "--secure-port="),
+			strings.HasPrefix(a, "--leader-elect") && !p.leaderElect:
 			continue
 		}
 		args = append(args, a)
 	}
 	args = append(args, "--kubeconfig="+kubeconfig, "--authentication-kubeconfig="+p.authKubeconfig, "--authorization-kubeconfig="+p.authKubeconfig,
-		"--cloud-config="+confPath, "--leader-elect=false")
+		"--cloud-config="+confPath)
+	if !p.leaderElect {
+		args = append(args, "--leader-elect=false")
+	}
 	cmd := exec.CommandContext(ctx, awsCCM, args...)
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + dir}
 	for _, e := range ccm.Env {
@@ -652,6 +712,17 @@ func poll(t *testing.T, ctx context.Context, what string, cond func() bool) {
 	}); err != nil {
 		t.Fatalf("not reached: %s", what)
 	}
+}
+
+// asked counts the calls that named instance id, sent to region ("" any).
+func asked(ec2 *fakeec2.Server, id, region string) int {
+	n := 0
+	for _, c := range ec2.Calls() {
+		if slices.Contains(c.InstanceIDs, id) && (region == "" || c.Region == region) {
+			n++
+		}
+	}
+	return n
 }
 
 // summarize counts identical calls.

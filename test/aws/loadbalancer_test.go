@@ -102,9 +102,8 @@ func TestAWSCCMLoadBalancers(t *testing.T) {
 	t.Cleanup(cancel)
 
 	ec2 := lbCloud()
-	srv := serveEC2(t, ec2)
-	conf := cloudConf(srv.URL)
-	secret := map[string][]byte{"access-key-id": []byte(accessKey), "secret-access-key": []byte("fake-secret")}
+	conf := cloudConf(region, serveEC2(t, ec2, region)[region])
+	secret := fakeSecret
 
 	for _, ns := range []string{ccmNamespace, shop} {
 		if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -183,28 +182,18 @@ func TestAWSCCMLoadBalancers(t *testing.T) {
 	t.Run("Gated", func(t *testing.T) {
 		ec2.Reset()
 		const name = "aws-lb"
-		sa := "native-ccm-" + name
 		// The fence, with the NativeCCM and its grant as an admin leaves
 		// them: class hybridccm.io/aws and the default.
-		c := confine(t, ctx, name)
+		rel := confineRelease(t, ctx, name, true)
 		lbs := v1.LoadBalancers{Enabled: true, Class: awsClass, Default: true}
-		if err := gatetest.FenceLoadBalancers(ctx, c, ccmNamespace, name, lbs); err != nil {
+		if err := gatetest.FenceLoadBalancers(ctx, rel.client, ccmNamespace, name, lbs); err != nil {
 			t.Fatal(err)
 		}
-		token := grantRelease(t, ctx, sa, true)
-		direct := &rest.Config{Host: env.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: env.Config.CAData}, BearerToken: token}
-		waitServiceFence(t, ctx, direct, hcloudSvc)
+		waitServiceFence(t, ctx, rel.direct, hcloudSvc)
 
 		// ccm-gate as the coordinator's sidecar runs it for this NativeCCM.
-		gate, err := gatetest.StartGate(gateBin, t.TempDir(), "aws", env.Config, token,
+		_, out := rel.start(t, ctx, ccmProcess{container: ccm, conf: conf, secret: secret},
 			"--load-balancer-class="+awsClass, "--default-load-balancer-class")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(gate.Stop)
-		out := startCCM(t, ctx, ccmProcess{container: ccm, conf: conf, secret: secret,
-			kubeconfig:     writeTokenKubeconfig(t, gate.Config, token),
-			authKubeconfig: writeTokenKubeconfig(t, direct, token)})
 
 		calls := &callLog{ec2: ec2}
 
@@ -546,8 +535,8 @@ func checkCalls(t *testing.T, ec2 *fakeec2.Server) {
 			t.Errorf("metadata request %s", c)
 			continue
 		}
-		if c.AccessKey != accessKey || c.Region != region {
-			t.Errorf("call %s signed by %q for region %q, want the Secret's key %q for %q", c, c.AccessKey, c.Region, accessKey, region)
+		if c.AccessKey != accessKey || c.Region != region || c.SignedRegion != region {
+			t.Errorf("call %s sent to region %q signed by %q for %q, want the Secret's key %q for %q", c, c.Region, c.AccessKey, c.SignedRegion, accessKey, region)
 		}
 	}
 }

@@ -249,7 +249,7 @@ func (s *Server) createLoadBalancer(r *request) (any, *apiError) {
 		return nil, errorf("ValidationError", "Subnets are required")
 	}
 	for _, id := range lb.Subnets {
-		n, ok := s.subnets[id]
+		n, ok := s.subnet(r, id)
 		if !ok {
 			return nil, errorf("SubnetNotFound", "The subnet %s does not exist", id)
 		}
@@ -413,7 +413,7 @@ func (s *Server) registerInstances(r *request) (any, *apiError) {
 	}
 	ids := instancesOf(r)
 	for _, id := range ids {
-		i, ok := s.instances[id]
+		i, ok := s.instance(r, id)
 		if !ok || i.State == Terminated || i.VPC != lb.VPC {
 			return nil, errorf("InvalidInstance", "The requested instance %s is not in a valid state or not in VPC %s", id, lb.VPC)
 		}

@@ -21,10 +21,15 @@
 //     action the fake does not know, on any of them, is answered with the
 //     error InvalidAction and recorded (Unknown), so a test can fail naming
 //     what the CCM asked for;
-//   - a record of every request, with the access key and region of its SigV4
-//     Authorization header (the signature itself is not checked), and of every
-//     request to the instance metadata service handler (IMDS), which answers
-//     nothing but 404.
+//   - regions as EC2 has them: every region has its own endpoint (Region), an
+//     instance and a subnet live in the region of their availability zone,
+//     and an endpoint answers for its region only — another region's
+//     instance is not found there, as EC2 answers for an ID it does not know
+//     (regions.go); security groups and load balancers belong to no region;
+//   - a record of every request, with the region it was addressed to and the
+//     access key and region of its SigV4 Authorization header (the signature
+//     itself is not checked), and of every request to the instance metadata
+//     service handler (IMDS), which answers nothing but 404.
 //
 // It must not pretend to more of AWS than that: any other action or filter is
 // an error the CCM logs and the call log shows. Changes are immediate (a
@@ -70,15 +75,24 @@ type Call struct {
 	InstanceIDs []string
 	// Filters are name=value[,value] in request order.
 	Filters []string
-	// AccessKey and Region are from the SigV4 Authorization header's
+	// Region is the region the request was addressed to: the region of the
+	// endpoint (Region), or for the fake's region-less handler (ServeHTTP)
+	// the region it was signed for; empty: unsigned and region-less,
+	// answered for every region.
+	Region string
+	// AccessKey and SignedRegion are from the SigV4 Authorization header's
 	// credential scope; empty when unsigned.
-	AccessKey, Region string
+	AccessKey, SignedRegion string
 	// Error is the error code the fake answered, if any.
 	Error string
 }
 
 func (c Call) String() string {
-	s := c.Service + " " + c.Action
+	s := c.Service
+	if c.Region != "" {
+		s += "@" + c.Region
+	}
+	s += " " + c.Action
 	if c.Resource != "" {
 		s += " " + c.Resource
 	}
@@ -170,6 +184,8 @@ func errorf(code, format string, args ...any) *apiError {
 type request struct {
 	form url.Values
 	call *Call
+	// region is the region it is answered for; empty: every region.
+	region string
 }
 
 // action answers one Query API action with the state locked; the result is
@@ -215,15 +231,26 @@ const (
 var credentialRE = regexp.MustCompile(`Credential=([^/,\s]+)/[0-9]{8}/([^/,\s]+)/`)
 
 // ServeHTTP answers the AWS APIs under /ec2, /elasticloadbalancing, /sts and
-// /kms.
+// /kms at no region's address: a signed request is answered for the region
+// it is signed for (as if sent to that region's endpoint), an unsigned one
+// for every region. Region is the endpoint of one region.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.serve(w, r, "")
+}
+
+// serve answers a request sent to the endpoint of region (empty: the
+// region-less handler).
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, region string) {
 	service := strings.Trim(r.URL.Path, "/")
 	if i := strings.IndexByte(service, '/'); i >= 0 {
 		service = service[:i]
 	}
-	c := Call{Service: service}
+	c := Call{Service: service, Region: region}
 	if m := credentialRE.FindStringSubmatch(r.Header.Get("Authorization")); m != nil {
-		c.AccessKey, c.Region = m[1], m[2]
+		c.AccessKey, c.SignedRegion = m[1], m[2]
+	}
+	if c.Region == "" {
+		c.Region = c.SignedRegion
 	}
 	if t := r.Header.Get("X-Amz-Target"); t != "" { // JSON protocols (KMS)
 		c.Action = t
@@ -241,6 +268,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.Action = r.Form.Get("Action")
+	if c.SignedRegion != "" && c.SignedRegion != c.Region {
+		// Sent to one region's endpoint, signed for another.
+		c.Error = wrongScope(service)
+		s.record(c)
+		writeError(w, service, errorf(c.Error, "Credential should be scoped to a valid region, not '%s'.", c.SignedRegion))
+		return
+	}
 	act, ok := actions[service][c.Action]
 	if !ok {
 		c.Error = InvalidAction
@@ -248,7 +282,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, service, errorf(InvalidAction, "fakeec2 answers no %s action %q", service, c.Action))
 		return
 	}
-	req := &request{form: r.Form, call: &c}
+	req := &request{form: r.Form, call: &c, region: c.Region}
 	s.mu.Lock()
 	out, aerr := act(s, req)
 	s.mu.Unlock()

@@ -47,48 +47,66 @@ type step struct {
 }
 
 // run posts the steps in order to a fake as the SDK would (form-encoded,
-// SigV4 credential scope in the Authorization header).
+// SigV4 credential scope for eu-west-1 in the Authorization header).
 func run(t *testing.T, s *fakeec2.Server, steps []step) {
 	t.Helper()
 	srv := httptest.NewServer(s)
 	defer srv.Close()
-	codeRE := regexp.MustCompile(`<Code>([^<]*)</Code>`)
+	runAt(t, srv.URL, "eu-west-1", steps)
+}
+
+// runAt posts the steps in order to the endpoint at base, signed for region
+// ("" unsigned).
+func runAt(t *testing.T, base, region string, steps []step) {
+	t.Helper()
 	for i, st := range steps {
-		form, err := url.ParseQuery(st.form)
-		if err != nil {
-			t.Fatal(err)
-		}
-		form.Set("Action", st.action)
-		req, err := http.NewRequest(http.MethodPost, srv.URL+"/"+st.service, strings.NewReader(form.Encode()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		req.Header.Set("Authorization", "AWS4-HMAC-SHA256 Credential=AKIATEST/20250101/eu-west-1/"+st.service+"/aws4_request, SignedHeaders=host, Signature=0")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		_ = resp.Body.Close()
-		got := ""
-		if m := codeRE.FindSubmatch(body); m != nil && resp.StatusCode != http.StatusOK {
-			got = string(m[1])
-		}
+		got, body := post(t, base, region, st.service, st.action, st.form)
 		if got != st.code {
 			t.Fatalf("step %d %s %s: error %q, want %q\n%s", i, st.service, st.action, got, st.code, body)
 		}
 		for _, c := range st.contains {
-			if !strings.Contains(string(body), c) {
+			if !strings.Contains(body, c) {
 				t.Errorf("step %d %s %s: answer lacks %q\n%s", i, st.service, st.action, c, body)
 			}
 		}
 		for _, c := range st.lacks {
-			if strings.Contains(string(body), c) {
+			if strings.Contains(body, c) {
 				t.Errorf("step %d %s %s: answer holds %q\n%s", i, st.service, st.action, c, body)
 			}
 		}
 	}
+}
+
+var codeRE = regexp.MustCompile(`<Code>([^<]*)</Code>`)
+
+// post sends one Query API request to the service under base as the SDK
+// would, signed for region ("" unsigned), and returns the error code of the
+// answer ("" for success) and the answer.
+func post(t *testing.T, base, region, service, action, query string) (code, body string) {
+	t.Helper()
+	form, err := url.ParseQuery(query)
+	if err != nil {
+		t.Fatal(err)
+	}
+	form.Set("Action", action)
+	req, err := http.NewRequest(http.MethodPost, base+"/"+service, strings.NewReader(form.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if region != "" {
+		req.Header.Set("Authorization", "AWS4-HMAC-SHA256 Credential=AKIATEST/20250101/"+region+"/"+service+"/aws4_request, SignedHeaders=host, Signature=0")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if m := codeRE.FindSubmatch(b); m != nil && resp.StatusCode != http.StatusOK {
+		code = string(m[1])
+	}
+	return code, string(b)
 }
 
 // TestClassicLoadBalancer walks a load balancer through the life the AWS
@@ -164,12 +182,12 @@ func TestClassicLoadBalancer(t *testing.T) {
 		if c.Service == fakeec2.ELB && c.Resource != "web" {
 			t.Errorf("call %s does not name load balancer web", c)
 		}
-		if c.AccessKey != "AKIATEST" || c.Region != "eu-west-1" {
-			t.Errorf("call %s: key %q region %q", c, c.AccessKey, c.Region)
+		if c.AccessKey != "AKIATEST" || c.Region != "eu-west-1" || c.SignedRegion != "eu-west-1" {
+			t.Errorf("call %s: key %q region %q signed for %q", c, c.AccessKey, c.Region, c.SignedRegion)
 		}
 		named = append(named, c.String())
 	}
-	if !slices.Contains(named, "elasticloadbalancing RegisterInstancesWithLoadBalancer web InstanceIds=i-02 -> InvalidInstance") {
+	if !slices.Contains(named, "elasticloadbalancing@eu-west-1 RegisterInstancesWithLoadBalancer web InstanceIds=i-02 -> InvalidInstance") {
 		t.Errorf("calls %v lack the refused registration", named)
 	}
 }

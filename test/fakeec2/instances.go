@@ -17,9 +17,11 @@ var stateCodes = map[string]int{"pending": 0, Running: 16, "shutting-down": 32, 
 
 // Instance is an EC2 instance the fake knows.
 type Instance struct {
-	ID             string
-	State          string
-	Zone           string
+	ID    string
+	State string
+	// Zone is its availability zone; Region the region it lives in, when
+	// not the zone's (RegionOf): an endpoint finds it only in that region.
+	Zone, Region   string
 	PrivateDNSName string
 	PrivateIP      string
 	Type           string
@@ -58,8 +60,9 @@ func (s *Server) Remove(id string) {
 	delete(s.instances, id)
 }
 
-// describeInstances answers DescribeInstances: by InstanceId.N (every one
-// must exist) and Filter.N (private-dns-name, instance-state-name,
+// describeInstances answers DescribeInstances for the request's region: by
+// InstanceId.N (every one must exist there; another region's instance does
+// not) and Filter.N (private-dns-name, instance-state-name,
 // instance-id, vpc-id, subnet-id, tag-key, tag:<key>), all instances in one
 // page.
 func (s *Server) describeInstances(r *request) (any, *apiError) {
@@ -69,7 +72,7 @@ func (s *Server) describeInstances(r *request) (any, *apiError) {
 	if ids := r.call.InstanceIDs; len(ids) > 0 {
 		var missing []string
 		for _, id := range ids {
-			if i, ok := s.instances[id]; ok {
+			if i, ok := s.instance(r, id); ok {
 				selected = append(selected, i)
 			} else {
 				missing = append(missing, id)
@@ -80,7 +83,9 @@ func (s *Server) describeInstances(r *request) (any, *apiError) {
 		}
 	} else {
 		for _, i := range s.instances {
-			selected = append(selected, i)
+			if r.sees(i.region()) {
+				selected = append(selected, i)
+			}
 		}
 		sort.Slice(selected, func(a, b int) bool { return selected[a].ID < selected[b].ID })
 	}

@@ -96,17 +96,19 @@ func (s *Server) sortedSubnets() []*Subnet {
 }
 
 // describeAvailabilityZones lists the zones of the fake's subnets and
-// instances, all of type availability-zone.
+// instances in the request's region, all of type availability-zone.
 func (s *Server) describeAvailabilityZones(r *request) (any, *apiError) {
 	if len(r.filters()) > 0 || len(indexed(r.form, "ZoneName.")) > 0 {
 		return nil, errorf("InvalidParameterValue", "fakeec2 lists all availability zones only")
 	}
 	zones := map[string]bool{}
 	for _, n := range s.subnets {
-		zones[n.Zone] = true
+		if r.sees(RegionOf(n.Zone)) {
+			zones[n.Zone] = true
+		}
 	}
 	for _, i := range s.instances {
-		if i.Zone != "" {
+		if i.Zone != "" && r.sees(i.region()) {
 			zones[i.Zone] = true
 		}
 	}
@@ -117,26 +119,27 @@ func (s *Server) describeAvailabilityZones(r *request) (any, *apiError) {
 	slices.Sort(names)
 	out := &describeAvailabilityZonesResponse{}
 	for _, z := range names {
-		region := strings.TrimRight(z, "abcdefghijklmnopqrstuvwxyz")
+		region := RegionOf(z)
 		out.Zones = append(out.Zones, zoneXML{Name: z, ID: "fake-" + z, Type: "availability-zone", State: "available",
 			Region: region, Group: region, BorderGroup: region, OptIn: "opt-in-not-required"})
 	}
 	return out, nil
 }
 
-// describeSubnets answers DescribeSubnets by SubnetId.N and Filter.N (vpc-id,
-// subnet-id, availability-zone, tag-key, tag:<key>).
+// describeSubnets answers DescribeSubnets for the request's region by
+// SubnetId.N and Filter.N (vpc-id, subnet-id, availability-zone, tag-key,
+// tag:<key>).
 func (s *Server) describeSubnets(r *request) (any, *apiError) {
 	ids := indexed(r.form, "SubnetId.")
 	filters := r.filters()
 	for _, id := range ids {
-		if _, ok := s.subnets[id]; !ok {
+		if _, ok := s.subnet(r, id); !ok {
 			return nil, errorf("InvalidSubnetID.NotFound", "The subnet ID '%s' does not exist", id)
 		}
 	}
 	out := &describeSubnetsResponse{}
 	for _, n := range s.sortedSubnets() {
-		if len(ids) > 0 && !slices.Contains(ids, n.ID) {
+		if len(ids) > 0 && !slices.Contains(ids, n.ID) || !r.sees(RegionOf(n.Zone)) {
 			continue
 		}
 		ok, err := matches(filters, n.field)
@@ -504,7 +507,7 @@ func rangeString(p Permission) string {
 }
 
 // createTags answers CreateTags (ResourceId.N, Tag.N) on security groups,
-// subnets and instances.
+// and the subnets and instances of the request's region.
 func (s *Server) createTags(r *request) (any, *apiError) {
 	ids := indexed(r.form, "ResourceId.")
 	if len(ids) == 1 {
@@ -513,13 +516,15 @@ func (s *Server) createTags(r *request) (any, *apiError) {
 	tags := tagsFrom(r.form, "Tag.")
 	var targets []map[string]string
 	for _, id := range ids {
+		n, subnet := s.subnet(r, id)
+		i, instance := s.instance(r, id)
 		switch {
 		case s.groups[id] != nil:
 			targets = append(targets, s.groups[id].Tags)
-		case s.subnets[id] != nil:
-			targets = append(targets, s.subnets[id].Tags)
-		case s.instances[id] != nil:
-			targets = append(targets, s.instances[id].Tags)
+		case subnet:
+			targets = append(targets, n.Tags)
+		case instance:
+			targets = append(targets, i.Tags)
 		default:
 			return nil, errorf("InvalidID", "The ID '%s' is not valid", id)
 		}
