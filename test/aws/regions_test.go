@@ -12,8 +12,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	fencepkg "github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
 	"github.com/hybrid-ccm/hybrid-ccm/test/fakeec2"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
@@ -127,15 +129,29 @@ func TestAWSCCMRegionDomains(t *testing.T) {
 	ec2, urls := regionCluster(t, ctx)
 
 	leases := map[string]string{} // region -> lease name
+	releases := map[string]nativeRelease{}
 	outputs := map[string]*testenv.Buffer{}
 	for _, r := range []string{region, otherRegion} {
 		name := "aws-" + r
 		rel := confineRelease(t, ctx, name, false)
+		// its grant names its domain: the fence's half
+		if err := fencepkg.EnsureGrant(ctx, rel.client, fencepkg.Grant{NativeCCM: name, Namespace: ccmNamespace, Platform: "aws",
+			Domain: fencepkg.DomainGrant{Require: map[string][]string{corev1.LabelTopologyRegion: {r}}}}); err != nil {
+			t.Fatal(err)
+		}
+		releases[r] = rel
 		ccm := renderCCM(t, ctx, "native-ccm-"+name, nil)
 		leases[r] = leaseName(t, ccm)
 		_, outputs[r] = rel.start(t, ctx, ccmProcess{container: ccm, conf: cloudConf(r, urls[r]), secret: fakeSecret, leaderElect: true},
 			"--domain-selector="+corev1.LabelTopologyRegion+"="+r)
 	}
+	// The fence, whatever the view shows: the first region's identity may
+	// not delete the other region's node, even asking the API server itself.
+	direct := kubernetes.NewForConfigOrDie(releases[region].direct)
+	poll(t, ctx, "the fence refuses the "+region+" CCM the "+otherRegion+" node", func() bool {
+		err := direct.CoreV1().Nodes().Delete(ctx, usNotReady.name, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "outside the domain of NativeCCM aws-"+region)
+	})
 	if leases[region] == leases[otherRegion] {
 		t.Fatalf("both releases use lease %s", leases[region])
 	}

@@ -46,6 +46,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/domain"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/controller"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
@@ -73,6 +74,7 @@ const (
 	CheckUnsafeWorkload  = "UnsafeWorkloadInCoordinatorNamespace"
 	CheckPublishedSvc    = "PublishingServiceInCoordinatorNamespace"
 	CheckPodSecurity     = "CoordinatorNamespacePodSecurity"
+	CheckUnowned         = "NodesInNoDomain"
 )
 
 // Finding is one problem.
@@ -332,6 +334,7 @@ func (r *Report) checkNativeCCMs(ctx context.Context, c client.Client, nodes []c
 		}
 	}
 	r.checkLoadBalancerClasses(list.Items)
+	r.checkUnowned(list.Items, nodes)
 	r.checkUpstreamSkew(list.Items)
 	r.checkNativeCCMConditions(list.Items)
 	return nil
@@ -781,4 +784,46 @@ func (r *Report) checkCSRs(ctx context.Context, c client.Client, o Options) erro
 		}
 	}
 	return nil
+}
+
+// checkUnowned reports the nodes of a platform some NativeCCM serves that no
+// NativeCCM's domain (spec.platform and spec.domain.selector) covers: no
+// native CCM manages their lifecycle.
+func (r *Report) checkUnowned(nccms []v1.NativeCCM, nodes []corev1.Node) {
+	domains := map[string][]domain.Domain{}
+	for i := range nccms {
+		n := &nccms[i]
+		if !n.DeletionTimestamp.IsZero() {
+			continue
+		}
+		var sel *metav1.LabelSelector
+		if n.Spec.Domain != nil {
+			sel = n.Spec.Domain.Selector
+		}
+		d, err := domain.FromSelector(n.Spec.Platform, names.PlatformLabel, sel)
+		if err != nil {
+			continue // the NativeCCM is stalled: NativeCCMNotReady says why
+		}
+		domains[n.Spec.Platform] = append(domains[n.Spec.Platform], d)
+	}
+	unowned := map[string][]string{}
+	for i := range nodes {
+		n := &nodes[i]
+		p := n.Labels[names.PlatformLabel]
+		ds, served := domains[p]
+		if !served || slices.ContainsFunc(ds, func(d domain.Domain) bool { return d.Contains(names.PlatformLabel, n.Labels) }) {
+			continue
+		}
+		unowned[p] = append(unowned[p], n.Name)
+	}
+	for _, p := range slices.Sorted(maps.Keys(unowned)) {
+		list := unowned[p]
+		sort.Strings(list)
+		shown := list
+		if len(shown) > 5 {
+			shown = append(slices.Clone(shown[:5]), "...")
+		}
+		r.add(CheckUnowned, "platform/"+p, "give them a NativeCCM whose spec.domain.selector covers them, or widen a domain (docs/coordinator.md, \"Domains\"): kubectl get nodes -L topology.kubernetes.io/region,"+v1.DomainLabel+" -l "+names.PlatformLabel+"="+p,
+			"%d node(s) of platform %s are in no NativeCCM's domain, so no native CCM manages their lifecycle: %s", len(list), p, strings.Join(shown, ", "))
+	}
 }

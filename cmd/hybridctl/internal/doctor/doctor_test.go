@@ -686,3 +686,39 @@ func TestDoctorForeignNodeLabels(t *testing.T) {
 		t.Fatalf("findings %+v", got)
 	}
 }
+
+// TestDoctorNodesInNoDomain: nodes of a platform a NativeCCM serves that no
+// NativeCCM's domain covers are found; a platform no NativeCCM serves is not
+// reported this way.
+func TestDoctorNodesInNoDomain(t *testing.T) {
+	ctx := context.Background()
+	c, err := doctor.NewClient(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const region = "topology.kubernetes.io/region"
+	in := func(n *corev1.Node, r string) *corev1.Node { n.Labels[region] = r; return n }
+	create(t, c,
+		in(node("0dom-eu-1", "dom-aws", "aws:///eu-west-1a/i-1", false), "eu-west-1"),
+		in(node("0dom-us-1", "dom-aws", "aws:///us-east-1a/i-2", false), "us-east-1"),
+		node("0dom-none-1", "dom-aws", "aws:///x/i-3", false),
+		in(node("0dom-other-1", "dom-unserved", "x://1", false), "us-east-1"),
+	)
+	create(t, c, &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "dom-aws-eu"}, Spec: v1.NativeCCMSpec{Platform: "dom-aws",
+		Domain: &v1.Domain{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{region: "eu-west-1"}}}}})
+	rep, err := doctor.Run(ctx, c, doctor.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []doctor.Finding
+	for _, f := range rep.Findings {
+		if f.Check == doctor.CheckUnowned {
+			got = append(got, f)
+		}
+	}
+	if len(got) != 1 || got[0].Object != "platform/dom-aws" || !strings.Contains(got[0].Message, "2 node(s) of platform dom-aws") ||
+		!strings.Contains(got[0].Message, "0dom-none-1, 0dom-us-1") || strings.Contains(got[0].Message, "0dom-eu-1") ||
+		!strings.Contains(got[0].Fix, "spec.domain.selector") {
+		t.Fatalf("findings %+v", got)
+	}
+}
