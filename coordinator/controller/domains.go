@@ -45,9 +45,6 @@ func (r *NativeCCMReconciler) resolveDomain(obj *v1.NativeCCM, p *profile.Profil
 	if err != nil {
 		return stall(err)
 	}
-	if splitBy != "" {
-		return stall(fmt.Errorf("spec.domain.split: this coordinator does not split a NativeCCM yet; give each %s value its own NativeCCM with spec.domain.selector (docs/coordinator.md, \"Domains\")", splitBy))
-	}
 	if missing := r.nodes.missingKeys(domain.Keys(d, splitBy)); len(missing) > 0 {
 		return stall(fmt.Errorf("spec.domain.selector: the coordinator knows the domain labels %v, not %v: add them to the ccm-coordinator chart's fence.domainLabels, which sets the fence and --domain-labels", r.nodes.keys, missing))
 	}

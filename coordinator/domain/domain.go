@@ -219,26 +219,19 @@ func intersect(a, b []string) []string {
 	return out
 }
 
-// Of is the domain of a NativeCCM — spec.platform narrowed by
-// spec.domain.selector — and, when spec.domain.split is on, the profile's
-// boundary label it is split by. Errors name the field.
-func Of(obj *v1.NativeCCM, p *profile.Profile) (d Domain, splitBy string, err error) {
+// Of is the domain of a NativeCCM: spec.platform narrowed by
+// spec.domain.selector. splitBy is the label a split NativeCCM's members are
+// split by, which the fence already enforces (coordinator/gate); the
+// coordinator does not split yet, so it is always "". Errors name the field.
+func Of(obj *v1.NativeCCM, _ *profile.Profile) (d Domain, splitBy string, err error) {
 	var sel *metav1.LabelSelector
-	split := false
 	if obj.Spec.Domain != nil {
-		sel, split = obj.Spec.Domain.Selector, obj.Spec.Domain.Split
+		sel = obj.Spec.Domain.Selector
 	}
 	if d, err = FromSelector(obj.Spec.Platform, names.PlatformLabel, sel); err != nil {
 		return Domain{}, "", fmt.Errorf("spec.domain.selector: %w", err)
 	}
-	if !split {
-		return d, "", nil
-	}
-	if p == nil || p.Domain == nil || p.Domain.BoundaryLabel == "" || p.Domain.CloudConfigKey == "" {
-		name := obj.ProfileName()
-		return Domain{}, "", fmt.Errorf("spec.domain.split: profile %s knows no boundary label with a cloud-config key for it, so it cannot split: give each domain a NativeCCM of its own with spec.domain.selector (docs/profiles.md)", name)
-	}
-	return d, p.Domain.BoundaryLabel, nil
+	return d, "", nil
 }
 
 // Keys are the label keys a NativeCCM's domain needs the fence to know:

@@ -610,31 +610,14 @@ func (p *Profile) DeepCopy() *Profile {
 	return out
 }
 
-var iniNameRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9-]*$`)
-
-// validateDomain checks the boundary label and where a split member's value
-// goes in the cloud config.
+// validateDomain checks the boundary label.
 func validateDomain(fp *field.Path, p *Profile) field.ErrorList {
 	d := p.Domain
-	if d == nil {
+	if d == nil || d.BoundaryLabel == "" {
 		return nil
 	}
-	var errs field.ErrorList
-	if d.BoundaryLabel != "" {
-		if msgs := validation.IsQualifiedName(d.BoundaryLabel); len(msgs) > 0 {
-			errs = append(errs, field.Invalid(fp.Child("boundaryLabel"), d.BoundaryLabel, strings.Join(msgs, "; ")))
-		}
+	if msgs := validation.IsQualifiedName(d.BoundaryLabel); len(msgs) > 0 {
+		return field.ErrorList{field.Invalid(fp.Child("boundaryLabel"), d.BoundaryLabel, strings.Join(msgs, "; "))}
 	}
-	if d.CloudConfigKey != "" {
-		section, key := d.CloudConfigSection()
-		switch {
-		case d.BoundaryLabel == "":
-			errs = append(errs, field.Invalid(fp.Child("cloudConfigKey"), d.CloudConfigKey, "a split needs domain.boundaryLabel"))
-		case !iniNameRE.MatchString(section) || !iniNameRE.MatchString(key):
-			errs = append(errs, field.Invalid(fp.Child("cloudConfigKey"), d.CloudConfigKey, "want Section.Key of the INI cloud config, e.g. Global.Region"))
-		case p.CCM.CloudConfig == nil:
-			errs = append(errs, field.Invalid(fp.Child("cloudConfigKey"), d.CloudConfigKey, "this CCM is given no cloud-config file (ccm.cloudConfig is not set)"))
-		}
-	}
-	return errs
+	return nil
 }

@@ -10,8 +10,6 @@
 // minor. It must not talk to the cluster or to Helm.
 package profile
 
-import "strings"
-
 // APIVersion and Kind identify a profile document.
 const (
 	APIVersion = "hybridccm.io/v1alpha1"
@@ -61,24 +59,13 @@ type Domain struct {
 	// BoundaryLabel is the node label whose value one CCM is limited to
 	// (topology.kubernetes.io/region for aws and openstack); empty when no
 	// label says it (a Hetzner project: docs/profiles.md shows the talos-ccm
-	// rule that sets node.cloudprovider.kubernetes.io/domain instead). Nodes
-	// of one NativeCCM with several values are refused unless it splits.
+	// rule that sets node.cloudprovider.kubernetes.io/domain instead). A
+	// NativeCCM whose nodes carry several values of it is refused.
 	// +optional
 	BoundaryLabel string `json:"boundaryLabel,omitempty"`
-	// CloudConfigKey is where a split member's value goes in the cloud
-	// config file (INI: Section.Key, e.g. Global.Region); empty: the
-	// profile cannot split (each value needs its own NativeCCM).
-	// +optional
-	CloudConfigKey string `json:"cloudConfigKey,omitempty"`
 	// Notes say what bounds the CCM and where upstream says so.
 	// +optional
 	Notes string `json:"notes,omitempty"`
-}
-
-// CloudConfigSection and CloudConfigName split CloudConfigKey.
-func (d *Domain) CloudConfigSection() (section, key string) {
-	section, key, _ = strings.Cut(d.CloudConfigKey, ".")
-	return section, key
 }
 
 // CCM is the upstream CCM container.

@@ -111,13 +111,6 @@ type Domain struct {
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator == 'In')",message="a domain selector's matchExpressions may only use the operator In: the fence enforces equality and set membership"
 	Selector *metav1.LabelSelector `json:"selector,omitempty"`
-
-	// Split installs one release per value of the profile's boundary label
-	// (for aws and openstack topology.kubernetes.io/region) seen on the
-	// domain's nodes, each with that value in its cloud config and a
-	// ServiceAccount, lease and view of its own (status.domains).
-	// +optional
-	Split bool `json:"split,omitempty"`
 }
 
 // DomainLabel is the node label a talos-ccm transformation rule sets where a
@@ -278,29 +271,6 @@ type GateLoadBalancers struct {
 	Default bool `json:"default,omitempty"`
 }
 
-// DomainStatus is one release of a split NativeCCM.
-type DomainStatus struct {
-	// Value of the boundary label this release owns.
-	// +kubebuilder:validation:MaxLength=63
-	Value string `json:"value"`
-	// Release is the Helm release (and ServiceAccount, lease) name.
-	// +kubebuilder:validation:MaxLength=53
-	Release string `json:"release"`
-	// Nodes is the number of the NativeCCM's nodes with that value.
-	// +optional
-	Nodes int32 `json:"nodes"`
-	// Revision of the release the coordinator last observed.
-	// +optional
-	Revision int `json:"revision,omitempty"`
-	// Ready: the release is deployed and its CCM holds its lease.
-	// +optional
-	Ready bool `json:"ready,omitempty"`
-	// Message says what is missing while not Ready.
-	// +optional
-	// +kubebuilder:validation:MaxLength=1024
-	Message string `json:"message,omitempty"`
-}
-
 // UpstreamStatus is the upstream CCM release the coordinator chose for the
 // API server's Kubernetes minor (the profile's ccm.image.tags), or the one
 // spec.overrides.image names.
@@ -393,14 +363,6 @@ type NativeCCMStatus struct {
 	// release is installed.
 	// +optional
 	Gate *GateStatus `json:"gate,omitempty"`
-
-	// Domains are the releases of a split NativeCCM, one per value of the
-	// profile's boundary label seen on its nodes.
-	// +optional
-	// +listType=map
-	// +listMapKey=value
-	// +kubebuilder:validation:MaxItems=64
-	Domains []DomainStatus `json:"domains,omitempty"`
 
 	// UnownedNodes is how many nodes of the platform no NativeCCM's domain
 	// covers (no native CCM manages their lifecycle).
