@@ -127,13 +127,17 @@ type expectation struct {
 	// toEnd: it still fires at the timeline's last step (an absence alert:
 	// its component stays down, and its series become absent)
 	toEnd bool
+	// silentAtEnd: it no longer fires at the last step, its component being
+	// down though the trouble it reports is not over: why the absence
+	// alerts exist
+	silentAtEnd bool
 }
 
 // alerts: every alert of the charts, with what it fires on in trouble. In
 // calm none may fire.
 var alerts = map[string]expectation{
 	"TalosCCMNodeUninitialized": {labels: map[string]string{"node": "trouble-stuck", "severity": "warning"},
-		since: `talos_ccm_node_uninitialized{node="trouble-stuck"}`, after: 15},
+		since: `talos_ccm_node_uninitialized{node="trouble-stuck"}`, after: 15, silentAtEnd: true},
 	// a counter's first increment (its series appears at 1) fires at once
 	"TalosCCMCSRDenied": {labels: map[string]string{"reason": "IPAddressNotEstablished"},
 		since: `talos_ccm_csr_decisions_total{decision="deny"}`},
@@ -142,9 +146,9 @@ var alerts = map[string]expectation{
 		since: `talos_ccm_ipam_exhausted_total`},
 	"TalosCCMIPAMPoolNearlyFull": {labels: map[string]string{"pool": "10.203.0.0/29"}},
 	"NativeCCMNotReady": {labels: map[string]string{"name": "hcloud"},
-		since: `gotk_reconcile_condition{kind="NativeCCM", name="hcloud", type="Ready", status="False"} == 1`, after: 15},
+		since: `gotk_reconcile_condition{kind="NativeCCM", name="hcloud", type="Ready", status="False"} == 1`, after: 15, silentAtEnd: true},
 	"NativeCCMNoLeader": {labels: map[string]string{"name": "hcloud", "severity": "critical"},
-		since: `gotk_reconcile_condition{kind="NativeCCM", name="hcloud", type="Healthy", status="False"} == 1`, after: 5},
+		since: `gotk_reconcile_condition{kind="NativeCCM", name="hcloud", type="Healthy", status="False"} == 1`, after: 5, silentAtEnd: true},
 	"NativeCCMFenceRefusedWrite": {labels: map[string]string{"policy_binding": "native-ccm-fence.hybridccm.io"},
 		since: `apiserver_validating_admission_policy_check_total{policy="native-ccm-fence.hybridccm.io", enforcement_action="deny"}`},
 	// the troubled run ends with talos-ccm and the coordinator stopped: their
@@ -240,6 +244,9 @@ func TestAlertsOnTheScenario(t *testing.T) {
 					k, fired, atEnd := evalAlert(t, r, "trouble")
 					if want.toEnd && !atEnd {
 						t.Errorf("no longer fires at the troubled timeline's last step")
+					}
+					if want.silentAtEnd && atEnd {
+						t.Errorf("still fires at the troubled timeline's last step, its component stopped: the scenario no longer shows why the absence alerts are needed")
 					}
 					if k < 0 {
 						t.Fatalf("never fires on the troubled timeline")
