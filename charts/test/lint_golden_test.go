@@ -1,6 +1,7 @@
 package charts_test
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -29,8 +30,18 @@ func (c chart) valuesFor(t *testing.T, set string) map[string]any {
 	return c.ciValues(t, set)
 }
 
+// refusal is the error a chart gives for a value set it must refuse to
+// render ("" for the others): native-ccm without a platform.
+func (c chart) refusal(set string) string {
+	if c == nativeCCM && set == "default" {
+		return "native-ccm: platform is not set"
+	}
+	return ""
+}
+
 // TestLint: `helm lint --strict` (warnings fail too) passes for every chart
-// with every value set, schema validation included.
+// with every value set, schema validation included, but for a value set the
+// chart must refuse: then lint fails with the chart's message.
 func TestLint(t *testing.T) {
 	for _, c := range allCharts {
 		for _, vs := range valueSets {
@@ -40,6 +51,12 @@ func TestLint(t *testing.T) {
 				res := l.Run([]string{c.path(t)}, c.valuesFor(t, vs.name))
 				if res.TotalChartsLinted != 1 {
 					t.Errorf("charts linted = %d, want 1", res.TotalChartsLinted)
+				}
+				if want := c.refusal(vs.name); want != "" {
+					if len(res.Errors) == 0 || !strings.Contains(fmt.Sprint(res.Errors), want) {
+						t.Errorf("lint errors %v, want the refusal %q", res.Errors, want)
+					}
+					return
 				}
 				for _, msg := range res.Messages {
 					if msg.Severity > support.InfoSev {
@@ -61,6 +78,12 @@ func TestGolden(t *testing.T) {
 		for _, vs := range valueSets {
 			t.Run(string(c)+"/"+vs.name, func(t *testing.T) {
 				out, err := render(t, c, c.valuesFor(t, vs.name))
+				if want := c.refusal(vs.name); want != "" {
+					if err == nil || !strings.Contains(err.Error(), want) {
+						t.Errorf("rendered (%d bytes, error %v), want the refusal %q", len(out), err, want)
+					}
+					return
+				}
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -70,9 +93,10 @@ func TestGolden(t *testing.T) {
 	}
 }
 
-// TestNativeCCMNeedsImageAndCloudProvider: once a platform is set, a missing
-// image or --cloud-provider name is a render error naming the value, never a
-// Deployment with image ":".
+// TestNativeCCMNeedsImageAndCloudProvider: without a platform the chart
+// refuses to render (rather than install nothing, successfully); once a
+// platform is set, a missing image or --cloud-provider name is a render error
+// naming the value, never a Deployment with image ":".
 func TestNativeCCMNeedsImageAndCloudProvider(t *testing.T) {
 	base := func() map[string]any {
 		return map[string]any{"platform": "hcloud", "cloudProvider": "hcloud",
@@ -86,6 +110,7 @@ func TestNativeCCMNeedsImageAndCloudProvider(t *testing.T) {
 		edit  func(map[string]any)
 		wants []string
 	}{
+		{"no platform", func(v map[string]any) { delete(v, "platform") }, []string{"platform is not set", "--set platform=", "docs/profiles.md"}},
 		{"no image repository", func(v map[string]any) { v["image"].(map[string]any)["repository"] = "" }, []string{`platform "hcloud"`, "image.repository"}},
 		{"no image tag", func(v map[string]any) { v["image"].(map[string]any)["tag"] = "" }, []string{`platform "hcloud"`, "image.tag"}},
 		{"no cloud provider", func(v map[string]any) { v["cloudProvider"] = "" }, []string{`platform "hcloud"`, "cloudProvider"}},
