@@ -1,7 +1,6 @@
 package charts_test
 
 import (
-	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -40,8 +39,9 @@ func (c chart) refusal(set string) string {
 }
 
 // TestLint: `helm lint --strict` (warnings fail too) passes for every chart
-// with every value set, schema validation included, but for a value set the
-// chart must refuse: then lint fails with the chart's message.
+// with every value set, schema validation included. (Lint renders in Helm's
+// lint mode, where a template's fail is logged, not an error: native-ccm's
+// refusal without a platform is TestGolden's to check.)
 func TestLint(t *testing.T) {
 	for _, c := range allCharts {
 		for _, vs := range valueSets {
@@ -51,12 +51,6 @@ func TestLint(t *testing.T) {
 				res := l.Run([]string{c.path(t)}, c.valuesFor(t, vs.name))
 				if res.TotalChartsLinted != 1 {
 					t.Errorf("charts linted = %d, want 1", res.TotalChartsLinted)
-				}
-				if want := c.refusal(vs.name); want != "" {
-					if len(res.Errors) == 0 || !strings.Contains(fmt.Sprint(res.Errors), want) {
-						t.Errorf("lint errors %v, want the refusal %q", res.Errors, want)
-					}
-					return
 				}
 				for _, msg := range res.Messages {
 					if msg.Severity > support.InfoSev {
