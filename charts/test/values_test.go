@@ -1,11 +1,18 @@
 package charts_test
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
+	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
 
 // install is `helm install --dry-run` of a chart: its objects and the notes
@@ -117,5 +124,57 @@ func TestRemovedAndRenamedValues(t *testing.T) {
 	}
 	if _, err := render(t, ccmCoordinator, values(t, `{namespace: kube-system}`)); err == nil || !strings.Contains(err.Error(), `namespace "kube-system"`) {
 		t.Errorf("namespace kube-system: %v, want the refusal naming it", err)
+	}
+}
+
+// TestSupportedKubernetesRange: one supported range for the product: every
+// chart's kubeVersion is ">=1.<M>.0-0" where M is the oldest Kubernetes minor
+// a built-in profile has an upstream CCM release for, an API server one
+// minor older is refused, and docs/install.md states that range.
+func TestSupportedKubernetesRange(t *testing.T) {
+	set, err := profile.Builtin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldest := -1
+	for _, name := range set.Names() {
+		p, _ := set.Get(name)
+		for k := range p.CCM.Image.Tags {
+			if m, err := profile.ParseMinor(k); err == nil && (oldest < 0 || m < oldest) {
+				oldest = m
+			}
+		}
+	}
+	if oldest < 0 {
+		t.Fatal("no built-in profile has a release per minor")
+	}
+	want := fmt.Sprintf(">=1.%d.0-0", oldest)
+	for _, c := range allCharts {
+		ch, err := loader.Load(c.path(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ch.Metadata.KubeVersion != want {
+			t.Errorf("charts/%s kubeVersion %q, want %q (the profiles' oldest minor)", c, ch.Metadata.KubeVersion, want)
+		}
+		in := action.NewInstall(&action.Configuration{Log: func(string, ...any) {}})
+		in.ReleaseName, in.Namespace = c.releaseName(), releaseNamespace
+		in.DryRun, in.ClientOnly, in.Replace = true, true, true
+		in.KubeVersion = &chartutil.KubeVersion{Version: fmt.Sprintf("v1.%d.9", oldest-1), Major: "1", Minor: fmt.Sprint(oldest - 1)}
+		vals := map[string]any{}
+		if c == nativeCCM {
+			vals["platform"] = "hcloud"
+		}
+		if _, err := in.Run(ch, vals); err == nil || !strings.Contains(err.Error(), "kubeVersion") {
+			t.Errorf("charts/%s on Kubernetes 1.%d: %v, want a refusal naming kubeVersion", c, oldest-1, err)
+		}
+	}
+	doc, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "docs", "install.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stated := fmt.Sprintf("**Kubernetes 1.%d or later** is the supported range", oldest); !strings.Contains(string(doc), stated) ||
+		!strings.Contains(string(doc), fmt.Sprintf("kubeVersion: %q", want)) {
+		t.Errorf("docs/install.md does not state %q with the charts' kubeVersion %s", stated, want)
 	}
 }
