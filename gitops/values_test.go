@@ -62,11 +62,17 @@ func mergeValues(dst, src map[string]any) {
 // for the environment (schema validation included).
 func renderRelease(t *testing.T, e environment) []*unstructured.Unstructured {
 	t.Helper()
+	return renderWith(t, e, releaseValues(t, e))
+}
+
+// renderWith renders the umbrella as renderRelease does, with these values.
+func renderWith(t *testing.T, e environment, vals map[string]any) []*unstructured.Unstructured {
+	t.Helper()
 	in := action.NewInstall(&action.Configuration{Log: func(string, ...any) {}})
 	in.ReleaseName, in.Namespace = e.release.Spec.ReleaseName, e.release.Spec.TargetNamespace
 	in.DryRun, in.ClientOnly, in.Replace = true, true, true
 	in.KubeVersion = &chartutil.KubeVersion{Version: "v1.34.4", Major: "1", Minor: "34"}
-	rel, err := in.Run(chartstest.Umbrella(t), releaseValues(t, e))
+	rel, err := in.Run(chartstest.Umbrella(t), vals)
 	if err != nil {
 		t.Fatalf("%s: the chart refuses the environment's values: %v", e.name, err)
 	}

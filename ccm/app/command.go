@@ -64,7 +64,7 @@ func (f *talosFlags) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.talosconfig, "talosconfig", os.Getenv("TALOSCONFIG"),
 		"Talos client configuration file (default: $TALOSCONFIG, ~/.talos/config, /var/run/secrets/talos.dev/config).")
 	fs.StringVar(&f.talosContext, "talos-context", "", "talosconfig context to use (default: the current one).")
-	fs.StringSliceVar(&f.endpoints, "talos-endpoints", nil, "Talos API endpoints overriding those of the talosconfig.")
+	fs.StringSliceVar(&f.endpoints, "talos-endpoints", nil, "Talos API endpoints overriding those of the talosconfig (and global.endpoints of --cloud-config).")
 	fs.DurationVar(&f.timeout, "talos-timeout", 10*time.Second, "Timeout of each Talos API request.")
 	fs.DurationVar(&f.lookup, "talos-lookup-timeout", 0,
 		"Deadline of one lookup of a node's facts as a whole (every address tried, every request); one lookup per node is in flight, shared by all controllers (default: twice --talos-timeout).")
@@ -201,8 +201,14 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 				return fmt.Errorf("--cloud-config: %w", err)
 			}
 		}
+		// Talos API endpoints: --talos-endpoints, else the file's
+		// global.endpoints (the upstream Talos CCM's), else the talosconfig's.
+		endpoints := tf.endpoints
+		if len(endpoints) == 0 {
+			endpoints = rules.Global.Endpoints
+		}
 		tc, err := talos.New(cmd.Context(), talos.Options{
-			ConfigPath: tf.talosconfig, Context: tf.talosContext, Endpoints: tf.endpoints, Timeout: tf.timeout,
+			ConfigPath: tf.talosconfig, Context: tf.talosContext, Endpoints: endpoints, Timeout: tf.timeout,
 		})
 		if err != nil {
 			return err

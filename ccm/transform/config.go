@@ -35,6 +35,10 @@ type Global struct {
 	// Enforce keeps rule output reconciled on initialized nodes and removes
 	// what rules no longer produce (see Plan). Off by default.
 	Enforce bool `json:"enforce,omitempty"`
+	// Endpoints are Talos API endpoints used instead of the talosconfig's,
+	// as the upstream Talos CCM reads them; --talos-endpoints wins over
+	// them. Also accepted as Endpoints.
+	Endpoints []string `json:"endpoints,omitempty"`
 }
 
 // Transformation is one rule: where it applies (NodeSelector) and what it

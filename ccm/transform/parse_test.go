@@ -77,6 +77,8 @@ func TestParseErrors(t *testing.T) {
 		{name: "unknown feature", doc: "transformations:\n  - features:\n      publicIP: true\n", want: []string{"features.publicIP: unknown field"}},
 		{name: "feature not a bool", doc: "transformations:\n  - features:\n      publicIPDiscovery: sometimes\n", want: []string{"features.publicIPDiscovery:", "must be true or false"}},
 		{name: "unknown global field", doc: "global:\n  clustername: x\n", want: []string{"test.yaml:2:", "global.clustername: unknown field", `did you mean "clusterName"?`}},
+		{name: "global.endpoints not a list", doc: "global:\n  endpoints: 10.0.0.2\n", want: []string{"test.yaml:2:", "global.endpoints: must be a list"}},
+		{name: "global.endpoints empty entry", doc: "global:\n  endpoints: [10.0.0.2, '']\n", want: []string{"global.endpoints[1]: must be a Talos API endpoint"}},
 		{name: "global field in both spellings", doc: "global:\n  preferIPv6: true\n  PreferIPv6: false\n", want: []string{"global.PreferIPv6: duplicate key (first on line 2)"}},
 		{name: "unknown top-level field", doc: "transformation: []\n", want: []string{"test.yaml:1:", "transformation: unknown field"}},
 		{name: "labels as a list", doc: "transformations:\n  - labels: [a, b]\n", want: []string{"labels: must be a mapping, not a list"}},
@@ -136,7 +138,7 @@ func TestParseAccepts(t *testing.T) {
 		check func(*testing.T, *Config) // what it must have produced
 	}{
 		{name: "empty file", doc: "", check: func(t *testing.T, c *Config) {
-			if len(c.Transformations) != 0 || c.Global != (Global{}) {
+			if len(c.Transformations) != 0 || !reflect.DeepEqual(c.Global, Global{}) {
 				t.Errorf("got %+v", c)
 			}
 		}},
@@ -147,9 +149,14 @@ func TestParseAccepts(t *testing.T) {
 				t.Errorf("got %+v", c)
 			}
 		}},
-		{name: "upstream global spellings", doc: "global:\n  PreferIPv6: true\n  ClusterName: up\n  Enforce: yes\n", check: func(t *testing.T, c *Config) {
-			if c.Global != (Global{ClusterName: "up", PreferIPv6: true, Enforce: true}) {
+		{name: "upstream global spellings", doc: "global:\n  PreferIPv6: true\n  ClusterName: up\n  Enforce: yes\n  Endpoints: [10.0.0.2]\n", check: func(t *testing.T, c *Config) {
+			if !reflect.DeepEqual(c.Global, Global{ClusterName: "up", PreferIPv6: true, Enforce: true, Endpoints: []string{"10.0.0.2"}}) {
 				t.Errorf("Global = %+v", c.Global)
+			}
+		}},
+		{name: "upstream global.endpoints", doc: "global:\n  endpoints:\n    - 10.0.0.2\n    - cp.example.com:50000\n", check: func(t *testing.T, c *Config) {
+			if !reflect.DeepEqual(c.Global.Endpoints, []string{"10.0.0.2", "cp.example.com:50000"}) {
+				t.Errorf("endpoints = %q", c.Global.Endpoints)
 			}
 		}},
 		{name: "quoted booleans", doc: "global:\n  preferIPv6: 'true'\n", check: func(t *testing.T, c *Config) {

@@ -61,7 +61,7 @@ type entry struct {
 
 var (
 	rootFields       = []string{"global", "transformations"}
-	globalFields     = []string{"clusterName", "preferIPv6", "enforce"}
+	globalFields     = []string{"clusterName", "preferIPv6", "enforce", "endpoints"}
 	ruleFields       = []string{"name", "nodeSelector", "labels", "annotations", "taints", "platformMetadata", "features"}
 	termFields       = []string{"matchExpressions"}
 	expressionFields = []string{"key", "operator", "values"}
@@ -69,7 +69,7 @@ var (
 	featureFields    = []string{"publicIPDiscovery"}
 
 	// globalAliases are the spellings the upstream Talos CCM documents.
-	globalAliases = map[string]string{"ClusterName": "clusterName", "PreferIPv6": "preferIPv6", "Enforce": "enforce"}
+	globalAliases = map[string]string{"ClusterName": "clusterName", "PreferIPv6": "preferIPv6", "Enforce": "enforce", "Endpoints": "endpoints"}
 )
 
 func (d *decoder) errorf(n *yaml.Node, rule, path, format string, a ...any) {
@@ -271,6 +271,15 @@ func (d *decoder) config(root *yaml.Node, c *Config) {
 					c.Global.PreferIPv6 = d.boolean(g.v, "", p)
 				case "enforce":
 					c.Global.Enforce = d.boolean(g.v, "", p)
+				case "endpoints":
+					for i, item := range d.list(g.v, "", p) {
+						ep := d.str(item, "", fmt.Sprintf("%s[%d]", p, i))
+						if strings.TrimSpace(ep) == "" {
+							d.errorf(item, "", fmt.Sprintf("%s[%d]", p, i), "must be a Talos API endpoint (an address or host name, optionally with :port), not empty")
+							continue
+						}
+						c.Global.Endpoints = append(c.Global.Endpoints, ep)
+					}
 				}
 			}
 		case "transformations":

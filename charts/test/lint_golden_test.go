@@ -29,8 +29,19 @@ func (c chart) valuesFor(t *testing.T, set string) map[string]any {
 	return c.ciValues(t, set)
 }
 
+// refusal is the error a chart gives for a value set it must refuse to
+// render ("" for the others): native-ccm without a platform.
+func (c chart) refusal(set string) string {
+	if c == nativeCCM && set == "default" {
+		return "native-ccm: platform is not set"
+	}
+	return ""
+}
+
 // TestLint: `helm lint --strict` (warnings fail too) passes for every chart
-// with every value set, schema validation included.
+// with every value set, schema validation included. (Lint renders in Helm's
+// lint mode, where a template's fail is logged, not an error: native-ccm's
+// refusal without a platform is TestGolden's to check.)
 func TestLint(t *testing.T) {
 	for _, c := range allCharts {
 		for _, vs := range valueSets {
@@ -61,6 +72,12 @@ func TestGolden(t *testing.T) {
 		for _, vs := range valueSets {
 			t.Run(string(c)+"/"+vs.name, func(t *testing.T) {
 				out, err := render(t, c, c.valuesFor(t, vs.name))
+				if want := c.refusal(vs.name); want != "" {
+					if err == nil || !strings.Contains(err.Error(), want) {
+						t.Errorf("rendered (%d bytes, error %v), want the refusal %q", len(out), err, want)
+					}
+					return
+				}
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -70,9 +87,10 @@ func TestGolden(t *testing.T) {
 	}
 }
 
-// TestNativeCCMNeedsImageAndCloudProvider: once a platform is set, a missing
-// image or --cloud-provider name is a render error naming the value, never a
-// Deployment with image ":".
+// TestNativeCCMNeedsImageAndCloudProvider: without a platform the chart
+// refuses to render (rather than install nothing, successfully); once a
+// platform is set, a missing image or --cloud-provider name is a render error
+// naming the value, never a Deployment with image ":".
 func TestNativeCCMNeedsImageAndCloudProvider(t *testing.T) {
 	base := func() map[string]any {
 		return map[string]any{"platform": "hcloud", "cloudProvider": "hcloud",
@@ -86,6 +104,7 @@ func TestNativeCCMNeedsImageAndCloudProvider(t *testing.T) {
 		edit  func(map[string]any)
 		wants []string
 	}{
+		{"no platform", func(v map[string]any) { delete(v, "platform") }, []string{"platform is not set", "--set platform=", "docs/profiles.md"}},
 		{"no image repository", func(v map[string]any) { v["image"].(map[string]any)["repository"] = "" }, []string{`platform "hcloud"`, "image.repository"}},
 		{"no image tag", func(v map[string]any) { v["image"].(map[string]any)["tag"] = "" }, []string{`platform "hcloud"`, "image.tag"}},
 		{"no cloud provider", func(v map[string]any) { v["cloudProvider"] = "" }, []string{`platform "hcloud"`, "cloudProvider"}},

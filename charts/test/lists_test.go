@@ -90,10 +90,9 @@ func TestTalosCCMSchemaOperatorsAreTheParsers(t *testing.T) {
 	}
 }
 
-// TestCoordinatorBuiltinProfilesAreTheEmbeddedOnes: builtinProfiles in the
-// ccm-coordinator chart's values, and the clouds the umbrella chart offers by
-// default, name exactly the built-in profiles (profiles/*.yaml, embedded in
-// the coordinator).
+// TestCoordinatorBuiltinProfilesAreTheEmbeddedOnes: the clouds the umbrella
+// chart offers by default name exactly the built-in profiles
+// (profiles/*.yaml, embedded in the coordinator).
 func TestCoordinatorBuiltinProfilesAreTheEmbeddedOnes(t *testing.T) {
 	set, err := profile.Builtin()
 	if err != nil {
@@ -109,20 +108,10 @@ func TestCoordinatorBuiltinProfilesAreTheEmbeddedOnes(t *testing.T) {
 		return v.AsMap()
 	}
 
-	listed, ok := readValues(ccmCoordinator)["builtinProfiles"].([]any)
-	if !ok {
-		t.Fatalf("charts/ccm-coordinator/values.yaml: builtinProfiles is not a list")
-	}
-	var names []string
-	for _, n := range listed {
-		names = append(names, fmt.Sprint(n))
-	}
-	missing, extra := difference(builtin, names)
-	for _, p := range missing {
-		t.Errorf("profile %s (%s) is built in, charts/ccm-coordinator/values.yaml builtinProfiles does not list it", p, set.File(p))
-	}
-	for _, p := range extra {
-		t.Errorf("charts/ccm-coordinator/values.yaml builtinProfiles lists %s, which is no built-in profile", p)
+	// builtinProfiles is gone from the ccm-coordinator chart's values: it never
+	// selected anything (TestRemovedAndRenamedValues).
+	if _, ok := readValues(ccmCoordinator)["builtinProfiles"]; ok {
+		t.Error("charts/ccm-coordinator/values.yaml lists builtinProfiles again; the coordinator loads every built-in profile whatever it says")
 	}
 
 	clouds, ok := readValues(hybridCCM)["clouds"].(map[string]any)
@@ -133,7 +122,7 @@ func TestCoordinatorBuiltinProfilesAreTheEmbeddedOnes(t *testing.T) {
 	for k := range clouds {
 		keys = append(keys, k)
 	}
-	missing, extra = difference(builtin, keys)
+	missing, extra := difference(builtin, keys)
 	for _, p := range missing {
 		t.Errorf("profile %s (%s) is built in, charts/hybrid-ccm/values.yaml offers no clouds.%s", p, set.File(p), p)
 	}

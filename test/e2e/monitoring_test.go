@@ -42,6 +42,10 @@ const ScrapesEnv = "HYBRID_CCM_SCRAPES"
 type scrapeTarget struct {
 	job, instance string
 	get           func(ctx context.Context) ([]byte, error)
+	// stopped: the component has been stopped. Its scrape must fail, and is
+	// kept as a failed scrape: <step>_<job>_<instance>.down, holding the
+	// error (test/monitoring records up 0 for it, as Prometheus does).
+	stopped bool
 }
 
 // scraper scrapes its targets, step after step, into dir/<timeline>/ as
@@ -61,21 +65,35 @@ func (s *scraper) scrape() {
 	defer cancel()
 	for _, tg := range s.targets {
 		body, err := tg.get(ctx)
+		if tg.stopped {
+			if err == nil {
+				s.t.Fatalf("scrape %s/%s: it answers, but it was stopped", tg.job, tg.instance)
+			}
+			s.write(fmt.Sprintf("%03d_%s_%s.down", s.step, tg.job, tg.instance), []byte(err.Error()+"\n"))
+			continue
+		}
 		if err != nil {
 			s.t.Fatalf("scrape %s/%s: %v", tg.job, tg.instance, err)
 		}
 		s.last[tg.job+"/"+tg.instance] = string(body)
-		if s.dir != "" {
-			p := filepath.Join(s.dir, s.timeline, fmt.Sprintf("%03d_%s_%s.prom", s.step, tg.job, tg.instance))
-			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-				s.t.Fatal(err)
-			}
-			if err := os.WriteFile(p, body, 0o644); err != nil {
-				s.t.Fatal(err)
-			}
-		}
+		s.write(fmt.Sprintf("%03d_%s_%s.prom", s.step, tg.job, tg.instance), body)
 	}
 	s.step++
+}
+
+// write keeps a scrape as dir/<timeline>/name (nothing without a dir).
+func (s *scraper) write(name string, body []byte) {
+	s.t.Helper()
+	if s.dir == "" {
+		return
+	}
+	p := filepath.Join(s.dir, s.timeline, name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		s.t.Fatal(err)
+	}
+	if err := os.WriteFile(p, body, 0o644); err != nil {
+		s.t.Fatal(err)
+	}
 }
 
 // has reports whether the last scrape of job has a sample line starting
@@ -141,7 +159,10 @@ func apiServerAdmissionMetrics(ctx context.Context) ([]byte, error) {
 //     kubelet asks for a certificate for an address that is not its own
 //     (denied), the pool runs out, talos-ccm changes leaders three times, the
 //     hcloud NativeCCM is installed but no pod runs (no leader, not Ready),
-//     and its CCM's identity tries to delete an aws node (the fence refuses).
+//     and its CCM's identity tries to delete an aws node (the fence refuses);
+//     at its end talos-ccm and the coordinator are stopped: their scrapes
+//     fail, their own series go stale, and only the absence alerts
+//     (TalosCCMDown, CCMCoordinatorDown) can say so.
 //
 // test/monitoring evaluates every alert and the dashboard on these scrapes;
 // here each timeline's last scrape is checked for the series that say so.
@@ -157,10 +178,10 @@ func TestMonitoringScenario(t *testing.T) {
 	ns, cfg := applyCoordinatorChart(t, admin)
 	coordPort := freePort(t)
 	coordLogs := &testenv.Buffer{}
-	coord := startProcess(t, "ccm-coordinator", coordLogs, "--kubeconfig="+kubeconfigFor(t, cfg),
-		"--release-namespace="+ns, "--metrics-addr=127.0.0.1:"+strconv.Itoa(coordPort), "--health-addr=0", "--helm-wait=false",
-		"--uninstall-grace-period=1s", "--wait-interval=1s", "--ccm-lease-duration=2s")
-	_ = coord
+	coordArgs := []string{"--kubeconfig=" + kubeconfigFor(t, cfg),
+		"--release-namespace=" + ns, "--metrics-addr=127.0.0.1:" + strconv.Itoa(coordPort), "--health-addr=0", "--helm-wait=false",
+		"--uninstall-grace-period=1s", "--wait-interval=1s", "--ccm-lease-duration=2s"}
+	coord := startProcess(t, "ccm-coordinator", coordLogs, coordArgs...)
 	coordTarget := scrapeTarget{job: "ccm-coordinator", instance: "ccm-coordinator-0", get: httpGetter(fmt.Sprintf("http://127.0.0.1:%d/metrics", coordPort))}
 	apiTarget := scrapeTarget{job: "apiserver", instance: "apiserver-0", get: apiServerAdmissionMetrics}
 
@@ -365,6 +386,27 @@ func TestMonitoringScenario(t *testing.T) {
 	if !trouble.has("apiserver", "apiserver_validating_admission_policy_check_total{") ||
 		!strings.Contains(trouble.last["apiserver/apiserver-0"], `policy="`+gate.DefaultFenceName+`"`) {
 		t.Errorf("trouble: the API server counts no check of %s:\n%s", gate.DefaultFenceName, trouble.last["apiserver/apiserver-0"])
+	}
+
+	// talos-ccm and the coordinator stop (a crash loop, a node gone, a bad
+	// rollout): their targets stay, their scrapes fail. Their own alerts go
+	// silent with their series; the absence alerts are what fires.
+	for _, pr := range []*process{p, coord} {
+		_ = pr.cmd.Process.Signal(syscall.SIGKILL)
+		<-pr.done
+	}
+	trouble.targets[0].stopped, trouble.targets[1].stopped = true, true
+	steady(trouble, 10)
+	// A coordinator again (not scraped), so that the NativeCCM's finalizer
+	// uninstalls its release before the next test of the package.
+	startProcess(t, "ccm-coordinator", coordLogs, coordArgs...)
+	if err := admin.Delete(ctx, nccm); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+		return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKey{Name: nccm.Name}, &v1alpha1.NativeCCM{})), nil
+	}); err != nil {
+		t.Errorf("NativeCCM hcloud not removed by the restarted coordinator")
 	}
 	if t.Failed() {
 		t.Logf("ccm-coordinator logs:\n%s", tail(coordLogs.String(), 4000))

@@ -124,13 +124,20 @@ type expectation struct {
 	// trouble: the alert must fire exactly after steps (minutes) more
 	since string
 	after int
+	// toEnd: it still fires at the timeline's last step (an absence alert:
+	// its component stays down, and its series become absent)
+	toEnd bool
+	// silentAtEnd: it no longer fires at the last step, its component being
+	// down though the trouble it reports is not over: why the absence
+	// alerts exist
+	silentAtEnd bool
 }
 
 // alerts: every alert of the charts, with what it fires on in trouble. In
 // calm none may fire.
 var alerts = map[string]expectation{
 	"TalosCCMNodeUninitialized": {labels: map[string]string{"node": "trouble-stuck", "severity": "warning"},
-		since: `talos_ccm_node_uninitialized{node="trouble-stuck"}`, after: 15},
+		since: `talos_ccm_node_uninitialized{node="trouble-stuck"}`, after: 15, silentAtEnd: true},
 	// a counter's first increment (its series appears at 1) fires at once
 	"TalosCCMCSRDenied": {labels: map[string]string{"reason": "IPAddressNotEstablished"},
 		since: `talos_ccm_csr_decisions_total{decision="deny"}`},
@@ -139,11 +146,17 @@ var alerts = map[string]expectation{
 		since: `talos_ccm_ipam_exhausted_total`},
 	"TalosCCMIPAMPoolNearlyFull": {labels: map[string]string{"pool": "10.203.0.0/29"}},
 	"NativeCCMNotReady": {labels: map[string]string{"name": "hcloud"},
-		since: `gotk_reconcile_condition{kind="NativeCCM", name="hcloud", type="Ready", status="False"} == 1`, after: 15},
+		since: `gotk_reconcile_condition{kind="NativeCCM", name="hcloud", type="Ready", status="False"} == 1`, after: 15, silentAtEnd: true},
 	"NativeCCMNoLeader": {labels: map[string]string{"name": "hcloud", "severity": "critical"},
-		since: `gotk_reconcile_condition{kind="NativeCCM", name="hcloud", type="Healthy", status="False"} == 1`, after: 5},
+		since: `gotk_reconcile_condition{kind="NativeCCM", name="hcloud", type="Healthy", status="False"} == 1`, after: 5, silentAtEnd: true},
 	"NativeCCMFenceRefusedWrite": {labels: map[string]string{"policy_binding": "native-ccm-fence.hybridccm.io"},
 		since: `apiserver_validating_admission_policy_check_total{policy="native-ccm-fence.hybridccm.io", enforcement_action="deny"}`},
+	// the troubled run ends with talos-ccm and the coordinator stopped: their
+	// scrapes fail (up 0), their own series go stale
+	"TalosCCMDown": {labels: map[string]string{"severity": "critical"},
+		since: `up{job="talos-ccm"} == 0`, after: 5, toEnd: true},
+	"CCMCoordinatorDown": {labels: map[string]string{"severity": "warning"},
+		since: `up{job="ccm-coordinator"} == 0`, after: 5, toEnd: true},
 }
 
 // firstStep is the first step of a timeline at which expr has a sample (-1: none).
@@ -169,6 +182,14 @@ func firstStep(t *testing.T, timeline, expr string) int {
 // never).
 func firing(t *testing.T, r rulefmt.Rule, timeline string) (int, []*rules.Alert) {
 	t.Helper()
+	k, fired, _ := evalAlert(t, r, timeline)
+	return k, fired
+}
+
+// evalAlert is firing, and also whether the alert still fires at the
+// timeline's last step.
+func evalAlert(t *testing.T, r rulefmt.Rule, timeline string) (first int, fired []*rules.Alert, atEnd bool) {
+	t.Helper()
 	expr, err := Parser.ParseExpr(r.Expr)
 	if err != nil {
 		t.Fatal(err)
@@ -177,21 +198,23 @@ func firing(t *testing.T, r rulefmt.Rule, timeline string) (int, []*rules.Alert)
 		labels.FromMap(r.Labels), labels.FromMap(r.Annotations), labels.EmptyLabels(), "", false, promslog.NewNopLogger())
 	query := rules.EngineQueryFunc(NewEngine(), dbs[timeline])
 	ctx := context.Background()
+	first = -1
 	for k := range steps[timeline] {
 		if _, err := rule.Eval(ctx, 0, Start.Add(time.Duration(k)*Step), query, nil, 0); err != nil {
 			t.Fatalf("%s at step %d of %s: %v", r.Alert, k, timeline, err)
 		}
-		var fired []*rules.Alert
+		var now []*rules.Alert
 		for _, a := range rule.ActiveAlerts() {
 			if a.State == rules.StateFiring {
-				fired = append(fired, a)
+				now = append(now, a)
 			}
 		}
-		if len(fired) > 0 {
-			return k, fired
+		if len(now) > 0 && first < 0 {
+			first, fired = k, now
 		}
+		atEnd = len(now) > 0
 	}
-	return -1, nil
+	return first, fired, atEnd
 }
 
 // TestAlertsOnTheScenario: every alert fires on the troubled timeline (not
@@ -218,7 +241,13 @@ func TestAlertsOnTheScenario(t *testing.T) {
 					if k, fired := firing(t, r, "calm"); k >= 0 {
 						t.Errorf("fires on the calm timeline at step %d: %v", k, fired[0].Labels)
 					}
-					k, fired := firing(t, r, "trouble")
+					k, fired, atEnd := evalAlert(t, r, "trouble")
+					if want.toEnd && !atEnd {
+						t.Errorf("no longer fires at the troubled timeline's last step")
+					}
+					if want.silentAtEnd && atEnd {
+						t.Errorf("still fires at the troubled timeline's last step, its component stopped: the scenario no longer shows why the absence alerts are needed")
+					}
 					if k < 0 {
 						t.Fatalf("never fires on the troubled timeline")
 					}

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/textparse"
+	"github.com/prometheus/prometheus/model/value"
 	"github.com/prometheus/prometheus/storage"
 )
 
@@ -84,13 +86,17 @@ type Scrape struct {
 	Step          int
 	Job, Instance string
 	Path          string
+	// Down: the scrape failed (the component was stopped); Path holds the
+	// error instead of a page.
+	Down bool
 }
 
 // Time is when the scrape happened in virtual time.
 func (s Scrape) Time() time.Time { return Start.Add(time.Duration(s.Step) * Step) }
 
 // ListScrapes lists a timeline's scrapes in step order (files
-// <step>_<job>_<instance>.prom, as test/e2e names them).
+// <step>_<job>_<instance>.prom, as test/e2e names them, and
+// <step>_<job>_<instance>.down for a scrape that failed).
 func ListScrapes(dir, timeline string) ([]Scrape, error) {
 	entries, err := os.ReadDir(filepath.Join(dir, timeline))
 	if err != nil {
@@ -99,8 +105,11 @@ func ListScrapes(dir, timeline string) ([]Scrape, error) {
 	var out []Scrape
 	for _, e := range entries {
 		name, ok := strings.CutSuffix(e.Name(), ".prom")
+		down := false
 		if !ok {
-			continue
+			if name, down = strings.CutSuffix(e.Name(), ".down"); !down {
+				continue
+			}
 		}
 		parts := strings.SplitN(name, "_", 3)
 		if len(parts) != 3 {
@@ -110,7 +119,7 @@ func ListScrapes(dir, timeline string) ([]Scrape, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", e.Name(), err)
 		}
-		out = append(out, Scrape{Step: step, Job: parts[1], Instance: parts[2], Path: filepath.Join(dir, timeline, e.Name())})
+		out = append(out, Scrape{Step: step, Job: parts[1], Instance: parts[2], Path: filepath.Join(dir, timeline, e.Name()), Down: down})
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("no scrapes in %s", filepath.Join(dir, timeline))
@@ -143,11 +152,32 @@ func (inv Inventory) add(lbls labels.Labels) {
 }
 
 // Load appends the scrapes' samples to app at their virtual times, with the
-// job and instance labels a Prometheus adds (and its up series, 1: every
-// scrape succeeded), and records every series in inv (nil: not recorded).
+// job and instance labels a Prometheus adds and its up series (1 for a
+// scrape that succeeded; 0 for one that failed, whose target's series of its
+// last successful scrape are then marked stale, as Prometheus marks them),
+// and records every series in inv (nil: not recorded).
 func Load(app storage.Appender, scrapes []Scrape, inv Inventory) error {
 	st := labels.NewSymbolTable()
+	last := map[string][]labels.Labels{} // job/instance -> series of its last successful scrape
 	for _, s := range scrapes {
+		ts := s.Time().UnixMilli()
+		up := labels.FromStrings(labels.MetricName, "up", "job", s.Job, "instance", s.Instance)
+		if inv != nil {
+			inv.add(up)
+		}
+		target := s.Job + "/" + s.Instance
+		if s.Down {
+			if _, err := app.Append(0, up, ts, 0); err != nil {
+				return fmt.Errorf("%s: up: %w", s.Path, err)
+			}
+			for _, lbls := range last[target] {
+				if _, err := app.Append(0, lbls, ts, math.Float64frombits(value.StaleNaN)); err != nil {
+					return fmt.Errorf("%s: %s: %w", s.Path, lbls, err)
+				}
+			}
+			last[target] = nil
+			continue
+		}
 		b, err := os.ReadFile(s.Path)
 		if err != nil {
 			return err
@@ -156,15 +186,11 @@ func Load(app storage.Appender, scrapes []Scrape, inv Inventory) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.Path, err)
 		}
-		ts := s.Time().UnixMilli()
 		// what a Prometheus records for every successful scrape
-		up := labels.FromStrings(labels.MetricName, "up", "job", s.Job, "instance", s.Instance)
-		if inv != nil {
-			inv.add(up)
-		}
 		if _, err := app.Append(0, up, ts, 1); err != nil {
 			return fmt.Errorf("%s: up: %w", s.Path, err)
 		}
+		last[target] = last[target][:0]
 		for {
 			et, err := p.Next()
 			if err != nil {
@@ -186,6 +212,7 @@ func Load(app storage.Appender, scrapes []Scrape, inv Inventory) error {
 			if inv != nil {
 				inv.add(lbls)
 			}
+			last[target] = append(last[target], lbls)
 			if _, err := app.Append(0, lbls, ts, v); err != nil {
 				return fmt.Errorf("%s: %s: %w", s.Path, lbls, err)
 			}

@@ -8,11 +8,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
 {{/* The coordinator's namespace, where the native CCMs' ServiceAccounts live:
-ccm-coordinator.releaseNamespace (its chart's default when unset), or the
-release namespace. */}}
+ccm-coordinator.namespace (its chart's default when unset) or its deprecated
+name ccm-coordinator.releaseNamespace, which wins when set (as in that chart),
+or the release namespace. */}}
 {{- define "hybrid-ccm.coordinatorNamespace" -}}
 {{- $c := index .Values "ccm-coordinator" | default dict -}}
-{{- default .Release.Namespace $c.releaseNamespace -}}
+{{- default .Release.Namespace ($c.releaseNamespace | default $c.namespace) -}}
 {{- end -}}
 
 {{/* Helm's ownership annotations, which Helm itself sets on what it installs.

@@ -108,6 +108,10 @@ func (o *explainOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
+	if ts, ok := src.(*TalosMetadataSource); ok && len(ts.Options.Endpoints) == 0 {
+		// as talos-ccm: the file's global.endpoints when --talos-endpoints is not given
+		ts.Options.Endpoints = cfg.Global.Endpoints
+	}
 	md, warnings, err := src.Metadata(cmd.Context())
 	for _, w := range warnings {
 		fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)

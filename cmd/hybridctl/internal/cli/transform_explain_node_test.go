@@ -62,7 +62,8 @@ func TestExplainLiveNode(t *testing.T) {
 }
 
 // --node finds the talosconfig as talos-ccm does ($TALOSCONFIG when no
-// --talosconfig), and --talos-endpoints overrides the talosconfig's endpoints.
+// --talosconfig), and --talos-endpoints overrides the talosconfig's endpoints,
+// as the file's global.endpoints does when the flag is not given.
 func TestExplainLiveNodeTalosconfigLookup(t *testing.T) {
 	ep, err := talosnode.Start()
 	if err != nil {
@@ -95,6 +96,18 @@ func TestExplainLiveNodeTalosconfigLookup(t *testing.T) {
 	}
 	if !strings.Contains(out, "talos://nocloud/10.71.0.3") || ep.Requests() == 0 {
 		t.Fatalf("output (endpoint saw %d requests):\n%s", ep.Requests(), out)
+	}
+
+	// the upstream Talos CCM's global.endpoints in the file: used as talos-ccm
+	// uses it, instead of the talosconfig's; --talos-endpoints wins over it
+	withEndpoints := writeFile(t, "upstream.yaml", "global:\n  endpoints: ["+ep.Addr()+"]\ntransformations: []\n")
+	before := ep.Requests()
+	out, stderr, err = run(t, "transform", "explain", "-c", withEndpoints, "--node", "10.71.0.3")
+	if err != nil || !strings.Contains(out, "talos://nocloud/10.71.0.3") || ep.Requests() == before {
+		t.Fatalf("explain with global.endpoints: %v\n%s\n%s", err, stderr, out)
+	}
+	if _, _, err := run(t, "transform", "explain", "-c", withEndpoints, "--node", "10.71.0.3", "--talos-endpoints", "127.0.0.1:1"); err == nil {
+		t.Fatal("--talos-endpoints did not win over global.endpoints")
 	}
 }
 

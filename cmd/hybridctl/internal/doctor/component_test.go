@@ -136,7 +136,7 @@ func TestDoctorComponent(t *testing.T) {
 	}
 	tests := map[string]helmTest{
 		doctor.ComponentTalosCCM:    renderHelmTest(t, "talos-ccm", "talos-ccm", talosNS, nil),
-		doctor.ComponentCoordinator: renderHelmTest(t, "ccm-coordinator", "hybrid-ccm", releaseNS, map[string]any{"releaseNamespace": coordNS}),
+		doctor.ComponentCoordinator: renderHelmTest(t, "ccm-coordinator", "hybrid-ccm", releaseNS, map[string]any{"namespace": coordNS}),
 	}
 	users := map[string]string{}
 	for comp, ht := range tests {
