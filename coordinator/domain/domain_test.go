@@ -6,12 +6,16 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
 const (
-	platformLabel = "node.cloudprovider.kubernetes.io/platform"
+	platformLabel = names.PlatformLabel
 	region        = "topology.kubernetes.io/region"
-	account       = "node.cloudprovider.kubernetes.io/domain"
+	account       = v1.DomainLabel
 )
 
 func in(key string, values ...string) metav1.LabelSelectorRequirement {
