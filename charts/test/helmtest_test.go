@@ -277,15 +277,7 @@ func TestHelmTestPodsOnAPIServer(t *testing.T) {
 // neither subchart has one.
 func TestHelmTestNotes(t *testing.T) {
 	notes := func(values map[string]any) string {
-		ch, err := loader.Load(hybridCCM.path(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		in := action.NewInstall(&action.Configuration{Log: func(string, ...any) {}})
-		in.ReleaseName, in.Namespace = hybridCCM.releaseName(), releaseNamespace
-		in.DryRun, in.ClientOnly, in.Replace = true, true, true
-		in.KubeVersion = kubeVersion
-		rel, err := in.Run(ch, values)
+		rel, err := dryInstall(t, hybridCCM, values)
 		if err != nil {
 			t.Fatal(err)
 		}

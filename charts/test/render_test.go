@@ -27,6 +27,7 @@ import (
 	"helm.sh/helm/v3/pkg/cli"
 	"helm.sh/helm/v3/pkg/downloader"
 	"helm.sh/helm/v3/pkg/getter"
+	helmrelease "helm.sh/helm/v3/pkg/release"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
@@ -155,6 +156,17 @@ func copyChart(from, to string) error {
 // built-in ones (.Capabilities.APIVersions).
 func render(t *testing.T, c chart, values map[string]any, apis ...string) (string, error) {
 	t.Helper()
+	rel, err := dryInstall(t, c, values, apis...)
+	if err != nil {
+		return "", err
+	}
+	return rel.Manifest, nil
+}
+
+// dryInstall is `helm install --dry-run` of the chart as release
+// c.releaseName() in releaseNamespace, with the extra API versions.
+func dryInstall(t *testing.T, c chart, values map[string]any, apis ...string) (*helmrelease.Release, error) {
+	t.Helper()
 	ch, err := loader.Load(c.path(t))
 	if err != nil {
 		t.Fatal(err)
@@ -164,11 +176,7 @@ func render(t *testing.T, c chart, values map[string]any, apis ...string) (strin
 	in.DryRun, in.ClientOnly, in.Replace = true, true, true
 	in.KubeVersion = kubeVersion
 	in.APIVersions = append(chartutil.VersionSet{}, apis...)
-	rel, err := in.Run(ch, values)
-	if err != nil {
-		return "", err
-	}
-	return rel.Manifest, nil
+	return in.Run(ch, values)
 }
 
 // mustRender renders or fails the test.

@@ -20,15 +20,7 @@ import (
 // --render-subchart-notes).
 func install(t *testing.T, c chart, vals map[string]any) (manifests, string) {
 	t.Helper()
-	ch, err := loader.Load(c.path(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := action.NewInstall(&action.Configuration{Log: func(string, ...any) {}})
-	in.ReleaseName, in.Namespace = c.releaseName(), releaseNamespace
-	in.DryRun, in.ClientOnly, in.Replace = true, true, true
-	in.KubeVersion = kubeVersion
-	rel, err := in.Run(ch, vals)
+	rel, err := dryInstall(t, c, vals)
 	if err != nil {
 		t.Fatalf("install %s: %v", c, err)
 	}
