@@ -59,12 +59,16 @@ func (r *NativeCCMReconciler) resolveDomain(obj *v1.NativeCCM, p *profile.Profil
 }
 
 // checkDomain returns why the NativeCCM may not run a CCM for its domain:
-// an older NativeCCM of the platform owns some of the same nodes, or the
-// domain's nodes carry several values of the boundary label. nil: it may.
-func (r *NativeCCMReconciler) checkDomain(ctx context.Context, obj *v1.NativeCCM, d domain.Domain, boundary string, nodes domainView) (*stallError, error) {
+// an older NativeCCM of the platform owns some of the same nodes; or the
+// domain's nodes carry several values of the boundary label and nothing is
+// installed yet. When a CCM is installed and its nodes come to span several
+// values, it is not taken away (node labels must not uninstall a
+// platform's CCM: a kubelet may set its own region), but kept to the value
+// it served (status.boundaryValue): the narrowed domain is returned.
+func (r *NativeCCMReconciler) checkDomain(ctx context.Context, obj *v1.NativeCCM, d domain.Domain, boundary string, nodes domainView) (*stallError, *domain.Domain, error) {
 	others, err := r.platformNativeCCMs(ctx, obj.Spec.Platform)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for i := range others {
 		o := &others[i]
@@ -88,15 +92,18 @@ func (r *NativeCCMReconciler) checkDomain(ctx context.Context, obj *v1.NativeCCM
 		}
 		return &stallError{reason: v1.DomainOverlapReason, err: fmt.Errorf(
 			"NativeCCM %s (older) already owns some of its nodes: both own %s nodes with %s (%s); no node is owned twice, so %s installs nothing until one of the two domains (spec.domain.selector) is narrowed",
-			o.Name, obj.Spec.Platform, labelList(example), where, obj.Name)}, nil
+			o.Name, obj.Spec.Platform, labelList(example), where, obj.Name)}, nil, nil
 	}
 	if boundary == "" {
-		return nil, nil
+		return nil, nil, nil
 	}
 	values := slices.Sorted(maps.Keys(nodes.Values))
 	values = slices.DeleteFunc(values, func(v string) bool { return v == "" })
+	if len(values) == 1 && obj.Status.Release != nil {
+		obj.Status.BoundaryValue = values[0]
+	}
 	if len(values) < 2 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	parts := make([]string, 0, len(values))
 	for _, v := range values {
@@ -105,9 +112,28 @@ func (r *NativeCCMReconciler) checkDomain(ctx context.Context, obj *v1.NativeCCM
 		}, 1)
 		parts = append(parts, fmt.Sprintf("%s (%d node(s), e.g. %s)", v, nodes.Values[v], strings.Join(first, "")))
 	}
-	return &stallError{reason: v1.DomainSpansBoundaryReason, err: fmt.Errorf(
-		"its nodes are in %d values of %s: %s; one %s CCM sees one %s and deletes every other one's nodes as not found, so nothing is installed: give each value a NativeCCM of its own with spec.domain.selector (%s in (...)), with the credentials and cloud config for it",
-		len(values), boundary, strings.Join(parts, ", "), obj.Spec.Platform, boundaryNoun(boundary), boundary)}, nil
+	spans := fmt.Sprintf("its nodes are in %d values of %s: %s; one %s CCM sees one %s and deletes every other one's nodes as not found",
+		len(values), boundary, strings.Join(parts, ", "), obj.Spec.Platform, boundaryNoun(boundary))
+	fix := fmt.Sprintf("give each value a NativeCCM of its own with spec.domain.selector (%s in (...)), with the credentials and cloud config for it", boundary)
+	if obj.Status.Release == nil {
+		return &stallError{reason: v1.DomainSpansBoundaryReason, err: fmt.Errorf("%s, so nothing is installed: %s", spans, fix)}, nil, nil
+	}
+	// Installed: never taken away by node labels.
+	var msg string
+	var narrowed *domain.Domain
+	if kept := obj.Status.BoundaryValue; kept != "" {
+		if n, ok := d.With(boundary, kept); ok {
+			narrowed = &n
+		}
+		msg = fmt.Sprintf("%s: the installed CCM is kept to %s=%s, the value its nodes had, and sees no other; the others' nodes are no native CCM's: %s", spans, boundary, kept, fix)
+	} else {
+		msg = fmt.Sprintf("%s: the installed CCM is left as it is, since the coordinator never saw which value it serves; %s", spans, fix)
+	}
+	if conditions.GetMessage(obj, v1.NodesOwnedCondition) != msg {
+		r.event(obj, corev1.EventTypeWarning, v1.DomainSpansBoundaryReason, msg)
+	}
+	conditions.MarkFalse(obj, v1.NodesOwnedCondition, v1.DomainSpansBoundaryReason, "%s", msg)
+	return nil, narrowed, nil
 }
 
 // refuse takes the release away (a CCM that would delete nodes it does not

@@ -168,3 +168,47 @@ func gateArgs(d *appsv1.Deployment) []string {
 	}
 	return nil
 }
+
+// TestInstalledCCMKeptToItsRegion: a NativeCCM without a domain runs while
+// its nodes are in one region; when a node of another region appears (or a
+// kubelet sets another region on its own Node), the installed CCM is not
+// taken away but kept to its region: its view narrowed, the other region's
+// node named as no native CCM's.
+func TestInstalledCCMKeptToItsRegion(t *testing.T) {
+	const platform = "domain-c"
+	hcloudSecret(t)
+	createRegionNode(t, "domc-eu-1", platform, "eu-west-1", "hcloud://7401")
+	createNativeCCM(t, &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: platform}, Spec: v1.NativeCCMSpec{Platform: platform}})
+	obj := waitCondition(t, platform, meta.ReadyCondition, metav1.ConditionTrue, v1.InstallSucceededReason)
+	eventually(t, "the region recorded", func() (bool, string) {
+		obj = getNativeCCM(t, platform)
+		return obj.Status.BoundaryValue == "eu-west-1", fmt.Sprintf("status.boundaryValue %q", obj.Status.BoundaryValue)
+	})
+	revision := obj.Status.Release.Revision
+	d, err := getDeployment(t, "native-ccm-"+platform)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if args := strings.Join(gateArgs(d), " "); strings.Contains(args, "--domain-selector") {
+		t.Fatalf("a NativeCCM without a domain in one region got a domain selector: %s", args)
+	}
+
+	createRegionNode(t, "domc-us-1", platform, "us-east-1", "hcloud://7402")
+	waitMessage(t, platform, v1.NodesOwnedCondition, metav1.ConditionFalse, v1.DomainSpansBoundaryReason,
+		"kept to "+regionLabel+"=eu-west-1", "us-east-1 (1 node(s), e.g. domc-us-1)")
+	eventually(t, "the view narrowed to eu-west-1", func() (bool, string) {
+		d, err := getDeployment(t, "native-ccm-"+platform)
+		if err != nil {
+			return false, err.Error()
+		}
+		args := strings.Join(gateArgs(d), " ")
+		return strings.Contains(args, "--domain-selector="+regionLabel+" in (eu-west-1)"), args
+	})
+	obj = waitCondition(t, platform, meta.ReadyCondition, metav1.ConditionTrue, "")
+	if obj.Status.Release == nil || obj.Status.Release.Revision <= revision || obj.Status.Nodes != 1 {
+		t.Fatalf("release %+v, nodes %d: want an upgrade of the same release, one node in its view", obj.Status.Release, obj.Status.Nodes)
+	}
+	if ok, seen := hasEvent(t, platform, v1.DomainSpansBoundaryReason); !ok {
+		t.Fatalf("no %s event: %s", v1.DomainSpansBoundaryReason, seen)
+	}
+}

@@ -278,12 +278,17 @@ func (r *NativeCCMReconciler) reconcile(ctx context.Context, obj *v1.NativeCCM, 
 	if err := r.detectConflicts(ctx, obj, nodes.platformView); err != nil {
 		return ctrl.Result{}, err
 	}
-	refusal, err := r.checkDomain(ctx, obj, dom, boundary, nodes)
+	refusal, narrowed, err := r.checkDomain(ctx, obj, dom, boundary, nodes)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if refusal != nil {
 		return ctrl.Result{}, r.refuse(ctx, obj, refusal)
+	}
+	if narrowed != nil {
+		// an installed CCM kept to the value it served: its view narrowed
+		req.Lifecycle.DomainSelector = narrowed.Selector()
+		nodes = r.observeNodes(obj, *narrowed, boundary)
 	}
 
 	// 2. Decide.

@@ -148,6 +148,7 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 	regional := func(p *profile.Profile) { p.Domain = &profile.Domain{BoundaryLabel: "topology.kubernetes.io/region"} }
 	must(deriveProfile("hcloud", "domain-a", 10328, regional))
 	must(deriveProfile("hcloud", "domain-b", 10329, regional))
+	must(deriveProfile("hcloud", "domain-c", 10331, regional))
 	must(deriveProfile("hcloud", "lb-d", 10330, nil))
 
 	// the upstream CCM per Kubernetes minor: Azure's (with its own node

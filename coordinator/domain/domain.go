@@ -187,13 +187,6 @@ func Overlap(a, b Domain) (map[string]string, bool) {
 	return example, true
 }
 
-// Slug is how a boundary value appears in a split member's release and
-// ServiceAccount name, and what the fence compares it with: lower case, with
-// "_" and "." as "-". The fence computes the same from the node's label.
-func Slug(value string) string {
-	return strings.NewReplacer("_", "-", ".", "-").Replace(strings.ToLower(value))
-}
-
 // BuiltinKeys are the domain label keys the fence and the coordinator know
 // without configuration: v1.DomainLabel (set by a talos-ccm rule) and the
 // region, the boundary of the aws and openstack profiles.

@@ -30,11 +30,11 @@ import (
 // before domains existed.
 //
 // A split NativeCCM runs one release per value of a boundary label; each
-// member's ServiceAccount is native-ccm-<name>--<slug(value)>. A member holds
+// member's ServiceAccount is native-ccm-<name>--<value>. A member holds
 // no grant of its own: the fence asks the authorizer about its NativeCCM's
 // ServiceAccount (native-ccm-<name>) for everything, and a member may change
-// only nodes whose split label, as domain.Slug writes it, is its own slug,
-// when that grant names the split (splits/<key>). Members serve no Services.
+// only nodes whose split label is exactly its own value, when that grant
+// names the split (splits/<key>). Members serve no Services.
 //
 // The authorizer library prices a check at about a third of an expression's
 // cost limit, so each key has its own expressions (domainSlots of them),
@@ -116,7 +116,10 @@ func domainVariables(namespace, keys string) []admissionregistrationv1.Variable 
 	vars = append(vars,
 		admissionregistrationv1.Variable{Name: "outsideKeys", Expression: "[" + strings.Join(outside, ", ") + "].filter(k, k != '')"},
 		admissionregistrationv1.Variable{Name: "splitKeys", Expression: "variables.splitValue == '' ? [] : [" + strings.Join(splits, ", ") + "].filter(k, k != '')"},
-		admissionregistrationv1.Variable{Name: "nodeSlug", Expression: "size(variables.splitKeys) != 1 ? '' : variables.nodeLabels[?variables.splitKeys[0]].orValue('').lowerAscii().replace('_', '-').replace('.', '-')"},
+		// the node's value itself: a member's name carries the value exactly
+		// (values that are no DNS label cannot be split), so two values never
+		// meet in one member
+		admissionregistrationv1.Variable{Name: "nodeSlug", Expression: "size(variables.splitKeys) != 1 ? '' : variables.nodeLabels[?variables.splitKeys[0]].orValue('')"},
 	)
 	return vars
 }

@@ -25,6 +25,8 @@ var domainNodes = []gatetest.NodeSpec{
 	{Name: "dom-eu-2", Platform: "aws", ProviderID: "aws:///eu-west-1b/i-0e2", Labels: map[string]string{regionLabel: "eu-west-1"}},
 	{Name: "dom-us", Platform: "aws", ProviderID: "aws:///us-east-1a/i-0u1", Labels: map[string]string{regionLabel: "us-east-1"}},
 	{Name: "dom-noregion", Platform: "aws", ProviderID: "aws:///x/i-0n1"},
+	// a value that only looks like eu-west-1 once lower-cased and punctuated
+	{Name: "dom-lookalike", Platform: "aws", ProviderID: "aws:///x/i-0l1", Labels: map[string]string{regionLabel: "EU_West.1"}},
 	{Name: "dom-hc-p1", Platform: "hcloud", ProviderID: "hcloud://71", Labels: map[string]string{v1.DomainLabel: "p1"}},
 	{Name: "dom-hc-p2", Platform: "hcloud", ProviderID: "hcloud://72", Labels: map[string]string{v1.DomainLabel: "p2"}},
 }
@@ -132,6 +134,7 @@ func TestFenceDomains(t *testing.T) {
 		{name: "split member: own value, taint", do: taint(splitEU, "dom-eu-2"), allow: true},
 		{name: "split member: other value", do: del(splitEU, "dom-us"), who: "NativeCCM d-split--eu-west-1", node: "dom-us", reason: "for the value eu-west-1 of the split label; the node's domain labels are " + v1.DomainLabel + "=(none), " + regionLabel + "=us-east-1"},
 		{name: "split member: no value", do: del(splitEU, "dom-noregion"), who: "NativeCCM d-split--eu-west-1", node: "dom-noregion", reason: regionLabel + "=(none)"},
+		{name: "split member: a look-alike value", do: del(splitEU, "dom-lookalike"), who: "NativeCCM d-split--eu-west-1", node: "dom-lookalike", reason: regionLabel + "=EU_West.1"},
 		{name: "the other split member", do: del(splitUS, "dom-us"), allow: true},
 		{name: "the other split member, not the first's node", do: status(splitUS, "dom-eu"), who: "NativeCCM d-split--us-east-1", node: "dom-eu"},
 		{name: "a member of a NativeCCM that does not split", do: del(notSplit, "dom-us"), who: "NativeCCM d-eu--us-east-1", reason: "names no split label"},

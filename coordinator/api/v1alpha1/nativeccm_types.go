@@ -369,6 +369,16 @@ type NativeCCMStatus struct {
 	// +optional
 	UnownedNodes int32 `json:"unownedNodes,omitempty"`
 
+	// BoundaryValue is the value of the profile's boundary label (the
+	// region, for aws) that the nodes of a NativeCCM without a selector on
+	// that label carried while its release ran: the one region its CCM is
+	// configured for. When its nodes later span several values, the
+	// installed CCM is kept to this one (its view narrowed) instead of being
+	// shown the others, which it would delete as not found.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	BoundaryValue string `json:"boundaryValue,omitempty"`
+
 	// Failures counts consecutive failed install/upgrade attempts.
 	// +optional
 	Failures int64 `json:"failures,omitempty"`
