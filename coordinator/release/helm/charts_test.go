@@ -87,12 +87,13 @@ func TestCoordinatorChart(t *testing.T) {
 
 // TestNativeCCMChartStandalone: used without the coordinator, the chart
 // renders its own ServiceAccount and least-privilege RBAC once a platform is
-// set (nothing without one), and the schema refuses enforced flags in args.
+// set (and refuses, saying so, without one), and the schema refuses
+// enforced flags in args.
 func TestNativeCCMChartStandalone(t *testing.T) {
 	out, err := renderChartDir(t, "native-ccm", map[string]any{
 		"image": map[string]any{"repository": "r", "tag": "t"}, "cloudProvider": "hcloud",
 	})
-	if err != nil || strings.TrimSpace(out) != "" {
+	if err == nil || !strings.Contains(err.Error(), "native-ccm: platform is not set") {
 		t.Errorf("without a platform: %v\n%s", err, out)
 	}
 	out, err = renderChartDir(t, "native-ccm", map[string]any{
@@ -108,7 +109,7 @@ func TestNativeCCMChartStandalone(t *testing.T) {
 	releasetest.AssertDelegatedAuthn(t, d, "x", "hybrid-ccm-system")
 	releasetest.AssertLifecycleOnly(t, out, release.Lifecycle{Release: "x", Namespace: "hybrid-ccm-system", LeaseName: "x", SecurePort: 10270})
 	const want = `args[0] "--controllers=*": --controllers is not yours to set: the coordinator runs the CCM lifecycle-only`
-	if _, err := renderChartDir(t, "native-ccm", map[string]any{"args": []any{"--controllers=*"}}); err == nil || !strings.Contains(err.Error(), want) {
+	if _, err := renderChartDir(t, "native-ccm", map[string]any{"platform": "hcloud", "args": []any{"--controllers=*"}}); err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("--controllers in args: %v, want a refusal saying %q", err, want)
 	}
 }
