@@ -22,6 +22,7 @@ import (
 type TalosReader interface {
 	PlatformMetadata(ctx context.Context, node string) (*talos.PlatformMetadata, error)
 	Addresses(ctx context.Context, node string) ([]talos.Address, error)
+	Links(ctx context.Context, node string) ([]talos.Link, error)
 	SystemInformation(ctx context.Context, node string) (*talos.SystemInformation, error)
 	Nodename(ctx context.Context, node string) (string, error)
 }
@@ -184,6 +185,20 @@ func providerIDMismatch(node *corev1.Node, f *Facts) error {
 
 func uninitialized(node *corev1.Node) bool { return names.Uninitialized(node.Spec.Taints) }
 
+// NeedsLinks reports whether network/LinkStatus matters for addrs: only an
+// address that may become an ExternalIP (on the platform's "external" link, or
+// a public one) is judged by the link that holds it. A node with private
+// addresses only costs no extra Talos round trip.
+func NeedsLinks(addrs []talos.Address) bool {
+	for _, a := range addrs {
+		ip := a.Prefix.Addr()
+		if a.Link == "external" || (ip.IsGlobalUnicast() && !ip.IsPrivate()) {
+			return true
+		}
+	}
+	return false
+}
+
 // read reads the node's Talos API at targets (in order, until one answers as
 // the node) and interprets the reading. It neither remembers nor compares the
 // result.
@@ -235,6 +250,13 @@ func (s *Source) read(ctx context.Context, node *corev1.Node, targets []netip.Ad
 	}
 	if !r.Answered.IsValid() {
 		return nil, fmt.Errorf("%s: node %s: %w at %s: %w", op, node.Name, ErrTalosAPI, iplist.Join(targets), errors.Join(errs...))
+	}
+	if NeedsLinks(r.Addresses) {
+		links, err := s.talos.Links(ctx, r.Answered.String())
+		if err != nil {
+			return nil, fmt.Errorf("%s: node %s: %w at %s: %w", op, node.Name, ErrTalosAPI, r.Answered, err)
+		}
+		r.Links = links
 	}
 	f, err := s.interp.Interpret(node, r)
 	if err != nil {
