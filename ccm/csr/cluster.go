@@ -33,7 +33,8 @@ const (
 // server's endpoints (EndpointSlices of default/kubernetes) and the host of
 // the server talos-ccm reaches the cluster at. It reads them through
 // informers of its own, scoped to those objects (RBAC: servicecidrs
-// list/watch; services and endpointslices list/watch in default).
+// list/watch; in namespace default, services and endpointslices named
+// kubernetes list/watch).
 type clusterAddresses struct {
 	cidrs, svc, slice cache.SharedIndexInformer
 	serverIP          netip.Addr
@@ -48,8 +49,10 @@ func newClusterAddresses(client kubernetes.Interface, server string) *clusterAdd
 		svc: coreinformers.NewFilteredServiceInformer(client, apiServerNamespace, 0, cache.Indexers{}, func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", apiServerService).String()
 		}),
+		// the API server keeps its endpoints in the EndpointSlice of the
+		// Service's name (what RBAC can grant by name)
 		slice: discoveryinformers.NewFilteredEndpointSliceInformer(client, apiServerNamespace, 0, cache.Indexers{}, func(o *metav1.ListOptions) {
-			o.LabelSelector = discoveryv1.LabelServiceName + "=" + apiServerService
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", apiServerService).String()
 		}),
 	}
 	host := server

@@ -17,6 +17,10 @@ import (
 // a SAN established for another node is refused, naming that node.
 type AddressHolders interface {
 	Holders(address string) (current, departed []string)
+	// Looked reports whether the node's Talos API has been read since the
+	// process started: until then, what its status lists may still be
+	// established for it.
+	Looked(node string) bool
 }
 
 // nodesByAddress indexes Nodes by their status.addresses and their name
@@ -53,10 +57,11 @@ func sanKeys(x *x509.CertificateRequest) []string {
 }
 
 // exclusive refuses a request whose SANs talos-ccm established for another
-// node (Deny, naming it), or that another node claims in its status while
-// talos-ccm has not read that node yet, or that a node deleted within the
-// facts source's hold had (Retry: the truth may still arrive). Every
-// address of this node was already proven by checkNode.
+// node, or that are another node's name (Deny, naming it), or that another
+// initialized node lists in its status while talos-ccm has not read that node
+// since it started, or that a node deleted within the facts source's hold had
+// (Retry: the truth may still arrive). Every address of this node was
+// already proven by checkNode.
 func (c *Controller) exclusive(node *corev1.Node, x *x509.CertificateRequest) Decision {
 	holders, _ := c.facts.(AddressHolders)
 	for _, key := range sanKeys(x) {
@@ -83,14 +88,14 @@ func (c *Controller) exclusive(node *corev1.Node, x *x509.CertificateRequest) De
 			if other.Name == key {
 				return deny(ReasonAddressOfOtherNode, "DNS SAN %s is the name of node %q", clip(key), other.Name)
 			}
-			if f, ok := c.remembered(other.Name); ok {
-				if slices.ContainsFunc(f.Addresses, func(a corev1.NodeAddress) bool { return facts.AddressKey(a.Address) == key }) {
-					return deny(ReasonAddressOfOtherNode, "SAN %s is an address talos-ccm established for node %q, not only for node %q", clip(key), other.Name, node.Name)
-				}
-				continue // a claim of the other node's own status that its facts do not hold
+			// Another node's status lists the SAN. A kubelet writes its status
+			// itself, so that alone decides nothing; but an initialized node
+			// talos-ccm has not read since it started may hold it (Holders
+			// above does not know yet): wait for its facts.
+			if holders != nil && Initialized(other) && !holders.Looked(other.Name) {
+				return Decision{Action: Retry, Reason: ReasonAddressClaimedByOtherNode,
+					Message: fmt.Sprintf("SAN %s is listed by node %q, whose addresses talos-ccm has not read since it started", clip(key), other.Name)}
 			}
-			return Decision{Action: Retry, Reason: ReasonAddressClaimedByOtherNode,
-				Message: fmt.Sprintf("SAN %s is listed by node %q, whose addresses talos-ccm has not established yet", clip(key), other.Name)}
 		}
 	}
 	return Decision{}

@@ -79,6 +79,9 @@ type Source struct {
 	holders  map[string]map[string]bool
 	departed map[string]departedNode
 	hold     time.Duration
+	// looked are the nodes whose lookup ended since the Source started
+	// (answered or not).
+	looked map[string]bool
 }
 
 // departedNode is what a Source keeps of a forgotten node.
@@ -106,7 +109,7 @@ func NewSource(r TalosReader, in Interpreter, opts Options) *Source {
 		opts.DepartedHold = DefaultDepartedHold
 	}
 	return &Source{talos: r, interp: in, lookup: opts.LookupTimeout, facts: map[string]*Facts{}, inflight: map[string]*flight{},
-		holders: map[string]map[string]bool{}, departed: map[string]departedNode{}, hold: opts.DepartedHold}
+		holders: map[string]map[string]bool{}, departed: map[string]departedNode{}, hold: opts.DepartedHold, looked: map[string]bool{}}
 }
 
 // Facts establishes the node's facts afresh from its Talos API (joining the
@@ -134,6 +137,7 @@ func (s *Source) Facts(ctx context.Context, node *corev1.Node) (*Facts, error) {
 			fl.f, fl.err = s.read(lctx, node, targets)
 			s.mu.Lock()
 			delete(s.inflight, node.Name)
+			s.looked[node.Name] = true
 			switch {
 			case fl.err != nil:
 			case providerIDMismatch(node, fl.f) != nil:
@@ -200,6 +204,16 @@ func (s *Source) Forget(nodeName string) {
 		s.departed[nodeName] = departedNode{addresses: addressKeys(f.Addresses), until: time.Now().Add(s.hold)}
 	}
 	s.setLocked(nodeName, nil)
+	delete(s.looked, nodeName)
+}
+
+// Looked reports whether a lookup of the node has ended since the Source
+// started, answered or not: whatever the node's own status lists, Holders
+// then says all talos-ccm knows it holds.
+func (s *Source) Looked(nodeName string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.looked[nodeName]
 }
 
 // Holders tells for which nodes talos-ccm established address (an IP, or a
