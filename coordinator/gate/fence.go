@@ -67,6 +67,9 @@ type Fence struct {
 	// (BuiltinPrefixes). The chart renders the built-in profiles merged with
 	// its profileOverrides, as the coordinator loads them (PrefixTable).
 	ProviderIDPrefixes map[string][]string
+	// Ingress is what native CCMs may announce as load-balancer ingress IPs
+	// (services.go).
+	Ingress Ingress
 }
 
 // ErrConfig marks errors that only a change of the NativeCCM, its profile or
@@ -159,6 +162,9 @@ func (f Fence) Objects() (*admissionregistrationv1.ValidatingAdmissionPolicy, *a
 		return nil, nil, err
 	}
 	p, b := f.render(f.Namespace, lit)
+	if err := fillIngress(p, f.Ingress); err != nil {
+		return nil, nil, err
+	}
 	d := FenceDigest()
 	p.Annotations = map[string]string{DigestAnnotation: d}
 	b.Annotations = map[string]string{DigestAnnotation: d}
@@ -462,6 +468,11 @@ func FenceTemplate() ([]byte, error) {
 			return nil, errors.New("gate.FenceTemplate: the prefix table's placeholder is not a plain expression")
 		}
 		spec = bytes.ReplaceAll(spec, quoted, []byte("expression: {{ $table | toJson | toJson }}"))
+		if i == 0 {
+			if spec, err = ingressTemplate(spec); err != nil {
+				return nil, err
+			}
+		}
 		if i > 0 {
 			out.WriteString("---\n")
 		}
