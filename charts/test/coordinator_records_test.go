@@ -14,6 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/hybrid-ccm/hybrid-ccm/charts/test/chartstest"
+	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
 
 // TestCoordinatorPolicyReleaseRecords (security round three, hole 2): a
@@ -28,34 +31,7 @@ func TestCoordinatorPolicyReleaseRecords(t *testing.T) {
 	env := controlPlane(t)
 	a := newApplier(t, env)
 	ctx := context.Background()
-	m := mustRender(t, ccmCoordinator, nil)
-	createNamespaces(t, a, m)
-	var username, ns string
-	for _, kind := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
-		for _, obj := range m.find(kind) {
-			if kind == "ValidatingAdmissionPolicy" {
-				conds, _, _ := unstructured.NestedSlice(obj.Object, "spec", "matchConditions")
-				for _, c := range conds {
-					cond, _ := c.(map[string]any)
-					if expr, _ := cond["expression"].(string); strings.Contains(expr, "request.userInfo.username == ") {
-						username = strings.Trim(strings.TrimPrefix(expr, "request.userInfo.username == "), "'")
-					}
-				}
-			}
-			if _, err := a.Apply(ctx, obj, false); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				_ = env.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(context.Background(), obj.GetName(), metav1.DeleteOptions{})
-				_ = env.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(context.Background(), obj.GetName(), metav1.DeleteOptions{})
-			})
-		}
-	}
-	parts := strings.Split(username, ":")
-	if len(parts) != 4 {
-		t.Fatalf("the policy names no ServiceAccount: %q", username)
-	}
-	ns = parts[2]
+	username, ns := installCoordinatorPolicy(t, env, a)
 	// RBAC lets the identity write Secrets: only the policy stands in the way.
 	grant(t, env.Client, ns, username)
 	cfg := rest.CopyConfig(env.Config)
@@ -128,4 +104,109 @@ func grant(t *testing.T, c kubernetes.Interface, ns, user string) {
 		_ = c.RbacV1().RoleBindings(ns).Delete(context.Background(), binding.Name, metav1.DeleteOptions{})
 		_ = c.RbacV1().Roles(ns).Delete(context.Background(), role.Name, metav1.DeleteOptions{})
 	})
+}
+
+// TestCoordinatorPolicyLoadBalancerBinding (security round three, item 5):
+// the coordinator could bind the load-balancer role (which reads every
+// Service) to a new native-ccm-* ServiceAccount of its own. Its policy lets
+// it bind that role only to a ServiceAccount whose fence grant serves load
+// balancers, as the API server's authorizer says for that ServiceAccount.
+func TestCoordinatorPolicyLoadBalancerBinding(t *testing.T) {
+	env := controlPlane(t)
+	a := newApplier(t, env)
+	ctx := context.Background()
+	username, ns := installCoordinatorPolicy(t, env, a)
+	const role = "hybrid-ccm:native-ccm-load-balancer"
+	rbac := env.Client.RbacV1()
+	mk := func(objs ...any) {
+		for _, o := range objs {
+			var err error
+			switch o := o.(type) {
+			case *rbacv1.ClusterRole:
+				_, err = rbac.ClusterRoles().Create(ctx, o, metav1.CreateOptions{})
+				t.Cleanup(func() { _ = rbac.ClusterRoles().Delete(context.Background(), o.Name, metav1.DeleteOptions{}) })
+			case *rbacv1.ClusterRoleBinding:
+				_, err = rbac.ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{})
+				t.Cleanup(func() { _ = rbac.ClusterRoleBindings().Delete(context.Background(), o.Name, metav1.DeleteOptions{}) })
+			}
+			if err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Fatal(err)
+			}
+		}
+	}
+	crb := func(name string, roleName string, subjects ...rbacv1.Subject) *rbacv1.ClusterRoleBinding {
+		return &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"hybridccm.io/managed-by": "ccm-coordinator"}},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: roleName}, Subjects: subjects}
+	}
+	sa := func(name string) rbacv1.Subject {
+		return rbacv1.Subject{Kind: "ServiceAccount", Namespace: ns, Name: name}
+	}
+	mk(
+		// the coordinator's right to bind the role (RBAC)
+		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "test-lb-binder"}, Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterrolebindings"}, Verbs: []string{"create"}},
+			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles"}, ResourceNames: []string{role}, Verbs: []string{"bind"}}}},
+		crb("test-lb-binder", "test-lb-binder", rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: username}),
+		// NativeCCM "granted" serves load balancers (its grant, as the hybrid-ccm chart makes it)
+		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "test-lb-grant"}, Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"fence.hybridccm.io"}, Resources: []string{"loadbalancers"}, Verbs: []string{"fence"}}}},
+		crb("test-lb-grant", "test-lb-grant", sa("native-ccm-granted")),
+	)
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: username, Groups: []string{"system:serviceaccounts", "system:authenticated"}}
+	coordinator := kubernetes.NewForConfigOrDie(cfg)
+	bind := func(subject string) error {
+		_, err := coordinator.RbacV1().ClusterRoleBindings().Create(ctx, crb("native-ccm-"+subject+"-lb", role, sa("native-ccm-"+subject)),
+			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return bind("granted") == nil && apierrors.IsForbidden(bind("sneaky")), nil
+	}); err != nil {
+		t.Fatalf("granted: %v; without a grant: %v", bind("granted"), bind("sneaky"))
+	}
+	if err := bind("sneaky"); !strings.Contains(err.Error(), "whose fence grant serves load balancers") {
+		t.Fatalf("refused for another reason: %v", err)
+	}
+}
+
+// installCoordinatorPolicy applies the coordinator's policy and binding as the
+// chart renders them (removed when the test ends) and returns the identity
+// they confine and its namespace.
+func installCoordinatorPolicy(t *testing.T, env *testenv.Env, a *chartstest.Applier) (username, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	m := mustRender(t, ccmCoordinator, nil)
+	createNamespaces(t, a, m)
+	for _, kind := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
+		for _, obj := range m.find(kind) {
+			if kind == "ValidatingAdmissionPolicy" {
+				username = policyUsername(obj.Object)
+			}
+			if _, err := a.Apply(ctx, obj, false); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				_ = env.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(context.Background(), obj.GetName(), metav1.DeleteOptions{})
+				_ = env.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(context.Background(), obj.GetName(), metav1.DeleteOptions{})
+			})
+		}
+	}
+	parts := strings.Split(username, ":")
+	if len(parts) != 4 {
+		t.Fatalf("the policy names no ServiceAccount: %q", username)
+	}
+	return username, parts[2]
+}
+
+// policyUsername is the identity a policy's matchConditions select.
+func policyUsername(obj map[string]any) string {
+	conds, _, _ := unstructured.NestedSlice(obj, "spec", "matchConditions")
+	for _, c := range conds {
+		cond, _ := c.(map[string]any)
+		if expr, _ := cond["expression"].(string); strings.Contains(expr, "request.userInfo.username == ") {
+			return strings.Trim(strings.TrimPrefix(expr, "request.userInfo.username == "), "'")
+		}
+	}
+	return ""
 }

@@ -603,6 +603,9 @@ func ReadFence(ctx context.Context, r client.Reader, f Fence) (map[string][]stri
 		return nil, fmt.Errorf("%s: %w: ValidatingAdmissionPolicy %s: %w", op, ErrFenceNotInstalled, name, err)
 	}
 	wantPolicy, wantBinding := f.render(f.Namespace, lit)
+	if err := copyIngress(wantPolicy, &policy); err != nil {
+		return nil, fmt.Errorf("%s: %w: ValidatingAdmissionPolicy %s: %w", op, ErrFenceNotInstalled, name, err)
+	}
 	if !equalJSON(policy.Spec, wantPolicy.Spec) {
 		return nil, fmt.Errorf("%s: %w: ValidatingAdmissionPolicy %s is not the fence for the native CCMs of namespace %s (installed for another namespace, or changed after install)", op, ErrFenceNotInstalled, name, f.Namespace)
 	}

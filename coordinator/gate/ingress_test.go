@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
@@ -44,34 +43,8 @@ func TestFenceIngressIPs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: svcNS}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	ccms := map[string]kubernetes.Interface{}
-	for _, name := range []string{"aws", "hcloud"} {
-		remove, err := gatetest.Confine(ctx, c, gate.Fence{Namespace: ns}, name, name)
-		if remove != nil {
-			t.Cleanup(remove)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := gatetest.FenceLoadBalancers(ctx, c, ns, name, v1.LoadBalancers{Enabled: true}); err != nil {
-			t.Fatal(err)
-		}
-		sa := "native-ccm-" + name
-		if err := gatetest.GrantNativeCCM(ctx, admin, ns, sa); err != nil {
-			t.Fatal(err)
-		}
-		if err := grantServices(ctx, admin, ns, sa); err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := gatetest.ServiceAccountUser(e, ns, sa)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ccms[name] = kubernetes.NewForConfigOrDie(cfg)
-	}
+	ccms := confineLoadBalancerCCMs(ctx, t, e, c, ns, svcNS,
+		lbCCM{"aws", "aws", &v1.LoadBalancers{Enabled: true}}, lbCCM{"hcloud", "hcloud", &v1.LoadBalancers{Enabled: true}})
 	// The fence as the chart renders it for this cluster: its Service CIDRs
 	// and a pod CIDR; hcloud's cloud allocates from 203.0.113.0/24.
 	table, err := gate.BuiltinPrefixes()
@@ -83,7 +56,6 @@ func TestFenceIngressIPs(t *testing.T) {
 	if _, err := gate.EnsureFence(ctx, c, fence); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = gatetest.InstallFence(context.Background(), c, ns) })
 
 	for _, s := range []struct{ name, class string }{{"svc-aws", "hybridccm.io/aws"}, {"svc-hcloud", "hybridccm.io/hcloud"}} {
 		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: svcNS},
@@ -101,6 +73,19 @@ func TestFenceIngressIPs(t *testing.T) {
 	}
 
 	dry := metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}
+	// Back to the fence the other tests expect, once it is in force (a
+	// changed policy takes a moment to reach the admission chain).
+	t.Cleanup(func() {
+		if err := gatetest.InstallFence(context.Background(), c, ns); err != nil {
+			t.Error(err)
+			return
+		}
+		_ = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			_, err := ccms["hcloud"].CoreV1().Services(svcNS).Patch(ctx, "svc-hcloud", types.MergePatchType,
+				[]byte(`{"status":{"loadBalancer":{"ingress":[{"ip":"8.8.8.8"}]}}}`), dry, "status")
+			return err == nil, nil
+		})
+	})
 	announce := func(ccm, svc string, ips ...string) func() error {
 		return func() error {
 			body := `{"status":{"loadBalancer":{"ingress":[`

@@ -106,6 +106,34 @@ func fillIngress(p *admissionregistrationv1.ValidatingAdmissionPolicy, in Ingres
 	return nil
 }
 
+// copyIngress puts the ingress tables of an installed fence (data, as the
+// prefix table) into want, once they prove to be tables of CIDRs.
+func copyIngress(want, installed *admissionregistrationv1.ValidatingAdmissionPolicy) error {
+	got := map[string]string{}
+	for _, v := range installed.Spec.Variables {
+		got[v.Name] = v.Expression
+	}
+	var in Ingress
+	if err := json.Unmarshal([]byte(got["reservedIngressCIDRs"]), &in.Reserved); err != nil {
+		return fmt.Errorf("the reserved ingress CIDRs are not a list (%w)", err)
+	}
+	if err := json.Unmarshal([]byte(got["ingressRanges"]), &in.Ranges); err != nil {
+		return fmt.Errorf("the ingress ranges are not a table (%w)", err)
+	}
+	if _, _, err := in.literals(); err != nil {
+		return err
+	}
+	for i, v := range want.Spec.Variables {
+		switch v.Expression {
+		case digestReservedIngress:
+			want.Spec.Variables[i].Expression = got["reservedIngressCIDRs"]
+		case digestIngressRanges:
+			want.Spec.Variables[i].Expression = got["ingressRanges"]
+		}
+	}
+	return nil
+}
+
 // ingressTemplate replaces the ingress placeholders of the fence's YAML with
 // the chart's values, as FenceTemplate does the prefix table.
 func ingressTemplate(spec []byte) ([]byte, error) {

@@ -4,11 +4,8 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hybrid-ccm/hybrid-ccm/cmd/hybridctl/internal/cleanup"
-	"github.com/hybrid-ccm/hybrid-ccm/cmd/hybridctl/internal/doctor"
 )
 
 func newCleanupCommand() *cobra.Command {
@@ -36,15 +33,8 @@ func newCleanupNativeCCMCommand() *cobra.Command {
 			"Terminating; then remove the NativeCCM's finalizer.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			rules := clientcmd.NewDefaultClientConfigLoadingRules()
-			rules.ExplicitPath = kubeconfig
-			cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
-				&clientcmd.ConfigOverrides{CurrentContext: kubeContext}).ClientConfig()
+			c, err := newClient(kubeconfig, kubeContext)
 			if err != nil {
-				return fmt.Errorf("kubeconfig: %w", err)
-			}
-			var c client.Client
-			if c, err = doctor.NewClient(cfg); err != nil {
 				return err
 			}
 			deleted, err := cleanup.NativeCCM(cmd.Context(), c, args[0], opts)
