@@ -83,10 +83,11 @@ func (a *clusterAddresses) synced() bool {
 	return a.cidrs.HasSynced() && a.svc.HasSynced() && a.slice.HasSynced()
 }
 
-// ip returns what of the cluster ip is, or "".
-func (a *clusterAddresses) ip(ip netip.Addr) string {
+// ip returns what of the cluster ip is, or "", and whether it is an
+// endpoint of the API server (a control-plane node's own address).
+func (a *clusterAddresses) ip(ip netip.Addr) (string, bool) {
 	if ip == a.serverIP {
-		return "the host of the API server talos-ccm reaches the cluster at"
+		return "the host of the API server talos-ccm reaches the cluster at", true
 	}
 	for _, o := range a.cidrs.GetStore().List() {
 		sc, ok := o.(*networkingv1.ServiceCIDR)
@@ -95,7 +96,7 @@ func (a *clusterAddresses) ip(ip netip.Addr) string {
 		}
 		for _, c := range sc.Spec.CIDRs {
 			if p, err := netip.ParsePrefix(c); err == nil && p.Contains(ip) {
-				return fmt.Sprintf("in ServiceCIDR %s (%s)", sc.Name, p)
+				return fmt.Sprintf("in ServiceCIDR %s (%s)", sc.Name, p), false
 			}
 		}
 	}
@@ -106,7 +107,7 @@ func (a *clusterAddresses) ip(ip netip.Addr) string {
 		}
 		for _, c := range append([]string{svc.Spec.ClusterIP}, svc.Spec.ClusterIPs...) {
 			if p, err := netip.ParseAddr(c); err == nil && p.Unmap() == ip {
-				return "the IP of Service default/kubernetes"
+				return "the IP of Service default/kubernetes", false
 			}
 		}
 	}
@@ -118,12 +119,12 @@ func (a *clusterAddresses) ip(ip netip.Addr) string {
 		for _, ep := range es.Endpoints {
 			for _, addr := range ep.Addresses {
 				if p, err := netip.ParseAddr(addr); err == nil && p.Unmap() == ip {
-					return fmt.Sprintf("an endpoint of the API server (EndpointSlice %s/%s)", es.Namespace, es.Name)
+					return fmt.Sprintf("an endpoint of the API server (EndpointSlice %s/%s)", es.Namespace, es.Name), true
 				}
 			}
 		}
 	}
-	return ""
+	return "", false
 }
 
 // name returns what of the cluster the DNS name n is, or "".

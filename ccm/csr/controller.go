@@ -407,9 +407,6 @@ func (c *Controller) decide(ctx context.Context, csr *certificatesv1.Certificate
 	if !ok {
 		return d, node, nil
 	}
-	if d, ok := c.checkCluster(req); !ok {
-		return d, node, nil
-	}
 	if node == nil {
 		// The informer may lag behind a node that registered a moment ago; a denial is
 		// final, so ask the API server before concluding the node does not exist.
@@ -420,6 +417,9 @@ func (c *Controller) decide(ctx context.Context, csr *certificatesv1.Certificate
 		case !apierrors.IsNotFound(err):
 			return Decision{}, nil, fmt.Errorf("get node %s: %w", req.nodeName, err)
 		}
+	}
+	if d, ok := c.checkCluster(req, node); !ok {
+		return d, node, nil
 	}
 	var established []corev1.NodeAddress
 	if node != nil && (!c.opts.WaitForInitialization || Initialized(node)) {
@@ -472,8 +472,12 @@ func (c *Controller) decide(ctx context.Context, csr *certificatesv1.Certificate
 }
 
 // checkCluster refuses a SAN that is the cluster's own (clusterAddresses),
-// and postpones every request until the cluster's addresses are known.
-func (c *Controller) checkCluster(req *request) (Decision, bool) {
+// and postpones every request until the cluster's addresses are known. An
+// API server endpoint is a control-plane node's own address (the API server
+// runs in its host network): only a control-plane node (a label kubelets
+// cannot set, NodeRestriction) may have it, and then only when established
+// for it and no other node, as every address.
+func (c *Controller) checkCluster(req *request, node *corev1.Node) (Decision, bool) {
 	if !c.cluster.synced() {
 		return Decision{Action: Retry, Reason: ReasonClusterAddressesUnknown,
 			Message: "the cluster's Service CIDRs and API server endpoints have not been read yet"}, false
@@ -485,13 +489,26 @@ func (c *Controller) checkCluster(req *request) (Decision, bool) {
 	}
 	for _, raw := range req.x509.IPAddresses {
 		if ip, ok := netip.AddrFromSlice(raw); ok {
-			if why := c.cluster.ip(ip.Unmap()); why != "" {
+			if why, endpoint := c.cluster.ip(ip.Unmap()); why != "" && !(endpoint && controlPlane(node)) {
 				return deny(ReasonClusterAddress, "IP SAN %s is %s, never a node's", ip.Unmap(), why), false
 			}
 		}
 	}
 	return Decision{}, true
 }
+
+// controlPlane reports whether node is a control-plane node.
+func controlPlane(node *corev1.Node) bool {
+	if node == nil {
+		return false
+	}
+	_, ok := node.Labels[controlPlaneLabel]
+	return ok
+}
+
+// controlPlaneLabel marks control-plane nodes; NodeRestriction keeps kubelets
+// from setting node-role.kubernetes.io labels.
+const controlPlaneLabel = "node-role.kubernetes.io/control-plane"
 
 // remembered returns the facts the NodeFacts remembers for the node, if it
 // offers them.
