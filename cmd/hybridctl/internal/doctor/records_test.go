@@ -29,17 +29,7 @@ import (
 // as that release's (the fence included) where it is.
 func TestReleaseRecordsWithoutHelm(t *testing.T) {
 	ctx := context.Background()
-	c, err := doctor.NewClient(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := gate.EnsureFence(ctx, c, gate.Fence{Namespace: coordinatorNS}); err != nil {
-		t.Fatal(err)
-	}
-	var ns corev1.Namespace
-	if err := c.Get(ctx, client.ObjectKey{Name: coordinatorNS}, &ns); err != nil {
-		create(t, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: coordinatorNS}})
-	}
+	c, _ := fencedNamespace(t)
 	records := driver.NewSecrets(env.Client.CoreV1().Secrets(coordinatorNS))
 	write := func(rel string, manifest string, hooks ...*helmrelease.Hook) {
 		t.Helper()
