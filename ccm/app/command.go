@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -34,6 +35,7 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/events"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/facts"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/ipam"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/iplist"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/transform"
 
@@ -143,8 +145,15 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 				slimNodeCache(cc)
 				startup.releaseAfterSync(ctx, cc.SharedInformers.Core().V1().Nodes().Informer())
 				lease.start(ctx, cc)
+				opts := *csrOpts
+				// the host talos-ccm reaches the API server at, and the pod CIDR,
+				// are never a node's
+				opts.APIServer = cc.Kubeconfig.Host
+				if cidrs, err := iplist.Prefixes(cc.ComponentConfig.KubeCloudShared.ClusterCIDR); err == nil {
+					opts.ReservedIPRanges = append(slices.Clone(opts.ReservedIPRanges), cidrs...)
+				}
 				c, err := csr.NewController(client, cc.SharedInformers.Certificates().V1().CertificateSigningRequests(),
-					cc.SharedInformers.Core().V1().Nodes(), nodeFacts, recorders.recorder(ctx, client, names.CSRApprovalController), csrOpts)
+					cc.SharedInformers.Core().V1().Nodes(), nodeFacts, recorders.recorder(ctx, client, names.CSRApprovalController), &opts)
 				if err != nil {
 					return nil, false, err
 				}

@@ -92,7 +92,7 @@ func (in *Interpreter) Interpret(node *corev1.Node, r *facts.Reading) (*facts.Fa
 		InstanceType: md.InstanceType,
 		Region:       md.Region,
 		Zone:         md.Zone,
-		Addresses:    nodeAddresses(node.Name, r.NodeIPs, r.Addresses, &md, res.Features.PublicIPDiscovery, in.rules.Global.PreferIPv6),
+		Addresses:    nodeAddresses(node.Name, r.NodeIPs, r.Addresses, r.Links, &md, res.Features.PublicIPDiscovery, in.rules.Global.PreferIPv6),
 		Labels:       NodeLabels(&md, res.Labels, in.rules.Global.ClusterName),
 		Annotations:  res.Annotations,
 		Taints:       res.Taints,

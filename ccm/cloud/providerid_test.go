@@ -78,6 +78,8 @@ func TestNodeAddresses(t *testing.T) {
 		return out
 	}
 	ta := func(link, p string) talos.Address { return talos.Address{Link: link, Prefix: netip.MustParsePrefix(p)} }
+	dev := func(name string) talos.Link { return talos.Link{Name: name, Physical: true} }
+	virtual := func(name, kind string) talos.Link { return talos.Link{Name: name, Kind: kind} }
 	a := func(typ corev1.NodeAddressType, s string) corev1.NodeAddress {
 		return corev1.NodeAddress{Type: typ, Address: s}
 	}
@@ -86,6 +88,7 @@ func TestNodeAddresses(t *testing.T) {
 		node     string               // node name
 		internal []netip.Addr         // provided node IPs
 		talos    []talos.Address      // AddressStatus
+		links    []talos.Link         // LinkStatus; nil means physicalLinks of talos
 		md       Metadata             // metadata
 		discover bool                 // publicIPDiscovery feature
 		v6       bool                 // preferIPv6
@@ -113,6 +116,8 @@ func TestNodeAddresses(t *testing.T) {
 		{name: "discovery skips overlay, CNI host, dummy and loopback links", node: "m", internal: ips("192.168.1.5"),
 			talos: []talos.Address{ta("eth0", "192.168.1.5/24"), ta("kubespan", "2001:db8:ff::5/128"), ta("siderolink", "2001:db8:fe::5/64"),
 				ta("cilium_host", "2001:db8:5:1::1/128"), ta("dummy0", "198.51.100.80/32"), ta("lo", "198.51.100.81/32"), ta("eth1", "198.51.100.5/24")},
+			links: []talos.Link{dev("eth0"), virtual("kubespan", "wireguard"), virtual("siderolink", "wireguard"), virtual("cilium_host", "veth"),
+				virtual("dummy0", "dummy"), {Name: "lo"}, dev("eth1")},
 			md:   Metadata{Platform: "metal", Hostname: "m"},
 			want: []corev1.NodeAddress{a(corev1.NodeInternalIP, "192.168.1.5"), a(corev1.NodeExternalIP, "198.51.100.5"), a(corev1.NodeHostName, "m")}},
 		{name: "feature enables discovery on a cloud", internal: ips("10.0.0.1"), discover: true,
@@ -121,7 +126,7 @@ func TestNodeAddresses(t *testing.T) {
 			want:  []corev1.NodeAddress{a(corev1.NodeInternalIP, "10.0.0.1"), a(corev1.NodeExternalIP, "198.51.100.4")}},
 		{name: "dual-stack preferIPv6 orders v6 first, one per family", internal: ips("10.0.0.1", "fd00::1", "10.0.0.2"), v6: true,
 			talos: []talos.Address{ta("eth0", "10.0.0.1/24"), ta("eth0", "10.0.0.2/24"), ta("eth0", "fd00::1/64")},
-			md:    Metadata{Platform: "metal", InternalDNS: "i.example", ExternalDNS: "e.example"},
+			md:    Metadata{Platform: "openstack", InternalDNS: "i.example", ExternalDNS: "e.example"},
 			want:  []corev1.NodeAddress{a(corev1.NodeInternalIP, "fd00::1"), a(corev1.NodeInternalIP, "10.0.0.1"), a(corev1.NodeInternalDNS, "i.example"), a(corev1.NodeExternalDNS, "e.example")}},
 		// the kubelet writes provided-node-ip: an entry the Talos API does not
 		// report is not established, whichever family or position it has
@@ -129,6 +134,26 @@ func TestNodeAddresses(t *testing.T) {
 			talos: []talos.Address{ta("eth0", "10.0.0.1/24"), ta("eth0", "fd00::1/64")},
 			md:    Metadata{Platform: "aws", Hostname: "n1"},
 			want:  []corev1.NodeAddress{a(corev1.NodeInternalIP, "10.0.0.1"), a(corev1.NodeHostName, "n1")}},
+		// security round three: which addresses count is decided from
+		// LinkStatus, never from a link's name
+		{name: "a kernel link named external holds nothing of the node's", node: "n1", internal: ips("10.0.0.1"),
+			talos: []talos.Address{ta("eth0", "10.0.0.1/24"), ta("external", "10.0.0.2/32"), ta("external", "203.0.113.9/32")},
+			links: []talos.Link{dev("eth0"), virtual("external", "dummy")},
+			md:    Metadata{Platform: "aws", Hostname: "n1"},
+			want:  []corev1.NodeAddress{a(corev1.NodeInternalIP, "10.0.0.1"), a(corev1.NodeHostName, "n1")}},
+		{name: "discovery by link kind, not name: a dummy called eth1 is refused, a bond counts", node: "m", internal: ips("192.168.1.5"),
+			talos: []talos.Address{ta("eth0", "192.168.1.5/24"), ta("eth1", "198.51.100.7/32"), ta("bond0", "198.51.100.8/24"), ta("br0", "198.51.100.9/24"), ta("eth2", "198.51.100.10/24")},
+			links: []talos.Link{dev("eth0"), virtual("eth1", "dummy"), virtual("bond0", "bond"), virtual("br0", "bridge")},
+			md:    Metadata{Platform: "metal", Hostname: "m"},
+			want:  []corev1.NodeAddress{a(corev1.NodeInternalIP, "192.168.1.5"), a(corev1.NodeExternalIP, "198.51.100.8"), a(corev1.NodeHostName, "m")}},
+		{name: "never loopback, link-local, multicast or unspecified, even on external", node: "n1", internal: ips("127.0.0.1", "fe80::1"),
+			talos: []talos.Address{ta("eth0", "127.0.0.1/8"), ta("eth0", "fe80::1/64"), ta("external", "169.254.169.254/32"), ta("external", "224.0.0.1/32"), ta("external", "0.0.0.0/32"), ta("external", "::1/128")},
+			md:    Metadata{Platform: "aws", Hostname: "n1"},
+			want:  []corev1.NodeAddress{a(corev1.NodeHostName, "n1")}},
+		{name: "metal and nocloud: DNS names only under the node's own name", node: "m", internal: ips("10.0.0.1"),
+			talos: []talos.Address{ta("eth0", "10.0.0.1/24")},
+			md:    Metadata{Platform: "nocloud", Hostname: "other.example.com", InternalDNS: "m.internal.example", ExternalDNS: "kubernetes.example.com"},
+			want:  []corev1.NodeAddress{a(corev1.NodeInternalIP, "10.0.0.1"), a(corev1.NodeHostName, "m"), a(corev1.NodeInternalDNS, "m.internal.example")}},
 		{name: "IPv4-mapped AddressStatus matches", internal: ips("10.0.0.1"),
 			talos: []talos.Address{ta("eth0", "::ffff:10.0.0.1/128")},
 			md:    Metadata{Platform: "aws"},
@@ -136,7 +161,15 @@ func TestNodeAddresses(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got := nodeAddresses(c.node, c.internal, c.talos, &c.md, c.discover, c.v6)
+			links := c.links
+			if links == nil {
+				for _, a := range c.talos {
+					if a.Link != "external" {
+						links = append(links, dev(a.Link))
+					}
+				}
+			}
+			got := nodeAddresses(c.node, c.internal, c.talos, links, &c.md, c.discover, c.v6)
 			if !reflect.DeepEqual(got, c.want) {
 				t.Fatalf("got  %v\nwant %v", got, c.want)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"sync"
 	"time"
@@ -98,6 +99,8 @@ type Controller struct {
 	csrLister   certificateslisters.CertificateSigningRequestLister
 	csrIndexer  cache.Indexer
 	nodeLister  corelisters.NodeLister
+	nodeIndexer cache.Indexer
+	cluster     *clusterAddresses
 	facts       NodeFacts
 	recorder    record.EventRecorder
 	broadcaster record.EventBroadcaster // set when the controller owns its recorder
@@ -285,14 +288,17 @@ func NewController(
 	o := *opts
 	o.AllowedIPRanges = slices.Clone(opts.AllowedIPRanges)
 	o.AllowedDNSSuffixes = slices.Clone(opts.AllowedDNSSuffixes)
+	o.ReservedIPRanges = slices.Clone(opts.ReservedIPRanges)
 	c := &Controller{
-		client:     client,
-		csrLister:  csrInformer.Lister(),
-		csrIndexer: csrInformer.Informer().GetIndexer(),
-		nodeLister: nodeInformer.Lister(),
-		facts:      nodeFacts,
-		recorder:   recorder,
-		opts:       o,
+		client:      client,
+		csrLister:   csrInformer.Lister(),
+		csrIndexer:  csrInformer.Informer().GetIndexer(),
+		nodeLister:  nodeInformer.Lister(),
+		nodeIndexer: nodeInformer.Informer().GetIndexer(),
+		cluster:     newClusterAddresses(client, o.APIServer),
+		facts:       nodeFacts,
+		recorder:    recorder,
+		opts:        o,
 	}
 	var err error
 	c.loop, err = controlloop.New(controlloop.Config{
@@ -313,6 +319,11 @@ func NewController(
 	if _, exists := csrInf.GetIndexer().GetIndexers()[pendingByNode]; !exists {
 		if err := csrInf.AddIndexers(cache.Indexers{pendingByNode: indexPendingByNode}); err != nil {
 			return nil, fmt.Errorf("%s: add CSR index: %w", op, err)
+		}
+	}
+	if _, exists := nodeInformer.Informer().GetIndexer().GetIndexers()[nodesByAddress]; !exists {
+		if err := nodeInformer.Informer().AddIndexers(cache.Indexers{nodesByAddress: indexNodesByAddress}); err != nil {
+			return nil, fmt.Errorf("%s: add node index: %w", op, err)
 		}
 	}
 	if _, err := csrInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -340,6 +351,7 @@ func (c *Controller) Run(ctx context.Context) {
 		defer c.broadcaster.Shutdown()
 	}
 
+	c.cluster.run(ctx)
 	klog.InfoS("Starting controller", "controller", names.CSRApprovalController, "workers", c.opts.Workers)
 	defer klog.InfoS("Stopped controller", "controller", names.CSRApprovalController)
 	c.loop.Run(ctx)
@@ -406,6 +418,9 @@ func (c *Controller) decide(ctx context.Context, csr *certificatesv1.Certificate
 			return Decision{}, nil, fmt.Errorf("get node %s: %w", req.nodeName, err)
 		}
 	}
+	if d, ok := c.checkCluster(req, node); !ok {
+		return d, node, nil
+	}
 	var established []corev1.NodeAddress
 	if node != nil && (!c.opts.WaitForInitialization || Initialized(node)) {
 		step, res, last, retryAt := stepDecide, lookupResult{}, error(nil), time.Time{}
@@ -447,8 +462,53 @@ func (c *Controller) decide(ctx context.Context, csr *certificatesv1.Certificate
 			return d, node, nil
 		}
 	}
-	return checkNode(req, node, established, &c.opts), node, nil
+	d = checkNode(req, node, established, &c.opts)
+	if d.Action == Approve {
+		if ex := c.exclusive(node, req.x509); ex.Action != Ignore {
+			d = ex
+		}
+	}
+	return d, node, nil
 }
+
+// checkCluster refuses a SAN that is the cluster's own (clusterAddresses),
+// and postpones every request until the cluster's addresses are known. An
+// API server endpoint is a control-plane node's own address (the API server
+// runs in its host network): only a control-plane node (a label kubelets
+// cannot set, NodeRestriction) may have it, and then only when established
+// for it and no other node, as every address.
+func (c *Controller) checkCluster(req *request, node *corev1.Node) (Decision, bool) {
+	if !c.cluster.synced() {
+		return Decision{Action: Retry, Reason: ReasonClusterAddressesUnknown,
+			Message: "the cluster's Service CIDRs and API server endpoints have not been read yet"}, false
+	}
+	for _, n := range req.x509.DNSNames {
+		if why := c.cluster.name(n); why != "" {
+			return deny(ReasonClusterAddress, "DNS SAN %q is %s, never a node's", clip(n), why), false
+		}
+	}
+	for _, raw := range req.x509.IPAddresses {
+		if ip, ok := netip.AddrFromSlice(raw); ok {
+			if why, endpoint := c.cluster.ip(ip.Unmap()); why != "" && !(endpoint && controlPlane(node)) {
+				return deny(ReasonClusterAddress, "IP SAN %s is %s, never a node's", ip.Unmap(), why), false
+			}
+		}
+	}
+	return Decision{}, true
+}
+
+// controlPlane reports whether node is a control-plane node.
+func controlPlane(node *corev1.Node) bool {
+	if node == nil {
+		return false
+	}
+	_, ok := node.Labels[controlPlaneLabel]
+	return ok
+}
+
+// controlPlaneLabel marks control-plane nodes; NodeRestriction keeps kubelets
+// from setting node-role.kubernetes.io labels.
+const controlPlaneLabel = "node-role.kubernetes.io/control-plane"
 
 // remembered returns the facts the NodeFacts remembers for the node, if it
 // offers them.

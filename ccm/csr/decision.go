@@ -90,8 +90,29 @@ const (
 	ReasonUnsupportedSAN = "UnsupportedSAN"
 	// ReasonWildcardDNSName: a DNS SAN contains "*".
 	ReasonWildcardDNSName = "WildcardDNSName"
-	// ReasonReservedDNSName: a DNS SAN is "kubernetes" or "kubernetes.*" (any case).
+	// ReasonReservedDNSName: a DNS SAN names the cluster, not a node: its first
+	// label starts with "kubernetes", a later label starts with "svc", it is
+	// in the cluster domain (Options.ClusterDomain), or it is localhost (any case).
 	ReasonReservedDNSName = "ReservedDNSName"
+	// ReasonReservedIPAddress: an IP SAN is loopback, link-local, unspecified,
+	// multicast or broadcast, or in Options.ReservedIPRanges (the cluster's
+	// Service and pod CIDRs).
+	ReasonReservedIPAddress = "ReservedIPAddress"
+	// ReasonClusterAddress: a SAN is the cluster's own, as the API server says
+	// (a ServiceCIDR, the kubernetes Service's IP, an endpoint of the API
+	// server) or the host talos-ccm reaches the API server at (Deny,
+	// controller only).
+	ReasonClusterAddress = "ClusterAddress"
+	// ReasonClusterAddressesUnknown: the cluster's own addresses have not been
+	// read yet (Retry, controller only).
+	ReasonClusterAddressesUnknown = "ClusterAddressesUnknown"
+	// ReasonAddressOfOtherNode: a SAN is an address or name talos-ccm
+	// established for another node (Deny, naming the node; controller only).
+	ReasonAddressOfOtherNode = "AddressOfOtherNode"
+	// ReasonAddressClaimedByOtherNode: a SAN is listed by another node that
+	// talos-ccm has not read yet, or by a node deleted within the hold of the
+	// facts source (Retry, naming the node; controller only).
+	ReasonAddressClaimedByOtherNode = "AddressClaimedByOtherNode"
 	// ReasonNodeNotFound: the Node named by spec.username does not exist.
 	ReasonNodeNotFound = "NodeNotFound"
 	// ReasonNodeNotInitialized: the Node still has the uninitialized taint (Retry).

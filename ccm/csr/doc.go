@@ -33,6 +33,9 @@
 //	certificates.k8s.io signers  kubernetes.io/kubelet-serving  approve
 //	"" nodes                                                 get list watch
 //	"" events (and events.k8s.io events)                     create patch update
+//	networking.k8s.io servicecidrs                           list watch
+//	in namespace default, resourceNames [kubernetes]:
+//	"" services, discovery.k8s.io endpointslices             list watch
 //
 // A sketch of the wiring:
 //

@@ -30,6 +30,16 @@ type Options struct {
 	AllowedDNSSuffixes []string
 	// Workers is the number of requests decided in parallel.
 	Workers int
+	// ClusterDomain is the cluster's DNS domain: no name in it is ever a
+	// node's (default cluster.local).
+	ClusterDomain string
+	// ReservedIPRanges are never a node's (the cluster's Service and pod
+	// CIDRs as configured; the API server's own ServiceCIDR objects are read
+	// besides).
+	ReservedIPRanges []netip.Prefix
+	// APIServer is the URL talos-ccm reaches the API server at (set by the
+	// wiring, not a flag): its host is never a node's.
+	APIServer string
 }
 
 // NewOptions returns the defaults: 1h–367d, wait for initialization, no allow-lists,
@@ -40,6 +50,7 @@ func NewOptions() *Options {
 		MaxExpiration:         367 * 24 * time.Hour,
 		WaitForInitialization: true,
 		Workers:               4,
+		ClusterDomain:         "cluster.local",
 	}
 }
 
@@ -55,6 +66,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"node-csr-approval: comma-separated CIDRs whose addresses are accepted as IP SANs for any node, in addition to the addresses talos-ccm established (weakens the check; empty by default).")
 	fs.StringSliceVar(&o.AllowedDNSSuffixes, "csr-allowed-dns-suffixes", o.AllowedDNSSuffixes,
 		"node-csr-approval: comma-separated DNS suffixes; names below them are accepted as DNS SANs for any node (weakens the check; empty by default).")
+	fs.StringVar(&o.ClusterDomain, "csr-cluster-domain", o.ClusterDomain,
+		"node-csr-approval: the cluster's DNS domain; no name in it is approved as a DNS SAN.")
+	fs.Var((*iplist.PrefixesValue)(&o.ReservedIPRanges), "csr-reserved-ip-ranges",
+		"node-csr-approval: comma-separated CIDRs never approved as IP SANs, besides the ServiceCIDRs the API server reports (e.g. the Service and pod CIDRs; --cluster-cidr is added).")
 	fs.IntVar(&o.Workers, "csr-workers", o.Workers,
 		"node-csr-approval: number of CSRs decided in parallel.")
 }
@@ -79,6 +94,11 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("--csr-allowed-ip-ranges=%s: a /0 range would switch the IP check off", p))
 		case p != p.Masked():
 			errs = append(errs, fmt.Errorf("--csr-allowed-ip-ranges=%s: host bits set (did you mean %s?)", p, p.Masked()))
+		}
+	}
+	for _, p := range o.ReservedIPRanges {
+		if !p.IsValid() {
+			errs = append(errs, errors.New("--csr-reserved-ip-ranges: invalid prefix"))
 		}
 	}
 	for _, s := range o.AllowedDNSSuffixes {

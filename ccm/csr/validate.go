@@ -191,8 +191,17 @@ func checkRequest(csr *certificatesv1.CertificateSigningRequest, opts *Options) 
 		if strings.ContainsRune(n, '*') {
 			return nil, deny(ReasonWildcardDNSName, "wildcard DNS SAN %q is not allowed", clip(n)), false
 		}
-		if isReservedDNSName(n) {
-			return nil, deny(ReasonReservedDNSName, "DNS SAN %q is reserved for the API server", clip(n)), false
+		if why := reservedDNSName(n, opts.ClusterDomain); why != "" {
+			return nil, deny(ReasonReservedDNSName, "DNS SAN %q is %s, never a node's", clip(n), why), false
+		}
+	}
+	for _, raw := range x.IPAddresses {
+		ip, ok := netip.AddrFromSlice(raw)
+		if !ok {
+			return nil, deny(ReasonIPAddressNotEstablished, "IP SAN %x is not an IP address", []byte(raw)), false
+		}
+		if why := reservedIP(ip.Unmap(), opts.ReservedIPRanges); why != "" {
+			return nil, deny(ReasonReservedIPAddress, "IP SAN %s is %s, never a node's", ip.Unmap(), why), false
 		}
 	}
 	return &request{nodeName: nodeName, x509: x}, Decision{}, true
@@ -344,9 +353,56 @@ func checkExtensions(x *x509.CertificateRequest) (Decision, bool) {
 	return Decision{}, true
 }
 
-func isReservedDNSName(n string) bool {
-	n = strings.ToLower(n)
-	return n == "kubernetes" || strings.HasPrefix(n, "kubernetes.")
+func isReservedDNSName(n string) bool { return reservedDNSName(n, "") != "" }
+
+// reservedDNSName says why n names the cluster rather than a node ("" if it
+// does not): a name whose first label starts with "kubernetes" (kubernetes,
+// kubernetes.default, kubernetes-api.example.com, ...), any name with a label
+// starting with "svc" after the first (x.svc, x.ns.svc.cluster.local, ...),
+// the cluster domain and every name below it, and localhost.
+func reservedDNSName(n, clusterDomain string) string {
+	n = strings.ToLower(strings.TrimSuffix(n, "."))
+	labels := strings.Split(n, ".")
+	switch {
+	case strings.HasPrefix(labels[0], "kubernetes"):
+		return "a name of the API server (kubernetes*)"
+	case n == "localhost" || strings.HasSuffix(n, ".localhost"):
+		return "a loopback name"
+	}
+	for _, l := range labels[1:] {
+		if strings.HasPrefix(l, "svc") {
+			return "a Service name (*.svc*)"
+		}
+	}
+	if d := strings.ToLower(strings.Trim(clusterDomain, ".")); d != "" && (n == d || strings.HasSuffix(n, "."+d)) {
+		return fmt.Sprintf("in the cluster domain %s", d)
+	}
+	return ""
+}
+
+// reservedIP says why ip is never a node's to have in a certificate ("" if
+// it may be): loopback, link-local, unspecified, multicast and broadcast
+// addresses, and the ranges the cluster reserves (Options.ReservedIPRanges:
+// its Service and pod CIDRs).
+func reservedIP(ip netip.Addr, reserved []netip.Prefix) string {
+	switch {
+	case ip.IsLoopback():
+		return "a loopback address"
+	case ip.IsLinkLocalUnicast(), ip.IsLinkLocalMulticast():
+		return "a link-local address"
+	case ip.IsUnspecified():
+		return "the unspecified address"
+	case ip.IsMulticast(), ip.IsInterfaceLocalMulticast():
+		return "a multicast address"
+	case ip == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		return "the broadcast address"
+	}
+	for _, p := range reserved {
+		if p.Contains(ip) {
+			return fmt.Sprintf("in the cluster's reserved range %s", p)
+		}
+	}
+	return ""
 }
 
 func inRanges(ip netip.Addr, ranges []netip.Prefix) bool {

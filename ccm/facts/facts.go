@@ -85,6 +85,8 @@ type Reading struct {
 	Metadata *talos.PlatformMetadata
 	// Addresses are network/AddressStatus.
 	Addresses []talos.Address
+	// Links are network/LinkStatus, read only when NeedsLinks(Addresses).
+	Links []talos.Link
 	// System is hardware/SystemInformation: nil unless the Interpreter needs
 	// it and the node has it.
 	System *talos.SystemInformation

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +24,7 @@ import (
 type TalosReader interface {
 	PlatformMetadata(ctx context.Context, node string) (*talos.PlatformMetadata, error)
 	Addresses(ctx context.Context, node string) ([]talos.Address, error)
+	Links(ctx context.Context, node string) ([]talos.Link, error)
 	SystemInformation(ctx context.Context, node string) (*talos.SystemInformation, error)
 	Nodename(ctx context.Context, node string) (string, error)
 }
@@ -46,7 +49,16 @@ type Options struct {
 	// LookupTimeout bounds one lookup of a node's facts as a whole (every
 	// address tried, every request). Zero means DefaultLookupTimeout.
 	LookupTimeout time.Duration
+	// DepartedHold is how long the addresses of a forgotten node (deleted, or
+	// no longer proven) are still named by Holders. Zero means
+	// DefaultDepartedHold.
+	DepartedHold time.Duration
 }
+
+// DefaultDepartedHold: a deleted node's machine may still carry its
+// addresses for a while (it is being reinstalled, or comes back under the
+// same name); no other node gets a certificate for them meanwhile.
+const DefaultDepartedHold = time.Hour
 
 // DefaultLookupTimeout bounds a lookup when Options.LookupTimeout is zero.
 const DefaultLookupTimeout = 20 * time.Second
@@ -61,6 +73,21 @@ type Source struct {
 	mu       sync.Mutex
 	facts    map[string]*Facts  // by node name
 	inflight map[string]*flight // by node name: the one lookup of each node in progress
+	// holders indexes the remembered facts' addresses (IPs in canonical form,
+	// names in lower case) by the nodes they were established for; departed
+	// keeps the addresses of forgotten nodes until their hold has passed.
+	holders  map[string]map[string]bool
+	departed map[string]departedNode
+	hold     time.Duration
+	// looked are the nodes whose lookup ended since the Source started
+	// (answered or not).
+	looked map[string]bool
+}
+
+// departedNode is what a Source keeps of a forgotten node.
+type departedNode struct {
+	addresses []string
+	until     time.Time
 }
 
 // flight is one lookup of a node's facts in progress. Every caller asking for
@@ -78,7 +105,11 @@ func NewSource(r TalosReader, in Interpreter, opts Options) *Source {
 	if opts.LookupTimeout <= 0 {
 		opts.LookupTimeout = DefaultLookupTimeout
 	}
-	return &Source{talos: r, interp: in, lookup: opts.LookupTimeout, facts: map[string]*Facts{}, inflight: map[string]*flight{}}
+	if opts.DepartedHold <= 0 {
+		opts.DepartedHold = DefaultDepartedHold
+	}
+	return &Source{talos: r, interp: in, lookup: opts.LookupTimeout, facts: map[string]*Facts{}, inflight: map[string]*flight{},
+		holders: map[string]map[string]bool{}, departed: map[string]departedNode{}, hold: opts.DepartedHold, looked: map[string]bool{}}
 }
 
 // Facts establishes the node's facts afresh from its Talos API (joining the
@@ -106,13 +137,14 @@ func (s *Source) Facts(ctx context.Context, node *corev1.Node) (*Facts, error) {
 			fl.f, fl.err = s.read(lctx, node, targets)
 			s.mu.Lock()
 			delete(s.inflight, node.Name)
+			s.looked[node.Name] = true
 			switch {
 			case fl.err != nil:
 			case providerIDMismatch(node, fl.f) != nil:
 				// nothing is established for a node registered with another providerID
-				delete(s.facts, node.Name)
+				s.setLocked(node.Name, nil)
 			default:
-				s.facts[node.Name] = fl.f.remembered()
+				s.setLocked(node.Name, fl.f.remembered())
 			}
 			s.mu.Unlock()
 			close(fl.done)
@@ -164,10 +196,92 @@ func (s *Source) Remembered(nodeName string) (*Facts, bool) {
 
 // Forget drops the facts remembered for a node (deleted, or no longer
 // proven to be the machine that answers on its address).
+// Its addresses stay named by Holders for Options.DepartedHold.
 func (s *Source) Forget(nodeName string) {
 	s.mu.Lock()
-	delete(s.facts, nodeName)
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	if f := s.facts[nodeName]; f != nil {
+		s.departed[nodeName] = departedNode{addresses: addressKeys(f.Addresses), until: time.Now().Add(s.hold)}
+	}
+	s.setLocked(nodeName, nil)
+	delete(s.looked, nodeName)
+}
+
+// Looked reports whether a lookup of the node has ended since the Source
+// started, answered or not: whatever the node's own status lists, Holders
+// then says all talos-ccm knows it holds.
+func (s *Source) Looked(nodeName string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.looked[nodeName]
+}
+
+// Holders tells for which nodes talos-ccm established address (an IP, or a
+// DNS name): current ones (remembered facts) and ones forgotten within
+// Options.DepartedHold (departed). Both are sorted.
+func (s *Source) Holders(address string) (current, departed []string) {
+	key := AddressKey(address)
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name := range s.holders[key] {
+		current = append(current, name)
+	}
+	for name, d := range s.departed {
+		switch {
+		case now.After(d.until):
+			delete(s.departed, name)
+		case s.facts[name] == nil && slices.Contains(d.addresses, key):
+			departed = append(departed, name)
+		}
+	}
+	slices.Sort(current)
+	slices.Sort(departed)
+	return current, departed
+}
+
+// AddressKey is the form in which Holders compares addresses: an IP in its
+// canonical form (IPv4-mapped IPv6 as IPv4), a name in lower case.
+func AddressKey(address string) string {
+	if ip, err := netip.ParseAddr(address); err == nil {
+		return ip.Unmap().WithZone("").String()
+	}
+	return strings.ToLower(strings.TrimSuffix(address, "."))
+}
+
+func addressKeys(addrs []corev1.NodeAddress) []string {
+	out := make([]string, 0, len(addrs))
+	for _, a := range addrs {
+		if a.Address != "" {
+			out = append(out, AddressKey(a.Address))
+		}
+	}
+	return out
+}
+
+// setLocked remembers f for the node (nil: forgets it) and keeps holders in
+// step. s.mu is held.
+func (s *Source) setLocked(nodeName string, f *Facts) {
+	if old := s.facts[nodeName]; old != nil {
+		for _, k := range addressKeys(old.Addresses) {
+			delete(s.holders[k], nodeName)
+			if len(s.holders[k]) == 0 {
+				delete(s.holders, k)
+			}
+		}
+	}
+	if f == nil {
+		delete(s.facts, nodeName)
+		return
+	}
+	s.facts[nodeName] = f
+	delete(s.departed, nodeName)
+	for _, k := range addressKeys(f.Addresses) {
+		if s.holders[k] == nil {
+			s.holders[k] = map[string]bool{}
+		}
+		s.holders[k][nodeName] = true
+	}
 }
 
 // providerIDMismatch refuses an uninitialized node registered with a providerID
@@ -183,6 +297,20 @@ func providerIDMismatch(node *corev1.Node, f *Facts) error {
 }
 
 func uninitialized(node *corev1.Node) bool { return names.Uninitialized(node.Spec.Taints) }
+
+// NeedsLinks reports whether network/LinkStatus matters for addrs: only an
+// address that may become an ExternalIP (on the platform's "external" link, or
+// a public one) is judged by the link that holds it. A node with private
+// addresses only costs no extra Talos round trip.
+func NeedsLinks(addrs []talos.Address) bool {
+	for _, a := range addrs {
+		ip := a.Prefix.Addr()
+		if a.Link == "external" || (ip.IsGlobalUnicast() && !ip.IsPrivate()) {
+			return true
+		}
+	}
+	return false
+}
 
 // read reads the node's Talos API at targets (in order, until one answers as
 // the node) and interprets the reading. It neither remembers nor compares the
@@ -235,6 +363,13 @@ func (s *Source) read(ctx context.Context, node *corev1.Node, targets []netip.Ad
 	}
 	if !r.Answered.IsValid() {
 		return nil, fmt.Errorf("%s: node %s: %w at %s: %w", op, node.Name, ErrTalosAPI, iplist.Join(targets), errors.Join(errs...))
+	}
+	if NeedsLinks(r.Addresses) {
+		links, err := s.talos.Links(ctx, r.Answered.String())
+		if err != nil {
+			return nil, fmt.Errorf("%s: node %s: %w at %s: %w", op, node.Name, ErrTalosAPI, r.Answered, err)
+		}
+		r.Links = links
 	}
 	f, err := s.interp.Interpret(node, r)
 	if err != nil {

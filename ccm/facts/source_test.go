@@ -239,7 +239,9 @@ func TestEstablishedIsRemembered(t *testing.T) {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "rem-1",
 		Annotations: map[string]string{cloudproviderapi.AnnotationAlphaProvidedIPAddr: "fd00:93::1,10.93.9.9"}}}
 	ctx := context.Background()
-	const perLookup = 3 // PlatformMetadata, AddressStatus, Nodename
+	// PlatformMetadata, AddressStatus, Nodename, and LinkStatus: the node has
+	// a public address, judged by the link that holds it
+	const perLookup = 4
 
 	f, err := p.Established(ctx, node)
 	if err != nil {

@@ -1,6 +1,7 @@
 // Package talos owns every conversation with the Talos API. It reads the facts
 // talos-ccm needs about a node (runtime/PlatformMetadata, network/AddressStatus,
-// hardware/SystemInformation, k8s/ControllerManagerConfig) through the real
+// network/LinkStatus, hardware/SystemInformation, k8s/ControllerManagerConfig)
+// through the real
 // machinery client, addressing each request to the node with WithNode, and
 // returns them as plain values. It never touches Kubernetes objects and makes no
 // decisions about them.
@@ -52,6 +53,19 @@ type PlatformMetadata struct {
 type Address struct {
 	Link   string
 	Prefix netip.Prefix
+}
+
+// Link is one network/LinkStatus: what the kernel says a link is. Talos puts a
+// cloud's public (1:1 NAT) addresses on the pseudo-link "external", which has
+// no LinkStatus: a LinkStatus of that name is a kernel link someone created.
+type Link struct {
+	Name string
+	// Kind is the kernel's link kind ("" for a plain device; "bond", "vlan",
+	// "dummy", "veth", "wireguard", ...).
+	Kind string
+	// Physical is Talos' own judgement (LinkStatusSpec.Physical): an ethernet
+	// device that is no virtual kind.
+	Physical bool
 }
 
 // SystemInformation mirrors Talos hardware/SystemInformation.
@@ -288,6 +302,24 @@ func (c *Client) Addresses(ctx context.Context, node string) ([]Address, error) 
 		for r := range list.All() {
 			s := r.TypedSpec()
 			out = append(out, Address{Link: s.LinkName, Prefix: s.Address})
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Links lists network/LinkStatus of the node.
+func (c *Client) Links(ctx context.Context, node string) ([]Link, error) {
+	const op = "talos/Client.Links"
+	var out []Link
+	err := c.call(ctx, op, node, func(ctx context.Context, st state.State) error {
+		list, err := safe.StateListAll[*network.LinkStatus](ctx, st)
+		if err != nil {
+			return err
+		}
+		for r := range list.All() {
+			s := r.TypedSpec()
+			out = append(out, Link{Name: r.Metadata().ID(), Kind: s.Kind, Physical: s.Physical()})
 		}
 		return nil
 	})

@@ -145,6 +145,10 @@ func TestTalosCCMRBACOnAPIServer(t *testing.T) {
 		{verb: "get", resource: "configmaps", namespace: "kube-system", name: "extension-apiserver-authentication"},
 		{verb: "create", group: "authentication.k8s.io", resource: "tokenreviews"},
 		{verb: "create", group: "authorization.k8s.io", resource: "subjectaccessreviews"},
+		// node-csr-approval: the cluster's own addresses
+		{verb: "watch", group: "networking.k8s.io", resource: "servicecidrs"},
+		{verb: "list", resource: "services", namespace: "default", name: "kubernetes"},
+		{verb: "watch", group: "discovery.k8s.io", resource: "endpointslices", namespace: "default", name: "kubernetes"},
 	}
 	denied := []access{
 		// cloud-node updates a node and patches its addresses; patching a node
@@ -170,6 +174,9 @@ func TestTalosCCMRBACOnAPIServer(t *testing.T) {
 		{verb: "create", resource: "serviceaccounts", sub: "token", namespace: "kube-system", name: "talos-ccm"},
 		{verb: "create", resource: "pods", namespace: "kube-system"},
 		{verb: "get", group: "hybridccm.io", resource: "nativeccms", name: "hcloud"},
+		{verb: "list", resource: "services", namespace: "default"},
+		{verb: "list", resource: "services", namespace: "kube-system", name: "kubernetes"},
+		{verb: "list", group: "discovery.k8s.io", resource: "endpointslices", namespace: "default"},
 	}
 	user := "system:serviceaccount:" + releaseNamespace + ":talos-ccm"
 	groups := []string{"system:serviceaccounts", "system:serviceaccounts:" + releaseNamespace, "system:authenticated"}

@@ -225,6 +225,9 @@ var (
 		rule(certificates, []string{"certificatesigningrequests"}, []string{"get", "list", "watch"}),
 		rule(certificates, []string{"certificatesigningrequests/approval"}, []string{"update"}),
 		rule(certificates, []string{"signers"}, []string{"approve"}, "kubernetes.io/kubelet-serving"),
+		// the cluster's own addresses, never a node's (the Service and
+		// EndpointSlice default/kubernetes: a Role in default)
+		rule([]string{"networking.k8s.io"}, []string{"servicecidrs"}, []string{"list", "watch"}),
 	}
 )
 
@@ -321,6 +324,7 @@ func TestTalosCCMRBAC(t *testing.T) {
 		"ClusterRoleBinding/talos-ccm:auth-delegator":                     "ClusterRole/system:auth-delegator",
 		"RoleBinding/talos-ccm:extension-apiserver-authentication-reader": "Role/extension-apiserver-authentication-reader",
 		"RoleBinding/talos-ccm:leader-election":                           "Role/talos-ccm:leader-election",
+		"RoleBinding/talos-ccm:api-server-addresses":                      "Role/talos-ccm:api-server-addresses",
 	}
 	got := map[string]string{}
 	for _, kind := range []string{"ClusterRoleBinding", "RoleBinding"} {
@@ -344,9 +348,11 @@ func TestTalosCCMRBAC(t *testing.T) {
 		t.Errorf("bindings:\n got  %v\n want %v", got, wantRefs)
 	}
 
-	// Without leader election: no lease Role at all (helm test's reads no
+	// Without leader election (and node-csr-approval, whose Role is in
+	// default): no lease Role at all (helm test's reads no
 	// Lease then, TestHelmTestRBAC).
-	o = renderTalosCCM(t, map[string]any{"leaderElection": map[string]any{"enabled": false}, "test": map[string]any{"enabled": false}})
+	o = renderTalosCCM(t, map[string]any{"leaderElection": map[string]any{"enabled": false}, "test": map[string]any{"enabled": false},
+		"controllers": []any{"cloud-node"}})
 	if roles := o.m.find("Role"); len(roles) != 0 || o.args["--leader-elect"] != "false" {
 		t.Errorf("leader election off: Roles %d, --leader-elect=%s", len(roles), o.args["--leader-elect"])
 	}

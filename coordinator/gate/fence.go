@@ -71,6 +71,9 @@ type Fence struct {
 	// (at most 4). Nil: BuiltinDomainKeys. The chart renders those and its
 	// fence.domainLabels.
 	DomainKeys []string
+	// Ingress is what native CCMs may announce as load-balancer ingress IPs
+	// (services.go).
+	Ingress Ingress
 }
 
 // ErrConfig marks errors that only a change of the NativeCCM, its profile or
@@ -171,6 +174,9 @@ func (f Fence) Objects() (*admissionregistrationv1.ValidatingAdmissionPolicy, *a
 		return nil, nil, err
 	}
 	p, b := f.render(f.Namespace, lit, keyLit)
+	if err := fillIngress(p, f.Ingress); err != nil {
+		return nil, nil, err
+	}
 	d := FenceDigest()
 	p.Annotations = map[string]string{DigestAnnotation: d}
 	b.Annotations = map[string]string{DigestAnnotation: d}
@@ -490,6 +496,11 @@ func FenceTemplate() ([]byte, error) {
 			return nil, errors.New("gate.FenceTemplate: the domain keys' placeholder is not a plain expression")
 		}
 		spec = bytes.ReplaceAll(spec, quotedKeys, []byte("expression: {{ $domainKeys | toJson | toJson }}"))
+		if i == 0 {
+			if spec, err = ingressTemplate(spec); err != nil {
+				return nil, err
+			}
+		}
 		if i > 0 {
 			out.WriteString("---\n")
 		}
@@ -644,6 +655,9 @@ func readFence(ctx context.Context, r client.Reader, f Fence) (map[string][]stri
 		return nil, nil, fmt.Errorf("%s: %w: ValidatingAdmissionPolicy %s: %w", op, ErrFenceNotInstalled, name, err)
 	}
 	wantPolicy, wantBinding := f.render(f.Namespace, lit, keyLit)
+	if err := copyIngress(wantPolicy, &policy); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w: ValidatingAdmissionPolicy %s: %w", op, ErrFenceNotInstalled, name, err)
+	}
 	if !equalJSON(policy.Spec, wantPolicy.Spec) {
 		return nil, nil, fmt.Errorf("%s: %w: ValidatingAdmissionPolicy %s is not the fence for the native CCMs of namespace %s (installed for another namespace, or changed after install)", op, ErrFenceNotInstalled, name, f.Namespace)
 	}

@@ -18,6 +18,7 @@ import (
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/gatetest"
+	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
 
 // TestFenceServices: with load balancers on, a native CCM may change, through
@@ -38,43 +39,11 @@ func TestFenceServices(t *testing.T) {
 	if err := gatetest.InstallFence(ctx, c, ns); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: svcNS}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	ccms := map[string]kubernetes.Interface{}
-	for _, p := range []struct {
-		name, platform string
-		lb             *v1.LoadBalancers
-	}{
-		{"aws", "aws", &v1.LoadBalancers{Enabled: true, Default: true}},
-		{"hcloud", "hcloud", &v1.LoadBalancers{Enabled: true}},
-		{"gcp", "gcp", nil},
-	} {
-		remove, err := gatetest.Confine(ctx, c, gate.Fence{Namespace: ns}, p.name, p.platform)
-		if remove != nil {
-			t.Cleanup(remove)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if p.lb != nil {
-			if err := gatetest.FenceLoadBalancers(ctx, c, ns, p.name, *p.lb); err != nil {
-				t.Fatal(err)
-			}
-		}
-		sa := "native-ccm-" + p.name
-		if err := gatetest.GrantNativeCCM(ctx, admin, ns, sa); err != nil {
-			t.Fatal(err)
-		}
-		if err := grantServices(ctx, admin, ns, sa); err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := gatetest.ServiceAccountUser(e, ns, sa)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ccms[p.name] = kubernetes.NewForConfigOrDie(cfg)
-	}
+	ccms := confineLoadBalancerCCMs(ctx, t, e, c, ns, svcNS,
+		lbCCM{"aws", "aws", &v1.LoadBalancers{Enabled: true, Default: true}},
+		lbCCM{"hcloud", "hcloud", &v1.LoadBalancers{Enabled: true}},
+		lbCCM{"gcp", "gcp", nil},
+	)
 
 	lbService := func(name string, class *string) *corev1.Service {
 		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: svcNS},
@@ -193,6 +162,53 @@ func TestFenceServices(t *testing.T) {
 			}
 		}
 	})
+}
+
+// lbCCM is a NativeCCM of the Service fence tests.
+type lbCCM struct {
+	name, platform string
+	// lb is its spec.loadBalancers; nil: off.
+	lb *v1.LoadBalancers
+}
+
+// confineLoadBalancerCCMs creates the Services' namespace svcNS and confines
+// each NativeCCM with the fence of namespace ns, its grant and every Service
+// right (so that each request reaches the fence), and returns a client per
+// NativeCCM authenticated as its ServiceAccount.
+func confineLoadBalancerCCMs(ctx context.Context, t *testing.T, e *testenv.Env, c client.Client, ns, svcNS string, specs ...lbCCM) map[string]kubernetes.Interface {
+	t.Helper()
+	admin := e.Client
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: svcNS}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	ccms := map[string]kubernetes.Interface{}
+	for _, p := range specs {
+		remove, err := gatetest.Confine(ctx, c, gate.Fence{Namespace: ns}, p.name, p.platform)
+		if remove != nil {
+			t.Cleanup(remove)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.lb != nil {
+			if err := gatetest.FenceLoadBalancers(ctx, c, ns, p.name, *p.lb); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sa := "native-ccm-" + p.name
+		if err := gatetest.GrantNativeCCM(ctx, admin, ns, sa); err != nil {
+			t.Fatal(err)
+		}
+		if err := grantServices(ctx, admin, ns, sa); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := gatetest.ServiceAccountUser(e, ns, sa)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ccms[p.name] = kubernetes.NewForConfigOrDie(cfg)
+	}
+	return ccms
 }
 
 // grantServices gives a ServiceAccount every write on Services, so that each

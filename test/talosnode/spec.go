@@ -20,8 +20,15 @@ type Spec struct {
 	// Metadata becomes runtime/PlatformMetadata; nil means the resource is absent
 	// (as on a node whose platform has not produced metadata yet).
 	Metadata *runtime.PlatformMetadataSpec
-	// Addresses become network/AddressStatus resources.
+	// Addresses become network/AddressStatus resources. Each link they name
+	// but "external" gets a network/LinkStatus (a physical ethernet device, or
+	// loopback for "lo") unless Links declares it; addresses on "external" are
+	// the platform's pseudo-link, which has no LinkStatus, as on a real node.
 	Addresses []Address
+	// Links are kernel links besides (or instead of) the defaults above: e.g.
+	// {Name: "external", Kind: "dummy"}, the link a node's root can create with
+	// `ip link add external type dummy`.
+	Links []Link
 	// System becomes hardware/SystemInformation; nil means absent.
 	System *hardware.SystemInformationSpec
 	// Nodename becomes k8s/Nodename (the kubelet's node name); empty means the
@@ -34,6 +41,14 @@ type Spec struct {
 type Address struct {
 	Link   string
 	Prefix string // e.g. "10.0.0.5/24", "2001:db8::5/64"
+}
+
+// Link is one network/LinkStatus.
+type Link struct {
+	Name string
+	// Kind is the kernel link kind: "" for a device, "dummy", "bond", "vlan",
+	// "veth", "wireguard", ...
+	Kind string
 }
 
 // create stores r in the node's state already marshaled, as the COSI state
@@ -76,6 +91,9 @@ func (s Spec) apply(ctx context.Context, st state.State, name string) error {
 			return fmt.Errorf("create PlatformMetadata: %w", err)
 		}
 	}
+	if err := s.createLinks(ctx, st); err != nil {
+		return err
+	}
 	for i, a := range s.Addresses {
 		r, err := addressStatus(i+1, a)
 		if err != nil {
@@ -95,8 +113,49 @@ func (s Spec) apply(ctx context.Context, st state.State, name string) error {
 	return nil
 }
 
+// createLinks creates the LinkStatus of every link the spec names (Spec.Addresses).
+func (s Spec) createLinks(ctx context.Context, st state.State) error {
+	links := map[string]Link{}
+	var order []string
+	add := func(l Link) {
+		if _, ok := links[l.Name]; !ok {
+			order = append(order, l.Name)
+		}
+		links[l.Name] = l
+	}
+	for _, a := range s.Addresses {
+		if a.Link != "external" {
+			add(Link{Name: a.Link})
+		}
+	}
+	for _, l := range s.Links {
+		add(l)
+	}
+	for i, name := range order {
+		if err := create(ctx, st, linkStatus(i+1, links[name])); err != nil {
+			return fmt.Errorf("create LinkStatus %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// linkStatus is l as the network/LinkStatus Talos reports.
+func linkStatus(index int, l Link) *network.LinkStatus {
+	r := network.NewLinkStatus(network.NamespaceName, l.Name)
+	spec := r.TypedSpec()
+	spec.Index = uint32(index)
+	spec.Type = nethelpers.LinkEther
+	spec.Kind = l.Kind
+	spec.LinkState = true
+	spec.OperationalState = nethelpers.OperStateUp
+	if l.Name == "lo" {
+		spec.Type = nethelpers.LinkLoopbck
+	}
+	return r
+}
+
 // addressStatus is a as the network/AddressStatus Talos reports, on the link
-// of the given index.
+// of the given index (none for the platform's pseudo-link "external").
 func addressStatus(linkIndex int, a Address) (*network.AddressStatus, error) {
 	p, err := netip.ParsePrefix(a.Prefix)
 	if err != nil {
@@ -107,7 +166,9 @@ func addressStatus(linkIndex int, a Address) (*network.AddressStatus, error) {
 	spec.Address = p
 	spec.Local = p.Addr()
 	spec.LinkName = a.Link
-	spec.LinkIndex = uint32(linkIndex)
+	if a.Link != "external" {
+		spec.LinkIndex = uint32(linkIndex)
+	}
 	spec.Scope = nethelpers.ScopeGlobal
 	spec.Flags = nethelpers.AddressFlags(nethelpers.AddressPermanent)
 	spec.Family = nethelpers.FamilyInet4
@@ -131,6 +192,15 @@ func (n *Node) AddAddress(ctx context.Context, a Address) error {
 	}
 	if err := create(ctx, n.state, r); err != nil {
 		return fmt.Errorf("create AddressStatus %s: %w", a.Prefix, err)
+	}
+	return nil
+}
+
+// AddLink adds a kernel link to the running node (a new network/LinkStatus),
+// as `ip link add` does.
+func (n *Node) AddLink(ctx context.Context, l Link) error {
+	if err := create(ctx, n.state, linkStatus(200, l)); err != nil {
+		return fmt.Errorf("create LinkStatus %s: %w", l.Name, err)
 	}
 	return nil
 }

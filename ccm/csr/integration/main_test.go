@@ -81,8 +81,26 @@ func installRBAC(ctx context.Context) error {
 				{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"signers"}, ResourceNames: []string{certificatesv1.KubeletServingSignerName}, Verbs: []string{"approve"}},
 				{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
 				{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch", "update"}},
+				{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"servicecidrs"}, Verbs: []string{"list", "watch"}},
 			},
 		},
+	}
+	// the API server's own Service and endpoints, by name, in default
+	if _, err := rbac.Roles(metav1.NamespaceDefault).Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "test:talos-ccm-csr-approver"},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"services"}, ResourceNames: []string{"kubernetes"}, Verbs: []string{"list", "watch"}},
+			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, ResourceNames: []string{"kubernetes"}, Verbs: []string{"list", "watch"}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	if _, err := rbac.RoleBindings(metav1.NamespaceDefault).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "test:talos-ccm-csr-approver"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "test:talos-ccm-csr-approver"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: approverUser}},
+	}, metav1.CreateOptions{}); err != nil {
+		return err
 	}
 	bindings := []*rbacv1.ClusterRoleBinding{
 		{

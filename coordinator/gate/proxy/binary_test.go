@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -271,5 +272,76 @@ func TestGateBinaryServices(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestGateBinaryRefusesUpgrades (security round three, hole 3): the API
+// server serves watches over WebSocket, and a gate that relayed its 101
+// raw showed a CCM every Service. The real binary refuses every protocol
+// switch on every route (Services, nodes, anything else) over HTTP/1.1,
+// and plain HTTP/2 (what client-go negotiates) still sees only the view.
+func TestGateBinaryRefusesUpgrades(t *testing.T) {
+	needEnv(t)
+	ctx := context.Background()
+	const ns = "svc-upgrade"
+	serviceFixture(t, ns,
+		svcSpec{name: "own", class: ptr.To(ownClass)},
+		svcSpec{name: "aws", class: ptr.To(awsClass), labels: map[string]string{"canary": foreignCanary}},
+	)
+	g, hc, token := startGateBinary(t, "upgrade-hc", "--load-balancer-class="+ownClass)
+	base := g.Config.Host
+	for _, path := range []string{
+		"/api/v1/services?watch=true",
+		"/api/v1/namespaces/" + ns + "/services",
+		"/api/v1/namespaces/" + ns + "/services/aws",
+		"/api/v1/watch/nodes",
+		"/api/v1/nodes?watch=true",
+		"/api/v1/namespaces/" + ns + "/pods/p/exec?command=sh",
+	} {
+		for name, h := range upgradeHeaders {
+			t.Run(name+" "+path, func(t *testing.T) {
+				// a switched connection relayed raw stays open: read it for a while
+				ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				defer cancel()
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header.Set("Authorization", "Bearer "+token)
+				for k, vs := range h {
+					req.Header[k] = vs
+				}
+				resp, err := hc.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() { _ = resp.Body.Close() }()
+				body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+				if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(body), "not served") {
+					t.Fatalf("%s: answer %d, want the gate's refusal (403): %.300s", resp.Proto, resp.StatusCode, body)
+				}
+				if strings.Contains(string(body), foreignCanary) {
+					t.Fatalf("the refusal carries a Service outside the view: %.300s", body)
+				}
+			})
+		}
+	}
+
+	// HTTP/2 itself is no upgrade: a list over it shows the view.
+	h2 := &http.Client{Transport: hc.Transport.(*http.Transport).Clone()}
+	h2.Transport.(*http.Transport).ForceAttemptHTTP2 = true
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/api/v1/namespaces/"+ns+"/services", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := h2.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.ProtoMajor != 2 || resp.StatusCode != http.StatusOK || strings.Contains(string(body), foreignCanary) || !strings.Contains(string(body), `"own"`) {
+		t.Fatalf("HTTP/2 list: %s %d: %.300s", resp.Proto, resp.StatusCode, body)
 	}
 }

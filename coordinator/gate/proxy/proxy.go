@@ -249,6 +249,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.refuse(w, r, rt, badRequest(err))
 		return
 	}
+	if why := upgradeRequest(r); why != "" {
+		p.refuseUpgrade(w, r, rt, why)
+		return
+	}
 	if p.cfg.Credentials == OwnCredentials {
 		for k := range r.Header {
 			if credentialHeader(k) {
@@ -447,6 +451,11 @@ func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, err error
 		return // the client went away (a watch ended): nothing to answer
 	}
 	p.metrics.requests.WithLabelValues("upstream", decisionError).Inc()
+	if errors.Is(err, errUndecodedAnswer) {
+		p.log.Info("refused the API server's answer", "method", r.Method, "path", r.URL.Path, "reason", err.Error())
+		writeStatus(w, undecodedAnswer(err))
+		return
+	}
 	p.log.Error(err, "API server request failed", "method", r.Method, "path", r.URL.Path)
 	writeStatus(w, badGateway(err))
 }

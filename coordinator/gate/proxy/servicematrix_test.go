@@ -48,10 +48,49 @@ const (
 type matrixRequest struct {
 	path, accept string
 	query        url.Values
+	// upgrade names the protocol switch the request asks for (upgradeHeaders);
+	// the gate must refuse it.
+	upgrade string
 }
 
 func (r matrixRequest) String() string {
+	if r.upgrade != "" {
+		return fmt.Sprintf("%s?%s (%s, %s)", r.path, r.query.Encode(), r.accept, r.upgrade)
+	}
 	return fmt.Sprintf("%s?%s (%s)", r.path, r.query.Encode(), r.accept)
+}
+
+// upgradeHeaders are the headers of each protocol switch a client can ask
+// for: a WebSocket watch (as kubectl and client-go's WebSocket clients send
+// it, with the API server's base64 subprotocol), SPDY, an h2c upgrade, and a
+// bare "Connection: upgrade".
+var upgradeHeaders = map[string]http.Header{
+	"websocket": {"Connection": {"Upgrade"}, "Upgrade": {"websocket"}, "Sec-Websocket-Version": {"13"},
+		"Sec-Websocket-Key": {"dGhlIHNhbXBsZSBub25jZQ=="}, "Sec-Websocket-Protocol": {"base64.binary.k8s.io"}},
+	"spdy":               {"Connection": {"Upgrade"}, "Upgrade": {"SPDY/3.1"}, "X-Stream-Protocol-Version": {"v4.channel.k8s.io"}},
+	"h2c":                {"Connection": {"Upgrade, HTTP2-Settings"}, "Upgrade": {"h2c"}, "Http2-Settings": {"AAMAAABkAARAAAAAAAIAAAAA"}},
+	"connection-upgrade": {"Connection": {"keep-alive, upgrade"}},
+}
+
+// upgradeMatrix is a list and a watch of every Service path, each with every
+// protocol switch of upgradeHeaders (security round three, hole 3: the API
+// server serves watches over WebSocket, and a 101 relayed raw would carry
+// every Service).
+func upgradeMatrix() []matrixRequest {
+	var out []matrixRequest
+	for _, path := range []string{"/api/v1/services", "/api/v1/namespaces/" + matrixNS + "/services", "/api/v1/watch/services",
+		"/api/v1/namespaces/" + matrixNS + "/services/foreign-aws"} {
+		for _, w := range []string{"", "true"} {
+			for up := range upgradeHeaders {
+				q := url.Values{}
+				if w != "" && !strings.Contains(path, "/watch/") && !strings.HasSuffix(path, "foreign-aws") {
+					q.Set("watch", w)
+				}
+				out = append(out, matrixRequest{path: path, accept: "application/json", query: q, upgrade: up})
+			}
+		}
+	}
+	return out
 }
 
 // watches reports whether the request is a watch (the API server's reading
@@ -179,7 +218,7 @@ func TestServiceViewMatrix(t *testing.T) {
 	}
 	rvCurrent := l.ResourceVersion
 
-	reqs := serviceMatrix(rvOld, rvCurrent)
+	reqs := append(serviceMatrix(rvOld, rvCurrent), upgradeMatrix()...)
 	answers := make([]*matrixAnswer, len(reqs))
 	var opened, done sync.WaitGroup
 	for i, r := range reqs {
@@ -218,7 +257,7 @@ func TestServiceViewMatrix(t *testing.T) {
 	}
 	t.Logf("answers by status: %v", seen)
 	// The matrix must have exercised what it is for.
-	if seen["watch 200"] == 0 || seen["list 200"] == 0 {
+	if seen["watch 200"] == 0 || seen["list 200"] == 0 || seen["upgrade 403"] == 0 {
 		t.Fatalf("no successful watches or lists: %v", seen)
 	}
 }
@@ -239,6 +278,9 @@ func (a *matrixAnswer) fetch(ctx context.Context, base, token string, opened *sy
 		}
 		req.Header.Set("Accept", a.req.accept)
 		req.Header.Set("Authorization", "Bearer "+token)
+		for k, vs := range upgradeHeaders[a.req.upgrade] {
+			req.Header[k] = vs
+		}
 		if resp, err = http.DefaultClient.Do(req); err != nil {
 			a.err = err
 			return
@@ -259,6 +301,12 @@ func (a *matrixAnswer) fetch(ctx context.Context, base, token string, opened *sy
 	defer func() { a.body = raw.Bytes() }()
 	body := io.TeeReader(resp.Body, &raw)
 	if !a.req.watches() || a.code != http.StatusOK {
+		if a.code == http.StatusSwitchingProtocols {
+			// whatever comes through the switched connection, for a while
+			rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+			defer rcancel()
+			go func() { <-rctx.Done(); _ = resp.Body.Close() }()
+		}
 		_, a.err = io.ReadAll(body)
 		return
 	}
@@ -297,6 +345,13 @@ func (a *matrixAnswer) check(t *testing.T, seen map[string]int, rvOld string) {
 		if bytes.Contains(a.body, []byte(c)) {
 			t.Errorf("%s: answer %d carries %q: %s", a.req, a.code, c, printable(a.body))
 		}
+	}
+	if a.req.upgrade != "" {
+		seen[fmt.Sprintf("upgrade %d", a.code)]++
+		if a.code != http.StatusForbidden || !bytes.Contains(a.body, []byte("not served")) {
+			t.Errorf("%s: answer %d, want the gate's refusal (403): %s", a.req, a.code, printable(a.body))
+		}
+		return
 	}
 	if a.code != http.StatusOK {
 		return

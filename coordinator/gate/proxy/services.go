@@ -211,9 +211,17 @@ func prepareServiceRequest(r *http.Request, a *serviceAnswer) {
 
 // modifyResponse filters the API server's answer to a Service request.
 func (p *Proxy) modifyResponse(resp *http.Response) error {
+	if err := switchesProtocols(resp); err != nil {
+		return err // on every route
+	}
 	a, ok := resp.Request.Context().Value(serviceAnswerKey{}).(*serviceAnswer)
 	if !ok {
 		return nil
+	}
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated && resp.StatusCode < http.StatusBadRequest {
+		// neither a Service (list, watch) the view reads nor the API
+		// server's error answer: nothing is relayed raw
+		return fmt.Errorf("%w: %s to a Service request", errUndecodedAnswer, resp.Status)
 	}
 	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated {
 		if a.mode == serviceGet {

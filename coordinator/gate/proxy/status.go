@@ -111,6 +111,16 @@ func badGateway(err error) metav1.Status {
 	}
 }
 
+// undecodedAnswer replaces an answer of the API server the gate does not
+// relay (errUndecodedAnswer).
+func undecodedAnswer(err error) metav1.Status {
+	return metav1.Status{
+		Code:    http.StatusBadGateway,
+		Reason:  metav1.StatusReasonInternalError,
+		Message: "ccm-gate: " + err.Error(),
+	}
+}
+
 // unauthorized answers a request without the gate's client token.
 func unauthorized() metav1.Status {
 	return apierrors.NewUnauthorized("ccm-gate: this proxy accepts only its pod's client token").ErrStatus

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hybrid-ccm/hybrid-ccm/cmd/hybridctl/internal/doctor"
 )
@@ -40,14 +41,7 @@ func newDoctorCommand() *cobra.Command {
 			if (opts.Component == "") != (opts.Namespace == "") {
 				return errors.New("--component and --namespace go together")
 			}
-			rules := clientcmd.NewDefaultClientConfigLoadingRules()
-			rules.ExplicitPath = kubeconfig
-			cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
-				&clientcmd.ConfigOverrides{CurrentContext: kubeContext}).ClientConfig()
-			if err != nil {
-				return fmt.Errorf("kubeconfig: %w", err)
-			}
-			c, err := doctor.NewClient(cfg)
+			c, err := newClient(kubeconfig, kubeContext)
 			if err != nil {
 				return err
 			}
@@ -115,4 +109,17 @@ func newDoctorCommand() *cobra.Command {
 	fs.StringVarP(&opts.Namespace, "namespace", "n", "", "with --component: the namespace of its controller")
 	fs.DurationVar(&opts.CSRPendingAfter, "csr-pending-after", opts.CSRPendingAfter, "report kubelet-serving CSRs undecided after this long")
 	return cmd
+}
+
+// newClient is a client for the cluster of a kubeconfig file (default:
+// $KUBECONFIG, ~/.kube/config, else in a pod its ServiceAccount) and context.
+func newClient(kubeconfig, kubeContext string) (client.Client, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
+		&clientcmd.ConfigOverrides{CurrentContext: kubeContext}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	return doctor.NewClient(cfg)
 }

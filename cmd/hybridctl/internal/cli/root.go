@@ -29,6 +29,7 @@ func NewRootCommand() *cobra.Command {
 		newTransformCommand(),
 		newDemoCommand(),
 		newDoctorCommand(),
+		newCleanupCommand(),
 		newVersionCommand(),
 	)
 	root.Version = version.Version

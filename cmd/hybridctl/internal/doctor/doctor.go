@@ -75,6 +75,11 @@ const (
 	CheckPublishedSvc    = "PublishingServiceInCoordinatorNamespace"
 	CheckPodSecurity     = "CoordinatorNamespacePodSecurity"
 	CheckUnowned         = "NodesInNoDomain"
+	// CheckReleaseRecord: a Helm release record in the coordinator's
+	// namespace holds what a native CCM release never does (a hook, a kind
+	// the native-ccm chart never renders, an object elsewhere): the
+	// coordinator wrote it, and whoever runs Helm on it runs that.
+	CheckReleaseRecord = "SuspiciousReleaseRecord"
 )
 
 // Finding is one problem.
@@ -356,7 +361,41 @@ func (r *Report) checkAll(ctx context.Context, c client.Client, ns string, nccms
 	if err := r.checkCoordinatorNamespace(ctx, c, ns); err != nil {
 		return err
 	}
+	if err := r.checkReleaseRecords(ctx, c, ns); err != nil {
+		return err
+	}
 	r.checkForeignNodeLabels(list.Items, nodes)
+	return nil
+}
+
+// checkReleaseRecords reads every Helm release record of the coordinator's
+// namespace ns (release.RecordProblems): records the coordinator writes are
+// never trusted input for anyone else's Helm.
+func (r *Report) checkReleaseRecords(ctx context.Context, c client.Client, ns string) error {
+	if ns == "" {
+		return nil
+	}
+	var secrets corev1.SecretList
+	err := c.List(ctx, &secrets, client.InNamespace(ns), client.MatchingLabels{release.StorageOwnerLabel: release.StorageOwner})
+	switch {
+	case isForbidden(err):
+		r.Notes = append(r.Notes, "cannot list Secrets of "+ns+": Helm release records not checked")
+		return nil
+	case err != nil:
+		return fmt.Errorf("list release records: %w", err)
+	}
+	for i := range secrets.Items {
+		s := &secrets.Items[i]
+		if s.Type != release.HelmStorageType {
+			continue
+		}
+		for _, p := range release.RecordProblems(s) {
+			r.add(CheckReleaseRecord, "secret/"+ns+"/"+s.Name,
+				fmt.Sprintf("run no Helm command on it; remove the release with hybridctl cleanup native-ccm %s -n %s and find out who wrote the record",
+					strings.TrimPrefix(s.Labels[release.StorageNameLabel], v1.ReleasePrefix), ns),
+				"%s", p)
+		}
+	}
 	return nil
 }
 

@@ -385,6 +385,26 @@ func TestDoctorFence(t *testing.T) {
 	}
 }
 
+// fencedNamespace returns an admin client, with the fence of the
+// coordinator's namespace installed and the namespace (TestDoctor's, or new).
+func fencedNamespace(t *testing.T) (client.Client, corev1.Namespace) {
+	t.Helper()
+	ctx := context.Background()
+	c, err := doctor.NewClient(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gate.EnsureFence(ctx, c, gate.Fence{Namespace: coordinatorNS}); err != nil {
+		t.Fatal(err)
+	}
+	var ns corev1.Namespace
+	if err := c.Get(ctx, client.ObjectKey{Name: coordinatorNS}, &ns); err != nil {
+		ns = corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: coordinatorNS}}
+		create(t, c, &ns)
+	}
+	return c, ns
+}
+
 // coordinatorPolicy is the coordinator's admission policy as the
 // ccm-coordinator chart renders it with values.
 func coordinatorPolicy(t *testing.T, values map[string]any) *admissionregistrationv1.ValidatingAdmissionPolicy {
@@ -422,19 +442,8 @@ func coordinatorPolicy(t *testing.T, values map[string]any) *admissionregistrati
 // policy as its chart renders it) is not.
 func TestDoctorCoordinatorNamespace(t *testing.T) {
 	ctx := context.Background()
-	c, err := doctor.NewClient(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := gate.EnsureFence(ctx, c, gate.Fence{Namespace: coordinatorNS}); err != nil {
-		t.Fatal(err)
-	}
 	// the namespace (TestDoctor's, or new), for now without Pod Security
-	var ns corev1.Namespace
-	if err := c.Get(ctx, client.ObjectKey{Name: coordinatorNS}, &ns); err != nil {
-		ns = corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: coordinatorNS}}
-		create(t, c, &ns)
-	}
+	c, ns := fencedNamespace(t)
 	labels := ns.Labels
 	ns.Labels = nil
 	if err := c.Update(ctx, &ns); err != nil {
