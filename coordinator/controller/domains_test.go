@@ -204,10 +204,11 @@ func TestInstalledCCMKeptToItsRegion(t *testing.T) {
 		args := strings.Join(gateArgs(d), " ")
 		return strings.Contains(args, "--domain-selector="+regionLabel+" in (eu-west-1)"), args
 	})
-	obj = waitCondition(t, platform, meta.ReadyCondition, metav1.ConditionTrue, "")
-	if obj.Status.Release == nil || obj.Status.Release.Revision <= revision || obj.Status.Nodes != 1 {
-		t.Fatalf("release %+v, nodes %d: want an upgrade of the same release, one node in its view", obj.Status.Release, obj.Status.Nodes)
-	}
+	eventually(t, "the same release upgraded, one node in its view", func() (bool, string) {
+		obj = getNativeCCM(t, platform)
+		return obj.Status.Release != nil && obj.Status.Release.Revision > revision && obj.Status.Nodes == 1 && conditions.IsReady(obj),
+			fmt.Sprintf("release %+v, nodes %d, ready %v", obj.Status.Release, obj.Status.Nodes, conditions.IsReady(obj))
+	})
 	if ok, seen := hasEvent(t, platform, v1.DomainSpansBoundaryReason); !ok {
 		t.Fatalf("no %s event: %s", v1.DomainSpansBoundaryReason, seen)
 	}
