@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -26,6 +27,10 @@ type AddressHolders interface {
 // nodesByAddress indexes Nodes by their status.addresses and their name
 // (facts.AddressKey): the nodes that claim an address.
 const nodesByAddress = "node-csr-approval/nodes-by-address"
+
+// uninitializedClaimWait is how long a SAN another node lists while it is
+// not initialized yet postpones a CSR.
+const uninitializedClaimWait = 15 * time.Minute
 
 func indexNodesByAddress(obj any) ([]string, error) {
 	n, ok := obj.(*corev1.Node)
@@ -95,6 +100,14 @@ func (c *Controller) exclusive(node *corev1.Node, x *x509.CertificateRequest) De
 			if holders != nil && Initialized(other) && !holders.Looked(other.Name) {
 				return Decision{Action: Retry, Reason: ReasonAddressClaimedByOtherNode,
 					Message: fmt.Sprintf("SAN %s is listed by node %q, whose addresses talos-ccm has not read since it started", clip(key), other.Name)}
+			}
+			// A node that joined and is not initialized yet may be the SAN's
+			// owner, whose facts talos-ccm reads when it initializes it: the
+			// first to ask must not take its address. Bounded, so that a node
+			// kept uninitialized cannot hold other nodes' certificates back.
+			if !Initialized(other) && time.Since(other.CreationTimestamp.Time) < uninitializedClaimWait {
+				return Decision{Action: Retry, Reason: ReasonAddressClaimedByOtherNode,
+					Message: fmt.Sprintf("SAN %s is listed by node %q, which talos-ccm has not initialized yet", clip(key), other.Name)}
 			}
 		}
 	}

@@ -243,8 +243,18 @@ func checkNode(req *request, node *corev1.Node, established []corev1.NodeAddress
 		}
 	}
 	for _, n := range req.x509.DNSNames {
-		if !dns[n] && !underSuffix(n, opts.AllowedDNSSuffixes) {
+		if underSuffix(n, opts.AllowedDNSSuffixes) {
+			continue
+		}
+		if !dns[n] {
 			return deny(ReasonDNSNameNotEstablished, "DNS SAN %q is neither the node name nor a hostname or DNS name talos-ccm established for node %q", clip(n), node.Name)
+		}
+		// What a node's Talos API says its DNS names are comes from the node
+		// (root there can make any platform's metadata say anything): a name
+		// counts only as the node's own name, alone or with a domain, on
+		// every platform. Others need --csr-allowed-dns-suffixes.
+		if first, _, _ := strings.Cut(n, "."); !strings.EqualFold(first, node.Name) {
+			return deny(ReasonDNSNameNotEstablished, "DNS SAN %q of node %q is not the node's own name with a domain: a DNS name from a node's metadata counts only as <node name>.<domain> (its Talos API may say anything); allow other domains with --csr-allowed-dns-suffixes", clip(n), node.Name)
 		}
 	}
 	return Decision{Action: Approve, Reason: ReasonNodeIdentityVerified,

@@ -49,7 +49,8 @@ var DefaultReservedIngressCIDRs = []string{"10.96.0.0/12", "10.244.0.0/16"}
 
 // Ingress is what the fence knows about load-balancer ingress IPs.
 type Ingress struct {
-	// Reserved are never an ingress IP: the cluster's Service and pod CIDRs.
+	// Reserved are never an ingress IP: the cluster's Service, pod and node
+	// CIDRs.
 	// Nil: DefaultReservedIngressCIDRs.
 	Reserved []string
 	// Ranges maps a NativeCCM to the CIDRs its cloud allocates load-balancer
@@ -138,7 +139,7 @@ func copyIngress(want, installed *admissionregistrationv1.ValidatingAdmissionPol
 // the chart's values, as FenceTemplate does the prefix table.
 func ingressTemplate(spec []byte) ([]byte, error) {
 	for _, r := range []struct{ placeholder, template string }{
-		{digestReservedIngress, "{{ concat (.Values.clusterNetwork.serviceCIDRs | default list) (.Values.clusterNetwork.podCIDRs | default list) | uniq | sortAlpha | toJson | toJson }}"},
+		{digestReservedIngress, "{{ concat (.Values.clusterNetwork.serviceCIDRs | default list) (.Values.clusterNetwork.podCIDRs | default list) (.Values.clusterNetwork.nodeCIDRs | default list) | uniq | sortAlpha | toJson | toJson }}"},
 		{digestIngressRanges, "{{ .Values.loadBalancerIngressCIDRs | default dict | toJson | toJson }}"},
 	} {
 		quoted := []byte("expression: '" + r.placeholder + "'")
