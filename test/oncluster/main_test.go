@@ -43,14 +43,15 @@ var (
 
 // machines of the fleet: two control-plane machines (bare metal, where the
 // product's pods run: talos-ccm's leader and its standby use the host's
-// network, one per machine), two aws instances (TestOperations terminates
-// one), an hcloud server (TestOperations deletes it), a gcp instance and a
-// second metal machine.
+// network, one per machine), two aws instances in two regions, each owned by
+// its region's NativeCCM (TestOperations terminates the second), an hcloud
+// server (TestOperations deletes it), a gcp instance and a second metal
+// machine.
 var machines = []fleet.Machine{
 	{Name: "metal-cp", Platform: "metal", ControlPlane: true},
 	{Name: "metal-cp2", Platform: "metal", ControlPlane: true},
 	{Name: "aws-1", Platform: "aws", ProviderID: "aws:///eu-west-1a/i-0000000000000a001", Region: "eu-west-1", Zone: "eu-west-1a", InstanceType: "m5.large"},
-	{Name: "aws-2", Platform: "aws", ProviderID: "aws:///eu-west-1a/i-0000000000000a002", Region: "eu-west-1", Zone: "eu-west-1a", InstanceType: "m5.large"},
+	{Name: "aws-2", Platform: "aws", ProviderID: "aws:///us-east-1a/i-0000000000000a002", Region: "us-east-1", Zone: "us-east-1a", InstanceType: "m5.large"},
 	{Name: "hcloud-1", Platform: "hcloud", ProviderID: "hcloud://1001", Region: "fsn1", Zone: "fsn1-dc14", InstanceType: "cx22"},
 	{Name: "gcp-1", Platform: "gcp", ProviderID: "gce://prod/europe-west3-a/gcp-1", Region: "europe-west3", Zone: "europe-west3-a", InstanceType: "e2-small"},
 	{Name: "metal-2", Platform: "metal"},
