@@ -275,8 +275,10 @@ func TestInstallAsDocumented(t *testing.T) {
 	}
 	noAdminCredentials(t, ctx, pods)
 
-	// Nothing asked a cloud about a node not its own.
+	// Nothing asked a cloud about a node not its own, nor an aws region's
+	// endpoint about another region's node.
 	noForeignQuestions(t)
+	awsAskedInItsRegion(t, awsNodes)
 
 	// LoadBalancer Services: each of the hcloud and aws CCMs (their service
 	// controllers behind their gates) serves its own class, aws also those

@@ -8,12 +8,17 @@
 // and an image pull Secret for the product's images. It
 // asserts what the cluster does with it (nodes initialized, serving
 // certificates approved, native CCMs running gated with their security
-// contexts enforced, the real AWS CCM among them, holding no API credential,
-// renewing their leases without a restart; no pod of the product with an
-// admin credential; no cloud asked about another cloud's node; LoadBalancer
-// Services served by the cloud of their class, targeting only its nodes),
+// contexts enforced, the real AWS CCM among them — one per aws region, each
+// owning its region's node (a domain) with a cloud.conf of that region —,
+// holding no API credential, renewing their leases without a restart; no pod
+// of the product with an admin credential; no cloud asked about another
+// cloud's node, no aws region's endpoint about another region's; LoadBalancer
+// Services served by the cloud of their class, targeting only its domain's
+// nodes),
 // and then a cluster's daily operations: the API server restarted and
-// stopped, instances gone in their clouds and machines powered off, a node
+// stopped, instances gone in their clouds and machines powered off (each aws
+// region's CCM keeping its NotReady node while the instance runs, and only
+// the second region's deleting its node once that instance is gone), a node
 // rebooted, the talos-ccm leader lost, a native CCM's leader pod lost. Only
 // its tests hold code.
 package oncluster

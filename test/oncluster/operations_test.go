@@ -173,12 +173,13 @@ func TestOperations(t *testing.T) {
 		// NotReady after kube-controller-manager's node-monitor grace
 		// period (20 s); from then on each region's CCM asks its EC2
 		// endpoint about its node every monitor period (exists, shut down).
-		aws := map[string]string{"aws-1": awsRegion, "aws-2": awsRegion2}
+		off := time.Now()
 		seen := map[string]int{}
-		for name, region := range aws {
+		for name, region := range awsNodes {
 			waitNode(t, ctx, name, "NotReady", func(o *corev1.Node) bool { return !ready(o) })
 			seen[name] = ec2Asked(name, region)
 		}
+		notReady := time.Now()
 		var missing []string
 		if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 			missing = missingNodes(t, ctx, untouched)
@@ -190,8 +191,10 @@ func TestOperations(t *testing.T) {
 		if len(missing) > 0 {
 			t.Fatalf("nodes %v deleted while their instances run; the clouds were asked %+v", missing, clouds.Questions())
 		}
-		t.Logf("NotReady for three monitor periods of their CCMs, not deleted: aws-1 (%s, asked %d times), aws-2 (%s, asked %d times)",
+		t.Logf("NotReady %s after the power-off, then for three monitor periods of their CCMs (%s), not deleted: aws-1 (%s, asked %d times), aws-2 (%s, asked %d times)",
+			notReady.Sub(off).Round(time.Second), time.Since(notReady).Round(time.Second),
 			awsRegion, ec2Asked("aws-1", awsRegion)-seen["aws-1"], awsRegion2, ec2Asked("aws-2", awsRegion2)-seen["aws-2"])
+		terminated := time.Now()
 
 		if err := clouds.Terminate("aws-2"); err != nil {
 			t.Fatal(err)
@@ -207,6 +210,7 @@ func TestOperations(t *testing.T) {
 				t.Fatalf("node %s of the gone instance was not deleted; the clouds were asked %+v", name, clouds.Questions())
 			}
 		}
+		t.Logf("aws-2 deleted %s after its instance was terminated", time.Since(terminated).Round(time.Second))
 		// The other powered-off nodes are NotReady as long; none is deleted.
 		for _, name := range []string{"metal-2", "gcp-1"} {
 			waitNode(t, ctx, name, "NotReady", func(o *corev1.Node) bool { return !ready(o) })
@@ -222,7 +226,7 @@ func TestOperations(t *testing.T) {
 			}
 		}
 		noForeignQuestions(t)
-		awsAskedInItsRegion(t, aws)
+		awsAskedInItsRegion(t, awsNodes)
 		deletedBy(t, ctx, "aws-2", awsCCM2, awsCCM)
 		for _, name := range []string{"metal-2", "gcp-1", "aws-1"} {
 			if err := f.PowerOn(ctx, name); err != nil {
@@ -589,6 +593,9 @@ func conditionText(o *v1alpha1.NativeCCM, ctype string) string {
 	}
 	return ""
 }
+
+// awsNodes are the aws machines' regions.
+var awsNodes = map[string]string{"aws-1": awsRegion, "aws-2": awsRegion2}
 
 // missingNodes are the nodes of uids (name → UID) deleted or replaced.
 func missingNodes(t *testing.T, ctx context.Context, uids map[string]types.UID) []string {
