@@ -369,8 +369,8 @@ func Run(ctx context.Context, o Options) (err error) {
 		st.probes, st.outage, st.questions = probes, outage, clouds.Questions()
 		st.lbs = clouds.AllLoadBalancers()
 		if st.ready() && probes == nil {
-			v.step(fmt.Sprintf("the hcloud CCM's identity tries to delete %s (what an ungated Hetzner CCM does to a node it cannot find), the %s CCM's %s of %s (what an ungated AWS CCM of one region does to another region's node)",
-				terminatedAWS, awsCCM, otherRegionAWS, awsRegion2))
+			v.step(fmt.Sprintf("the hcloud CCM's identity tries to delete %s (what an ungated Hetzner CCM does to a node it cannot find), the %s CCM's identity %s, a node of %s (what an ungated AWS CCM of one region does to another region's nodes)",
+				terminatedAWS, awsNative, otherRegionAWS, awsRegion2))
 			if probes, err = probeGate(ctx, f.Config, cc, cs, "hcloud-app-1", terminatedAWS, otherRegionAWS); err != nil {
 				return err
 			}

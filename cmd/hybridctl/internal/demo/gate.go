@@ -38,7 +38,7 @@ func probeGate(ctx context.Context, admin *rest.Config, cc client.Client, cs kub
 	// wait until the coordinator has found the fence and the grants in
 	// place (it records what the fence enforces in status.gate)
 	deadline := time.Now().Add(60 * time.Second)
-	for _, name := range []string{"hcloud", awsCCM} {
+	for _, name := range []string{"hcloud", awsNative} {
 		for {
 			var obj v1alpha1.NativeCCM
 			err := cc.Get(ctx, client.ObjectKey{Name: name}, &obj)
@@ -55,7 +55,7 @@ func probeGate(ctx context.Context, admin *rest.Config, cc client.Client, cs kub
 	if err != nil {
 		return nil, err
 	}
-	aws, err := impersonate(admin, awsCCM)
+	aws, err := impersonate(admin, awsNative)
 	if err != nil {
 		return nil, err
 	}

@@ -210,8 +210,8 @@ var demoClouds = []struct {
 	lb *v1alpha1.LoadBalancers
 }{
 	// cloud.conf: added by createNativeCCMs (the fake EC2's region endpoint)
-	{awsCCM, "aws", "aws-ccm-" + awsRegion, map[string]string{"access-key-id": "AKIADEMO", "secret-access-key": "demo"}, awsRegion, &v1alpha1.LoadBalancers{Enabled: true}},
-	{awsCCM2, "aws", "aws-ccm-" + awsRegion2, map[string]string{"access-key-id": "AKIADEMO", "secret-access-key": "demo"}, awsRegion2, nil},
+	{awsNative, "aws", "aws-ccm-" + awsRegion, map[string]string{"access-key-id": "AKIADEMO", "secret-access-key": "demo"}, awsRegion, &v1alpha1.LoadBalancers{Enabled: true}},
+	{awsNative2, "aws", "aws-ccm-" + awsRegion2, map[string]string{"access-key-id": "AKIADEMO", "secret-access-key": "demo"}, awsRegion2, nil},
 	{"gcp", "gcp", "gcp-ccm", map[string]string{"credentials.json": "{}", "gce.conf": "[global]\nproject-id=hybrid-demo\n"}, "",
 		&v1alpha1.LoadBalancers{Enabled: true, Default: true}},
 	{"hcloud", "hcloud", "hcloud", map[string]string{"token": "demo-token"}, "", &v1alpha1.LoadBalancers{Enabled: true}},
@@ -219,8 +219,8 @@ var demoClouds = []struct {
 
 // The NativeCCMs of the two aws regions.
 const (
-	awsCCM  = "aws-" + awsRegion
-	awsCCM2 = "aws-" + awsRegion2
+	awsNative  = "aws-" + awsRegion
+	awsNative2 = "aws-" + awsRegion2
 )
 
 // nativeNames are the names of demoClouds.

@@ -286,7 +286,7 @@ func (s *state) pending() string {
 		out += ", outage not started"
 	case s.outageHandled():
 		out += fmt.Sprintf("; outage: %s deleted by the hcloud CCM, %s deleted and %s tainted shutdown by the %s CCM, %s left alone",
-			goneHcloud, terminatedAWS, stoppedAWS, awsCCM, downMetal)
+			goneHcloud, terminatedAWS, stoppedAWS, awsNative, downMetal)
 	default:
 		out += "; outage: waiting for the native CCMs"
 	}
@@ -413,7 +413,7 @@ func (s *state) Check() error {
 		}
 	}
 	if len(s.probes) != 3 || s.probes[0].Allowed || !strings.Contains(s.probes[0].Message, fenceMessage) || !s.probes[1].Allowed ||
-		s.probes[2].Allowed || !strings.Contains(s.probes[2].Message, "outside the domain of NativeCCM "+awsCCM) {
+		s.probes[2].Allowed || !strings.Contains(s.probes[2].Message, "outside the domain of NativeCCM "+awsNative) {
 		errs = append(errs, fmt.Errorf("gate: want the other platform's and the other region's deletes denied by the fence and the own dry-run delete allowed, got %+v", s.probes))
 	}
 	// each aws region's NativeCCM owns its region's nodes: the first region's
@@ -421,7 +421,7 @@ func (s *state) Check() error {
 	for _, want := range []struct {
 		name  string
 		nodes int32
-	}{{awsCCM, 1}, {awsCCM2, 1}} {
+	}{{awsNative, 1}, {awsNative2, 1}} {
 		if i := slices.IndexFunc(s.natives, func(n v1alpha1.NativeCCM) bool { return n.Name == want.name }); i < 0 || s.natives[i].Status.Nodes != want.nodes {
 			errs = append(errs, fmt.Errorf("NativeCCM %s: want %d node(s) of its region", want.name, want.nodes))
 		}
