@@ -24,9 +24,13 @@ import (
 //
 //   - EC2 and Elastic Load Balancing (test/fakeec2), what the real AWS CCM
 //     asks through the [ServiceOverride] endpoints of AWSCloudConf: an
-//     instance per aws machine, running, with the instance ID of its
-//     metadata, its node's address and a private DNS name; a VPC subnet for
-//     load balancers and the nodes' security group, tagged for the cluster;
+//     instance per aws machine, running in its machine's region, with the
+//     instance ID of its metadata, its node's address and a private DNS
+//     name; per region a VPC subnet for load balancers and the nodes'
+//     security group, tagged for the cluster. Besides the region-less
+//     endpoint (EC2URL), each region of the aws machines has its own, as in
+//     AWS (AWSRegionURL, AWSRegionCloudConf): an instance is found only at
+//     its own region's;
 //   - the instance API of test/testccm (GET ?provider=&node=&providerID= →
 //     {"exists", "shutdown"}, TESTCCM_CLOUD_URL = TestCCMURL), which stands
 //     in for every other cloud: each cloud knows exactly its own platform's
@@ -45,6 +49,8 @@ type Clouds struct {
 
 	opts      CloudOptions
 	ec2URL    string
+	regions   []string          // aws: the default region, then the machines'
+	regionURL map[string]string // aws: region → its endpoint's base URL
 	cloudURL  string
 	servers   []*http.Server
 	providers map[string]string // --cloud-provider name → platform
@@ -60,21 +66,47 @@ type Clouds struct {
 
 // CloudOptions describe the clouds' side of AWS (cloud.conf [Global]).
 type CloudOptions struct {
-	// AWSRegion is the region of the aws machines (default: the first aws
-	// machine's, else eu-central-1).
+	// AWSRegion is the region of AWSCloudConf, and of aws machines that name
+	// none (default: the first aws machine's, else eu-central-1). Machines
+	// may live in other regions: each is an instance of its own.
 	AWSRegion string
 	// AWSClusterID is cloud.conf's KubernetesClusterID and the instances'
 	// kubernetes.io/cluster/<id> tag (default hybrid-ccm).
 	AWSClusterID string
 }
 
-// The AWS network every fleet's aws machines are in (cloud.conf names the VPC
-// and subnet).
+// The AWS network every fleet's aws machines of the default region
+// (CloudOptions.AWSRegion) are in (cloud.conf names the VPC and subnet); those
+// of another region are in that region's (AWSNetwork).
 const (
 	AWSVPC           = "vpc-0fleet"
 	AWSSubnet        = "subnet-0fleet"
 	AWSSecurityGroup = "sg-0fleetnodes"
 )
+
+// AWSNetwork returns the VPC, subnet and nodes' security group of the aws
+// machines of region: AWSVPC, AWSSubnet and AWSSecurityGroup for the default
+// region, for another those names suffixed with -<region> (VPCs are regional
+// in AWS).
+func (c *Clouds) AWSNetwork(region string) (vpc, subnet, securityGroup string) {
+	if region == c.opts.AWSRegion {
+		return AWSVPC, AWSSubnet, AWSSecurityGroup
+	}
+	return AWSVPC + "-" + region, AWSSubnet + "-" + region, AWSSecurityGroup + "-" + region
+}
+
+// awsRegion is the region an aws machine's instance lives in: its metadata's
+// region, else its zone's, else the default.
+func (c *Clouds) awsRegion(m Machine) string {
+	md := m.metadata()
+	if md.Region != "" {
+		return md.Region
+	}
+	if r := fakeec2.RegionOf(md.Zone); r != "" {
+		return r
+	}
+	return c.opts.AWSRegion
+}
 
 // StartClouds starts the fleet's clouds on the cluster's gateway. Stop them
 // with Close.
@@ -126,17 +158,27 @@ func newClouds(machines []Machine, ips map[string]string, opts CloudOptions) (*C
 		opts.AWSClusterID = "hybrid-ccm"
 	}
 	c.opts = opts
+	c.regions = []string{opts.AWSRegion}
+	for _, m := range machines {
+		if r := c.awsRegion(m); m.Platform == "aws" && !slices.Contains(c.regions, r) {
+			c.regions = append(c.regions, r)
+		}
+	}
 	owned := map[string]string{"kubernetes.io/cluster/" + opts.AWSClusterID: "owned"}
 	for _, m := range machines {
 		if err := c.putInstance(m, ips[m.Name]); err != nil {
 			return nil, err
 		}
 	}
-	// What the AWS CCM's Classic ELBs need: a public subnet for load
-	// balancers and the nodes' security group, tagged for the cluster.
-	c.EC2.PutSubnet(fakeec2.Subnet{ID: AWSSubnet, VPC: AWSVPC, Zone: opts.AWSRegion + "a", CIDR: "10.0.0.0/16", Public: true,
-		Tags: map[string]string{"kubernetes.io/cluster/" + opts.AWSClusterID: "shared", "kubernetes.io/role/elb": "1"}})
-	c.EC2.PutSecurityGroup(fakeec2.SecurityGroup{ID: AWSSecurityGroup, Name: opts.AWSClusterID + "-nodes", Description: "nodes", VPC: AWSVPC, Tags: owned})
+	// What the AWS CCM's Classic ELBs need, in each region: a public subnet
+	// for load balancers and the nodes' security group, tagged for the
+	// cluster.
+	for _, r := range c.regions {
+		vpc, subnet, sg := c.AWSNetwork(r)
+		c.EC2.PutSubnet(fakeec2.Subnet{ID: subnet, VPC: vpc, Zone: r + "a", CIDR: "10.0.0.0/16", Public: true,
+			Tags: map[string]string{"kubernetes.io/cluster/" + opts.AWSClusterID: "shared", "kubernetes.io/role/elb": "1"}})
+		c.EC2.PutSecurityGroup(fakeec2.SecurityGroup{ID: sg, Name: opts.AWSClusterID + "-nodes", Description: "nodes", VPC: vpc, Tags: owned})
+	}
 	return c, nil
 }
 
@@ -155,8 +197,8 @@ func (c *Clouds) add(m Machine, ip string) error {
 	return nil
 }
 
-// putInstance makes an aws machine (at address ip) an EC2 instance of the
-// fleet's VPC, running, tagged for the cluster (c.mu held or c not shared
+// putInstance makes an aws machine (at address ip) an EC2 instance of its
+// region's VPC (AWSNetwork), running, tagged for the cluster (c.mu held or c not shared
 // yet). Machines of other platforms need nothing: test/testccm's clouds
 // answer from c.machines.
 func (c *Clouds) putInstance(m Machine, ip string) error {
@@ -167,20 +209,29 @@ func (c *Clouds) putInstance(m Machine, ip string) error {
 	if md.InstanceID == "" || ip == "" {
 		return fmt.Errorf("fleet: clouds: aws machine %s has no instance ID or no address", m.Name)
 	}
-	dns := "ip-" + strings.ReplaceAll(ip, ".", "-") + "." + c.opts.AWSRegion + ".compute.internal"
-	c.EC2.Put(fakeec2.Instance{ID: md.InstanceID, State: fakeec2.Running, Zone: md.Zone, Type: md.InstanceType,
-		PrivateIP: ip, PrivateDNSName: dns, VPC: AWSVPC, Subnet: AWSSubnet, SecurityGroups: []string{AWSSecurityGroup},
+	region := c.awsRegion(m)
+	vpc, subnet, sg := c.AWSNetwork(region)
+	dns := "ip-" + strings.ReplaceAll(ip, ".", "-") + "." + region + ".compute.internal"
+	c.EC2.Put(fakeec2.Instance{ID: md.InstanceID, State: fakeec2.Running, Region: region, Zone: md.Zone, Type: md.InstanceType,
+		PrivateIP: ip, PrivateDNSName: dns, VPC: vpc, Subnet: subnet, SecurityGroups: []string{sg},
 		Tags: map[string]string{"kubernetes.io/cluster/" + c.opts.AWSClusterID: "owned"}})
 	c.instance[md.InstanceID], c.instance[dns] = m.Name, m.Name
 	return nil
 }
 
-// serve starts the two APIs on host (an address; ports are picked).
+// serve starts the two APIs on host (an address; ports are picked), and
+// each aws region's endpoint.
 func (c *Clouds) serve(host string) error {
-	for _, s := range []struct {
+	type api struct {
 		h   http.Handler
 		url *string
-	}{{c.EC2, &c.ec2URL}, {http.HandlerFunc(c.serveInstances), &c.cloudURL}} {
+	}
+	apis := []api{{c.EC2, &c.ec2URL}, {http.HandlerFunc(c.serveInstances), &c.cloudURL}}
+	urls := make([]string, len(c.regions))
+	for i, r := range c.regions {
+		apis = append(apis, api{c.EC2.Region(r), &urls[i]})
+	}
+	for _, s := range apis {
 		lis, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 		if err != nil {
 			return errors.Join(fmt.Errorf("fleet: clouds: %w", err), c.Close())
@@ -189,6 +240,10 @@ func (c *Clouds) serve(host string) error {
 		c.servers = append(c.servers, srv)
 		go func() { _ = srv.Serve(lis) }()
 		*s.url = "http://" + lis.Addr().String()
+	}
+	c.regionURL = map[string]string{}
+	for i, r := range c.regions {
+		c.regionURL[r] = urls[i]
 	}
 	return nil
 }
@@ -215,24 +270,48 @@ func (c *Clouds) TestCCMURL() string { return c.cloudURL }
 // /elasticloadbalancing, /sts, /kms).
 func (c *Clouds) EC2URL() string { return c.ec2URL }
 
+// AWSRegionURL is the base URL of one region's endpoint ("" for a region
+// no aws machine was in when the clouds started): what EC2 and its siblings
+// answer there is that region's alone (fakeec2's Region).
+func (c *Clouds) AWSRegionURL(region string) string { return c.regionURL[region] }
+
 // AWSRegion and AWSClusterID are cloud.conf's [Global] Region and
 // KubernetesClusterID.
 func (c *Clouds) AWSRegion() string    { return c.opts.AWSRegion }
 func (c *Clouds) AWSClusterID() string { return c.opts.AWSClusterID }
 
+// AWSRegions are the regions of the aws machines, the default (AWSRegion)
+// first.
+func (c *Clouds) AWSRegions() []string { return slices.Clone(c.regions) }
+
 // AWSCloudConf is the cloud.conf profiles/aws.yaml asks for off EC2, for the
 // aws credentials Secret: [Global] Region, VPC, SubnetID and
 // KubernetesClusterID (with all four the AWS CCM asks EC2 nothing at start
 // and never needs the metadata service), and every endpoint it could use
-// pointed at the fake, which records anything it does not answer.
-func (c *Clouds) AWSCloudConf() string {
+// pointed at the fake's region-less endpoint (EC2URL), which answers for
+// the region a request is signed for and records anything it does not
+// answer.
+func (c *Clouds) AWSCloudConf() string { return c.awsCloudConf(c.opts.AWSRegion, c.ec2URL) }
+
+// AWSRegionCloudConf is AWSCloudConf for one CCM of region: that region's
+// [Global] Region, VPC and subnet, and every endpoint pointed at that
+// region's (AWSRegionURL), as the AWS CCM resolves it for its Region.
+func (c *Clouds) AWSRegionCloudConf(region string) (string, error) {
+	url, ok := c.regionURL[region]
+	if !ok {
+		return "", fmt.Errorf("fleet: clouds: no aws machine in region %q (regions %v)", region, c.regions)
+	}
+	return c.awsCloudConf(region, url), nil
+}
+
+func (c *Clouds) awsCloudConf(region, url string) string {
 	var b strings.Builder
-	region := c.opts.AWSRegion
-	fmt.Fprintf(&b, "[Global]\nRegion = %s\nVPC = %s\nSubnetID = %s\nKubernetesClusterID = %s\n", region, AWSVPC, AWSSubnet, c.opts.AWSClusterID)
+	vpc, subnet, _ := c.AWSNetwork(region)
+	fmt.Fprintf(&b, "[Global]\nRegion = %s\nVPC = %s\nSubnetID = %s\nKubernetesClusterID = %s\n", region, vpc, subnet, c.opts.AWSClusterID)
 	for i, s := range []struct{ service, path string }{
 		{"EC2", "ec2"}, {"Elastic Load Balancing", "elasticloadbalancing"}, {"Elastic Load Balancing v2", "elasticloadbalancingv2"}, {"KMS", "kms"}, {"STS", "sts"},
 	} {
-		fmt.Fprintf(&b, "\n[ServiceOverride %q]\nService = %s\nRegion = %s\nURL = %s/%s\nSigningRegion = %s\n", fmt.Sprint(i+1), s.service, region, c.ec2URL, s.path, region)
+		fmt.Fprintf(&b, "\n[ServiceOverride %q]\nService = %s\nRegion = %s\nURL = %s/%s\nSigningRegion = %s\n", fmt.Sprint(i+1), s.service, region, url, s.path, region)
 	}
 	return b.String()
 }

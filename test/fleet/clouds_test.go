@@ -3,10 +3,12 @@ package fleet
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -130,25 +132,7 @@ func TestCloudsEC2(t *testing.T) {
 			t.Errorf("cloud.conf lacks %q:\n%s", want, conf)
 		}
 	}
-	describe := func(form url.Values) string {
-		form.Set("Action", "DescribeInstances")
-		form.Set("Version", "2016-11-15")
-		resp, err := http.PostForm(c.EC2URL()+"/ec2", form)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var b strings.Builder
-		buf := make([]byte, 4096)
-		for {
-			n, err := resp.Body.Read(buf)
-			b.Write(buf[:n])
-			if err != nil {
-				break
-			}
-		}
-		return b.String()
-	}
+	describe := func(form url.Values) string { return describeInstances(t, c.EC2URL(), form) }
 	if err := c.Terminate("aws-1"); err != nil {
 		t.Fatal(err)
 	}
@@ -167,6 +151,80 @@ func TestCloudsEC2(t *testing.T) {
 	}
 	if got["aws/aws-1"] != 1 || got["aws/aws-2"] != 1 {
 		t.Errorf("questions %v, want aws/aws-1 and aws/aws-2 once", got)
+	}
+}
+
+// describeInstances asks EC2 at base (unsigned) what the AWS CCM asks.
+func describeInstances(t *testing.T, base string, form url.Values) string {
+	t.Helper()
+	form.Set("Action", "DescribeInstances")
+	form.Set("Version", "2016-11-15")
+	resp, err := http.PostForm(base+"/ec2", form)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestCloudsEC2Regions: aws machines of two regions are instances of their
+// own region; each region has its endpoint, which finds only that region's
+// instances, and a cloud.conf pointing at it with that region's network.
+// The default region's cloud.conf is unchanged.
+func TestCloudsEC2Regions(t *testing.T) {
+	machines := []Machine{
+		{Name: "aws-eu", Platform: "aws", ProviderID: "aws:///eu-west-1a/i-0e1", Region: "eu-west-1", Zone: "eu-west-1a"},
+		{Name: "aws-us", Platform: "aws", ProviderID: "aws:///us-east-1a/i-0u1", Zone: "us-east-1a"},
+	}
+	c, err := newClouds(machines, map[string]string{"aws-eu": "10.99.0.11", "aws-us": "10.99.0.12"}, CloudOptions{AWSClusterID: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.serve("127.0.0.1"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if got := c.AWSRegions(); !slices.Equal(got, []string{"eu-west-1", "us-east-1"}) {
+		t.Fatalf("regions %v", got)
+	}
+	if !strings.Contains(c.AWSCloudConf(), "URL = "+c.EC2URL()+"/ec2") {
+		t.Errorf("the default cloud.conf does not point at the region-less endpoint:\n%s", c.AWSCloudConf())
+	}
+	for _, tc := range []struct{ region, mine, other, vpc, subnet string }{
+		{"eu-west-1", "i-0e1", "i-0u1", AWSVPC, AWSSubnet},
+		{"us-east-1", "i-0u1", "i-0e1", AWSVPC + "-us-east-1", AWSSubnet + "-us-east-1"},
+	} {
+		url := c.AWSRegionURL(tc.region)
+		conf, err := c.AWSRegionCloudConf(tc.region)
+		if err != nil || url == "" || url == c.EC2URL() {
+			t.Fatalf("region %s: endpoint %q, cloud.conf %v", tc.region, url, err)
+		}
+		for _, want := range []string{"Region = " + tc.region + "\n", "VPC = " + tc.vpc + "\n", "SubnetID = " + tc.subnet + "\n",
+			"URL = " + url + "/ec2\n", "SigningRegion = " + tc.region + "\n"} {
+			if !strings.Contains(conf, want) {
+				t.Errorf("region %s: cloud.conf lacks %q:\n%s", tc.region, want, conf)
+			}
+		}
+		if out := describeInstances(t, url, map[string][]string{"InstanceId.1": {tc.mine}}); !strings.Contains(out, tc.mine) {
+			t.Errorf("region %s does not find its instance %s: %s", tc.region, tc.mine, out)
+		}
+		if out := describeInstances(t, url, map[string][]string{"InstanceId.1": {tc.other}}); !strings.Contains(out, "InvalidInstanceID.NotFound") {
+			t.Errorf("region %s finds %s of the other region: %s", tc.region, tc.other, out)
+		}
+	}
+	if _, err := c.AWSRegionCloudConf("ap-south-1"); err == nil {
+		t.Error("a cloud.conf for a region without machines")
+	}
+	for _, call := range c.EC2.Calls() {
+		if want := map[string]string{"i-0e1": "eu-west-1", "i-0u1": "us-east-1"}; len(call.InstanceIDs) != 1 || call.Region == "" {
+			t.Errorf("call %s", call)
+		} else if call.Error == "" && call.Region != want[call.InstanceIDs[0]] {
+			t.Errorf("call %s answered at %s", call, call.Region)
+		}
 	}
 }
 

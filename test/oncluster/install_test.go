@@ -14,6 +14,7 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 	"github.com/hybrid-ccm/hybrid-ccm/charts/test/chartstest"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 	"github.com/hybrid-ccm/hybrid-ccm/test/fleet"
 	"github.com/hybrid-ccm/hybrid-ccm/test/fleet/fleetcheck"
@@ -39,10 +41,19 @@ const (
 	pullSecret = "release-registry"
 	awsRegion  = "eu-west-1"
 	awsCluster = "hybrid-test"
+	// awsRegion2 is the second aws region's (aws-2's).
+	awsRegion2 = "us-east-1"
+)
+
+// The NativeCCMs of the two aws regions (testdata/multi-cloud.yaml), each
+// owning its region's nodes.
+const (
+	awsCCM  = "aws-" + awsRegion
+	awsCCM2 = "aws-" + awsRegion2
 )
 
 // nativeCCMs are the NativeCCMs the install runs.
-var nativeCCMs = []string{"aws", "hcloud", "gcp"}
+var nativeCCMs = []string{awsCCM, awsCCM2, "hcloud", "gcp"}
 
 var (
 	// clouds are the fake cloud APIs the native CCMs ask (test/fleet's), on
@@ -91,8 +102,11 @@ func doInstall() (*fleet.Clouds, error) {
 		return cl, err
 	}
 	// The clouds' credentials, in the coordinator's namespace the chart made
-	// (docs/profiles.md names the keys).
+	// (docs/profiles.md names the keys); aws's one per region.
 	if err := fleetcheck.CredentialsSecrets(ctx, f, cl, ccmNamespace, true); err != nil {
+		return cl, err
+	}
+	if _, err := fleetcheck.AWSRegionSecrets(ctx, f, cl, ccmNamespace); err != nil {
 		return cl, err
 	}
 	// Talos answers the chart's talos.dev ServiceAccount with a Secret.
@@ -118,8 +132,8 @@ func installValues(cloudURL string) (map[string]any, error) {
 	}
 	// A standby behind talos-ccm's lease (TestOperations deletes the leader).
 	values["talos-ccm"].(map[string]any)["replicas"] = 2
-	for name, c := range values["clouds"].(map[string]any) {
-		if name == "aws" {
+	for _, c := range values["clouds"].(map[string]any) {
+		if c.(map[string]any)["platform"] == "aws" {
 			continue
 		}
 		c.(map[string]any)["overrides"] = map[string]any{"env": []any{map[string]any{"name": "TESTCCM_CLOUD_URL", "value": cloudURL}}}
@@ -180,17 +194,23 @@ func TestInstallAsDocumented(t *testing.T) {
 		}
 	}
 
-	// The coordinator installs each cloud's CCM; each becomes Ready: its
-	// release deployed and one of its pods holding its lease.
-	for _, name := range []string{"aws", "hcloud", "gcp"} {
+	// The coordinator installs each cloud's CCM, one per aws region; each
+	// becomes Ready: its release deployed and one of its own pods holding
+	// its own lease.
+	leases := map[string]string{}
+	for _, name := range nativeCCMs {
 		o := chartstest.WaitNativeCCMRunning(t, ctx, f.Config, name)
-		if !strings.HasPrefix(o.Status.Leader.Pod, "native-ccm-"+name) {
-			t.Errorf("NativeCCM %s: leader %+v, want a pod of native-ccm-%s", name, o.Status.Leader, name)
-		}
 		pod, err := f.Client.CoreV1().Pods(ccmNamespace).Get(ctx, o.Status.Leader.Pod, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
+		if rel := pod.Labels[release.NativeCCMLabel]; rel != "native-ccm-"+name || o.Status.Leader.Lease != ccmNamespace+"/native-ccm-"+name {
+			t.Errorf("NativeCCM %s: leader %+v, a pod of %q, want a pod of native-ccm-%s holding lease %s/native-ccm-%s", name, o.Status.Leader, rel, name, ccmNamespace, name)
+		}
+		if other, ok := leases[o.Status.Leader.Lease]; ok {
+			t.Errorf("NativeCCMs %s and %s share lease %s", other, name, o.Status.Leader.Lease)
+		}
+		leases[o.Status.Leader.Lease] = name
 		// containerd and runc enforce what the pod asks: no root, a
 		// read-only root filesystem, no privilege escalation, no capability.
 		for _, c := range pod.Spec.Containers {
@@ -210,6 +230,18 @@ func TestInstallAsDocumented(t *testing.T) {
 			restarts += int(cs.RestartCount)
 		}
 		t.Logf("NativeCCM %s: leader %s on %s, %d restarts", name, pod.Name, pod.Spec.NodeName, restarts)
+	}
+	// Each aws NativeCCM owns its region's node alone, and together they own
+	// every aws node.
+	for _, name := range []string{awsCCM, awsCCM2} {
+		var o *v1alpha1.NativeCCM
+		if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			o = chartstest.NativeCCM(t, ctx, f.Config, name)
+			return apimeta.IsStatusConditionTrue(o.Status.Conditions, v1alpha1.NodesOwnedCondition) && o.Status.Nodes == 1, nil
+		}); err != nil {
+			t.Errorf("NativeCCM %s: %d nodes, NodesOwned %+v; want its region's one node, every aws node owned", name, o.Status.Nodes,
+				apimeta.FindStatusCondition(o.Status.Conditions, v1alpha1.NodesOwnedCondition))
+		}
 	}
 	// Every native CCM pod reached Ready without a restart of any container:
 	// the gate holds the CCM back until its release's RBAC is in effect
@@ -250,6 +282,9 @@ func TestInstallAsDocumented(t *testing.T) {
 	// controllers behind their gates) serves its own class, aws also those
 	// without a class; each load balancer targets only its cloud's nodes.
 	t.Run("LoadBalancers", func(t *testing.T) { loadBalancers(t, ctx) })
+	// Every EC2 call so far (the load balancers') went to the endpoint of
+	// the region of the nodes it names.
+	awsAskedInItsRegion(t, awsNodes)
 
 	// Metrics, scraped as docs/operations.md says.
 	t.Run("Metrics", func(t *testing.T) { scrapeMetrics(t, ctx) })

@@ -22,10 +22,11 @@ import (
 const lbNamespace = "shop"
 
 // loadBalancers creates LoadBalancer Services of each class the install
-// serves (testdata/multi-cloud.yaml: hcloud and aws serve load balancers,
-// aws also Services without a class; gcp serves none) and checks what the
-// clouds built: one load balancer per served Service, in the cloud of its
-// class, its address on the Service, targeting exactly that cloud's nodes
+// serves (testdata/multi-cloud.yaml: hcloud and the first aws region's CCM
+// serve load balancers, that one also Services without a class; gcp serves
+// none) and checks what the clouds built: one load balancer per served
+// Service, in the cloud of its class, its address on the Service, targeting
+// exactly the nodes of the domain of the CCM that serves it
 // (the real AWS CCM a Classic ELB in the fake EC2 with the nodes'
 // instances, the hcloud stand-in one of test/fakelb); a Service of a class
 // nobody serves untouched; deleting a Service removes its load balancer and
@@ -37,13 +38,14 @@ func loadBalancers(t *testing.T, ctx context.Context) {
 	services := []struct {
 		name  string
 		class *string
-		// cloud is the provider that must serve it ("" none), platform
-		// the nodes its load balancer targets.
-		cloud, platform string
+		// cloud is the provider that must serve it ("" none), nodes the
+		// selector of the nodes its load balancer targets: its CCM's
+		// domain (aws: the first region's NativeCCM serves the class).
+		cloud, nodes string
 	}{
-		{"web-hcloud", ptr.To("hybridccm.io/hcloud"), "hcloud", "hcloud"},
-		{"web-aws", ptr.To("hybridccm.io/aws"), "aws", "aws"},
-		{"web-default", nil, "aws", "aws"},
+		{"web-hcloud", ptr.To("hybridccm.io/hcloud"), "hcloud", names.PlatformLabel + "=hcloud"},
+		{"web-aws", ptr.To("hybridccm.io/aws"), "aws", awsDomain},
+		{"web-default", nil, "aws", awsDomain},
 		// gcp's NativeCCM has no load balancers: nobody serves its class
 		{"web-gcp", ptr.To("hybridccm.io/gcp"), "", ""},
 	}
@@ -59,7 +61,7 @@ func loadBalancers(t *testing.T, ctx context.Context) {
 		if s.cloud == "" {
 			continue
 		}
-		want := nodesOf(t, ctx, s.platform)
+		want := nodesOf(t, ctx, s.nodes)
 		var got *corev1.Service
 		var lb fakelb.LoadBalancer
 		// Targets seen at any time that are not the cloud's nodes: a
@@ -92,7 +94,7 @@ func loadBalancers(t *testing.T, ctx context.Context) {
 			t.Errorf("Service %s is served by the %s cloud, want %s", s.name, lb.Provider, s.cloud)
 		}
 		if len(foreign) > 0 {
-			t.Errorf("Service %s: its load balancer targeted %v, not %s nodes", s.name, foreign, s.platform)
+			t.Errorf("Service %s: its load balancer targeted %v, not nodes %s", s.name, foreign, s.nodes)
 		}
 		if !slices.Contains(got.Finalizers, gate.LoadBalancerCleanupFinalizer) {
 			t.Errorf("Service %s finalizers %v", s.name, got.Finalizers)
@@ -138,10 +140,13 @@ func loadBalancers(t *testing.T, ctx context.Context) {
 	}
 }
 
-// nodesOf are the names of the nodes of a platform, sorted.
-func nodesOf(t *testing.T, ctx context.Context, platform string) []string {
+// awsDomain selects the nodes of the first aws region's NativeCCM.
+var awsDomain = fmt.Sprintf("%s=aws,%s=%s", names.PlatformLabel, corev1.LabelTopologyRegion, awsRegion)
+
+// nodesOf are the names of the nodes a label selector selects, sorted.
+func nodesOf(t *testing.T, ctx context.Context, selector string) []string {
 	t.Helper()
-	list, err := f.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: fmt.Sprintf("%s=%s", names.PlatformLabel, platform)})
+	list, err := f.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +156,7 @@ func nodesOf(t *testing.T, ctx context.Context, platform string) []string {
 	}
 	slices.Sort(out)
 	if len(out) == 0 {
-		t.Fatalf("no %s node", platform)
+		t.Fatalf("no node %s", selector)
 	}
 	return out
 }

@@ -8,12 +8,17 @@
 // and an image pull Secret for the product's images. It
 // asserts what the cluster does with it (nodes initialized, serving
 // certificates approved, native CCMs running gated with their security
-// contexts enforced, the real AWS CCM among them, holding no API credential,
-// renewing their leases without a restart; no pod of the product with an
-// admin credential; no cloud asked about another cloud's node; LoadBalancer
-// Services served by the cloud of their class, targeting only its nodes),
+// contexts enforced, the real AWS CCM among them — one per aws region, each
+// owning its region's node (a domain) with a cloud.conf of that region —,
+// holding no API credential, renewing their leases without a restart; no pod
+// of the product with an admin credential; no cloud asked about another
+// cloud's node, no aws region's endpoint about another region's; LoadBalancer
+// Services served by the cloud of their class, targeting only its domain's
+// nodes),
 // and then a cluster's daily operations: the API server restarted and
-// stopped, instances gone in their clouds and machines powered off, a node
+// stopped, instances gone in their clouds and machines powered off (each aws
+// region's CCM keeping its NotReady node while the instance runs, and only
+// the second region's deleting its node once that instance is gone), a node
 // rebooted, the talos-ccm leader lost, a native CCM's leader pod lost. Only
 // its tests hold code.
 package oncluster
@@ -43,14 +48,15 @@ var (
 
 // machines of the fleet: two control-plane machines (bare metal, where the
 // product's pods run: talos-ccm's leader and its standby use the host's
-// network, one per machine), two aws instances (TestOperations terminates
-// one), an hcloud server (TestOperations deletes it), a gcp instance and a
-// second metal machine.
+// network, one per machine), two aws instances in two regions, each owned by
+// its region's NativeCCM (TestOperations terminates the second), an hcloud
+// server (TestOperations deletes it), a gcp instance and a second metal
+// machine.
 var machines = []fleet.Machine{
 	{Name: "metal-cp", Platform: "metal", ControlPlane: true},
 	{Name: "metal-cp2", Platform: "metal", ControlPlane: true},
 	{Name: "aws-1", Platform: "aws", ProviderID: "aws:///eu-west-1a/i-0000000000000a001", Region: "eu-west-1", Zone: "eu-west-1a", InstanceType: "m5.large"},
-	{Name: "aws-2", Platform: "aws", ProviderID: "aws:///eu-west-1a/i-0000000000000a002", Region: "eu-west-1", Zone: "eu-west-1a", InstanceType: "m5.large"},
+	{Name: "aws-2", Platform: "aws", ProviderID: "aws:///us-east-1a/i-0000000000000a002", Region: "us-east-1", Zone: "us-east-1a", InstanceType: "m5.large"},
 	{Name: "hcloud-1", Platform: "hcloud", ProviderID: "hcloud://1001", Region: "fsn1", Zone: "fsn1-dc14", InstanceType: "cx22"},
 	{Name: "gcp-1", Platform: "gcp", ProviderID: "gce://prod/europe-west3-a/gcp-1", Region: "europe-west3", Zone: "europe-west3-a", InstanceType: "e2-small"},
 	{Name: "metal-2", Platform: "metal"},

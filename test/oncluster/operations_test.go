@@ -29,6 +29,7 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/charts/test/chartstest"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
+	"github.com/hybrid-ccm/hybrid-ccm/test/fakeec2"
 	"github.com/hybrid-ccm/hybrid-ccm/test/fleet"
 )
 
@@ -147,30 +148,60 @@ func TestOperations(t *testing.T) {
 	})
 
 	t.Run("InstanceTerminated", func(t *testing.T) {
-		// aws-2 is terminated in EC2 and the server of hcloud-1 deleted in
-		// its cloud (their machines go away); metal-2 and gcp-1 are powered
-		// off, their machines exist.
+		// The server of hcloud-1 is deleted in its cloud (its machine goes
+		// away); aws-1 and aws-2, one in each aws region, metal-2 and gcp-1
+		// are powered off, their instances running. Each aws region's CCM
+		// checks its own NotReady node in EC2 for several monitor periods and
+		// deletes neither; then aws-2's instance is terminated, and the
+		// second region's CCM deletes aws-2, and only it.
 		untouched := map[string]types.UID{}
-		for _, name := range []string{"metal-2", "gcp-1", "aws-1"} {
+		for _, name := range []string{"metal-2", "gcp-1", "aws-1", "aws-2"} {
 			o, err := f.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			untouched[name] = o.UID
 		}
-		for _, name := range []string{"aws-2", "hcloud-1"} {
-			if err := clouds.Terminate(name); err != nil {
-				t.Fatal(err)
-			}
+		if err := clouds.Terminate("hcloud-1"); err != nil {
+			t.Fatal(err)
 		}
-		for _, name := range []string{"aws-2", "hcloud-1", "metal-2", "gcp-1"} {
+		for _, name := range []string{"aws-1", "aws-2", "hcloud-1", "metal-2", "gcp-1"} {
 			if err := f.PowerOff(name); err != nil {
 				t.Fatal(err)
 			}
 		}
-		// The real AWS CCM and the hcloud stand-in, through their gates,
-		// delete the gone instances' nodes once they are NotReady
-		// (node-monitor grace period 20 s).
+		// NotReady after kube-controller-manager's node-monitor grace
+		// period (20 s); from then on each region's CCM asks its EC2
+		// endpoint about its node every monitor period (exists, shut down).
+		off := time.Now()
+		seen := map[string]int{}
+		for name, region := range awsNodes {
+			waitNode(t, ctx, name, "NotReady", func(o *corev1.Node) bool { return !ready(o) })
+			seen[name] = ec2Asked(name, region)
+		}
+		notReady := time.Now()
+		var missing []string
+		if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+			missing = missingNodes(t, ctx, untouched)
+			return len(missing) > 0 || ec2Asked("aws-1", awsRegion) >= seen["aws-1"]+6 && ec2Asked("aws-2", awsRegion2) >= seen["aws-2"]+6, nil
+		}); err != nil {
+			t.Fatalf("the aws CCMs did not check their NotReady nodes three monitor periods: asked %v since %v", map[string]int{
+				"aws-1": ec2Asked("aws-1", awsRegion), "aws-2": ec2Asked("aws-2", awsRegion2)}, seen)
+		}
+		if len(missing) > 0 {
+			t.Fatalf("nodes %v deleted while their instances run; the clouds were asked %+v", missing, clouds.Questions())
+		}
+		t.Logf("NotReady %s after the power-off, then for three monitor periods of their CCMs (%s), not deleted: aws-1 (%s, asked %d times), aws-2 (%s, asked %d times)",
+			notReady.Sub(off).Round(time.Second), time.Since(notReady).Round(time.Second),
+			awsRegion, ec2Asked("aws-1", awsRegion)-seen["aws-1"], awsRegion2, ec2Asked("aws-2", awsRegion2)-seen["aws-2"])
+		terminated := time.Now()
+
+		if err := clouds.Terminate("aws-2"); err != nil {
+			t.Fatal(err)
+		}
+		delete(untouched, "aws-2")
+		// The real AWS CCM of the second region and the hcloud stand-in,
+		// through their gates, delete the gone instances' nodes.
 		for _, name := range []string{"aws-2", "hcloud-1"} {
 			if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 				_, err := f.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
@@ -179,25 +210,25 @@ func TestOperations(t *testing.T) {
 				t.Fatalf("node %s of the gone instance was not deleted; the clouds were asked %+v", name, clouds.Questions())
 			}
 		}
+		t.Logf("aws-2 deleted %s after its instance was terminated", time.Since(terminated).Round(time.Second))
 		// The other powered-off nodes are NotReady as long; none is deleted.
 		for _, name := range []string{"metal-2", "gcp-1"} {
 			waitNode(t, ctx, name, "NotReady", func(o *corev1.Node) bool { return !ready(o) })
 		}
-		for name, uid := range untouched {
-			o, err := f.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-			if err != nil || o.UID != uid {
-				t.Errorf("node %s was deleted or replaced: %v", name, err)
-			}
+		if missing := missingNodes(t, ctx, untouched); len(missing) > 0 {
+			t.Errorf("nodes %v were deleted or replaced", missing)
 		}
 		// Each cloud was asked about its own gone or down machine, and
 		// about no other cloud's.
-		for _, q := range []struct{ provider, node string }{{"aws", "aws-2"}, {"hcloud", "hcloud-1"}} {
+		for _, q := range []struct{ provider, node string }{{"aws", "aws-1"}, {"aws", "aws-2"}, {"hcloud", "hcloud-1"}} {
 			if clouds.Asked(q.provider, q.node) == 0 {
 				t.Errorf("the %s CCM never asked its cloud about %s", q.provider, q.node)
 			}
 		}
 		noForeignQuestions(t)
-		for _, name := range []string{"metal-2", "gcp-1"} {
+		awsAskedInItsRegion(t, awsNodes)
+		deletedBy(t, ctx, "aws-2", awsCCM2, awsCCM)
+		for _, name := range []string{"metal-2", "gcp-1", "aws-1"} {
 			if err := f.PowerOn(ctx, name); err != nil {
 				t.Fatal(err)
 			}
@@ -300,11 +331,11 @@ func TestOperations(t *testing.T) {
 
 	// NativeCCM Ready follows the native CCM's pods and lease, not Helm:
 	// the leader's pod deleted, Ready turns False; a new pod of the release
-	// takes the lease, Ready again. The aws one: the upstream binary's
-	// leader election, and it still has a node (since hcloud-1 went, the
+	// takes the lease, Ready again. The first aws region's: the upstream
+	// binary's leader election, and it still has a node (since hcloud-1 went, the
 	// hcloud release only waits out its uninstall grace period).
 	t.Run("NativeCCMLeaderPodDeleted", func(t *testing.T) {
-		const name = "aws"
+		const name = awsCCM
 		o := chartstest.WaitNativeCCMRunning(t, ctx, f.Config, name)
 		if o.Status.Nodes == 0 {
 			t.Fatalf("NativeCCM %s has no node: %+v", name, o.Status)
@@ -561,4 +592,94 @@ func conditionText(o *v1alpha1.NativeCCM, ctype string) string {
 		return c.Reason + ": " + c.Message
 	}
 	return ""
+}
+
+// awsNodes are the aws machines' regions.
+var awsNodes = map[string]string{"aws-1": awsRegion, "aws-2": awsRegion2}
+
+// missingNodes are the nodes of uids (name → UID) deleted or replaced.
+func missingNodes(t *testing.T, ctx context.Context, uids map[string]types.UID) []string {
+	t.Helper()
+	var out []string
+	for name, uid := range uids {
+		o, err := f.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || err == nil && o.UID != uid {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ec2About reports whether an EC2 call names the instance of aws machine
+// node: by instance ID, or in a filter by ID or private DNS name.
+func ec2About(c fakeec2.Call, node string) bool {
+	m := machines[slices.IndexFunc(machines, func(m fleet.Machine) bool { return m.Name == node })]
+	id := m.ProviderID[strings.LastIndex(m.ProviderID, "/")+1:]
+	dns := "ip-" + strings.ReplaceAll(f.Node(node).IP.String(), ".", "-") + "."
+	return slices.Contains(c.InstanceIDs, id) || slices.ContainsFunc(c.Filters, func(fl string) bool {
+		return strings.Contains(fl, id) || strings.Contains(fl, dns)
+	})
+}
+
+// ec2Asked is how often the fake EC2's endpoint of region was asked about
+// aws machine node.
+func ec2Asked(node, region string) int {
+	n := 0
+	for _, c := range clouds.EC2.Calls() {
+		if c.Region == region && ec2About(c, node) {
+			n++
+		}
+	}
+	return n
+}
+
+// awsAskedInItsRegion fails the test for every EC2 call about an aws machine
+// of regions (node → region) sent to another region's endpoint, and for
+// every call signed for another region than the endpoint's: each region's
+// CCM asked only its own region, about its own nodes.
+func awsAskedInItsRegion(t *testing.T, regions map[string]string) {
+	t.Helper()
+	calls := clouds.EC2.Calls()
+	for _, c := range calls {
+		if c.Service == fakeec2.IMDS {
+			continue
+		}
+		if c.SignedRegion != "" && c.Region != c.SignedRegion {
+			t.Errorf("EC2 call %s sent to %s signed for %s", c, c.Region, c.SignedRegion)
+		}
+		for node, region := range regions {
+			if ec2About(c, node) && c.Region != region {
+				t.Errorf("EC2 call %s about %s (of %s) sent to %q", c, node, region, c.Region)
+			}
+		}
+	}
+	t.Logf("%d EC2 calls, each about a node of the region of its endpoint", len(calls))
+}
+
+// deletedBy asserts that NativeCCM by's leader recorded deleting node (the
+// DeletingNode event its cloud-node-lifecycle controller logs) and that the
+// logs of NativeCCM not's leader never name it.
+func deletedBy(t *testing.T, ctx context.Context, node, by, not string) {
+	t.Helper()
+	logs := func(name string) string {
+		o := chartstest.WaitNativeCCMRunning(t, ctx, f.Config, name)
+		pod, err := f.Client.CoreV1().Pods(ccmNamespace).Get(ctx, o.Status.Leader.Pod, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := f.PodLogs(ctx, ccmNamespace, pod.Name, pod.Spec.Containers[0].Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	if !slices.ContainsFunc(strings.Split(logs(by), "\n"), func(l string) bool {
+		return strings.Contains(l, `object="`+node+`"`) && strings.Contains(l, `reason="DeletingNode"`)
+	}) {
+		t.Errorf("NativeCCM %s's CCM did not record deleting %s", by, node)
+	}
+	if strings.Contains(logs(not), `"`+node+`"`) {
+		t.Errorf("NativeCCM %s's CCM names %s, a node not of its domain", not, node)
+	}
 }

@@ -302,11 +302,38 @@ func nameOf(o any) string {
 func CredentialsSecrets(ctx context.Context, f *fleet.Fleet, clouds *fleet.Clouds, ns string, gcp bool) error {
 	secrets := map[string]map[string]string{
 		"hcloud":  {"token": "test-token"},
-		"aws-ccm": {"access-key-id": "AKIAFAKEHYBRIDCCM", "secret-access-key": "fake-secret", "cloud.conf": clouds.AWSCloudConf()},
+		"aws-ccm": awsCredentials(clouds.AWSCloudConf()),
 	}
 	if gcp {
 		secrets["gcp-ccm"] = map[string]string{"credentials.json": "{}", "gce.conf": "[global]\nproject-id = prod\n"}
 	}
+	return createSecrets(ctx, f, ns, secrets)
+}
+
+// AWSRegionSecrets creates, for each region of the clouds' aws machines, the
+// credentials Secret of one AWS CCM of that region in namespace ns:
+// aws-ccm-<region>, its cloud.conf the region's (fleet's AWSRegionCloudConf:
+// [Global] Region, every endpoint that region's). It returns the Secrets'
+// names by region.
+func AWSRegionSecrets(ctx context.Context, f *fleet.Fleet, clouds *fleet.Clouds, ns string) (map[string]string, error) {
+	secrets, names := map[string]map[string]string{}, map[string]string{}
+	for _, r := range clouds.AWSRegions() {
+		conf, err := clouds.AWSRegionCloudConf(r)
+		if err != nil {
+			return nil, err
+		}
+		names[r] = "aws-ccm-" + r
+		secrets[names[r]] = awsCredentials(conf)
+	}
+	return names, createSecrets(ctx, f, ns, secrets)
+}
+
+// awsCredentials are the keys of an aws credentials Secret (docs/profiles.md).
+func awsCredentials(cloudConf string) map[string]string {
+	return map[string]string{"access-key-id": "AKIAFAKEHYBRIDCCM", "secret-access-key": "fake-secret", "cloud.conf": cloudConf}
+}
+
+func createSecrets(ctx context.Context, f *fleet.Fleet, ns string, secrets map[string]map[string]string) error {
 	for name, data := range secrets {
 		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, StringData: data}
 		if _, err := f.Client.CoreV1().Secrets(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {

@@ -34,10 +34,11 @@ func TestDemoCommandInterrupt(t *testing.T) {
 		r := startDemo(t, "--non-interactive", "--exit-when-done=false", "--timeout=8m")
 		hint := r.waitFor(t, kubectlHint, 15*time.Minute)
 		inner, _ := strconv.Atoi(hint[2])
-		// both native CCMs (in either order), so that every kind of process
-		// checkNothingLeft asks for has run: the first alone may be AWS's,
-		// before the hcloud testccm has started
-		running := regexp.MustCompile(`running: release (native-ccm-(?:hcloud|aws)) rev `)
+		// the hcloud and an aws native CCM (in either order), so that every
+		// kind of process checkNothingLeft asks for has run: the first alone
+		// may be AWS's, before the hcloud testccm has started (the aws ones
+		// are one per region: native-ccm-aws-<region>)
+		running := regexp.MustCompile(`running: release native-ccm-(hcloud|aws)(?:-[a-z0-9-]+)? rev `)
 		for up := map[string]bool{}; len(up) < 2; {
 			up[r.waitFor(t, running, 15*time.Minute)[1]] = true
 		}

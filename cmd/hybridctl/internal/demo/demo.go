@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
@@ -72,9 +73,12 @@ type machine struct {
 	extras fleet.TalosExtras
 }
 
-// The AWS side of the demo: what the aws credentials' cloud.conf says.
+// The AWS side of the demo: two regions, each with its own NativeCCM and
+// credentials (cloud.conf [Global] Region); awsRegion is the default of the
+// fake EC2.
 const (
 	awsRegion    = "eu-central-1"
+	awsRegion2   = "us-east-1"
 	awsClusterID = "hybrid-demo"
 )
 
@@ -93,6 +97,8 @@ func machines() []machine {
 			extras: fleet.TalosExtras{ExternalIP: "198.51.100.11"}},
 		{Machine: fleet.Machine{Name: stoppedAWS, Platform: "aws", ProviderID: "aws:///eu-central-1b/i-0a12", Region: awsRegion, Zone: "eu-central-1b", InstanceType: "m6i.large"},
 			extras: fleet.TalosExtras{Spot: true, ExternalIP: "198.51.100.12"}},
+		{Machine: fleet.Machine{Name: otherRegionAWS, Platform: "aws", ProviderID: "aws:///us-east-1a/i-0b21", Region: awsRegion2, Zone: "us-east-1a", InstanceType: "m6i.large"},
+			extras: fleet.TalosExtras{ExternalIP: "198.51.100.21"}},
 		{Machine: fleet.Machine{Name: "hcloud-app-1", Platform: "hcloud", InstanceID: "5101", Region: "fsn1", Zone: "fsn1-dc14", InstanceType: "cx32"},
 			extras: withIP(hetzner, "95.216.0.11")},
 		{Machine: fleet.Machine{Name: goneHcloud, Platform: "hcloud", InstanceID: "5102", Region: "nbg1", Zone: "nbg1-dc3", InstanceType: "cx32"},
@@ -119,6 +125,10 @@ const (
 	// stoppedAWS (a spot instance) is stopped, not deleted: the aws CCM
 	// taints it shutdown.
 	stoppedAWS = "aws-web-2"
+	// otherRegionAWS is the aws machine of the second region: its region's
+	// CCM owns it, the first region's never sees it (the fence refuses that
+	// one to delete it).
+	otherRegionAWS = "aws-api-1"
 )
 
 // Rules is the transformations file of the demo.
@@ -335,7 +345,8 @@ func Run(ctx context.Context, o Options) (err error) {
 	if err := waitNativeCCMKind(ctx, cc); err != nil {
 		return err
 	}
-	v.step("creating NativeCCMs aws, gcp, hcloud with their fence grants and credentials Secrets, as a user does with kubectl")
+	v.step(fmt.Sprintf("creating NativeCCMs %s with their fence grants and credentials Secrets, as a user does with kubectl: "+
+		"one aws CCM per region, each owning its region's nodes (spec.domain.selector on %s, cloud.conf [Global] Region)", strings.Join(nativeNames(), ", "), corev1.LabelTopologyRegion))
 	if err := createNativeCCMs(ctx, cc, clouds); err != nil {
 		return err
 	}
@@ -358,8 +369,9 @@ func Run(ctx context.Context, o Options) (err error) {
 		st.probes, st.outage, st.questions = probes, outage, clouds.Questions()
 		st.lbs = clouds.AllLoadBalancers()
 		if st.ready() && probes == nil {
-			v.step(fmt.Sprintf("the hcloud CCM's identity tries to delete %s (what an ungated Hetzner CCM does to a node it cannot find)", terminatedAWS))
-			if probes, err = probeGate(ctx, f.Config, cc, cs, "hcloud-app-1", terminatedAWS); err != nil {
+			v.step(fmt.Sprintf("the hcloud CCM's identity tries to delete %s (what an ungated Hetzner CCM does to a node it cannot find), the %s CCM's identity %s, a node of %s (what an ungated AWS CCM of one region does to another region's nodes)",
+				terminatedAWS, awsNative, otherRegionAWS, awsRegion2))
+			if probes, err = probeGate(ctx, f.Config, cc, cs, "hcloud-app-1", terminatedAWS, otherRegionAWS); err != nil {
 				return err
 			}
 			st.probes = probes

@@ -236,10 +236,12 @@ var clusterProcesses = []string{"etcd", "kube-apiserver", "kube-controller", "ku
 // it is exactly as expected): every real node initialized by talos-ccm (a
 // pod, installed from docs/deploy) with a pod CIDR, every kubelet's serving
 // CSR approved and the forged one denied, every native CCM running in a pod
-// that holds its lease, gated; after the outage, in which the machines power
+// that holds its lease, gated, the aws ones one per region, each owning its
+// region's nodes; the fence denying the hcloud CCM an aws node and the first
+// aws region's CCM the other region's node; after the outage, in which the machines power
 // off, the gone hcloud server's node deleted by the hcloud CCM, the
 // terminated aws instance's node deleted and the stopped one's tainted by
-// the upstream AWS CCM, the powered-off metal node and the other hcloud node
+// the first region's upstream AWS CCM, the powered-off metal node and the other hcloud node
 // untouched, and no cloud asked about another's node. Then nothing it
 // started runs any more and its temporary files are gone.
 func TestDemoReachesEndState(t *testing.T) {
@@ -261,11 +263,15 @@ func TestDemoReachesEndState(t *testing.T) {
 		"gate/delete node/aws-web-1", "denied: ", "hybrid-ccm gate",
 		"gate/delete node/hcloud-app-1 (dry run)", "allowed",
 		"the aws CCM is the upstream one: ", "aws-cloud-controller-manager",
-		"nativeccm/aws", "running: release native-ccm-aws rev ", "lease held by pod native-ccm-aws-",
+		"nativeccm/aws-eu-central-1", "running: release native-ccm-aws-eu-central-1 rev ", "lease held by pod native-ccm-aws-eu-central-1-",
+		"nativeccm/aws-us-east-1", "running: release native-ccm-aws-us-east-1 rev ", "lease held by pod native-ccm-aws-us-east-1-",
+		"1 node(s) of its domain (aws, topology.kubernetes.io/region=us-east-1)", "of its domain (aws, topology.kubernetes.io/region=eu-central-1)",
+		"node/aws-api-1", "providerID=aws:///us-east-1a/i-0b21",
+		"gate/delete node/aws-api-1", "outside the domain of NativeCCM aws-eu-central-1",
 		"cloud/hcloud/hcloud-app-2", "cloud/aws/aws-web-1", "cloud/aws/aws-web-2",
 		"podCIDRs=10.244.", "NotReady (kubelet silent), tainted shutdown",
-		"9/9 nodes initialized, 9/9 kubelet serving certificates approved, 1 CSR denied, 3/3 native CCMs installed, running and gated; " +
-			"outage: hcloud-app-2 deleted by the hcloud CCM, aws-web-1 deleted and aws-web-2 tainted shutdown by the aws CCM, db-metal1 left alone",
+		"10/10 nodes initialized, 10/10 kubelet serving certificates approved, 1 CSR denied, 4/4 native CCMs installed, running and gated; " +
+			"outage: hcloud-app-2 deleted by the hcloud CCM, aws-web-1 deleted and aws-web-2 tainted shutdown by the aws-eu-central-1 CCM, db-metal1 left alone",
 		"demo finished; everything it started is stopped, the host is as before and its temporary files are removed",
 		"service/shop/web-aws", "from the aws cloud's load balancer, targets aws-web-2",
 		"service/shop/web-hcloud", "from the hcloud cloud's load balancer, targets hcloud-app-1",

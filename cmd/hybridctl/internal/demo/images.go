@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/test/fleet"
@@ -16,7 +17,9 @@ import (
 func upstreamImages(ctx context.Context, root, dir, awsCCM string) (map[string]string, error) {
 	var platforms []string
 	for _, d := range demoClouds {
-		platforms = append(platforms, d.platform)
+		if !slices.Contains(platforms, d.platform) {
+			platforms = append(platforms, d.platform)
+		}
 	}
 	return fleet.UpstreamImages(ctx, root, dir, awsCCM, platforms...)
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/google/go-containerregistry/pkg/name"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -195,19 +196,40 @@ func releaseOf(images []string) (registry, version string, err error) {
 	return registry, version, nil
 }
 
-// demoClouds are the platforms that get a native CCM (metal has none).
+// demoClouds are the NativeCCMs of the demo (metal has none): one per
+// cloud, aws one per region, each owning that region's nodes (its domain)
+// with a cloud.conf of that region.
 var demoClouds = []struct {
-	platform string
-	secret   string
-	data     map[string]string
+	name, platform string
+	secret         string
+	data           map[string]string
+	// region: the aws region the NativeCCM owns (spec.domain.selector on
+	// topology.kubernetes.io/region, its cloud.conf's [Global] Region)
+	region string
 	// lb: spec.loadBalancers
 	lb *v1alpha1.LoadBalancers
 }{
-	// cloud.conf: added by createNativeCCMs (the fake EC2's address)
-	{"aws", "aws-ccm", map[string]string{"access-key-id": "AKIADEMO", "secret-access-key": "demo"}, &v1alpha1.LoadBalancers{Enabled: true}},
-	{"gcp", "gcp-ccm", map[string]string{"credentials.json": "{}", "gce.conf": "[global]\nproject-id=hybrid-demo\n"},
+	// cloud.conf: added by createNativeCCMs (the fake EC2's region endpoint)
+	{awsNative, "aws", "aws-ccm-" + awsRegion, map[string]string{"access-key-id": "AKIADEMO", "secret-access-key": "demo"}, awsRegion, &v1alpha1.LoadBalancers{Enabled: true}},
+	{awsNative2, "aws", "aws-ccm-" + awsRegion2, map[string]string{"access-key-id": "AKIADEMO", "secret-access-key": "demo"}, awsRegion2, nil},
+	{"gcp", "gcp", "gcp-ccm", map[string]string{"credentials.json": "{}", "gce.conf": "[global]\nproject-id=hybrid-demo\n"}, "",
 		&v1alpha1.LoadBalancers{Enabled: true, Default: true}},
-	{"hcloud", "hcloud", map[string]string{"token": "demo-token"}, &v1alpha1.LoadBalancers{Enabled: true}},
+	{"hcloud", "hcloud", "hcloud", map[string]string{"token": "demo-token"}, "", &v1alpha1.LoadBalancers{Enabled: true}},
+}
+
+// The NativeCCMs of the two aws regions.
+const (
+	awsNative  = "aws-" + awsRegion
+	awsNative2 = "aws-" + awsRegion2
+)
+
+// nativeNames are the names of demoClouds.
+func nativeNames() []string {
+	var out []string
+	for _, d := range demoClouds {
+		out = append(out, d.name)
+	}
+	return out
 }
 
 // nativeNamespace is the coordinator's own namespace (the manifest makes
@@ -217,13 +239,18 @@ const nativeNamespace = "hybrid-ccm-system"
 // createNativeCCMs creates, as a user does with kubectl, per demo cloud its
 // credentials Secret (dummy values: nothing leaves the machine) and a
 // NativeCCM with install policy Auto: the upstream AWS CCM with a cloud.conf
-// pointing at the fake EC2, test/testccm asking the fake clouds.
+// pointing at its region's endpoint of the fake EC2, test/testccm asking the
+// fake clouds.
 func createNativeCCMs(ctx context.Context, c client.Client, clouds *fleet.Clouds) error {
 	for _, d := range demoClouds {
 		data := maps.Clone(d.data)
 		var env []corev1.EnvVar
 		if d.platform == "aws" {
-			data["cloud.conf"] = clouds.AWSCloudConf()
+			conf, err := clouds.AWSRegionCloudConf(d.region)
+			if err != nil {
+				return err
+			}
+			data["cloud.conf"] = conf
 		} else {
 			env = []corev1.EnvVar{{Name: "TESTCCM_CLOUD_URL", Value: clouds.TestCCMURL()}}
 		}
@@ -231,20 +258,24 @@ func createNativeCCMs(ctx context.Context, c client.Client, clouds *fleet.Clouds
 		if err := c.Create(ctx, sec); err != nil {
 			return fmt.Errorf("secret %s: %w", d.secret, err)
 		}
-		n := &v1alpha1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: d.platform}, Spec: v1alpha1.NativeCCMSpec{
+		n := &v1alpha1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: d.name}, Spec: v1alpha1.NativeCCMSpec{
 			Platform:      d.platform,
 			LoadBalancers: d.lb,
 		}}
+		if d.region != "" {
+			n.Spec.Credentials = &v1alpha1.Credentials{SecretRef: meta.LocalObjectReference{Name: d.secret}}
+			n.Spec.Domain = &v1alpha1.Domain{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelTopologyRegion: d.region}}}
+		}
 		if len(env) > 0 {
 			n.Spec.Overrides = &v1alpha1.Overrides{Env: env}
 		}
 		// what the fence confines its CCM to, created with the NativeCCM as
 		// the hybrid-ccm chart does
 		if err := gate.EnsureGrant(ctx, c, gate.GrantFor(n, nativeNamespace)); err != nil {
-			return fmt.Errorf("nativeccm %s: %w", d.platform, err)
+			return fmt.Errorf("nativeccm %s: %w", d.name, err)
 		}
 		if err := c.Create(ctx, n); err != nil {
-			return fmt.Errorf("nativeccm %s: %w", d.platform, err)
+			return fmt.Errorf("nativeccm %s: %w", d.name, err)
 		}
 	}
 	return nil
@@ -253,14 +284,15 @@ func createNativeCCMs(ctx context.Context, c client.Client, clouds *fleet.Clouds
 // demoServices are the LoadBalancer Services the demo creates (namespace
 // shopNamespace): one per cloud that serves load balancers, and one without a
 // class for the default; cloud is the provider whose load balancer must serve
-// it, platform the nodes it may target.
+// it, platform (and region, if set) the nodes it may target: the domain of
+// the NativeCCM that serves it.
 var demoServices = []struct {
-	name, class, cloud, platform string
+	name, class, cloud, platform, region string
 }{
-	{"web-aws", "hybridccm.io/aws", "aws", "aws"},
-	{"web-hcloud", "hybridccm.io/hcloud", "hcloud", "hcloud"},
-	{"web-gcp", "hybridccm.io/gcp", "gce", "gcp"},
-	{"web", "", "gce", "gcp"},
+	{"web-aws", "hybridccm.io/aws", "aws", "aws", awsRegion},
+	{"web-hcloud", "hybridccm.io/hcloud", "hcloud", "hcloud", ""},
+	{"web-gcp", "hybridccm.io/gcp", "gce", "gcp", ""},
+	{"web", "", "gce", "gcp", ""},
 }
 
 // shopNamespace holds the demo's Services.

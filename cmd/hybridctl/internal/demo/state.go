@@ -241,8 +241,8 @@ func (s *state) serviceProblems() []error {
 		}
 		for _, n := range lb.Nodes {
 			node := s.node(n)
-			if node == nil || node.Labels[names.PlatformLabel] != d.platform {
-				errs = append(errs, fmt.Errorf("Service %s/%s: its load balancer targets %s, not a %s node (or gone)", shopNamespace, d.name, n, d.platform))
+			if node == nil || node.Labels[names.PlatformLabel] != d.platform || d.region != "" && node.Labels[corev1.LabelTopologyRegion] != d.region {
+				errs = append(errs, fmt.Errorf("Service %s/%s: its load balancer targets %s, not a %s node %s (or gone)", shopNamespace, d.name, n, d.platform, d.region))
 			}
 		}
 	}
@@ -285,8 +285,8 @@ func (s *state) pending() string {
 	case !s.outage:
 		out += ", outage not started"
 	case s.outageHandled():
-		out += fmt.Sprintf("; outage: %s deleted by the hcloud CCM, %s deleted and %s tainted shutdown by the aws CCM, %s left alone",
-			goneHcloud, terminatedAWS, stoppedAWS, downMetal)
+		out += fmt.Sprintf("; outage: %s deleted by the hcloud CCM, %s deleted and %s tainted shutdown by the %s CCM, %s left alone",
+			goneHcloud, terminatedAWS, stoppedAWS, awsNative, downMetal)
 	default:
 		out += "; outage: waiting for the native CCMs"
 	}
@@ -412,8 +412,19 @@ func (s *state) Check() error {
 			errs = append(errs, fmt.Errorf("NativeCCM %s: lease held by %q, not a pod of release %s", n.Name, n.Status.Leader.Pod, n.Status.Release.Name))
 		}
 	}
-	if len(s.probes) != 2 || s.probes[0].Allowed || !strings.Contains(s.probes[0].Message, fenceMessage) || !s.probes[1].Allowed {
-		errs = append(errs, fmt.Errorf("gate: want the foreign delete denied by the fence and the own dry-run delete allowed, got %+v", s.probes))
+	if len(s.probes) != 3 || s.probes[0].Allowed || !strings.Contains(s.probes[0].Message, fenceMessage) || !s.probes[1].Allowed ||
+		s.probes[2].Allowed || !strings.Contains(s.probes[2].Message, "outside the domain of NativeCCM "+awsNative) {
+		errs = append(errs, fmt.Errorf("gate: want the other platform's and the other region's deletes denied by the fence and the own dry-run delete allowed, got %+v", s.probes))
+	}
+	// each aws region's NativeCCM owns its region's nodes: the first region's
+	// aws-web-2 (aws-web-1 is gone), the second's aws-api-1
+	for _, want := range []struct {
+		name  string
+		nodes int32
+	}{{awsNative, 1}, {awsNative2, 1}} {
+		if i := slices.IndexFunc(s.natives, func(n v1alpha1.NativeCCM) bool { return n.Name == want.name }); i < 0 || s.natives[i].Status.Nodes != want.nodes {
+			errs = append(errs, fmt.Errorf("NativeCCM %s: want %d node(s) of its region", want.name, want.nodes))
+		}
 	}
 	return errors.Join(errs...)
 }

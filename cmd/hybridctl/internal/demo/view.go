@@ -3,6 +3,7 @@ package demo
 import (
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -212,7 +213,7 @@ func (v *view) render(s *state) {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t\t\t\t\n", name, r.csr.Spec.Username, d, reason)
 	}
 	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "  NATIVECCM\tNODES\tRELEASE\tLEADER (POD)\tSTATUS\t\t\t")
+	fmt.Fprintln(tw, "  NATIVECCM\tDOMAIN\tNODES\tRELEASE\tLEADER (POD)\tSTATUS\t\t")
 	for i := range s.natives {
 		n := &s.natives[i]
 		rel, leader := "-", "-"
@@ -226,7 +227,7 @@ func (v *view) render(s *state) {
 		if nativeRunning(n) {
 			why = "running, gated — " + why
 		}
-		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\t\t\t\n", n.Name, n.Status.Nodes, rel, leader, why)
+		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%s\t%s\t\t\n", n.Name, domainText(n), n.Status.Nodes, rel, leader, why)
 	}
 	if len(s.probes) > 0 {
 		fmt.Fprintln(tw)
@@ -349,13 +350,30 @@ func (v *view) summary(s *state) {
 func nativeLine(n *v1alpha1.NativeCCM) string {
 	ok, why := nativeReady(n)
 	if nativeRunning(n) {
-		return fmt.Sprintf("running: release %s rev %d, lease held by pod %s, gated, %d node(s), lifecycle-only",
-			n.Status.Release.Name, n.Status.Release.Revision, n.Status.Leader.Pod, n.Status.Nodes)
+		return fmt.Sprintf("running: release %s rev %d, lease held by pod %s, gated, %d node(s) of its domain (%s), lifecycle-only",
+			n.Status.Release.Name, n.Status.Release.Revision, n.Status.Leader.Pod, n.Status.Nodes, domainText(n))
 	}
 	if ok {
 		return "Ready, not yet gated or without a leader: " + why
 	}
 	return why
+}
+
+// domainText is the nodes a NativeCCM owns: its platform's, narrowed by its
+// domain selector ("aws, topology.kubernetes.io/region=us-east-1").
+func domainText(n *v1alpha1.NativeCCM) string {
+	out := []string{n.Spec.Platform}
+	if n.Spec.Domain == nil || n.Spec.Domain.Selector == nil {
+		return out[0] + " (all its nodes)"
+	}
+	sel := n.Spec.Domain.Selector
+	for _, k := range slices.Sorted(maps.Keys(sel.MatchLabels)) {
+		out = append(out, k+"="+sel.MatchLabels[k])
+	}
+	for _, e := range sel.MatchExpressions {
+		out = append(out, fmt.Sprintf("%s %s (%s)", e.Key, strings.ToLower(string(e.Operator)), strings.Join(e.Values, ",")))
+	}
+	return strings.Join(out, ", ")
 }
 
 // shortProbeLine is probeLine without the API server's preamble ("nodes ... is

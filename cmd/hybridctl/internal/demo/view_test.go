@@ -5,6 +5,8 @@ import (
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 )
 
 // TestCSRRows: the table shows each kubelet's newest CSR with the count of
@@ -37,5 +39,23 @@ func TestCSRRows(t *testing.T) {
 	}
 	if s.forgedDenied() {
 		t.Error("an undecided forged CSR counts as denied")
+	}
+}
+
+// TestDomainText: the table names what each NativeCCM owns.
+func TestDomainText(t *testing.T) {
+	sel := &metav1.LabelSelector{MatchLabels: map[string]string{"topology.kubernetes.io/region": "us-east-1"},
+		MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "node.cloudprovider.kubernetes.io/domain", Operator: metav1.LabelSelectorOpIn, Values: []string{"a", "b"}}}}
+	for _, tc := range []struct {
+		spec v1alpha1.NativeCCMSpec
+		want string
+	}{
+		{v1alpha1.NativeCCMSpec{Platform: "hcloud"}, "hcloud (all its nodes)"},
+		{v1alpha1.NativeCCMSpec{Platform: "aws", Domain: &v1alpha1.Domain{Selector: sel}},
+			"aws, topology.kubernetes.io/region=us-east-1, node.cloudprovider.kubernetes.io/domain in (a,b)"},
+	} {
+		if got := domainText(&v1alpha1.NativeCCM{Spec: tc.spec}); got != tc.want {
+			t.Errorf("domainText(%+v) = %q, want %q", tc.spec, got, tc.want)
+		}
 	}
 }
