@@ -466,6 +466,11 @@ func (c *Controller) decide(ctx context.Context, csr *certificatesv1.Certificate
 	if d.Action == Approve {
 		if ex := c.exclusive(node, req.x509); ex.Action != Ignore {
 			d = ex
+			if d.Action == Retry {
+				// the recorder aggregates the same event of later passes
+				c.recorder.Eventf(csr, corev1.EventTypeWarning, EventReasonPostponed,
+					"Postponed kubelet serving certificate request of %s (%s): %s; it stays pending, looked at again later", clip(csr.Spec.Username), d.Reason, d.Message)
+			}
 		}
 	}
 	return d, node, nil

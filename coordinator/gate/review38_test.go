@@ -45,7 +45,9 @@ func TestReview38IngressShapes(t *testing.T) {
 		t.Fatal(err)
 	}
 	fence := gate.Fence{Namespace: ns, ProviderIDPrefixes: table,
-		Ingress: gate.Ingress{Reserved: append(cidrs.Spec.CIDRs, "10.244.0.0/16")}}
+		// the chart's clusterNetwork: the Service and pod CIDRs, and the
+		// nodes' networks (nodeCIDRs), which the fence refuses too
+		Ingress: gate.Ingress{Reserved: append(cidrs.Spec.CIDRs, "10.244.0.0/16", "10.5.0.0/16", "198.51.100.0/24")}}
 	if _, err := gate.EnsureFence(ctx, c, fence); err != nil {
 		t.Fatal(err)
 	}

@@ -2,10 +2,12 @@ package integration
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	certificatesv1 "k8s.io/api/certificates/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/cloud"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/csr"
@@ -85,13 +87,20 @@ func TestReview38ClaimBeforeOwnerInitialized(t *testing.T) {
 	nodeFacts := facts.NewSource(ep.ClientFor(t), cloud.NewInterpreter(nil), facts.Options{})
 	opts := csr.NewOptions()
 	startController(t, approver, opts, nodeFacts)
-	submit(t, nodeClient(t, "r38-early"), "r38-early", csrtest.Request{NodeName: "r38-early",
+	obj := submit(t, nodeClient(t, "r38-early"), "r38-early", csrtest.Request{NodeName: "r38-early",
 		IPs: csrtest.Addrs(victimPublic)}.MustPEM(), nil)
-	got := waitDecided(t, "r38-early")
-	c := decided(got)
-	t.Logf("%s %s: %s", c.Type, c.Reason, c.Message)
-	if c.Type == certificatesv1.CertificateApproved {
-		t.Errorf("FINDING: the attacker got a certificate for %s, listed by the not-yet-initialized node r38-victim", victimPublic)
+	// postponed while the node that lists the address is not initialized
+	ev := waitEvent(t, "CertificateSigningRequest", obj, csr.EventReasonPostponed)
+	if !strings.Contains(ev.Message, csr.ReasonAddressClaimedByOtherNode) || !strings.Contains(ev.Message, "r38-victim") {
+		t.Errorf("postponement event %s %q", ev.Type, ev.Message)
 	}
-	_ = context.Background()
+	got, err := approver.CertificatesV1().CertificateSigningRequests().Get(context.Background(), obj.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range got.Status.Conditions {
+		if c.Type == certificatesv1.CertificateApproved {
+			t.Errorf("the attacker got a certificate for %s, listed by the not-yet-initialized node r38-victim", victimPublic)
+		}
+	}
 }
