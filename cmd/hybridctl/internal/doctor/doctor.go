@@ -46,8 +46,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
-	"github.com/hybrid-ccm/hybrid-ccm/coordinator/domain"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/controller"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/domain"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 
