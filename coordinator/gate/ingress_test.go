@@ -52,7 +52,9 @@ func TestFenceIngressIPs(t *testing.T) {
 		t.Fatal(err)
 	}
 	fence := gate.Fence{Namespace: ns, ProviderIDPrefixes: table,
-		Ingress: gate.Ingress{Reserved: append(cidrs.Spec.CIDRs, "10.244.0.0/16"), Ranges: map[string][]string{"hcloud": {"203.0.113.0/24", "2001:db8:113::/48"}}}}
+		// and the nodes' networks (clusterNetwork.nodeCIDRs)
+		Ingress: gate.Ingress{Reserved: append(cidrs.Spec.CIDRs, "10.244.0.0/16", "10.5.0.0/16", "198.51.100.0/24"),
+			Ranges: map[string][]string{"hcloud": {"203.0.113.0/24", "2001:db8:113::/48"}}}}
 	if _, err := gate.EnsureFence(ctx, c, fence); err != nil {
 		t.Fatal(err)
 	}
@@ -122,6 +124,24 @@ func TestFenceIngressIPs(t *testing.T) {
 		{name: "aws: IPv6 link-local", do: announce("aws", "svc-aws", "fe80::1"), want: []string{"fe80::1"}},
 		{name: "aws: unspecified", do: announce("aws", "svc-aws", "0.0.0.0"), want: []string{"0.0.0.0"}},
 		{name: "aws: multicast", do: announce("aws", "svc-aws", "224.0.0.251"), want: []string{"224.0.0.251"}},
+		{name: "aws: a node's InternalIP", do: announce("aws", "svc-aws", "10.5.0.11"), want: []string{"10.5.0.11", "10.5.0.0/16"}},
+		{name: "aws: a node's ExternalIP", do: announce("aws", "svc-aws", "198.51.100.11"), want: []string{"198.51.100.11"}},
+		{name: "aws: the Service IP with ipMode Proxy", do: func() error {
+			_, err := ccms["aws"].CoreV1().Services(svcNS).Patch(ctx, "svc-aws", types.MergePatchType,
+				[]byte(`{"status":{"loadBalancer":{"ingress":[{"ip":"`+kube.Spec.ClusterIP+`","ipMode":"Proxy"}]}}}`), dry, "status")
+			return err
+		}, want: []string{kube.Spec.ClusterIP}},
+		{name: "aws: the Service IP by JSON patch", do: func() error {
+			_, err := ccms["aws"].CoreV1().Services(svcNS).Patch(ctx, "svc-aws", types.JSONPatchType,
+				[]byte(`[{"op":"add","path":"/status/loadBalancer/ingress","value":[{"ip":"`+kube.Spec.ClusterIP+`"}]}]`), dry, "status")
+			return err
+		}, want: []string{kube.Spec.ClusterIP}},
+		{name: "aws: the Service IP by server-side apply", do: func() error {
+			_, err := ccms["aws"].CoreV1().Services(svcNS).Patch(ctx, "svc-aws", types.ApplyPatchType,
+				[]byte(`{"apiVersion":"v1","kind":"Service","metadata":{"name":"svc-aws","namespace":"`+svcNS+`"},"status":{"loadBalancer":{"ingress":[{"ip":"`+kube.Spec.ClusterIP+`"}]}}}`),
+				metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}, FieldManager: "x", Force: ptr.To(true)}, "status")
+			return err
+		}, want: []string{kube.Spec.ClusterIP}},
 		{name: "hcloud: inside its cloud's range", do: announce("hcloud", "svc-hcloud", "203.0.113.7", "2001:db8:113::7"), allow: true},
 		{name: "hcloud: 8.8.8.8, outside its cloud's ranges", do: announce("hcloud", "svc-hcloud", "203.0.113.7", "8.8.8.8"),
 			want: []string{"NativeCCM hcloud", "8.8.8.8", "outside 2001:db8:113::/48, 203.0.113.0/24"}},
