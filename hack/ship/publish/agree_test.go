@@ -123,6 +123,11 @@ func gateImageDefault(t *testing.T, root string) string {
 // ccm-coordinator's --gate-image, and the images of its helm test pods.
 func renderedImages(t *testing.T, ch *chart.Chart) []string {
 	t.Helper()
+	if ch.Name() == "native-ccm" {
+		// it renders only for a platform the coordinator gives it, with the
+		// upstream CCM's image from the profile: no image of this product
+		return nil
+	}
 	in := action.NewInstall(&action.Configuration{Log: func(string, ...any) {}})
 	in.ReleaseName, in.Namespace = ch.Name(), "kube-system"
 	in.DryRun, in.ClientOnly, in.Replace = true, true, true
