@@ -42,7 +42,10 @@ func TestCoordinatorPrivileges(t *testing.T) {
 	user := "system:serviceaccount:" + ns + ":ccm-coordinator"
 	managed := map[string]string{release.ManagedByLabel: release.ManagedByValue}
 
-	privGrant, privGrantBinding, err := gate.Grant{NativeCCM: "priv", Namespace: ns, Platform: "priv"}.Objects()
+	// priv's grant serves load balancers: the coordinator may bind the
+	// load-balancer role to its ServiceAccount, and to no other
+	privGrant, privGrantBinding, err := gate.Grant{NativeCCM: "priv", Namespace: ns, Platform: "priv",
+		LoadBalancers: &v1alpha1.GateLoadBalancers{Class: "hybridccm.io/priv"}}.Objects()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,6 +147,9 @@ func TestCoordinatorPrivileges(t *testing.T) {
 		}},
 		{"bind cluster-admin", func(ctx context.Context) error {
 			return coord.Create(ctx, crb("cluster-admin", nativeSA), dry...)
+		}},
+		{"bind the load balancer ClusterRole to a native CCM whose grant serves none", func(ctx context.Context) error {
+			return coord.Create(ctx, crb(release.LoadBalancerClusterRole, []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "native-ccm-nolb", Namespace: ns}}), dry...)
 		}},
 		{"bind the lifecycle ClusterRole to a user", func(ctx context.Context) error {
 			return coord.Create(ctx, crb(release.LifecycleClusterRole, []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "mallory"}}), dry...)
