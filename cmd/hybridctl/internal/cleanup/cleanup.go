@@ -11,6 +11,8 @@ package cleanup
 import (
 	"context"
 	"fmt"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -57,6 +59,14 @@ func NativeCCM(ctx context.Context, c client.Client, name string, o Options) ([]
 		return nil, fmt.Errorf("%s: a NativeCCM name and the coordinator's namespace are required", op)
 	}
 	rel := v1.ReleasePrefix + name
+	// name goes into label selectors: it must be what a NativeCCM's name can
+	// be and make a label value, never selector syntax
+	if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
+		return nil, fmt.Errorf("%s: NativeCCM name %q: %s", op, name, strings.Join(msgs, "; "))
+	}
+	if msgs := validation.IsValidLabelValue(rel); len(msgs) > 0 {
+		return nil, fmt.Errorf("%s: NativeCCM name %q: its release name %q is no label value: %s", op, name, rel, strings.Join(msgs, "; "))
+	}
 	var deleted []string
 	remove := func(obj *unstructured.Unstructured) error {
 		deleted = append(deleted, fmt.Sprintf("%s %s/%s", obj.GetKind(), obj.GetNamespace(), obj.GetName()))
