@@ -65,11 +65,8 @@ func (r *NativeCCMReconciler) resolveDomain(obj *v1.NativeCCM, p *profile.Profil
 // values, it is not taken away (node labels must not uninstall a
 // platform's CCM: a kubelet may set its own region), but kept to the value
 // it served (status.boundaryValue): the narrowed domain is returned.
-func (r *NativeCCMReconciler) checkDomain(ctx context.Context, obj *v1.NativeCCM, d domain.Domain, boundary string, nodes domainView) (*stallError, *domain.Domain, error) {
-	others, err := r.platformNativeCCMs(ctx, obj.Spec.Platform)
-	if err != nil {
-		return nil, nil, err
-	}
+// others are the platform's NativeCCMs (platformNativeCCMs).
+func (r *NativeCCMReconciler) checkDomain(obj *v1.NativeCCM, others []v1.NativeCCM, d domain.Domain, boundary string, nodes domainView) (*stallError, *domain.Domain) {
 	for i := range others {
 		o := &others[i]
 		if o.Name == obj.Name || !o.DeletionTimestamp.IsZero() || !older(o, obj) {
@@ -92,10 +89,10 @@ func (r *NativeCCMReconciler) checkDomain(ctx context.Context, obj *v1.NativeCCM
 		}
 		return &stallError{reason: v1.DomainOverlapReason, err: fmt.Errorf(
 			"NativeCCM %s (older) already owns some of its nodes: both own %s nodes with %s (%s); no node is owned twice, so %s installs nothing until one of the two domains (spec.domain.selector) is narrowed",
-			o.Name, obj.Spec.Platform, labelList(example), where, obj.Name)}, nil, nil
+			o.Name, obj.Spec.Platform, labelList(example), where, obj.Name)}, nil
 	}
 	if boundary == "" {
-		return nil, nil, nil
+		return nil, nil
 	}
 	values := slices.Sorted(maps.Keys(nodes.Values))
 	values = slices.DeleteFunc(values, func(v string) bool { return v == "" })
@@ -103,7 +100,7 @@ func (r *NativeCCMReconciler) checkDomain(ctx context.Context, obj *v1.NativeCCM
 		obj.Status.BoundaryValue = values[0]
 	}
 	if len(values) < 2 {
-		return nil, nil, nil
+		return nil, nil
 	}
 	parts := make([]string, 0, len(values))
 	for _, v := range values {
@@ -116,7 +113,7 @@ func (r *NativeCCMReconciler) checkDomain(ctx context.Context, obj *v1.NativeCCM
 		len(values), boundary, strings.Join(parts, ", "), obj.Spec.Platform, boundaryNoun(boundary))
 	fix := fmt.Sprintf("give each value a NativeCCM of its own with spec.domain.selector (%s in (...)), with the credentials and cloud config for it", boundary)
 	if obj.Status.Release == nil {
-		return &stallError{reason: v1.DomainSpansBoundaryReason, err: fmt.Errorf("%s, so nothing is installed: %s", spans, fix)}, nil, nil
+		return &stallError{reason: v1.DomainSpansBoundaryReason, err: fmt.Errorf("%s, so nothing is installed: %s", spans, fix)}, nil
 	}
 	// Installed: never taken away by node labels.
 	var msg string
@@ -133,7 +130,7 @@ func (r *NativeCCMReconciler) checkDomain(ctx context.Context, obj *v1.NativeCCM
 		r.event(obj, corev1.EventTypeWarning, v1.DomainSpansBoundaryReason, msg)
 	}
 	conditions.MarkFalse(obj, v1.NodesOwnedCondition, v1.DomainSpansBoundaryReason, "%s", msg)
-	return nil, narrowed, nil
+	return nil, narrowed
 }
 
 // refuse takes the release away (a CCM that would delete nodes it does not
@@ -162,11 +159,7 @@ func (r *NativeCCMReconciler) refuse(ctx context.Context, obj *v1.NativeCCM, s *
 // reportUnowned counts the platform's nodes that no NativeCCM's domain
 // covers (status.unownedNodes, the NodesOwned condition, a Warning event
 // when the set changes).
-func (r *NativeCCMReconciler) reportUnowned(ctx context.Context, obj *v1.NativeCCM) error {
-	all, err := r.platformNativeCCMs(ctx, obj.Spec.Platform)
-	if err != nil {
-		return err
-	}
+func (r *NativeCCMReconciler) reportUnowned(obj *v1.NativeCCM, all []v1.NativeCCM) {
 	var domains []domain.Domain
 	for i := range all {
 		o := &all[i]
@@ -183,7 +176,7 @@ func (r *NativeCCMReconciler) reportUnowned(ctx context.Context, obj *v1.NativeC
 	obj.Status.UnownedNodes = int32(count)
 	if count == 0 {
 		conditions.MarkTrue(obj, v1.NodesOwnedCondition, v1.AllNodesOwnedReason, "every node of platform %s is in the domain of a NativeCCM", obj.Spec.Platform)
-		return nil
+		return
 	}
 	msg := fmt.Sprintf("%d node(s) of platform %s are in no NativeCCM's domain, so no native CCM manages their lifecycle: %s", count, obj.Spec.Platform, strings.Join(first, ", "))
 	if count > len(first) {
@@ -193,7 +186,6 @@ func (r *NativeCCMReconciler) reportUnowned(ctx context.Context, obj *v1.NativeC
 		r.event(obj, corev1.EventTypeWarning, v1.UnownedNodesReason, msg)
 	}
 	conditions.MarkFalse(obj, v1.NodesOwnedCondition, v1.UnownedNodesReason, "%s", msg)
-	return nil
 }
 
 // platformNativeCCMs are the NativeCCMs of a platform (the manager's cache).

@@ -272,16 +272,16 @@ func (r *NativeCCMReconciler) reconcile(ctx context.Context, obj *v1.NativeCCM, 
 	}
 	req.Lifecycle.DomainSelector = dom.Selector()
 	nodes := r.observeNodes(obj, dom, boundary)
-	if err := r.reportUnowned(ctx, obj); err != nil {
-		return ctrl.Result{}, err
-	}
-	if err := r.detectConflicts(ctx, obj, nodes.platformView); err != nil {
-		return ctrl.Result{}, err
-	}
-	refusal, narrowed, err := r.checkDomain(ctx, obj, dom, boundary, nodes)
+	// the platform's NativeCCMs, once: the domains they own between them
+	platformCCMs, err := r.platformNativeCCMs(ctx, obj.Spec.Platform)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	r.reportUnowned(obj, platformCCMs)
+	if err := r.detectConflicts(ctx, obj, nodes.platformView); err != nil {
+		return ctrl.Result{}, err
+	}
+	refusal, narrowed := r.checkDomain(obj, platformCCMs, dom, boundary, nodes)
 	if refusal != nil {
 		return ctrl.Result{}, r.refuse(ctx, obj, refusal)
 	}
