@@ -253,6 +253,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.refuseUpgrade(w, r, rt, why)
 		return
 	}
+	if err := readBody(r); err != nil {
+		p.refuse(w, r, rt, bodyRefused(err))
+		return
+	}
 	if p.cfg.Credentials == OwnCredentials {
 		for k := range r.Header {
 			if credentialHeader(k) {
