@@ -7,9 +7,10 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
 
 // allocEnv makes the test binary, run again as a child, the process
@@ -48,7 +49,7 @@ func TestStartMeasuresAGoProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv(allocEnv, "1")
-	log := &lockedBuffer{}
+	log := &testenv.Buffer{}
 	p, err := Start(t.Logf, "test", log, exe, "-test.run=^$")
 	if err != nil {
 		t.Fatal(err)
@@ -148,22 +149,4 @@ func TestMax(t *testing.T) {
 	if got != want {
 		t.Errorf("Max = %+v, want %+v", got, want)
 	}
-}
-
-// lockedBuffer is a log the test reads while a process writes to it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
