@@ -212,11 +212,16 @@ func (r *NativeCCMReconciler) reconcileMember(ctx context.Context, obj *v1.Nativ
 	if err := r.ensureLease(ctx, req.Lifecycle); err != nil {
 		return fail(v1.InstallFailedReason, err)
 	}
-	info, err := r.observeRelease(ctx, req, true)
-	if err != nil {
-		return fail(v1.InstallFailedReason, err)
+	// Deployed from this request when last looked at, and Helm's storage
+	// still says so: no history read (as for a NativeCCM's own release).
+	action, info := actionNone, &release.Info{Name: st.Release, Namespace: r.Namespace, Revision: st.Revision}
+	if forced || !r.deployedLatest(ctx, st.Release, st.Revision, req.Digest()) {
+		if info, err = r.observeRelease(ctx, req, true); err != nil {
+			return fail(v1.InstallFailedReason, err)
+		}
+		action = nextAction(true, info, req.Digest())
 	}
-	switch nextAction(true, info, req.Digest()) {
+	switch action {
 	case actionInstall:
 		if info, err = r.Engine.Install(ctx, req); err != nil {
 			r.event(obj, corev1.EventTypeWarning, v1.InstallFailedReason, fmt.Sprintf("member %s (%s=%s): %s", st.Release, splitBy, m.value, err))
