@@ -52,8 +52,14 @@ func TestSplitByRegion(t *testing.T) {
 		UninstallGracePeriod: &metav1.Duration{},
 	}})
 
-	obj := waitMessage(t, platform, meta.ReadyCondition, metav1.ConditionTrue, v1.UpToDateReason,
+	waitMessage(t, platform, meta.ReadyCondition, metav1.ConditionTrue, v1.UpToDateReason,
 		"2 member release(s)", "native-ccm-split-a--eu-west-1 (eu-west-1, 2 node(s))", "native-ccm-split-a--us-east-1 (us-east-1, 1 node(s))")
+	// the patch helper writes the conditions before the rest of the status
+	var obj *v1.NativeCCM
+	eventually(t, "status.members: both regions ready", func() (bool, string) {
+		obj = getNativeCCM(t, platform)
+		return len(obj.Status.Members) == 2 && obj.Status.Members[0].Ready && obj.Status.Members[1].Ready, fmt.Sprintf("%+v", obj.Status.Members)
+	})
 	if obj.Status.Release != nil {
 		t.Errorf("a split NativeCCM has a release of its own: %+v", obj.Status.Release)
 	}
@@ -113,10 +119,12 @@ func TestSplitByRegion(t *testing.T) {
 		_, err := getDeployment(t, "native-ccm-split-a--us-east-1")
 		return apierrors.IsNotFound(err), fmt.Sprintf("Deployment: %v", err)
 	})
-	obj = waitMessage(t, platform, meta.ReadyCondition, metav1.ConditionTrue, v1.UpToDateReason, "1 member release(s)", "native-ccm-split-a--eu-west-1")
-	if len(obj.Status.Members) != 1 || obj.Status.Members[0].Value != "eu-west-1" {
-		t.Errorf("status.members %+v, want eu-west-1 alone", obj.Status.Members)
-	}
+	waitMessage(t, platform, meta.ReadyCondition, metav1.ConditionTrue, v1.UpToDateReason, "1 member release(s)", "native-ccm-split-a--eu-west-1")
+	// the patch helper writes the conditions before the rest of the status
+	eventually(t, "status.members: eu-west-1 alone", func() (bool, string) {
+		obj = getNativeCCM(t, platform)
+		return len(obj.Status.Members) == 1 && obj.Status.Members[0].Value == "eu-west-1", fmt.Sprintf("%+v", obj.Status.Members)
+	})
 	if _, err := getDeployment(t, "native-ccm-split-a--eu-west-1"); err != nil {
 		t.Errorf("the eu-west-1 member: %v", err)
 	}
@@ -172,10 +180,12 @@ func TestInvalidSplit(t *testing.T) {
 			Platform: platform, Profile: platform, Domain: &v1.Domain{SplitBy: regionLabel}}})
 		waitMessage(t, "split-b-value", v1.NodesOwnedCondition, metav1.ConditionFalse, v1.InvalidDomainReason,
 			`node splitb-bad has `+regionLabel+`="EU_West", which cannot name a member`)
-		obj := waitMessage(t, "split-b-value", meta.ReadyCondition, metav1.ConditionTrue, v1.UpToDateReason, "native-ccm-split-b-value--eu-west-1")
-		if len(obj.Status.Members) != 1 || obj.Status.Members[0].Value != "eu-west-1" {
-			t.Errorf("status.members %+v, want eu-west-1 alone", obj.Status.Members)
-		}
+		waitMessage(t, "split-b-value", meta.ReadyCondition, metav1.ConditionTrue, v1.UpToDateReason, "native-ccm-split-b-value--eu-west-1")
+		var obj *v1.NativeCCM
+		eventually(t, "status.members: eu-west-1 alone", func() (bool, string) {
+			obj = getNativeCCM(t, "split-b-value")
+			return len(obj.Status.Members) == 1 && obj.Status.Members[0].Value == "eu-west-1", fmt.Sprintf("%+v", obj.Status.Members)
+		})
 		if c := conditions.Get(obj, v1.NodesOwnedCondition); c == nil || c.Status != metav1.ConditionFalse {
 			t.Errorf("NodesOwned %+v, want False naming the node", c)
 		}
