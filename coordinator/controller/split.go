@@ -54,6 +54,10 @@ func (r *NativeCCMReconciler) reconcileSplit(ctx context.Context, obj *v1.Native
 	// The NativeCCM's own release from before the split goes: its CCM sees
 	// every value, the members one each.
 	if obj.Status.Release != nil {
+		// the Services it served keep it until their load balancers are gone
+		if err := r.holdForLoadBalancers(ctx, obj); err != nil {
+			return ctrl.Result{}, err
+		}
 		if err := r.uninstall(ctx, obj, "the NativeCCM is split by "+splitBy+" (spec.domain.splitBy): its members replace it"); err != nil {
 			return ctrl.Result{}, err
 		}
