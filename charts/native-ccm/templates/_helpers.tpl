@@ -73,7 +73,7 @@ cloudConfig.file.set is empty: the credentials Secret's file is mounted. */}}
 {{- if .set }}
 {{- .base }}
 {{- range .set }}
-{{ printf "\n[%s]\n%s = \"%s\"" .section .name .value }}
+{{ printf "[%s]\n%s = \"%s\"" .section .name .value }}
 {{- end }}
 {{ end }}
 {{- end }}
