@@ -38,7 +38,8 @@ func memberCloudConfig(t *testing.T, release string) (string, error) {
 // regions runs one release per region, each with its own ServiceAccount,
 // its region in cloud.conf and its view narrowed to its region, reported in
 // status.members; when a region's nodes are gone, its member is uninstalled
-// and the other stays.
+// and the other stays; without the split again, the NativeCCM's own release
+// replaces the member.
 func TestSplitByRegion(t *testing.T) {
 	const platform = "split-a"
 	awsSplitSecret(t, "split-a-credentials")
@@ -135,13 +136,22 @@ func TestSplitByRegion(t *testing.T) {
 		t.Fatalf("no %s event: %s", v1.UninstallSucceededReason, seen)
 	}
 
-	// The NativeCCM goes: so does its last member.
-	if err := k8s.Delete(ctxT(t), &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: platform}}); err != nil {
+	// The split taken out (its nodes are in one region now): the member goes,
+	// the NativeCCM's own release comes.
+	obj = getNativeCCM(t, platform)
+	obj.Spec.Domain = nil
+	if err := k8s.Update(ctxT(t), obj); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the eu-west-1 member uninstalled", func() (bool, string) {
-		_, err := getDeployment(t, "native-ccm-split-a--eu-west-1")
-		return apierrors.IsNotFound(err), fmt.Sprintf("Deployment: %v", err)
+	eventually(t, "the member replaced by the NativeCCM's own release", func() (bool, string) {
+		_, memberErr := getDeployment(t, "native-ccm-split-a--eu-west-1")
+		_, ownErr := getDeployment(t, "native-ccm-split-a")
+		return apierrors.IsNotFound(memberErr) && ownErr == nil, fmt.Sprintf("member: %v, own: %v", memberErr, ownErr)
+	})
+	eventually(t, "status: the own release, no members", func() (bool, string) {
+		obj = getNativeCCM(t, platform)
+		return obj.Status.Release != nil && len(obj.Status.Members) == 0 && conditions.IsReady(obj),
+			fmt.Sprintf("release %+v, members %+v, ready %v", obj.Status.Release, obj.Status.Members, conditions.IsReady(obj))
 	})
 }
 
@@ -189,5 +199,14 @@ func TestInvalidSplit(t *testing.T) {
 		if c := conditions.Get(obj, v1.NodesOwnedCondition); c == nil || c.Status != metav1.ConditionFalse {
 			t.Errorf("NodesOwned %+v, want False naming the node", c)
 		}
+
+		// The NativeCCM goes: so does its member.
+		if err := k8s.Delete(ctxT(t), &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "split-b-value"}}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the member uninstalled with its NativeCCM", func() (bool, string) {
+			_, err := getDeployment(t, "native-ccm-split-b-value--eu-west-1")
+			return apierrors.IsNotFound(err), fmt.Sprintf("Deployment: %v", err)
+		})
 	})
 }
