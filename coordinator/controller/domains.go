@@ -31,12 +31,13 @@ import (
 // shownNodes is how many node names a domain message gives.
 const shownNodes = 3
 
-// resolveDomain reads spec.domain: the domain, and the profile's boundary
-// label ("" when the profile knows none). A domain the fence or the node
+// resolveDomain reads spec.domain: the domain, the profile's boundary
+// label ("" when the profile knows none) and the split label
+// (spec.domain.splitBy, "" when not split). A domain the fence or the node
 // store cannot check stalls.
-func (r *NativeCCMReconciler) resolveDomain(obj *v1.NativeCCM, p *profile.Profile) (domain.Domain, string, error) {
-	stall := func(err error) (domain.Domain, string, error) {
-		return domain.Domain{}, "", r.stallProfile(obj, v1.InvalidDomainReason, err)
+func (r *NativeCCMReconciler) resolveDomain(obj *v1.NativeCCM, p *profile.Profile) (domain.Domain, string, string, error) {
+	stall := func(err error) (domain.Domain, string, string, error) {
+		return domain.Domain{}, "", "", r.stallProfile(obj, v1.InvalidDomainReason, err)
 	}
 	if strings.Contains(obj.Name, domain.SplitSeparator) {
 		return stall(fmt.Errorf("metadata.name %q contains %q, which names the members of a split NativeCCM: the fence would take its ServiceAccount for one; rename it", obj.Name, domain.SplitSeparator))
@@ -46,7 +47,11 @@ func (r *NativeCCMReconciler) resolveDomain(obj *v1.NativeCCM, p *profile.Profil
 		return stall(err)
 	}
 	if missing := r.nodes.missingKeys(domain.Keys(d, splitBy)); len(missing) > 0 {
-		return stall(fmt.Errorf("spec.domain.selector: the coordinator knows the domain labels %v, not %v: add them to the ccm-coordinator chart's fence.domainLabels, which sets the fence and --domain-labels", r.nodes.keys, missing))
+		field := "spec.domain.selector"
+		if slices.Contains(missing, splitBy) {
+			field = "spec.domain.splitBy"
+		}
+		return stall(fmt.Errorf("%s: the coordinator knows the domain labels %v, not %v: add them to the ccm-coordinator chart's fence.domainLabels, which sets the fence and --domain-labels", field, r.nodes.keys, missing))
 	}
 	boundary := ""
 	if p.Domain != nil {
@@ -55,7 +60,7 @@ func (r *NativeCCMReconciler) resolveDomain(obj *v1.NativeCCM, p *profile.Profil
 	if boundary != "" && !slices.Contains(r.nodes.keys, boundary) {
 		boundary = "" // the store keeps no values of it: no spanning check
 	}
-	return d, boundary, nil
+	return d, boundary, splitBy, nil
 }
 
 // checkDomain returns why the NativeCCM may not run a CCM for its domain:
@@ -143,6 +148,9 @@ func (r *NativeCCMReconciler) refuse(ctx context.Context, obj *v1.NativeCCM, s *
 		if err := r.uninstall(ctx, obj, s.reason+": "+s.err.Error()); err != nil {
 			return err
 		}
+	}
+	if err := r.removeMembers(ctx, obj, s.reason+": "+s.err.Error()); err != nil {
+		return err
 	}
 	if err := r.deleteLease(ctx, obj.ReleaseName()); err != nil {
 		return err

@@ -63,3 +63,22 @@ umbrella's, for every chart) then imagePullSecrets, each once; a JSON list. */}}
 {{- end -}}
 {{- $names | uniq | toJson -}}
 {{- end -}}
+
+{{/* The cloud-config file the chart writes itself (cloudConfig.file): the
+base file as it is, then one section per setting of cloudConfig.file.set,
+which the CCM's INI reader (gcfg) takes over the base's values. Empty when
+cloudConfig.file.set is empty: the credentials Secret's file is mounted. */}}
+{{- define "native-ccm.cloudConfigFile" -}}
+{{- with .Values.cloudConfig.file }}
+{{- if .set }}
+{{- .base }}
+{{- range .set }}
+{{ printf "[%s]\n%s = \"%s\"" .section .name .value }}
+{{- end }}
+{{ end }}
+{{- end }}
+{{- end -}}
+
+{{- define "native-ccm.cloudConfigSecret" -}}
+{{- printf "%s-cloud-config" (include "native-ccm.name" .) | trunc 253 -}}
+{{- end -}}
