@@ -16,8 +16,11 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	cloudprovider "k8s.io/cloud-provider"
 	cpapp "k8s.io/cloud-provider/app"
@@ -209,8 +212,19 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 		if len(endpoints) == 0 {
 			endpoints = rules.Global.Endpoints
 		}
+		// The talosconfig Talos writes names the Service default/talos
+		// ("talos.default"): its endpoints are read through the API server,
+		// which answers before cluster DNS can (docs/install.md).
+		kubeCfg, err := clientcmd.BuildConfigFromFlags(s.Master, s.Generic.ClientConnection.Kubeconfig)
+		if err != nil {
+			return fmt.Errorf("the Talos Service's endpoints: API server client: %w", err)
+		}
+		kube, err := kubernetes.NewForConfig(rest.AddUserAgent(kubeCfg, "talos-ccm/talos-service"))
+		if err != nil {
+			return fmt.Errorf("the Talos Service's endpoints: API server client: %w", err)
+		}
 		tc, err := talos.New(cmd.Context(), talos.Options{
-			ConfigPath: tf.talosconfig, Context: tf.talosContext, Endpoints: endpoints, Timeout: tf.timeout,
+			ConfigPath: tf.talosconfig, Context: tf.talosContext, Endpoints: endpoints, Timeout: tf.timeout, Kube: kube,
 		})
 		if err != nil {
 			return err
