@@ -309,7 +309,7 @@ func TestMemberCloudConfig(t *testing.T) {
 			conf = string(b)
 		}
 	}
-	want := "[Global]\nRegion = us-west-2\nVPC = vpc-1\n\n[Global]\nRegion = \"eu-west-1\"\n"
+	want := "[Global]\nRegion = us-west-2\nVPC = vpc-1\n\n\n[Global]\nRegion = \"eu-west-1\"\n"
 	if conf != want {
 		t.Fatalf("cloud.conf %q, want %q", conf, want)
 	}
