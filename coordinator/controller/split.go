@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/fluxcd/pkg/apis/meta"
@@ -50,6 +51,13 @@ type member struct {
 // reconcileSplit runs the members of a split NativeCCM: the release steps
 // (gate, lease, Helm action, health) for each wanted value, the uninstall
 // of members no longer wanted, and the summary in the NativeCCM's status.
+// maxMembers bounds the members of one split NativeCCM (status.members holds
+// at most 64): the values come from node labels, which kubelets may set on
+// their own Nodes. A variable for the tests only.
+var maxMembers atomic.Int32
+
+func init() { maxMembers.Store(32) }
+
 func (r *NativeCCMReconciler) reconcileSplit(ctx context.Context, obj *v1.NativeCCM, p *profile.Profile, in release.Instance, dom domain.Domain, splitBy string, nodes domainView, forced bool) (ctrl.Result, error) {
 	// The NativeCCM's own release from before the split goes: its CCM sees
 	// every value, the members one each.
@@ -131,6 +139,26 @@ func (r *NativeCCMReconciler) reconcileSplit(ctx context.Context, obj *v1.Native
 		}
 		previous[v] = ms
 		wanted = append(wanted, v)
+	}
+	// A kubelet may set its own region label: the members nodes can ask for
+	// are bounded. Installed members keep their place; new values beyond the
+	// bound get none and are reported.
+	if limit := int(maxMembers.Load()); len(wanted) > limit {
+		slices.SortStableFunc(wanted, func(a, b string) int {
+			switch ia, ib := installed[a], installed[b]; {
+			case ia && !ib:
+				return -1
+			case ib && !ia:
+				return 1
+			}
+			return 0
+		})
+		for _, v := range wanted[limit:] {
+			unserved = append(unserved, fmt.Sprintf("%s=%s (node %s) gets no member: NativeCCM %s has %d already, the most a split may have",
+				splitBy, v, r.firstNode(obj, dom, splitBy, v), obj.Name, limit))
+		}
+		wanted = wanted[:limit]
+		slices.Sort(wanted)
 	}
 
 	// Members no longer wanted go (holdForLoadBalancers as for the whole

@@ -210,3 +210,43 @@ func TestInvalidSplit(t *testing.T) {
 		})
 	})
 }
+
+// TestSplitMembersBounded: a kubelet may set its own region label, so the
+// members a split NativeCCM's nodes can ask for are bounded: an installed
+// member keeps its place, a new value beyond the bound gets no member and is
+// reported (NodesOwned=False naming the value and the node), and
+// status.members says exactly what runs. (The review of the split: one node
+// relabelling itself left a member per value; 65 values made status.members
+// unwritable.)
+func TestSplitMembersBounded(t *testing.T) {
+	const platform = "split-c"
+	maxMembers.Store(2)
+	t.Cleanup(func() { maxMembers.Store(32) })
+	awsSplitSecret(t, "split-c-credentials")
+	createRegionNode(t, "splitc-1", platform, "eu-west-1", "aws:///eu-west-1a/i-0d01")
+	createRegionNode(t, "splitc-2", platform, "us-east-1", "aws:///us-east-1a/i-0d02")
+	createNativeCCM(t, &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: platform}, Spec: v1.NativeCCMSpec{
+		Platform:    platform,
+		Credentials: &v1.Credentials{SecretRef: meta.LocalObjectReference{Name: "split-c-credentials"}},
+		Domain:      &v1.Domain{SplitBy: regionLabel},
+	}})
+	eventually(t, "two members", func() (bool, string) {
+		obj := getNativeCCM(t, platform)
+		return len(obj.Status.Members) == 2, fmt.Sprintf("%+v", obj.Status.Members)
+	})
+	// a third value (a node that set its own label, say) gets none
+	createRegionNode(t, "splitc-3", platform, "ap-south-1", "aws:///ap-south-1a/i-0d03")
+	waitMessage(t, platform, v1.NodesOwnedCondition, metav1.ConditionFalse, v1.InvalidDomainReason,
+		regionLabel+"=ap-south-1 (node splitc-3) gets no member: NativeCCM split-c has 2 already")
+	obj := getNativeCCM(t, platform)
+	var values []string
+	for _, m := range obj.Status.Members {
+		values = append(values, m.Value)
+	}
+	if strings.Join(values, ",") != "eu-west-1,us-east-1" {
+		t.Errorf("status.members %v, want the two installed ones", values)
+	}
+	if _, err := getDeployment(t, "native-ccm-split-c--ap-south-1"); err == nil {
+		t.Error("a member beyond the bound was installed")
+	}
+}
