@@ -253,24 +253,27 @@ func (r *NativeCCMReconciler) reconcileMember(ctx context.Context, obj *v1.Nativ
 		}
 		action = nextAction(true, info, req.Digest())
 	}
-	switch action {
-	case actionInstall:
+	install := func() (time.Duration, error) {
 		if info, err = r.Engine.Install(ctx, req); err != nil {
 			r.event(obj, corev1.EventTypeWarning, v1.InstallFailedReason, fmt.Sprintf("member %s (%s=%s): %s", st.Release, splitBy, m.value, err))
 			return fail(v1.InstallFailedReason, err)
 		}
 		forgetLeases(ctx)
 		r.event(obj, corev1.EventTypeNormal, v1.InstallSucceededReason, fmt.Sprintf("installed member release %s revision %d (%s) for the %d node(s) with %s=%s", info.Name, info.Revision, info.Chart, st.Nodes, splitBy, m.value))
+		return 0, nil
+	}
+	switch action {
+	case actionInstall:
+		if again, err := install(); err != nil {
+			return again, err
+		}
 	case actionReinstall:
 		if err := r.Engine.Uninstall(ctx, req.Namespace, req.Name); err != nil {
 			return fail(v1.InstallFailedReason, err)
 		}
-		if info, err = r.Engine.Install(ctx, req); err != nil {
-			r.event(obj, corev1.EventTypeWarning, v1.InstallFailedReason, fmt.Sprintf("member %s (%s=%s): %s", st.Release, splitBy, m.value, err))
-			return fail(v1.InstallFailedReason, err)
+		if again, err := install(); err != nil {
+			return again, err
 		}
-		forgetLeases(ctx)
-		r.event(obj, corev1.EventTypeNormal, v1.InstallSucceededReason, fmt.Sprintf("installed member release %s revision %d (%s) for the %d node(s) with %s=%s", info.Name, info.Revision, info.Chart, st.Nodes, splitBy, m.value))
 	case actionUpgrade:
 		up, err := r.Engine.Upgrade(ctx, req)
 		if err != nil {

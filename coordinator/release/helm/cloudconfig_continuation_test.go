@@ -1,12 +1,8 @@
 package helm
 
 import (
-	"context"
-	"encoding/base64"
 	"strings"
 	"testing"
-
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
@@ -37,22 +33,7 @@ func TestMemberRegionNotSwallowedByContinuation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := NewEngine(nil, Options{}).Render(context.Background(), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := release.ParseManifests([]byte(out))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var conf string
-	for _, o := range m.Find("Secret") {
-		if o.GetName() == "native-ccm-aws--eu-west-1-cloud-config" {
-			data, _, _ := unstructured.NestedString(o.Object, "data", "cloud.conf")
-			b, _ := base64.StdEncoding.DecodeString(data)
-			conf = string(b)
-		}
-	}
+	_, conf := renderMemberCloudConfig(t, req, "native-ccm-aws--eu-west-1-cloud-config")
 	lines := strings.Split(conf, "\n")
 	for i, l := range lines {
 		if strings.TrimSpace(l) == "[Global]" && i > 0 && strings.HasSuffix(lines[i-1], "\\") {

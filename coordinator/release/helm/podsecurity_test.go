@@ -290,25 +290,7 @@ func TestMemberCloudConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := NewEngine(nil, Options{}).Render(context.Background(), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := release.ParseManifests([]byte(out))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var conf string
-	for _, o := range m.Find("Secret") {
-		if o.GetName() == "native-ccm-aws--eu-west-1-cloud-config" {
-			data, _, _ := unstructured.NestedString(o.Object, "data", "cloud.conf")
-			b, err := base64.StdEncoding.DecodeString(data)
-			if err != nil {
-				t.Fatal(err)
-			}
-			conf = string(b)
-		}
-	}
+	out, conf := renderMemberCloudConfig(t, req, "native-ccm-aws--eu-west-1-cloud-config")
 	want := "[Global]\nRegion = us-west-2\nVPC = vpc-1\n\n\n[Global]\nRegion = \"eu-west-1\"\n"
 	if conf != want {
 		t.Fatalf("cloud.conf %q, want %q", conf, want)
@@ -332,4 +314,30 @@ func TestMemberCloudConfig(t *testing.T) {
 			t.Errorf("values %v: err = %v, want the schema to refuse it naming cloudConfig", bad, err)
 		}
 	}
+}
+
+// renderMemberCloudConfig renders req and returns the manifests and the
+// cloud.conf of the member's own cloud-config Secret.
+func renderMemberCloudConfig(t *testing.T, req release.Request, secret string) (string, string) {
+	t.Helper()
+	out, err := NewEngine(nil, Options{}).Render(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := release.ParseManifests([]byte(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range m.Find("Secret") {
+		if o.GetName() == secret {
+			data, _, _ := unstructured.NestedString(o.Object, "data", "cloud.conf")
+			b, err := base64.StdEncoding.DecodeString(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return out, string(b)
+		}
+	}
+	t.Fatalf("no Secret %s in the release", secret)
+	return "", ""
 }
