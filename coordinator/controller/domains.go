@@ -131,10 +131,7 @@ func (r *NativeCCMReconciler) checkDomain(obj *v1.NativeCCM, others []v1.NativeC
 	} else {
 		msg = fmt.Sprintf("%s: the installed CCM is left as it is, since the coordinator never saw which value it serves; %s", spans, fix)
 	}
-	if conditions.GetMessage(obj, v1.NodesOwnedCondition) != msg {
-		r.event(obj, corev1.EventTypeWarning, v1.DomainSpansBoundaryReason, msg)
-	}
-	conditions.MarkFalse(obj, v1.NodesOwnedCondition, v1.DomainSpansBoundaryReason, "%s", msg)
+	r.nodesOwnedFalse(obj, v1.DomainSpansBoundaryReason, msg)
 	return nil, narrowed
 }
 
@@ -190,10 +187,21 @@ func (r *NativeCCMReconciler) reportUnowned(obj *v1.NativeCCM, all []v1.NativeCC
 	if count > len(first) {
 		msg += ", ..."
 	}
-	if conditions.GetMessage(obj, v1.NodesOwnedCondition) != msg {
-		r.event(obj, corev1.EventTypeWarning, v1.UnownedNodesReason, msg)
+	r.nodesOwnedFalse(obj, v1.UnownedNodesReason, msg)
+}
+
+// nodesOwnedFalse marks NodesOwned False and warns with an event when the
+// message is not the one last warned of for obj. The condition itself is no
+// memory of that: several steps of one reconcile write it (the unowned nodes
+// first, then the boundary or the split), so comparing with it warned again
+// on every reconcile.
+func (r *NativeCCMReconciler) nodesOwnedFalse(obj *v1.NativeCCM, reason, msg string) {
+	key := string(obj.UID) + "/" + reason
+	if last, ok := r.nodesOwnedWarned.Load(key); !ok || last.(string) != msg {
+		r.event(obj, corev1.EventTypeWarning, reason, msg)
+		r.nodesOwnedWarned.Store(key, msg)
 	}
-	conditions.MarkFalse(obj, v1.NodesOwnedCondition, v1.UnownedNodesReason, "%s", msg)
+	conditions.MarkFalse(obj, v1.NodesOwnedCondition, reason, "%s", msg)
 }
 
 // platformNativeCCMs are the NativeCCMs of a platform (the manager's cache).

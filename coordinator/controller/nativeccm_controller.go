@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/fluxcd/pkg/apis/meta"
@@ -56,6 +57,9 @@ type NativeCCMReconciler struct {
 	APIReader client.Reader
 	// EventRecorder records Kubernetes events (and forwards them when configured).
 	EventRecorder kuberecorder.EventRecorder
+	// nodesOwnedWarned: the NodesOwned warning last recorded per NativeCCM
+	// and reason (nodesOwnedFalse).
+	nodesOwnedWarned sync.Map
 	runtimectrl.Metrics
 
 	Engine   ReleaseEngine

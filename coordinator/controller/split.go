@@ -319,10 +319,7 @@ func (r *NativeCCMReconciler) summarizeMembers(obj *v1.NativeCCM, splitBy string
 	conditions.Delete(obj, v1.HealthyCondition)
 	if len(unserved) > 0 {
 		msg := fmt.Sprintf("NativeCCM %s is split by %s, and %s", obj.Name, splitBy, strings.Join(unserved, "; "))
-		if conditions.GetMessage(obj, v1.NodesOwnedCondition) != msg {
-			r.event(obj, corev1.EventTypeWarning, v1.InvalidDomainReason, msg)
-		}
-		conditions.MarkFalse(obj, v1.NodesOwnedCondition, v1.InvalidDomainReason, "%s", msg)
+		r.nodesOwnedFalse(obj, v1.InvalidDomainReason, msg)
 	}
 	if len(members) == 0 {
 		reason, msg := v1.NoNodesReason, fmt.Sprintf("no node of NativeCCM %s has a value of %s", obj.Name, splitBy)

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/runtime/conditions"
@@ -248,5 +249,31 @@ func TestSplitMembersBounded(t *testing.T) {
 	}
 	if _, err := getDeployment(t, "native-ccm-split-c--ap-south-1"); err == nil {
 		t.Error("a member beyond the bound was installed")
+	}
+	// The warning is an event once, not once per reconcile: nodes that
+	// change make the coordinator look again.
+	for i := range 3 {
+		var n corev1.Node
+		if err := k8s.Get(ctxT(t), client.ObjectKey{Name: "splitc-1"}, &n); err != nil {
+			t.Fatal(err)
+		}
+		n.Labels["example.com/touched"] = fmt.Sprint(i)
+		if err := k8s.Update(ctxT(t), &n); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+	}
+	var list corev1.EventList
+	if err := k8s.List(ctxT(t), &list, client.MatchingFields{"involvedObject.name": platform}); err != nil {
+		t.Fatal(err)
+	}
+	warned := int32(0)
+	for _, e := range list.Items {
+		if e.Reason == v1.InvalidDomainReason {
+			warned += max(e.Count, 1)
+		}
+	}
+	if warned != 1 {
+		t.Errorf("the unserved value was warned of %d times, want once", warned)
 	}
 }
