@@ -182,7 +182,8 @@ var ErrNoServiceEndpoints = errors.New("no Talos API endpoint")
 
 // ServiceAddresses are the host:port addresses of the ready endpoints of
 // the Talos Service's EndpointSlices, sorted: the port named "apid" (else the
-// slice's only port, else port), every endpoint not marked not ready.
+// slice's only port, else port), every endpoint not marked not ready, each
+// address of the slice's own family (an IPv4-mapped one in the IPv6 slice is not).
 func ServiceAddresses(port uint16, from ...*discoveryv1.EndpointSlice) []string {
 	var out []string
 	for _, es := range from {
@@ -201,10 +202,10 @@ func ServiceAddresses(port uint16, from ...*discoveryv1.EndpointSlice) []string 
 			}
 			for _, a := range ep.Addresses {
 				ip, err := netip.ParseAddr(a)
-				if err != nil {
-					continue
+				if err != nil || ip.Is4In6() || (es.AddressType == discoveryv1.AddressTypeIPv4) != ip.Is4() {
+					continue // not an address of the slice's family
 				}
-				out = append(out, netip.AddrPortFrom(ip.Unmap(), p).String())
+				out = append(out, netip.AddrPortFrom(ip, p).String())
 			}
 		}
 	}

@@ -2,9 +2,9 @@ package talos_test
 
 import (
 	"context"
-	"errors"
 	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -46,8 +46,9 @@ func TestServiceAddresses(t *testing.T) {
 				{Addresses: []string{"not-an-ip"}},
 			}},
 		&discoveryv1.EndpointSlice{AddressType: discoveryv1.AddressTypeIPv6,
-			Ports:     []discoveryv1.EndpointPort{{Port: &p50000}},
-			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"fd00::1"}}}},
+			Ports: []discoveryv1.EndpointPort{{Port: &p50000}},
+			// an IPv4 address written into the IPv6 slice (mapped) is not taken
+			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"fd00::1", "::ffff:10.0.0.9"}}}},
 		nil)
 	want := []string{"10.0.0.1:51000", "10.0.0.2:51000", "[fd00::1]:50000"}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
@@ -144,18 +145,15 @@ func TestClientResolvesTalosServiceThroughAPIServer(t *testing.T) {
 	if _, err := c2.PlatformMetadata(ctx, "w-1"); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Fatalf("a name apid's certificate does not carry was accepted: %v", err)
 	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		t.Fatal(err)
-	}
 }
 
 func setSlice(ctx context.Context, t *testing.T, kube kubernetes.Interface, ip, port string) {
 	t.Helper()
-	var p int32
-	for _, ch := range port {
-		p = p*10 + int32(ch-'0')
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
 	}
-	name := "apid"
+	p, name := int32(n), "apid"
 	es := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: "talos-ipv4", Namespace: "default",
 			Labels: map[string]string{"kubernetes.io/service-name": "talos", "provider": "talos", "component": "apid"}},

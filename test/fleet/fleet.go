@@ -319,14 +319,14 @@ func (f *Fleet) keepTalosService(ctx context.Context) error {
 		Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &port, Protocol: &proto}},
 		Endpoints:   endpoints,
 	}
-	slices := f.Client.DiscoveryV1().EndpointSlices(es.Namespace)
-	cur, err := slices.Get(ctx, es.Name, metav1.GetOptions{})
+	esc := f.Client.DiscoveryV1().EndpointSlices(es.Namespace)
+	cur, err := esc.Get(ctx, es.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		_, err = slices.Create(ctx, es, metav1.CreateOptions{})
+		_, err = esc.Create(ctx, es, metav1.CreateOptions{})
 	case err == nil:
 		es.ResourceVersion = cur.ResourceVersion
-		_, err = slices.Update(ctx, es, metav1.UpdateOptions{})
+		_, err = esc.Update(ctx, es, metav1.UpdateOptions{})
 	}
 	if err != nil {
 		return fmt.Errorf("fleet: EndpointSlice %s/%s: %w", es.Namespace, es.Name, err)
