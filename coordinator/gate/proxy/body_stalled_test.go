@@ -17,11 +17,20 @@ import (
 // body timeout. (Found by the review of the change that made the gate read
 // bodies whole: 24 such streams held 91 MiB, and none was answered.)
 func TestStalledBodies(t *testing.T) {
-	url, c := h2Gate(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	for name, h2 := range map[string]bool{"HTTP/2, one connection": true, "HTTP/1.1, a connection each": false} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			stalledBodies(t, h2)
+		})
+	}
+}
+
+func stalledBodies(t *testing.T, h2 bool) {
+	url, c := tlsGate(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{}`)
-	}))
+	}), h2)
 	c.Timeout = 0
 	const streams = 24
 	const size = 3 << 20

@@ -21,6 +21,13 @@ import (
 // upstream, itself an HTTP/2 server; it returns a client of the gate.
 func h2Gate(t *testing.T, upstream http.Handler) (string, *http.Client) {
 	t.Helper()
+	return tlsGate(t, upstream, true)
+}
+
+// tlsGate is h2Gate with the client speaking HTTP/2 or, without h2,
+// HTTP/1.1 to the gate.
+func tlsGate(t *testing.T, upstream http.Handler, h2 bool) (string, *http.Client) {
+	t.Helper()
 	up := httptest.NewUnstartedServer(upstream)
 	up.EnableHTTP2 = true
 	up.StartTLS()
@@ -40,7 +47,7 @@ func h2Gate(t *testing.T, upstream http.Handler) (string, *http.Client) {
 		t.Fatal(err)
 	}
 	g := httptest.NewUnstartedServer(p)
-	g.EnableHTTP2 = true
+	g.EnableHTTP2 = h2
 	g.StartTLS()
 	t.Cleanup(g.Close)
 	c := g.Client()
