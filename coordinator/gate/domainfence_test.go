@@ -95,6 +95,11 @@ func TestFenceDomains(t *testing.T) {
 	if err := gatetest.WaitFence(ctx, eu, "dom-us", true); err != nil {
 		t.Fatalf("fence never became active: %v", err)
 	}
+	if err := gatetest.WaitFenceAllows(ctx, func() error {
+		return eu.CoreV1().Nodes().Delete(ctx, "dom-eu", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+	}); err != nil {
+		t.Fatalf("the fence of this test never came into effect: %v", err)
+	}
 
 	dry := []string{metav1.DryRunAll}
 	del := func(cs kubernetes.Interface, node string) func() error {
@@ -285,6 +290,9 @@ func TestFenceSplitMembersWithTokens(t *testing.T) {
 	}
 	del := func(cs kubernetes.Interface, node string) error {
 		return cs.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+	}
+	if err := gatetest.WaitFenceAllows(ctx, func() error { return del(eu, "tok-eu") }); err != nil {
+		t.Fatalf("the fence of this test never came into effect: %v", err)
 	}
 	for _, tc := range []struct {
 		name  string
