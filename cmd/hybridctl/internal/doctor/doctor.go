@@ -75,6 +75,10 @@ const (
 	CheckPublishedSvc    = "PublishingServiceInCoordinatorNamespace"
 	CheckPodSecurity     = "CoordinatorNamespacePodSecurity"
 	CheckUnowned         = "NodesInNoDomain"
+	// CheckNodesNotOwned: a NativeCCM says (NodesOwned=False) that nodes of
+	// its domain have no CCM of theirs: a split value it does not serve, or
+	// nodes spanning what one CCM of its cloud can see.
+	CheckNodesNotOwned = "NativeCCMNodesNotOwned"
 	// CheckReleaseRecord: a Helm release record in the coordinator's
 	// namespace holds what a native CCM release never does (a hook, a kind
 	// the native-ccm chart never renders, an object elsewhere): the
@@ -409,6 +413,10 @@ func (r *Report) checkNativeCCMConditions(nccms []v1.NativeCCM) {
 		}
 		ready := apimeta.FindStatusCondition(n.Status.Conditions, "Ready")
 		healthy := apimeta.FindStatusCondition(n.Status.Conditions, v1.HealthyCondition)
+		if owned := apimeta.FindStatusCondition(n.Status.Conditions, v1.NodesOwnedCondition); owned != nil && owned.Status == metav1.ConditionFalse {
+			r.add(CheckNodesNotOwned, "nativeccm/"+n.Name, "kubectl describe nativeccm "+n.Name+` (docs/coordinator.md, "Domains")`,
+				"nodes of its domain have no CCM: %s: %s", owned.Reason, owned.Message)
+		}
 		switch {
 		case healthy != nil && healthy.Status == metav1.ConditionFalse:
 			r.add(CheckCCMNotRunning, "nativeccm/"+n.Name, notRunningFix(n, healthy.Reason),
@@ -543,8 +551,19 @@ func (r *Report) checkGrants(ctx context.Context, c client.Client, ns string, nc
 // would be confined to the grant's platform rather than refused).
 func (r *Report) checkOrphans(ctx context.Context, c client.Client, ns string, nccms []v1.NativeCCM) error {
 	exists := map[string]bool{}
+	// split: the NativeCCMs split by a label, whose members' identities are
+	// native-ccm-<name>--<value> (v1alpha1.NativeCCM.MemberName).
+	split := map[string]bool{}
 	for _, n := range nccms {
 		exists[n.Name] = true
+		if n.Spec.Domain != nil && n.Spec.Domain.SplitBy != "" {
+			split[n.Name] = true
+		}
+		for _, m := range n.Status.Members {
+			if name, ok := strings.CutPrefix(m.Release, v1.ReleasePrefix); ok {
+				exists[name] = true
+			}
+		}
 	}
 	if ns != "" {
 		var sas corev1.ServiceAccountList
@@ -558,6 +577,18 @@ func (r *Report) checkOrphans(ctx context.Context, c client.Client, ns string, n
 		for _, sa := range sas.Items {
 			name, ok := strings.CutPrefix(sa.Name, v1.ReleasePrefix)
 			if !ok || exists[name] {
+				continue
+			}
+			// A member the coordinator is installing (not in status yet)
+			// or taking out (a value whose nodes went).
+			owner, value, member := cutLast(name, "--")
+			if member && split[owner] {
+				continue
+			}
+			if member && exists[owner] {
+				r.add(CheckOrphanIdentity, "serviceaccount/"+ns+"/"+sa.Name,
+					fmt.Sprintf("find what runs as it (kubectl -n %s get pods -o wide --field-selector spec.serviceAccountName=%s) and delete it", ns, sa.Name),
+					"is the identity of NativeCCM %s's member for %q, but %s is not split (spec.domain.splitBy): the fence refuses it every node and Service write", owner, value, owner)
 				continue
 			}
 			r.add(CheckOrphanIdentity, "serviceaccount/"+ns+"/"+sa.Name,
@@ -865,4 +896,13 @@ func (r *Report) checkUnowned(nccms []v1.NativeCCM, nodes []corev1.Node) {
 		r.add(CheckUnowned, "platform/"+p, "give them a NativeCCM whose spec.domain.selector covers them, or widen a domain (docs/coordinator.md, \"Domains\"): kubectl get nodes -L topology.kubernetes.io/region,"+v1.DomainLabel+" -l "+names.PlatformLabel+"="+p,
 			"%d node(s) of platform %s are in no NativeCCM's domain, so no native CCM manages their lifecycle: %s", len(list), p, strings.Join(shown, ", "))
 	}
+}
+
+// cutLast is strings.Cut at the last sep.
+func cutLast(s, sep string) (before, after string, found bool) {
+	i := strings.LastIndex(s, sep)
+	if i < 0 {
+		return s, "", false
+	}
+	return s[:i], s[i+len(sep):], true
 }

@@ -227,6 +227,24 @@ func TestDoctor(t *testing.T) {
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "native-ccm-hcloud", Namespace: coordinatorNS}},
 	)
 	grant(t, c, &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "gone"}, Spec: v1.NativeCCMSpec{Platform: "hcloud"}})
+	// a NativeCCM split by region: its members' identities are no orphans
+	// (one in status.members, one the coordinator is installing); a value it
+	// does not serve is a finding of its own. A member identity of a
+	// NativeCCM that is not split is an orphan.
+	split := &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "split"}, Spec: v1.NativeCCMSpec{Platform: "split",
+		Domain: &v1.Domain{SplitBy: "topology.kubernetes.io/region"}}}
+	grant(t, c, split)
+	create(t, c, split,
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "native-ccm-split--eu-west-1", Namespace: coordinatorNS}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "native-ccm-split--us-east-1", Namespace: coordinatorNS}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "native-ccm-hcloud--fsn1", Namespace: coordinatorNS}})
+	split.Status.Members = []v1.MemberStatus{{Value: "eu-west-1", Release: "native-ccm-split--eu-west-1", Ready: true}}
+	apimeta.SetStatusCondition(&split.Status.Conditions, metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Ready", Message: "every member leads"})
+	apimeta.SetStatusCondition(&split.Status.Conditions, metav1.Condition{Type: v1.NodesOwnedCondition, Status: metav1.ConditionFalse, Reason: "SplitValuesUnserved",
+		Message: "1 node(s) with topology.kubernetes.io/region=ap-south-1 have no member: more than 32 values"})
+	if err := c.Status().Update(ctx, split); err != nil {
+		t.Fatal(err)
+	}
 	// installed, Helm content, but the CCM exits at start (issue 17)
 	const forbidden = `unable to load configmap based request-header-client-ca-file: configmaps "extension-apiserver-authentication" is forbidden`
 	crashing := &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "gcp"}, Spec: v1.NativeCCMSpec{Platform: "gcp"}}
@@ -262,6 +280,7 @@ func TestDoctor(t *testing.T) {
 		"ForeignCloudNodeController Deployment/kube-system/aws-cloud-controller-manager",
 		"KubeletServingCSRPending csr/stuck-1-serving",
 		"LoadBalancerClassConflict loadbalancerclass/(none)",
+		"NativeCCMNodesNotOwned nativeccm/split",
 		"NativeCCMNotReady nativeccm/aws",
 		"NativeCCMNotReady nativeccm/fresh",
 		"NativeCCMNotRunning nativeccm/gcp",
@@ -270,6 +289,7 @@ func TestDoctor(t *testing.T) {
 		"NodeWithoutProviderID node/noid-1",
 		"OrphanedFenceGrant clusterrole/hybrid-ccm:fence:gone",
 		"OrphanedNativeCCMIdentity serviceaccount/hybrid-ccm-system/native-ccm-gone",
+		"OrphanedNativeCCMIdentity serviceaccount/hybrid-ccm-system/native-ccm-hcloud--fsn1",
 		"PodCIDROverlap node/overlap-b",
 		"SharedLeaderLease lease/kube-system/cloud-controller-manager",
 		"UnfencedNodeLifecycleGrant clusterrolebinding/native-ccm-elsewhere",
@@ -298,9 +318,11 @@ func TestDoctor(t *testing.T) {
 	if !errors.Is(err, cli.ErrFindings) {
 		t.Fatalf("want ErrFindings, got %v\n%s", err, out)
 	}
-	for _, s := range []string{"18 problem(s)", "talos-ccm: 0 of 1 replicas ready", "kubectl -n default describe deploy/talos-ccm-zero",
+	for _, s := range []string{"20 problem(s)", "talos-ccm: 0 of 1 replicas ready", "kubectl -n default describe deploy/talos-ccm-zero",
 		"talos-ccm has ready replicas but its leader-election Lease has no holder: none leads", "check ccm-coordinator is running: kubectl -n hybrid-ccm-system logs deploy/hybrid-ccm", "NativeCCMs lb-one, lb-two are all the default",
 		"NativeCCM gone, which does not exist: the fence refuses it every node and Service write",
+		"NativeCCM hcloud's member for \"fsn1\", but hcloud is not split",
+		"nodes of its domain have no CCM: SplitValuesUnserved: 1 node(s) with topology.kubernetes.io/region=ap-south-1",
 		"a ServiceAccount native-ccm-gone is confined to what it grants instead of refused everything",
 		"ServiceAccount hybrid-ccm-system/native-ccm-aws is not granted NativeCCM aws, platform aws (fence.hybridccm.io/fence), so the fence refuses its writes",
 		"create ClusterRole and ClusterRoleBinding hybrid-ccm:fence:aws with the NativeCCM",
