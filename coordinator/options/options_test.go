@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -45,6 +46,79 @@ func TestDefaults(t *testing.T) {
 		o.Health.LeaseDuration != 15*time.Second || o.Health.CrashLoopRestarts != 3 {
 		t.Errorf("defaults: %+v", o)
 	}
+}
+
+// TestDocumentedFlags: docs/coordinator.md, "Flags", names every flag the
+// options register, and each default its table gives is the flag's.
+func TestDocumentedFlags(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "docs", "coordinator.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(data), "\n## Flags\n")
+	if !ok {
+		t.Fatal(`docs/coordinator.md has no "## Flags" section`)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	_, fs := parsed(t)
+
+	flagRE, codeRE := regexp.MustCompile("`--([a-z0-9-]+)`"), regexp.MustCompile("`([^`]*)`")
+	documented := map[string]bool{}
+	for _, m := range flagRE.FindAllStringSubmatch(section, -1) {
+		documented[m[1]] = true
+	}
+	fs.VisitAll(func(f *pflag.Flag) {
+		if !documented[f.Name] {
+			t.Errorf("--%s is not in docs/coordinator.md, Flags", f.Name)
+		}
+	})
+
+	rows := 0
+	for line := range strings.SplitSeq(section, "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 4 || !strings.HasPrefix(strings.TrimSpace(cells[1]), "`--") {
+			continue
+		}
+		rows++
+		names := flagRE.FindAllStringSubmatch(cells[1], -1)
+		defaults := codeRE.FindAllStringSubmatch(cells[2], -1)
+		if len(defaults) == 0 {
+			continue // no default, or one said in words
+		}
+		if len(defaults) != len(names) {
+			t.Errorf("docs row %q: %d flags, %d defaults", line, len(names), len(defaults))
+			continue
+		}
+		for i, n := range names {
+			f := fs.Lookup(n[1])
+			if f == nil {
+				t.Errorf("docs/coordinator.md documents --%s, which the coordinator does not have", n[1])
+				continue
+			}
+			if doc := defaults[i][1]; !sameDefault(t, f, doc) {
+				t.Errorf("--%s: documented default %q, the flag's is %q", f.Name, doc, f.DefValue)
+			}
+		}
+	}
+	if rows < 20 {
+		t.Errorf("read %d rows of the flag table in docs/coordinator.md: the table's form changed", rows)
+	}
+}
+
+// sameDefault compares a documented default with the flag's, written as the
+// docs write it: durations as durations, lists without brackets.
+func sameDefault(t *testing.T, f *pflag.Flag, doc string) bool {
+	switch f.Value.Type() {
+	case "duration":
+		d, err := time.ParseDuration(doc)
+		if err != nil {
+			t.Errorf("--%s: documented default %q is not a duration", f.Name, doc)
+		}
+		return err == nil && d.String() == f.DefValue
+	case "stringSlice", "int32Slice":
+		return "["+doc+"]" == f.DefValue
+	}
+	return doc == f.DefValue
 }
 
 // TestValidate: every bad value is reported, all at once, each error naming
