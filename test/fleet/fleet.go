@@ -19,18 +19,16 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/yaml"
 
@@ -44,7 +42,7 @@ import (
 )
 
 // TalosPort is where every machine answers the Talos API, as Talos' apid.
-const TalosPort = 50000
+const TalosPort = talosnode.ApidPort
 
 // Machine is one Talos machine: a real node of the cluster, and what its
 // platform says about it.
@@ -291,45 +289,20 @@ func (f *Fleet) TalosConfig(role string) ([]byte, error) {
 
 // keepTalosService does what Talos does in a cluster with Kubernetes Talos
 // API access: the Service default/talos (no selector, port apid 50000) and
-// its EndpointSlice talos-ipv4 listing the control planes' addresses.
+// its EndpointSlice talos-ipv4 listing the control planes' addresses
+// (talosnode.KeepService).
 func (f *Fleet) keepTalosService(ctx context.Context) error {
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: talos.ServiceName, Namespace: talos.ServiceNamespace,
-			Labels: map[string]string{"provider": "talos", "component": "apid"}},
-		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "apid", Port: TalosPort, Protocol: corev1.ProtocolTCP,
-			TargetPort: intstr.FromInt32(TalosPort)}}},
-	}
-	if _, err := f.Client.CoreV1().Services(svc.Namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("fleet: Service %s/%s: %w", svc.Namespace, svc.Name, err)
-	}
-	var endpoints []discoveryv1.Endpoint
+	var apids []netip.AddrPort
 	var names []string
 	for _, m := range f.Machines {
 		if !m.ControlPlane {
 			continue
 		}
-		endpoints = append(endpoints, discoveryv1.Endpoint{Addresses: []string{f.Node(m.Name).IP.String()}})
+		apids = append(apids, netip.AddrPortFrom(f.Node(m.Name).IP.Unmap(), TalosPort))
 		names = append(names, m.Name)
 	}
-	port, name, proto := int32(TalosPort), "apid", corev1.ProtocolTCP
-	es := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: talos.ServiceName + "-ipv4", Namespace: talos.ServiceNamespace,
-			Labels: map[string]string{"kubernetes.io/service-name": talos.ServiceName, "provider": "talos", "component": "apid"}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &port, Protocol: &proto}},
-		Endpoints:   endpoints,
-	}
-	esc := f.Client.DiscoveryV1().EndpointSlices(es.Namespace)
-	cur, err := esc.Get(ctx, es.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		_, err = esc.Create(ctx, es, metav1.CreateOptions{})
-	case err == nil:
-		es.ResourceVersion = cur.ResourceVersion
-		_, err = esc.Update(ctx, es, metav1.UpdateOptions{})
-	}
-	if err != nil {
-		return fmt.Errorf("fleet: EndpointSlice %s/%s: %w", es.Namespace, es.Name, err)
+	if err := talosnode.KeepService(ctx, f.Client, apids...); err != nil {
+		return fmt.Errorf("fleet: %w", err)
 	}
 	f.logf("Service %s/%s: the Talos API at the control planes %s", talos.ServiceNamespace, talos.ServiceName, strings.Join(names, ", "))
 	return nil

@@ -48,7 +48,7 @@ func (e *Endpoint) ServeMachine(lis net.Listener, name string) error {
 		grpc.UnaryInterceptor(m.unary),
 		grpc.StreamInterceptor(m.stream),
 	)
-	cosiv1alpha1.RegisterStateServer(m.grpc, &machineRouter{m: m})
+	cosiv1alpha1.RegisterStateServer(m.grpc, &forwardingRouter{local: &router{e: e}})
 	e.machineMu.Lock()
 	e.machines[name] = m
 	e.machineMu.Unlock()
@@ -82,6 +82,9 @@ func (m *machine) decide(ctx context.Context) (context.Context, error) {
 	roles, err := authorize(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if impersonated(ctx) {
+		m.e.viaApid.Add(1)
 	}
 	target, err := targetOf(ctx)
 	if err != nil {
@@ -163,11 +166,12 @@ func (e *Endpoint) forwardConn(addr string) (*grpc.ClientConn, error) {
 	return c, nil
 }
 
-// machineRouter serves the COSI State service of a machine's apid: its own
-// node's state, or the answer of the machine it forwards to.
-type machineRouter struct {
+// forwardingRouter serves the COSI State service of an apid: a request
+// marked for forwarding (forwardKey) goes to the machine it names, any other
+// to local (a machine's own node state).
+type forwardingRouter struct {
 	cosiv1alpha1.UnimplementedStateServer
-	m *machine
+	local cosiv1alpha1.StateServer
 }
 
 func forwardOf(ctx context.Context) *forward {
@@ -175,14 +179,14 @@ func forwardOf(ctx context.Context) *forward {
 	return f
 }
 
-func (r *machineRouter) Get(ctx context.Context, req *cosiv1alpha1.GetRequest) (*cosiv1alpha1.GetResponse, error) {
+func (r *forwardingRouter) Get(ctx context.Context, req *cosiv1alpha1.GetRequest) (*cosiv1alpha1.GetResponse, error) {
 	if f := forwardOf(ctx); f != nil {
 		return cosiv1alpha1.NewStateClient(f.conn).Get(f.ctx, req)
 	}
-	return (&router{e: r.m.e}).Get(ctx, req)
+	return r.local.Get(ctx, req)
 }
 
-func (r *machineRouter) List(req *cosiv1alpha1.ListRequest, srv grpc.ServerStreamingServer[cosiv1alpha1.ListResponse]) error {
+func (r *forwardingRouter) List(req *cosiv1alpha1.ListRequest, srv grpc.ServerStreamingServer[cosiv1alpha1.ListResponse]) error {
 	if f := forwardOf(srv.Context()); f != nil {
 		up, err := cosiv1alpha1.NewStateClient(f.conn).List(f.ctx, req)
 		if err != nil {
@@ -190,10 +194,10 @@ func (r *machineRouter) List(req *cosiv1alpha1.ListRequest, srv grpc.ServerStrea
 		}
 		return relay(up, srv)
 	}
-	return (&router{e: r.m.e}).List(req, srv)
+	return r.local.List(req, srv)
 }
 
-func (r *machineRouter) Watch(req *cosiv1alpha1.WatchRequest, srv grpc.ServerStreamingServer[cosiv1alpha1.WatchResponse]) error {
+func (r *forwardingRouter) Watch(req *cosiv1alpha1.WatchRequest, srv grpc.ServerStreamingServer[cosiv1alpha1.WatchResponse]) error {
 	if f := forwardOf(srv.Context()); f != nil {
 		up, err := cosiv1alpha1.NewStateClient(f.conn).Watch(f.ctx, req)
 		if err != nil {
@@ -201,19 +205,28 @@ func (r *machineRouter) Watch(req *cosiv1alpha1.WatchRequest, srv grpc.ServerStr
 		}
 		return relay(up, srv)
 	}
-	return (&router{e: r.m.e}).Watch(req, srv)
+	return r.local.Watch(req, srv)
 }
 
-func (r *machineRouter) Create(ctx context.Context, req *cosiv1alpha1.CreateRequest) (*cosiv1alpha1.CreateResponse, error) {
-	return (&router{e: r.m.e}).Create(ctx, req)
+func (r *forwardingRouter) Create(ctx context.Context, req *cosiv1alpha1.CreateRequest) (*cosiv1alpha1.CreateResponse, error) {
+	if f := forwardOf(ctx); f != nil {
+		return cosiv1alpha1.NewStateClient(f.conn).Create(f.ctx, req)
+	}
+	return r.local.Create(ctx, req)
 }
 
-func (r *machineRouter) Update(ctx context.Context, req *cosiv1alpha1.UpdateRequest) (*cosiv1alpha1.UpdateResponse, error) {
-	return (&router{e: r.m.e}).Update(ctx, req)
+func (r *forwardingRouter) Update(ctx context.Context, req *cosiv1alpha1.UpdateRequest) (*cosiv1alpha1.UpdateResponse, error) {
+	if f := forwardOf(ctx); f != nil {
+		return cosiv1alpha1.NewStateClient(f.conn).Update(f.ctx, req)
+	}
+	return r.local.Update(ctx, req)
 }
 
-func (r *machineRouter) Destroy(ctx context.Context, req *cosiv1alpha1.DestroyRequest) (*cosiv1alpha1.DestroyResponse, error) {
-	return (&router{e: r.m.e}).Destroy(ctx, req)
+func (r *forwardingRouter) Destroy(ctx context.Context, req *cosiv1alpha1.DestroyRequest) (*cosiv1alpha1.DestroyResponse, error) {
+	if f := forwardOf(ctx); f != nil {
+		return cosiv1alpha1.NewStateClient(f.conn).Destroy(f.ctx, req)
+	}
+	return r.local.Destroy(ctx, req)
 }
 
 // relay copies a forwarded stream's answers to the caller until it ends.

@@ -67,3 +67,82 @@ func TestMachineForwards(t *testing.T) {
 		t.Fatalf("unknown machine: %v", err)
 	}
 }
+
+// TestForwarder: a control plane's apid in a process of its own (here a
+// Forwarder beside the endpoint) forwards every request to the machine it
+// names, over a connection per machine, and the machines see each request
+// as forwarded.
+func TestForwarder(t *testing.T) {
+	ep := talosnode.StartFor(t)
+	for i, name := range []string{"w-1", "w-2"} {
+		md := runtime.PlatformMetadataSpec{Platform: "metal", Hostname: name}
+		if _, err := ep.AddNode(name, []string{"10.2.0." + string(rune('1'+i))}, talosnode.Spec{Metadata: &md}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	creds, err := ep.ApidCredentials(net.IPv4(127, 0, 0, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	credsPath := filepath.Join(t.TempDir(), "apid.json")
+	if err := creds.WriteFile(credsPath); err != nil {
+		t.Fatal(err)
+	}
+	if creds, err = talosnode.ReadApidCredentials(credsPath); err != nil {
+		t.Fatal(err)
+	}
+	f, err := talosnode.NewForwarder(creds, ep.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = f.Serve(lis) }()
+	t.Cleanup(f.Stop)
+	path := filepath.Join(t.TempDir(), "talosconfig")
+	if err := ep.WriteClientConfig(path, "os:reader", lis.Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+	c, err := talos.New(context.Background(), talos.Options{ConfigPath: path, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	for _, target := range []string{"w-1", "10.2.0.2", "w-1"} {
+		md, err := c.PlatformMetadata(ctx, target)
+		if err != nil {
+			t.Fatalf("%s: %v", target, err)
+		}
+		if want := map[string]string{"w-1": "w-1", "10.2.0.2": "w-2"}[target]; md.Hostname != want {
+			t.Fatalf("%s answered as %s", target, md.Hostname)
+		}
+	}
+	if got := f.Forwarded(); got != 3 {
+		t.Fatalf("forwarded %d requests, want 3", got)
+	}
+	if got, all := ep.ViaApid(), ep.Requests(); got != 3 || all != 3 {
+		t.Fatalf("the machines received %d requests, %d forwarded; want 3, 3", all, got)
+	}
+	// A machine nobody serves: the machines' apid says so through the hop.
+	if _, err := c.PlatformMetadata(ctx, "gone"); err == nil || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("unknown machine: %v", err)
+	}
+	// A client without a Talos role is refused by the forwarding apid.
+	if err := ep.WriteClientConfig(path, "os:nobody", lis.Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+	c2, err := talos.New(context.Background(), talos.Options{ConfigPath: path, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c2.Close() })
+	if _, err := c2.PlatformMetadata(ctx, "w-1"); err == nil || !strings.Contains(err.Error(), "not allowed") {
+		t.Fatalf("a certificate without a Talos role: %v", err)
+	}
+	if got := f.Forwarded(); got != 4 {
+		t.Fatalf("forwarded %d requests after the refusal, want 4 (the unknown machine's counted, the refused not)", got)
+	}
+}

@@ -66,7 +66,7 @@ type Endpoint struct {
 	mu    sync.RWMutex
 	nodes map[string]*Node // by every address and by name
 
-	requests atomic.Int64
+	requests, viaApid atomic.Int64
 }
 
 // Node is one simulated Talos node.
@@ -124,6 +124,11 @@ func (e *Endpoint) Addr() string { return e.listener.Addr().String() }
 
 // Requests counts every request the endpoint received.
 func (e *Endpoint) Requests() int64 { return e.requests.Load() }
+
+// ViaApid counts the requests the endpoint received from another machine's
+// apid forwarding them (a client certificate of role os:impersonator), on
+// its own listener (Forwarder) or a machine's (ServeMachine).
+func (e *Endpoint) ViaApid() int64 { return e.viaApid.Load() }
 
 // Stop stops the endpoint and every machine's apid.
 func (e *Endpoint) Stop() {
@@ -272,6 +277,9 @@ func (e *Endpoint) route(ctx context.Context) (*Node, error) {
 	if _, err := authorize(ctx); err != nil {
 		return nil, err
 	}
+	if impersonated(ctx) {
+		e.viaApid.Add(1)
+	}
 	target, err := targetOf(ctx)
 	if err != nil {
 		return nil, err
@@ -354,6 +362,17 @@ const (
 	impersonator = "os:impersonator"
 	roleMetadata = "talos-role"
 )
+
+// impersonated reports whether the (authorized) caller is an apid
+// forwarding a request.
+func impersonated(ctx context.Context) bool {
+	p, _ := peer.FromContext(ctx)
+	if p == nil {
+		return false
+	}
+	ti, ok := p.AuthInfo.(credentials.TLSInfo)
+	return ok && len(ti.State.VerifiedChains) > 0 && slices.Contains(ti.State.VerifiedChains[0][0].Subject.Organization, impersonator)
+}
 
 // authorize checks the verified client certificate carries a Talos role (or
 // is an apid forwarding for a caller who has one) and returns the roles.

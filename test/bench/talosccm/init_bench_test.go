@@ -12,7 +12,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
@@ -36,6 +38,7 @@ import (
 	cloudproviderapi "k8s.io/cloud-provider/api"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/app"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
 	"github.com/hybrid-ccm/hybrid-ccm/test/benchproc"
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
@@ -46,6 +49,7 @@ var (
 	env   *testenv.Env
 	bin   string
 	floor string // the framework's memory baseline, see floor/main.go
+	apid  string // the control planes' apid, see apid/main.go
 )
 
 func TestMain(m *testing.M) {
@@ -57,8 +61,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	bin, floor = filepath.Join(dir, "talos-ccm"), filepath.Join(dir, "floor")
-	for out, pkg := range map[string]string{bin: "./cmd/talos-ccm", floor: "./test/bench/talosccm/floor"} {
+	bin, floor, apid = filepath.Join(dir, "talos-ccm"), filepath.Join(dir, "floor"), filepath.Join(dir, "apid")
+	for out, pkg := range map[string]string{bin: "./cmd/talos-ccm", floor: "./test/bench/talosccm/floor", apid: "./test/bench/talosccm/apid"} {
 		if err := benchproc.Build(testenv.RepoRoot(), out, pkg); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
@@ -238,7 +242,12 @@ func floorMemory(b *testing.B) benchproc.Memory {
 // BenchmarkInitialize registers N nodes at once (as kubelets do), N from
 // benchproc.Nodes (1000 and 5000; 10000 with `make bench-10k`), whose Talos
 // API answers after 20 ms, and measures the time until talos-ccm, with the
-// defaults the chart ships, has initialized all of them. The writes in
+// defaults the chart ships, has initialized all of them. talos-ccm reaches
+// the Talos API as in a cluster: its talosconfig names the Talos Service
+// (talos.default), resolved through the API server to the control planes'
+// apid, a process of its own on the same cores that forwards every request
+// to the machine it names (forward_test.go); the benchmark fails if a
+// request reached a machine any other way. The writes in
 // that window (the registrations, talos-ccm's update and status update per
 // node) are counted by the API server and priced at its ceiling for the same
 // writes issued the same way with nothing else to do (see ceiling): the
@@ -327,8 +336,24 @@ func initialize(b *testing.B, nodes int) {
 		}
 		goruntime.GC() // not left for the next round's collector
 	}
+	// The talosconfig Talos writes for a talos.dev ServiceAccount: one
+	// endpoint, the Talos Service. talos-ccm resolves it through the API
+	// server (the Service's EndpointSlices, kept by talosnode.KeepService)
+	// to the control planes' apid, which forwards every request to the
+	// machine it names (forward_test.go).
 	tc := filepath.Join(b.TempDir(), "talosconfig")
-	if err := ep.WriteClientConfig(tc, "os:reader"); err != nil {
+	if err := ep.WriteClientConfig(tc, "os:reader", talos.ServiceName+"."+talos.ServiceNamespace); err != nil {
+		b.Fatal(err)
+	}
+	listen := apidAddrs(b)
+	var apidIPs []net.IP
+	for _, a := range listen {
+		apidIPs = append(apidIPs, net.IP(netip.MustParseAddrPort(a).Addr().AsSlice()))
+	}
+	apidCreds := filepath.Join(b.TempDir(), "apid-credentials.json")
+	if creds, err := ep.ApidCredentials(apidIPs...); err != nil {
+		b.Fatal(err)
+	} else if err := creds.WriteFile(apidCreds); err != nil {
 		b.Fatal(err)
 	}
 	args := []string{"--kubeconfig=" + env.KubeconfigPath, "--authentication-kubeconfig=" + env.KubeconfigPath,
@@ -394,6 +419,11 @@ func initialize(b *testing.B, nodes int) {
 		// initialized (package initialization, start-up, the cache synced)
 		mem, started benchproc.Memory
 		cpu, self    time.Duration // of talos-ccm and this process, in the rounds
+		hop          time.Duration // of the control planes' apid, in the rounds
+		// forwarded: what the control planes' apid forwarded in each round
+		// (by apid), and what reached the machines through it
+		forwarded []string
+		viaApid   int64
 	)
 	workers := app.DefaultConcurrentNodeSyncs
 	// The control plane's processes (children of this one), this process
@@ -410,6 +440,16 @@ func initialize(b *testing.B, nodes int) {
 	b.StopTimer()
 	for r, rd := range rs {
 		addTalos(r)
+		// The control planes' apid starts afresh with the round's machines
+		// (it holds a connection to each machine it forwarded to), and the
+		// Talos Service lists it before talos-ccm starts.
+		apidLog, _ := os.Create(filepath.Join(b.TempDir(), fmt.Sprintf("apid-%d.log", r)))
+		cp := startApid(b, apidCreds, ep.Addr(), listen, apidLog)
+		if err := talosnode.KeepService(ctx, env.Client, cp.addrs...); err != nil {
+			cp.stop()
+			b.Fatal(err)
+		}
+		requests0, via0 := ep.Requests(), ep.ViaApid()
 		logs, _ := os.Create(filepath.Join(b.TempDir(), fmt.Sprintf("talos-ccm-%d.log", r)))
 		proc, err := benchproc.Start(b.Logf, fmt.Sprintf("talos-ccm-%d", r), logs, bin, args...)
 		if err != nil {
@@ -444,6 +484,7 @@ func initialize(b *testing.B, nodes int) {
 		window := writefloor.Open(b, env.Client)
 		withTalos := maps.Clone(pids)
 		withTalos[talosCCM] = proc.Pid()
+		withTalos[controlPlaneApid] = cp.pid()
 		rd.cpu = benchproc.StartShare(withTalos)
 		b.StartTimer()
 		start := time.Now()
@@ -460,6 +501,7 @@ func initialize(b *testing.B, nodes int) {
 		rd.writes = window.Close(b)
 		cpu += rd.cpu.Used[talosCCM]
 		self += rd.cpu.Used[benchmark]
+		hop += rd.cpu.Used[controlPlaneApid]
 		if cpuProfile != nil {
 			<-cpuProfile
 		}
@@ -467,6 +509,22 @@ func initialize(b *testing.B, nodes int) {
 			saveProfile(b, "/debug/pprof/heap?gc=1", filepath.Join(heapDir, fmt.Sprintf("talos-ccm-heap-%d.pprof", nodes)))
 		}
 		mem = benchproc.Max(mem, stop())
+		// The hop was taken: every request the machines received in the
+		// round came from the control planes' apid, which forwarded at
+		// least one per node (talos-ccm makes three).
+		counts := cp.stop()
+		_ = apidLog.Close()
+		var sum int64
+		for _, n := range counts {
+			sum += n
+		}
+		requests, via := ep.Requests()-requests0, ep.ViaApid()-via0
+		if sum < int64(nodes) || via != requests {
+			b.Fatalf("round %d: the control planes' apid forwarded %d requests (%s) for %d nodes; the machines received %d requests, %d of them forwarded: not every Talos request went through the hop",
+				r+1, sum, describeForwarded(counts, cp.addrs), nodes, requests, via)
+		}
+		forwarded = append(forwarded, describeForwarded(counts, cp.addrs))
+		viaApid += via
 
 		// the shapes the ceiling writes: what talos-ccm wrote
 		initialized := listRound(b, r, nodes)
@@ -502,6 +560,7 @@ func initialize(b *testing.B, nodes int) {
 		strings.Join(times, ", "), pairs[0].ratio, pairs[rounds-1].ratio, bestOfEach)
 	apiFloor := writefloor.Floor{Writes: median.writes, Ceilings: []writefloor.Ceiling{median.ceiling}, Objects: nodes}
 	b.ReportMetric(cpu.Seconds()/float64(rounds), "talos-ccm-cpu-s")
+	b.ReportMetric(float64(viaApid)/float64(rounds*(nodes+1)), "forwarded-per-node")
 	b.ReportMetric(mem.Anon, "talos-ccm-anon-MiB")
 	b.ReportMetric(mem.Heap, "talos-ccm-heap-MiB")
 	b.ReportMetric(mem.HeapLive, "talos-ccm-heap-live-MiB")
@@ -515,7 +574,10 @@ func initialize(b *testing.B, nodes int) {
 	b.Logf("talos-ccm memory, peaks of the %d rounds: %s; %.1f MiB anonymous above the %.1f MiB of a process that only links k8s.io/cloud-provider/app and the Talos machinery client (%s); Talos requests %d",
 		rounds, mem, mem.Anon-base.Anon, base.Anon, base, ep.Requests())
 	b.Logf("talos-ccm memory until started and synced (package initialization, start-up, the canary node): %s", started)
-	b.Logf("CPU time in the %d rounds: talos-ccm %.2f s (%.2f ms per node); the benchmark's process (registrants, watch, simulated Talos API) %.2f s", rounds, cpu.Seconds(), float64(cpu.Microseconds())/1000/float64(rounds*nodes), self.Seconds())
+	b.Logf("Talos API through the Talos Service: the control planes' apid at %s forwarded, by round: %s; the machines received %d requests in the rounds, every one forwarded (%.2f per node, the canaries included)",
+		strings.Join(listen, ", "), strings.Join(forwarded, "; "), viaApid, float64(viaApid)/float64(rounds*(nodes+1)))
+	b.Logf("CPU time in the %d rounds: talos-ccm %.2f s (%.2f ms per node); the control planes' apid (the forwarding hop) %.2f s (%.2f ms per node); the benchmark's process (registrants, watch, simulated Talos machines) %.2f s",
+		rounds, cpu.Seconds(), float64(cpu.Microseconds())/1000/float64(rounds*nodes), hop.Seconds(), float64(hop.Microseconds())/1000/float64(rounds*nodes), self.Seconds())
 	var during, ceilingCPU []*benchproc.Share
 	for _, rd := range rs {
 		during, ceilingCPU = append(during, rd.cpu), append(ceilingCPU, rd.ceilingCPU)
@@ -529,7 +591,7 @@ func initialize(b *testing.B, nodes int) {
 		perAPI = fmt.Sprintf("talos-ccm used %.2f ms for each ms of kube-apiserver's", talos/api)
 	}
 	b.Logf("CPU per node, median of the rounds: while talos-ccm initialized: %s; in the ceiling rounds (the same writes, no talos-ccm): %s; %s",
-		benchproc.Describe(during, []string{apiServer, etcd, talosCCM, benchmark}, nodes),
+		benchproc.Describe(during, []string{apiServer, etcd, talosCCM, controlPlaneApid, benchmark}, nodes),
 		benchproc.Describe(ceilingCPU, []string{apiServer, etcd, benchmark}, nodes), perAPI)
 }
 
@@ -539,6 +601,8 @@ const (
 	etcd      = "etcd"
 	talosCCM  = "talos-ccm"
 	benchmark = "benchmark"
+	// controlPlaneApid is the control planes' apid (the forwarding hop).
+	controlPlaneApid = "apid"
 )
 
 // listRound returns round r's nodes as the API server holds them.
