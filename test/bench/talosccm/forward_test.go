@@ -72,8 +72,13 @@ type apidProcess struct {
 // startApid starts the control planes' apid, one listener per address in
 // listen, forwarding to the simulated machines at nodes with the credentials
 // in creds; its standard error goes to log.
-func startApid(b *testing.B, creds, nodes string, listen []string, log *os.File) *apidProcess {
-	cmd := exec.Command(apid, "-credentials", creds, "-nodes", nodes, "-listen", strings.Join(listen, ","))
+// With profile set, it writes a CPU profile of its life there.
+func startApid(b *testing.B, creds, nodes string, listen []string, log *os.File, profile string) *apidProcess {
+	args := []string{"-credentials", creds, "-nodes", nodes, "-listen", strings.Join(listen, ",")}
+	if profile != "" {
+		args = append(args, "-cpuprofile", profile)
+	}
+	cmd := exec.Command(apid, args...)
 	cmd.Stderr = log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()

@@ -444,7 +444,11 @@ func initialize(b *testing.B, nodes int) {
 		// (it holds a connection to each machine it forwarded to), and the
 		// Talos Service lists it before talos-ccm starts.
 		apidLog, _ := os.Create(filepath.Join(b.TempDir(), fmt.Sprintf("apid-%d.log", r)))
-		cp := startApid(b, apidCreds, ep.Addr(), listen, apidLog)
+		apidProfile := ""
+		if heapDir != "" && r == rounds-1 {
+			apidProfile = filepath.Join(heapDir, fmt.Sprintf("apid-cpu-%d.pprof", nodes))
+		}
+		cp := startApid(b, apidCreds, ep.Addr(), listen, apidLog, apidProfile)
 		if err := talosnode.KeepService(ctx, env.Client, cp.addrs...); err != nil {
 			cp.stop()
 			b.Fatal(err)

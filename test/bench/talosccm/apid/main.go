@@ -6,7 +6,7 @@
 // mutual-TLS connection of its own per machine, to the simulated machines'
 // apid (the benchmark's talosnode endpoint).
 //
-//	apid -credentials FILE -nodes HOST:PORT -listen ADDR[,ADDR...]
+//	apid -credentials FILE -nodes HOST:PORT -listen ADDR[,ADDR...] [-cpuprofile FILE]
 //
 // It prints "listening ADDR ..." (the addresses bound, port 0 resolved) once
 // it serves, and on SIGTERM or SIGINT "forwarded ADDR=N ..." (the requests
@@ -19,6 +19,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 
@@ -29,7 +30,19 @@ func main() {
 	creds := flag.String("credentials", "", "the apid credentials (talosnode.ApidCredentials.WriteFile)")
 	nodes := flag.String("nodes", "", "the machines' apid (host:port)")
 	listen := flag.String("listen", "", "comma-separated addresses, one per control plane")
+	profile := flag.String("cpuprofile", "", "write a CPU profile of its whole life to this file")
 	flag.Parse()
+	if *profile != "" {
+		f, err := os.Create(*profile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "apid:", err)
+			os.Exit(1)
+		}
+		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+	}
 	if err := run(*creds, *nodes, strings.Split(*listen, ",")); err != nil {
 		fmt.Fprintln(os.Stderr, "apid:", err)
 		os.Exit(1)
