@@ -15,8 +15,8 @@
 # builds of one layout at once take turns.
 
 GO           ?= go
-KUBE_VERSION ?= 1.36.3
-ETCD_VERSION ?= 3.6.8
+KUBE_VERSION ?= 1.37.2
+ETCD_VERSION ?= 3.7.0
 TEST_FLAGS   ?=
 FUZZTIME     ?= 2000x
 FUZZPKG      ?= .

@@ -167,7 +167,7 @@ func main() {
 
 	recorder := metrics.NewRecorder()
 	crmetrics.Registry.MustRegister(recorder.Collectors()...)
-	eventRecorder, err := events.NewRecorder(mgr, log, *eventsAddr, names.CoordinatorController)
+	eventRecorder, err := events.NewRecorder(log, *eventsAddr, names.CoordinatorController, events.WithManager(mgr))
 	if err != nil {
 		log.Error(err, "unable to create event recorder")
 		os.Exit(1)
