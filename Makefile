@@ -75,7 +75,6 @@ build:
 
 lint:
 	$(GO) vet ./...
-	cd test/monitoring && $(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
