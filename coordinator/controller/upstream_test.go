@@ -62,7 +62,11 @@ func TestUpstreamForTheAPIServerMinor(t *testing.T) {
 		u.APIServerVersion != git || u.Skew == nil || *u.Skew != int32(skew) || u.NodeFilter == nil || !slices.Equal(u.NodeFilter.Args, []string{filter}) {
 		t.Fatalf("status.upstream = %+v, want %s from the profile for %s (API server %s), skew %d, filter %s", u, want, profile.MinorString(minor), git, skew, filter)
 	}
-	if c := conditions.Get(obj, v1.ProfileResolvedCondition); c == nil || !strings.Contains(c.Message, "upstream CCM "+want+" (the profile's release for Kubernetes "+profile.MinorString(minor)+") for API server "+git) {
+	which := "(the profile's release for Kubernetes " + profile.MinorString(minor) + ")"
+	if skew > 0 {
+		which = "(the profile has none for Kubernetes " + profile.MinorString(minor+skew) + ": its release for " + profile.MinorString(minor) + ")"
+	}
+	if c := conditions.Get(obj, v1.ProfileResolvedCondition); c == nil || !strings.Contains(c.Message, "upstream CCM "+want+" "+which+" for API server "+git) {
 		t.Errorf("ProfileResolved = %+v", c)
 	}
 	c := ccmContainer(t, rel)
