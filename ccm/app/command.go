@@ -16,9 +16,11 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	cloudprovider "k8s.io/cloud-provider"
 	cpapp "k8s.io/cloud-provider/app"
@@ -40,7 +42,6 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/transform"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
-	"github.com/hybrid-ccm/hybrid-ccm/ccm/procmem"
 )
 
 // Defaults a user gets (the chart uses the same).
@@ -105,7 +106,6 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 		rules     = &transform.Config{}
 	)
 	recorders := &sharedRecorder{}
-	startup := &startupPages{}
 	lease := &leaseReader{}
 	initCloud := func(c *cloudcontrollerconfig.CompletedConfig) cloudprovider.Interface {
 		return provider
@@ -118,7 +118,6 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 				return func(ctx context.Context, _ genericcontrollermanager.ControllerContext) (controller.Interface, bool, error) {
 					client := cc.ClientBuilder.ClientOrDie(ic.ClientName)
 					slimNodeCache(cc)
-					startup.releaseAfterSync(ctx, cc.SharedInformers.Core().V1().Nodes().Informer())
 					lease.start(ctx, cc)
 					c, err := cloudnode.New(client, cc.SharedInformers.Core().V1().Nodes(), nodeFacts,
 						recorders.recorder(ctx, client, names.CloudNodeController), cloudnode.Options{
@@ -126,7 +125,6 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 							StatusUpdateFrequency: cc.ComponentConfig.NodeStatusUpdateFrequency.Duration,
 							Enforce:               tf.enforce || rules.Global.Enforce,
 							InitializedEvents:     tf.initEvents,
-							AfterFirstRead:        startup.releaseAfterFirstRead,
 						})
 					if err != nil {
 						return nil, false, err
@@ -143,7 +141,6 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 			return func(ctx context.Context, _ genericcontrollermanager.ControllerContext) (controller.Interface, bool, error) {
 				client := cc.ClientBuilder.ClientOrDie(ic.ClientName)
 				slimNodeCache(cc)
-				startup.releaseAfterSync(ctx, cc.SharedInformers.Core().V1().Nodes().Informer())
 				lease.start(ctx, cc)
 				opts := *csrOpts
 				// the host talos-ccm reaches the API server at, and the pod CIDR,
@@ -182,7 +179,6 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 					return nil, false, err
 				}
 				slimNodeCache(cc)
-				startup.releaseAfterSync(ctx, cc.SharedInformers.Core().V1().Nodes().Informer())
 				lease.start(ctx, cc)
 				client := cc.ClientBuilder.ClientOrDie(ic.ClientName)
 				c, err := ipam.NewController(client, cc.SharedInformers.Core().V1().Nodes(), nodeFacts, talosClient, recorders.recorder(ctx, client, names.IPAMController), cfg)
@@ -216,8 +212,19 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 		if len(endpoints) == 0 {
 			endpoints = rules.Global.Endpoints
 		}
+		// The talosconfig Talos writes names the Service default/talos
+		// ("talos.default"): its endpoints are read through the API server,
+		// which answers before cluster DNS can (docs/install.md).
+		kubeCfg, err := clientcmd.BuildConfigFromFlags(s.Master, s.Generic.ClientConnection.Kubeconfig)
+		if err != nil {
+			return fmt.Errorf("the Talos Service's endpoints: API server client: %w", err)
+		}
+		kube, err := kubernetes.NewForConfig(rest.AddUserAgent(kubeCfg, "talos-ccm/talos-service"))
+		if err != nil {
+			return fmt.Errorf("the Talos Service's endpoints: API server client: %w", err)
+		}
 		tc, err := talos.New(cmd.Context(), talos.Options{
-			ConfigPath: tf.talosconfig, Context: tf.talosContext, Endpoints: endpoints, Timeout: tf.timeout,
+			ConfigPath: tf.talosconfig, Context: tf.talosContext, Endpoints: endpoints, Timeout: tf.timeout, Kube: kube,
 		})
 		if err != nil {
 			return err
@@ -245,8 +252,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 			}
 		}
 		klog.InfoS("talos-ccm configured", "rules", len(rules.Transformations), "enforce", tf.enforce || rules.Global.Enforce,
-			"clusterName", rules.Global.ClusterName, "clusterNameFrom", clusterFrom,
-			"initPagesReleasedMiB", initPagesReleased()>>20)
+			"clusterName", rules.Global.ClusterName, "clusterNameFrom", clusterFrom)
 		return run(cmd, args)
 	}
 	cmd.SilenceUsage = true
@@ -271,55 +277,6 @@ func (r *sharedRecorder) recorder(ctx context.Context, client interface {
 		r.broadcaster = b
 	})
 	return r.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
-}
-
-// ReleaseInitPages gives back the executable's pages that package
-// initialization touched (procmem.ReleaseDuringInit) and returns what package
-// initialization gave back in all (cmd/talos-ccm/internal/initpages releases
-// twice before main), for the start-up log line. Call it first thing in main.
-func ReleaseInitPages() (uint64, error) {
-	procmem.ReleaseDuringInit()
-	return procmem.InitReleased()
-}
-
-func initPagesReleased() uint64 {
-	n, _ := procmem.InitReleased()
-	return n
-}
-
-// startupPages gives back the executable's pages that start-up touched
-// (procmem.ReleaseExecPages), at two moments: when the node informer has
-// synced (flags, configuration, serving, leader election and informer set-up
-// are behind it; the controllers are constructed and running), and after
-// cloud-node first read a node's facts (its first Talos API connection, TLS
-// handshake included, and the first decoding of each Talos resource are
-// behind it). What the controllers use from then on comes back on first
-// touch.
-type startupPages struct{ synced sync.Once }
-
-func (s *startupPages) releaseAfterSync(ctx context.Context, inf cache.SharedIndexInformer) {
-	s.synced.Do(func() {
-		go func() {
-			if cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-				releaseStartupPages("the node informer has synced")
-			}
-		}()
-	})
-}
-
-// releaseAfterFirstRead is cloud-node's Options.AfterFirstRead, which
-// cloud-node calls once.
-func (s *startupPages) releaseAfterFirstRead() {
-	releaseStartupPages("the first node's facts were read")
-}
-
-func releaseStartupPages(after string) {
-	n, err := procmem.ReleaseExecPages()
-	if err != nil {
-		klog.V(1).InfoS("could not release start-up pages", "after", after, "err", err)
-		return
-	}
-	klog.V(1).InfoS("released start-up pages of the executable", "after", after, "MiB", n>>20)
 }
 
 // slimNodeCache makes the shared node informer cache Nodes without what no

@@ -85,12 +85,6 @@ type Options struct {
 	// writes); the log line and the talos_ccm_nodes_initialized_total metric
 	// carry the same information. Warnings are always recorded.
 	InitializedEvents bool
-	// AfterFirstRead, if set, is called once, in a goroutine of its own,
-	// after the controller has first read a node's facts from its Talos API
-	// (and, initializing the node, written them): the first Talos API
-	// connection and the first decoding of each Talos resource are behind
-	// it. ccm/app gives back the executable's start-up pages then.
-	AfterFirstRead func()
 }
 
 // Controller initializes nodes.
@@ -101,8 +95,7 @@ type Controller struct {
 	facts    FactSource
 	recorder record.EventRecorder
 	opts     Options
-	lastRead sync.Map  // node name -> time.Time of the last facts read
-	read     sync.Once // Options.AfterFirstRead
+	lastRead sync.Map // node name -> time.Time of the last facts read
 	mismatch mismatched
 	// writers holds one token per node being written (Options.Workers).
 	writers chan struct{}
@@ -400,12 +393,7 @@ func (c *Controller) lastReadAt(name string) (time.Time, bool) {
 	return v.(time.Time), true
 }
 
-func (c *Controller) markRead(name string, t time.Time) {
-	c.lastRead.Store(name, t)
-	if c.opts.AfterFirstRead != nil {
-		c.read.Do(func() { go c.opts.AfterFirstRead() })
-	}
-}
+func (c *Controller) markRead(name string, t time.Time) { c.lastRead.Store(name, t) }
 
 // checkProvidedIP verifies that every IP the kubelet was told to use is among
 // the addresses established from the Talos API (the same rule the upstream node

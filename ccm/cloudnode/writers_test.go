@@ -128,17 +128,7 @@ func TestLookupsOverlapWrites(t *testing.T) {
 	}
 
 	src := &heldSource{release: make(chan struct{})}
-	// Options.AfterFirstRead: once, and only once a node's facts were read
-	var firstReads atomic.Int32
-	afterFirstRead := func() {
-		select {
-		case <-src.release:
-		default:
-			t.Errorf("Options.AfterFirstRead called before any lookup was answered")
-		}
-		firstReads.Add(1)
-	}
-	defer run(t, client, src, cloudnode.Options{Workers: workers, AfterFirstRead: afterFirstRead})()
+	defer run(t, client, src, cloudnode.Options{Workers: workers})()
 
 	// every worker is in a lookup before any node is written
 	for deadline := time.Now().Add(30 * time.Second); src.waiting.Load() < 2*workers; {
@@ -179,12 +169,5 @@ func TestLookupsOverlapWrites(t *testing.T) {
 	}
 	if counter.writes.Load() < nodes {
 		t.Errorf("%d node writes for %d nodes", counter.writes.Load(), nodes)
-	}
-	// it runs in a goroutine of its own: give it the time to
-	for deadline := time.Now().Add(10 * time.Second); firstReads.Load() == 0 && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if got := firstReads.Load(); got != 1 {
-		t.Errorf("Options.AfterFirstRead called %d times for %d nodes, want once", got, nodes)
 	}
 }

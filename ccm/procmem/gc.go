@@ -1,3 +1,6 @@
+// Package procmem holds the Go runtime memory settings that Hybrid CCM's
+// long-running processes share. It sets them and nothing else: it reads no
+// memory figures and does not touch the process's mappings.
 package procmem
 
 import (

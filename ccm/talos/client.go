@@ -26,8 +26,10 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 )
 
@@ -91,6 +93,10 @@ type Options struct {
 	Endpoints []string
 	// Timeout bounds each request (default 10s).
 	Timeout time.Duration
+	// Kube, when set, resolves the Talos Service's names (talos.default, the
+	// endpoint of the talosconfig Talos writes) from the Service's
+	// EndpointSlices through the API server instead of DNS.
+	Kube kubernetes.Interface
 	// ReloadInterval is how often the talosconfig file is checked for changes
 	// (default 30s; negative disables). Talos renews the certificate of a Talos
 	// ServiceAccount in its mounted Secret: a changed file is loaded and
@@ -187,6 +193,9 @@ func (c *Client) build(ctx context.Context) (*talosclient.Client, string, error)
 	}
 	if len(c.opts.Endpoints) > 0 {
 		opts = append(opts, talosclient.WithEndpoints(c.opts.Endpoints...))
+	}
+	if c.opts.Kube != nil {
+		opts = append(opts, talosclient.WithGRPCDialOptions(grpc.WithResolvers(newServiceResolver(c.opts.Kube))))
 	}
 	tc, err := talosclient.New(ctx, opts...)
 	if err != nil {

@@ -156,6 +156,12 @@ clouds:
   aws-us: {enabled: true, platform: aws, credentials: {secretName: aws-us}, loadBalancers: {enabled: true, class: hybridccm.io/aws-us},
     domain: {matchExpressions: [{key: topology.kubernetes.io/region, operator: In, values: [us-east-2, us-east-1]}]}}
 `), "hybrid-ccm-system"},
+		{"split by region", values(t, `
+clouds:
+  aws: {enabled: true, domain: {splitBy: topology.kubernetes.io/region}}
+  aws-gov: {enabled: true, platform: aws, credentials: {secretName: aws-gov},
+    domain: {splitBy: topology.kubernetes.io/region, matchLabels: {node.cloudprovider.kubernetes.io/domain: gov}}}
+`), "hybrid-ccm-system"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := mustRender(t, hybridCCM, tc.vals)
@@ -268,8 +274,9 @@ func TestUmbrellaSchema(t *testing.T) {
 	}
 }
 
-// TestUmbrellaDomains: clouds.<name>.domain becomes spec.domain.selector,
-// and domains the fence cannot enforce are refused at render time.
+// TestUmbrellaDomains: clouds.<name>.domain becomes spec.domain.selector
+// (and splitBy spec.domain.splitBy), and domains the fence cannot enforce are
+// refused at render time.
 func TestUmbrellaDomains(t *testing.T) {
 	m := mustRender(t, hybridCCM, values(t, `
 clouds:
@@ -279,7 +286,17 @@ clouds:
 	if d := n.Spec.Domain; d == nil || d.Selector == nil || d.Selector.MatchLabels["topology.kubernetes.io/region"] != "eu-west-1" {
 		t.Fatalf("spec.domain %+v", n.Spec.Domain)
 	}
+	m = mustRender(t, hybridCCM, values(t, `
+clouds:
+  aws: {enabled: true, domain: {splitBy: topology.kubernetes.io/region}}
+`))
+	n = nativeCCMs(t, m)["aws"]
+	if d := n.Spec.Domain; d == nil || d.SplitBy != "topology.kubernetes.io/region" || d.Selector != nil {
+		t.Fatalf("clouds.aws.domain.splitBy: spec.domain %+v, want splitBy alone", n.Spec.Domain)
+	}
 	for _, tc := range []struct{ vals, want string }{
+		{`clouds: {aws: {enabled: true, domain: {splitBy: topology.kubernetes.io/region}, loadBalancers: {enabled: true}}}`, "clouds.aws: domain.splitBy and loadBalancers.enabled"},
+		{`clouds: {aws: {enabled: true, domain: {splitBy: "not a key"}}}`, "clouds.aws.domain.splitBy"},
 		{`clouds: {aws-eu: {enabled: true, platform: aws, domain: {matchExpressions: [{key: topology.kubernetes.io/region, operator: In, values: [a]}], matchLabels: {topology.kubernetes.io/region: a}}}}`, "is given twice"},
 		{`clouds: {aws-eu: {enabled: true, platform: aws, domain: {matchExpressions: [{key: topology.kubernetes.io/region, operator: NotIn, values: [a]}]}}}`, "value must be 'In'"},
 	} {

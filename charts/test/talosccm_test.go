@@ -326,6 +326,7 @@ func TestTalosCCMRBAC(t *testing.T) {
 		"RoleBinding/talos-ccm:extension-apiserver-authentication-reader": "Role/extension-apiserver-authentication-reader",
 		"RoleBinding/talos-ccm:leader-election":                           "Role/talos-ccm:leader-election",
 		"RoleBinding/talos-ccm:api-server-addresses":                      "Role/talos-ccm:api-server-addresses",
+		"RoleBinding/talos-ccm:talos-service":                             "Role/talos-ccm:talos-service",
 	}
 	got := map[string]string{}
 	for _, kind := range []string{"ClusterRoleBinding", "RoleBinding"} {
@@ -349,12 +350,23 @@ func TestTalosCCMRBAC(t *testing.T) {
 		t.Errorf("bindings:\n got  %v\n want %v", got, wantRefs)
 	}
 
+	// The Talos Service's EndpointSlices, by the names Talos gives them,
+	// read only: whatever else the chart turns off.
+	var talosService rbacv1.Role
+	o.m.one(t, "Role", "talos-ccm:talos-service", &talosService)
+	wantService := []rbacv1.PolicyRule{
+		rule([]string{"discovery.k8s.io"}, []string{"endpointslices"}, []string{"list", "watch"}, "talos-ipv4", "talos-ipv6"),
+	}
+	if talosService.Namespace != "default" || !equality.Semantic.DeepEqual(talosService.Rules, wantService) {
+		t.Errorf("Talos Service Role %s: %+v", talosService.Namespace, talosService.Rules)
+	}
+
 	// Without leader election (and node-csr-approval, whose Role is in
 	// default): no lease Role at all (helm test's reads no
-	// Lease then, TestHelmTestRBAC).
+	// Lease then, TestHelmTestRBAC), only the Talos Service's.
 	o = renderTalosCCM(t, map[string]any{"leaderElection": map[string]any{"enabled": false}, "test": map[string]any{"enabled": false},
 		"controllers": []any{"cloud-node"}})
-	if roles := o.m.find("Role"); len(roles) != 0 || o.args["--leader-elect"] != "false" {
+	if roles := o.m.find("Role"); len(roles) != 1 || roles[0].GetName() != "talos-ccm:talos-service" || o.args["--leader-elect"] != "false" {
 		t.Errorf("leader election off: Roles %d, --leader-elect=%s", len(roles), o.args["--leader-elect"])
 	}
 }

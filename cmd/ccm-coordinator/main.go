@@ -62,9 +62,6 @@ func chartVersion() string {
 const defaultGCPercent = 50
 
 func main() {
-	// Before anything else: give back the executable's pages that package
-	// initialization (Helm's SDK, client-go, controller-runtime) faulted in.
-	released, relErr := procmem.ReleaseExecPages()
 	procmem.DefaultGCPercent(defaultGCPercent)
 	var (
 		logOpts      logger.Options
@@ -202,11 +199,7 @@ func main() {
 		os.Exit(1)
 	}
 
-	if relErr != nil {
-		// only memory is at stake
-		log.Info("could not release the start-up pages of the executable; continuing", "error", relErr.Error())
-	}
-	log.Info("starting ccm-coordinator", "releaseNamespace", *namespace, "profiles", profiles.Names(), "initPagesReleasedMiB", released>>20)
+	log.Info("starting ccm-coordinator", "releaseNamespace", *namespace, "profiles", profiles.Names())
 	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "manager stopped")
 		os.Exit(1)

@@ -15,7 +15,6 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
-	"github.com/hybrid-ccm/hybrid-ccm/ccm/procmem"
 	"github.com/hybrid-ccm/hybrid-ccm/cmd/internal/version"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy"
 )
@@ -24,9 +23,6 @@ import (
 const defaultMemoryLimit = 32 << 20
 
 func main() {
-	// Before anything else: give back the executable's pages that package
-	// initialization faulted in (one gate runs beside every native CCM).
-	released, relErr := procmem.ReleaseExecPages()
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(defaultMemoryLimit)
 	}
@@ -46,12 +42,6 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx = klog.NewContext(ctx, klog.Background().WithName("ccm-gate"))
-	if relErr != nil {
-		// only memory is at stake
-		klog.InfoS("Could not release the start-up pages of the executable; continuing", "err", relErr)
-	} else {
-		klog.V(1).InfoS("Released start-up pages of the executable", "MiB", released>>20)
-	}
 	if err := proxy.Serve(ctx, opts, nil); err != nil {
 		fmt.Fprintln(os.Stderr, "ccm-gate:", err)
 		klog.Flush()

@@ -11,9 +11,6 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/app"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/procmem"
 	"github.com/hybrid-ccm/hybrid-ccm/cmd/internal/version"
-
-	// gives back pages in the middle of package initialization
-	_ "github.com/hybrid-ccm/hybrid-ccm/cmd/talos-ccm/internal/initpages"
 )
 
 // defaultGCPercent trades a little CPU for a smaller heap (a controller's heap
@@ -21,12 +18,6 @@ import (
 const defaultGCPercent = 50
 
 func main() {
-	// Before anything else: give back what the rest of package initialization
-	// faulted in (internal/initpages gave back what came before).
-	if _, err := app.ReleaseInitPages(); err != nil {
-		// only memory is at stake: say so and go on
-		os.Stderr.WriteString("talos-ccm: " + err.Error() + " (continuing)\n")
-	}
 	procmem.DefaultGCPercent(defaultGCPercent)
 	cmd, err := app.NewCommand(nil)
 	if err != nil {

@@ -31,12 +31,13 @@ import (
 // shownNodes is how many node names a domain message gives.
 const shownNodes = 3
 
-// resolveDomain reads spec.domain: the domain, and the profile's boundary
-// label ("" when the profile knows none). A domain the fence or the node
+// resolveDomain reads spec.domain: the domain, the profile's boundary
+// label ("" when the profile knows none) and the split label
+// (spec.domain.splitBy, "" when not split). A domain the fence or the node
 // store cannot check stalls.
-func (r *NativeCCMReconciler) resolveDomain(obj *v1.NativeCCM, p *profile.Profile) (domain.Domain, string, error) {
-	stall := func(err error) (domain.Domain, string, error) {
-		return domain.Domain{}, "", r.stallProfile(obj, v1.InvalidDomainReason, err)
+func (r *NativeCCMReconciler) resolveDomain(obj *v1.NativeCCM, p *profile.Profile) (domain.Domain, string, string, error) {
+	stall := func(err error) (domain.Domain, string, string, error) {
+		return domain.Domain{}, "", "", r.stallProfile(obj, v1.InvalidDomainReason, err)
 	}
 	if strings.Contains(obj.Name, domain.SplitSeparator) {
 		return stall(fmt.Errorf("metadata.name %q contains %q, which names the members of a split NativeCCM: the fence would take its ServiceAccount for one; rename it", obj.Name, domain.SplitSeparator))
@@ -46,7 +47,11 @@ func (r *NativeCCMReconciler) resolveDomain(obj *v1.NativeCCM, p *profile.Profil
 		return stall(err)
 	}
 	if missing := r.nodes.missingKeys(domain.Keys(d, splitBy)); len(missing) > 0 {
-		return stall(fmt.Errorf("spec.domain.selector: the coordinator knows the domain labels %v, not %v: add them to the ccm-coordinator chart's fence.domainLabels, which sets the fence and --domain-labels", r.nodes.keys, missing))
+		field := "spec.domain.selector"
+		if slices.Contains(missing, splitBy) {
+			field = "spec.domain.splitBy"
+		}
+		return stall(fmt.Errorf("%s: the coordinator knows the domain labels %v, not %v: add them to the ccm-coordinator chart's fence.domainLabels, which sets the fence and --domain-labels", field, r.nodes.keys, missing))
 	}
 	boundary := ""
 	if p.Domain != nil {
@@ -55,7 +60,7 @@ func (r *NativeCCMReconciler) resolveDomain(obj *v1.NativeCCM, p *profile.Profil
 	if boundary != "" && !slices.Contains(r.nodes.keys, boundary) {
 		boundary = "" // the store keeps no values of it: no spanning check
 	}
-	return d, boundary, nil
+	return d, boundary, splitBy, nil
 }
 
 // checkDomain returns why the NativeCCM may not run a CCM for its domain:
@@ -126,10 +131,7 @@ func (r *NativeCCMReconciler) checkDomain(obj *v1.NativeCCM, others []v1.NativeC
 	} else {
 		msg = fmt.Sprintf("%s: the installed CCM is left as it is, since the coordinator never saw which value it serves; %s", spans, fix)
 	}
-	if conditions.GetMessage(obj, v1.NodesOwnedCondition) != msg {
-		r.event(obj, corev1.EventTypeWarning, v1.DomainSpansBoundaryReason, msg)
-	}
-	conditions.MarkFalse(obj, v1.NodesOwnedCondition, v1.DomainSpansBoundaryReason, "%s", msg)
+	r.nodesOwnedFalse(obj, v1.DomainSpansBoundaryReason, msg)
 	return nil, narrowed
 }
 
@@ -143,6 +145,9 @@ func (r *NativeCCMReconciler) refuse(ctx context.Context, obj *v1.NativeCCM, s *
 		if err := r.uninstall(ctx, obj, s.reason+": "+s.err.Error()); err != nil {
 			return err
 		}
+	}
+	if err := r.removeMembers(ctx, obj, s.reason+": "+s.err.Error()); err != nil {
+		return err
 	}
 	if err := r.deleteLease(ctx, obj.ReleaseName()); err != nil {
 		return err
@@ -182,10 +187,21 @@ func (r *NativeCCMReconciler) reportUnowned(obj *v1.NativeCCM, all []v1.NativeCC
 	if count > len(first) {
 		msg += ", ..."
 	}
-	if conditions.GetMessage(obj, v1.NodesOwnedCondition) != msg {
-		r.event(obj, corev1.EventTypeWarning, v1.UnownedNodesReason, msg)
+	r.nodesOwnedFalse(obj, v1.UnownedNodesReason, msg)
+}
+
+// nodesOwnedFalse marks NodesOwned False and warns with an event when the
+// message is not the one last warned of for obj. The condition itself is no
+// memory of that: several steps of one reconcile write it (the unowned nodes
+// first, then the boundary or the split), so comparing with it warned again
+// on every reconcile.
+func (r *NativeCCMReconciler) nodesOwnedFalse(obj *v1.NativeCCM, reason, msg string) {
+	key := string(obj.UID) + "/" + reason
+	if last, ok := r.nodesOwnedWarned.Load(key); !ok || last.(string) != msg {
+		r.event(obj, corev1.EventTypeWarning, reason, msg)
+		r.nodesOwnedWarned.Store(key, msg)
 	}
-	conditions.MarkFalse(obj, v1.NodesOwnedCondition, v1.UnownedNodesReason, "%s", msg)
+	conditions.MarkFalse(obj, v1.NodesOwnedCondition, reason, "%s", msg)
 }
 
 // platformNativeCCMs are the NativeCCMs of a platform (the manager's cache).

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/fluxcd/pkg/apis/meta"
@@ -56,6 +57,9 @@ type NativeCCMReconciler struct {
 	APIReader client.Reader
 	// EventRecorder records Kubernetes events (and forwards them when configured).
 	EventRecorder kubeevents.EventRecorder
+	// nodesOwnedWarned: the NodesOwned warning last recorded per NativeCCM
+	// and reason (nodesOwnedFalse).
+	nodesOwnedWarned sync.Map
 	runtimectrl.Metrics
 
 	Engine   ReleaseEngine
@@ -232,6 +236,9 @@ func (r *NativeCCMReconciler) reconcileDelete(ctx context.Context, obj *v1.Nativ
 	if err := r.uninstall(ctx, obj, "NativeCCM deleted"); err != nil {
 		return ctrl.Result{}, err
 	}
+	if err := r.removeMembers(ctx, obj, "NativeCCM deleted"); err != nil {
+		return ctrl.Result{}, err
+	}
 	if err := r.deleteLease(ctx, obj.ReleaseName()); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -262,15 +269,19 @@ func (r *NativeCCMReconciler) reconcile(ctx context.Context, obj *v1.NativeCCM, 
 	}
 
 	// 1. Observe.
-	p, req, err := r.resolveProfile(ctx, obj)
+	p, req, in, err := r.resolveProfile(ctx, obj)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	dom, boundary, err := r.resolveDomain(obj, p)
+	dom, boundary, splitBy, err := r.resolveDomain(obj, p)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	req.Lifecycle.DomainSelector = dom.Selector()
+	if splitBy != "" {
+		// counted by the split label: one member per value
+		boundary = splitBy
+	}
 	nodes := r.observeNodes(obj, dom, boundary)
 	// the platform's NativeCCMs, once: the domains they own between them
 	platformCCMs, err := r.platformNativeCCMs(ctx, obj.Spec.Platform)
@@ -281,9 +292,23 @@ func (r *NativeCCMReconciler) reconcile(ctx context.Context, obj *v1.NativeCCM, 
 	if err := r.detectConflicts(ctx, obj, nodes.platformView); err != nil {
 		return ctrl.Result{}, err
 	}
-	refusal, narrowed := r.checkDomain(obj, platformCCMs, dom, boundary, nodes)
+	spanning := boundary
+	if splitBy != "" {
+		spanning = "" // the members each serve one value
+	}
+	refusal, narrowed := r.checkDomain(obj, platformCCMs, dom, spanning, nodes)
 	if refusal != nil {
 		return ctrl.Result{}, r.refuse(ctx, obj, refusal)
+	}
+	if splitBy != "" {
+		// 2.-5. for each member (split.go)
+		return r.reconcileSplit(ctx, obj, p, in, dom, splitBy, nodes, forced)
+	}
+	if len(obj.Status.Members) > 0 {
+		// no longer split: the members go before the NativeCCM's own release comes
+		if err := r.removeMembers(ctx, obj, "the NativeCCM is no longer split (spec.domain.splitBy)"); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	if narrowed != nil {
 		// an installed CCM kept to the value it served: its view narrowed

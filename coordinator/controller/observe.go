@@ -18,11 +18,12 @@ import (
 )
 
 // resolveProfile finds the profile and builds the release request from it
-// and spec.overrides: what the release would be if it is wanted. Errors that
-// only a change of the spec or the profiles can fix stall.
-func (r *NativeCCMReconciler) resolveProfile(ctx context.Context, obj *v1.NativeCCM) (*profile.Profile, release.Request, error) {
-	stall := func(reason string, err error) (*profile.Profile, release.Request, error) {
-		return nil, release.Request{}, r.stallProfile(obj, reason, err)
+// and spec.overrides: what the release would be if it is wanted; and the
+// instance it was made from (a split NativeCCM's members are made from it
+// too). Errors that only a change of the spec or the profiles can fix stall.
+func (r *NativeCCMReconciler) resolveProfile(ctx context.Context, obj *v1.NativeCCM) (*profile.Profile, release.Request, release.Instance, error) {
+	stall := func(reason string, err error) (*profile.Profile, release.Request, release.Instance, error) {
+		return nil, release.Request{}, release.Instance{}, r.stallProfile(obj, reason, err)
 	}
 	p, ok := r.Profiles.Get(obj.ProfileName())
 	if !ok {
@@ -33,7 +34,7 @@ func (r *NativeCCMReconciler) resolveProfile(ctx context.Context, obj *v1.Native
 	}
 	gitVersion, minor, err := r.ServerVersion.ServerVersion(ctx)
 	if err != nil {
-		return nil, release.Request{}, err
+		return nil, release.Request{}, release.Instance{}, err
 	}
 	in := release.Instance{
 		KubernetesMinor: minor,
@@ -60,7 +61,7 @@ func (r *NativeCCMReconciler) resolveProfile(ctx context.Context, obj *v1.Native
 	}
 	lb, _, err := r.loadBalancers(ctx, obj)
 	if err != nil {
-		return nil, release.Request{}, err
+		return nil, release.Request{}, release.Instance{}, err
 	}
 	in.LoadBalancers = lb
 	req, err := release.FromProfile(p, in)
@@ -70,7 +71,7 @@ func (r *NativeCCMReconciler) resolveProfile(ctx context.Context, obj *v1.Native
 		r.recheckUpstream(obj, gitVersion, minor)
 		stall := r.stallProfile(obj, v1.NoUpstreamForKubernetesVersionReason, err)
 		stall.after = r.Interval
-		return nil, release.Request{}, stall
+		return nil, release.Request{}, release.Instance{}, stall
 	case errors.Is(err, release.ErrLoadBalancersUnsupported):
 		return stall(v1.LoadBalancersUnsupportedReason, err)
 	case err != nil:
@@ -78,7 +79,7 @@ func (r *NativeCCMReconciler) resolveProfile(ctx context.Context, obj *v1.Native
 	}
 	r.recordUpstream(obj, req.Upstream, gitVersion)
 	conditions.MarkTrue(obj, v1.ProfileResolvedCondition, v1.ProfileResolvedReason, "profile %s, chart source %s; %s", p.Name, p.Chart.Source, upstreamMessage(req.Upstream, gitVersion))
-	return p, req, nil
+	return p, req, in, nil
 }
 
 // stallProfile records a configuration error of the profile, the overrides

@@ -117,11 +117,24 @@ func (r *NativeCCMReconciler) unchangedRelease(ctx context.Context, obj *v1.Nati
 	if st == nil || obj.Status.Failures != 0 || st.Status != release.StatusDeployed || st.Digest != digest || st.Namespace != r.Namespace {
 		return nil, false
 	}
+	if !r.deployedLatest(ctx, st.Name, st.Revision, digest) {
+		return nil, false
+	}
+	return &release.Info{
+		Name: st.Name, Namespace: st.Namespace, Revision: st.Revision, Status: st.Status,
+		Chart: st.Chart, Digest: st.Digest, LastDeployed: st.Revision,
+	}, true
+}
+
+// deployedLatest reports whether the labels of Helm's release Secrets of
+// release name in the manager's cache say its latest revision is revision,
+// deployed, made from digest.
+func (r *NativeCCMReconciler) deployedLatest(ctx context.Context, name string, revision int, digest string) bool {
 	var secrets corev1.SecretList
 	if err := r.List(ctx, &secrets, client.InNamespace(r.Namespace), client.MatchingLabels{
-		release.StorageOwnerLabel: release.StorageOwner, release.StorageNameLabel: st.Name,
+		release.StorageOwnerLabel: release.StorageOwner, release.StorageNameLabel: name,
 	}); err != nil {
-		return nil, false
+		return false
 	}
 	latest, status, latestDigest := 0, "", ""
 	for i := range secrets.Items {
@@ -131,19 +144,13 @@ func (r *NativeCCMReconciler) unchangedRelease(ctx context.Context, obj *v1.Nati
 		}
 		v, err := strconv.Atoi(s.Labels[release.StorageVersionLabel])
 		if err != nil {
-			return nil, false
+			return false
 		}
 		if v > latest {
 			latest, status, latestDigest = v, s.Labels[release.StorageStatusLabel], s.Labels[release.DigestLabel]
 		}
 	}
-	if latest != st.Revision || status != release.StatusDeployed || latestDigest != digest {
-		return nil, false
-	}
-	return &release.Info{
-		Name: st.Name, Namespace: st.Namespace, Revision: st.Revision, Status: st.Status,
-		Chart: st.Chart, Digest: st.Digest, LastDeployed: st.Revision,
-	}, true
+	return revision > 0 && latest == revision && status == release.StatusDeployed && latestDigest == digest
 }
 
 // observeRelease reads the release's latest revision (nil: none) unless

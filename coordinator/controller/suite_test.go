@@ -150,6 +150,10 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 	must(deriveProfile("hcloud", "domain-b", 10329, regional))
 	must(deriveProfile("hcloud", "domain-c", 10331, regional))
 	must(deriveProfile("hcloud", "lb-d", 10330, nil))
+	// aws's profile, which splits by region (domain.cloudConfigRegion)
+	must(deriveProfile("aws", "split-a", 10332, nil))
+	must(deriveProfile("aws", "split-b", 10333, nil))
+	must(deriveProfile("aws", "split-c", 10339, nil))
 
 	// the upstream CCM per Kubernetes minor: Azure's (with its own node
 	// filter), and a profile whose only release is two minors older than

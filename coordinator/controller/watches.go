@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/domain"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 )
 
@@ -85,13 +86,15 @@ func (podHandler) Delete(_ context.Context, e event.DeleteEvent, q queue) { enqu
 
 func (podHandler) Generic(context.Context, event.GenericEvent, queue) {}
 
-// enqueuePod maps a pod labelled hybridccm.io/native-ccm=native-ccm-<name> to
-// NativeCCM <name>.
+// enqueuePod maps a pod labelled hybridccm.io/native-ccm=native-ccm-<name>
+// (or a split member's native-ccm-<name>--<value>) to NativeCCM <name>.
 func enqueuePod(q queue, o client.Object) {
 	if o == nil {
 		return
 	}
 	name, ok := strings.CutPrefix(o.GetLabels()[release.NativeCCMLabel], v1.ReleasePrefix)
+	// NativeCCM names contain no "--" (domain.SplitSeparator)
+	name, _, _ = strings.Cut(name, domain.SplitSeparator)
 	if !ok || name == "" {
 		return
 	}

@@ -213,19 +213,72 @@ func intersect(a, b []string) []string {
 }
 
 // Of is the domain of a NativeCCM: spec.platform narrowed by
-// spec.domain.selector. splitBy is the label a split NativeCCM's members are
-// split by, which the fence already enforces (coordinator/gate); the
-// coordinator does not split yet, so it is always "". Errors name the field.
-func Of(obj *v1.NativeCCM, _ *profile.Profile) (d Domain, splitBy string, err error) {
+// spec.domain.selector, and the label its members are split by
+// (spec.domain.splitBy, "" when it is not split). p is its profile: a split
+// must be by the profile's boundary label, and the profile must know the
+// cloud-config setting that takes the member's value. Errors name the field.
+func Of(obj *v1.NativeCCM, p *profile.Profile) (d Domain, splitBy string, err error) {
 	var sel *metav1.LabelSelector
 	if obj.Spec.Domain != nil {
-		sel = obj.Spec.Domain.Selector
+		sel, splitBy = obj.Spec.Domain.Selector, obj.Spec.Domain.SplitBy
 	}
 	if d, err = FromSelector(obj.Spec.Platform, names.PlatformLabel, sel); err != nil {
 		return Domain{}, "", fmt.Errorf("spec.domain.selector: %w", err)
 	}
-	return d, "", nil
+	if splitBy == "" {
+		return d, "", nil
+	}
+	if err := SplitByProfile(splitBy, p); err != nil {
+		return Domain{}, "", err
+	}
+	if obj.LoadBalancersEnabled() {
+		return Domain{}, "", fmt.Errorf("spec.domain.splitBy: a split NativeCCM serves no load balancers (its members' ServiceAccounts may change no Service); turn spec.loadBalancers off or give each %s a NativeCCM of its own", splitBy)
+	}
+	return d, splitBy, nil
 }
+
+// SplitByProfile checks spec.domain.splitBy against the profile: it must be
+// the profile's boundary label, and the profile must say which cloud-config
+// setting takes a member's value.
+func SplitByProfile(splitBy string, p *profile.Profile) error {
+	var boundary, setting string
+	if p != nil && p.Domain != nil {
+		boundary, setting = p.Domain.BoundaryLabel, p.Domain.CloudConfigRegion
+	}
+	name := "(none)"
+	if p != nil {
+		name = p.Name
+	}
+	switch {
+	case boundary == "":
+		return fmt.Errorf("spec.domain.splitBy %q: profile %s knows no boundary label (domain.boundaryLabel), so nothing says a CCM of the cloud sees one value of it; give each value a NativeCCM with spec.domain.selector instead", splitBy, name)
+	case splitBy != boundary:
+		return fmt.Errorf("spec.domain.splitBy %q: a NativeCCM of profile %s can only be split by its boundary label %s (domain.boundaryLabel)", splitBy, name, boundary)
+	case setting == "":
+		return fmt.Errorf("spec.domain.splitBy %q: profile %s does not say which cloud-config setting takes a member's %s (domain.cloudConfigRegion); give each value a NativeCCM with spec.domain.selector and its own cloud config instead", splitBy, name, boundary)
+	}
+	return nil
+}
+
+// ValidMember reports why value cannot name a split member of the NativeCCM
+// name ("" when it can): the member's release native-ccm-<name>--<value>
+// must be a Helm release name (a DNS label of at most 53 characters), and
+// the fence reads the value back from its ServiceAccount's name.
+func ValidMember(name, value string) string {
+	if msgs := validation.IsDNS1123Label(value); len(msgs) > 0 {
+		return strings.Join(msgs, "; ")
+	}
+	if strings.Contains(value, SplitSeparator) {
+		return "it contains " + SplitSeparator
+	}
+	if n := len(v1.ReleasePrefix + name + SplitSeparator + value); n > MaxReleaseName {
+		return fmt.Sprintf("the member's release name %s would be %d characters, Helm allows %d", v1.ReleasePrefix+name+SplitSeparator+value, n, MaxReleaseName)
+	}
+	return ""
+}
+
+// MaxReleaseName is Helm's limit on release names.
+const MaxReleaseName = 53
 
 // Keys are the label keys a NativeCCM's domain needs the fence to know:
 // those its selector restricts and the split label.

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
@@ -142,5 +143,76 @@ func TestWith(t *testing.T) {
 	}
 	if m, ok := (Domain{Platform: "openstack"}).With(region, "RegionOne"); !ok || m.Require[region][0] != "RegionOne" {
 		t.Fatalf("With on the whole platform: %v", m)
+	}
+}
+
+// TestOf: spec.domain.splitBy is the split label when it is the profile's
+// boundary label and the profile knows the cloud-config setting for it;
+// anything else is refused naming the field.
+func TestOf(t *testing.T) {
+	aws := &profile.Profile{Name: "aws", Domain: &profile.Domain{BoundaryLabel: region, CloudConfigRegion: "Global.Region"}}
+	noSetting := &profile.Profile{Name: "os", Domain: &profile.Domain{BoundaryLabel: region}}
+	noBoundary := &profile.Profile{Name: "hcloud"}
+	ccm := func(splitBy string, lb bool) *v1.NativeCCM {
+		n := &v1.NativeCCM{Spec: v1.NativeCCMSpec{Platform: "aws", Domain: &v1.Domain{SplitBy: splitBy,
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{account: "a1"}}}}}
+		n.Name = "aws"
+		if lb {
+			n.Spec.LoadBalancers = &v1.LoadBalancers{Enabled: true}
+		}
+		return n
+	}
+	for _, tc := range []struct {
+		name string
+		obj  *v1.NativeCCM
+		p    *profile.Profile
+		// splitBy is what Of returns; want, when set, its error's words.
+		splitBy string
+		want    []string
+	}{
+		{name: "not split", obj: ccm("", false), p: noBoundary},
+		{name: "split by the boundary", obj: ccm(region, false), p: aws, splitBy: region},
+		{name: "another label", obj: ccm(account, false), p: aws, want: []string{"spec.domain.splitBy", account, "only be split by its boundary label " + region}},
+		{name: "no boundary", obj: ccm(region, false), p: noBoundary, want: []string{"spec.domain.splitBy", "profile hcloud knows no boundary label"}},
+		{name: "no cloud-config setting", obj: ccm(region, false), p: noSetting, want: []string{"spec.domain.splitBy", "domain.cloudConfigRegion"}},
+		{name: "load balancers", obj: ccm(region, true), p: aws, want: []string{"spec.domain.splitBy", "serves no load balancers"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, splitBy, err := Of(tc.obj, tc.p)
+			if len(tc.want) > 0 {
+				if err == nil {
+					t.Fatalf("got split %q, want an error with %q", splitBy, tc.want)
+				}
+				for _, w := range tc.want {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("error %q does not say %q", err, w)
+					}
+				}
+				return
+			}
+			if err != nil || splitBy != tc.splitBy || d.Selector() != account+" in (a1)" {
+				t.Fatalf("got %v, %q, %v; want the selector and split %q", d, splitBy, err, tc.splitBy)
+			}
+		})
+	}
+}
+
+// TestValidMember: a value names a member when native-ccm-<name>--<value>
+// is a Helm release name.
+func TestValidMember(t *testing.T) {
+	for _, tc := range []struct {
+		name, value string
+		ok          bool
+	}{
+		{"aws", "eu-west-1", true},
+		{"aws", "EU_West", false},
+		{"aws", "a.b", false},
+		{"aws", "", false},
+		{"aws", strings.Repeat("r", 37), true}, // native-ccm-aws-- is 16 of the 53
+		{"aws", strings.Repeat("r", 38), false},
+	} {
+		if why := ValidMember(tc.name, tc.value); (why == "") != tc.ok {
+			t.Errorf("ValidMember(%q, %q) = %q, want ok %v", tc.name, tc.value, why, tc.ok)
+		}
 	}
 }

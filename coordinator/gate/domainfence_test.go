@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate"
@@ -93,6 +94,11 @@ func TestFenceDomains(t *testing.T) {
 	p1 := identity("native-ccm-d-p1")
 	if err := gatetest.WaitFence(ctx, eu, "dom-us", true); err != nil {
 		t.Fatalf("fence never became active: %v", err)
+	}
+	if err := gatetest.WaitFenceAllows(ctx, func() error {
+		return eu.CoreV1().Nodes().Delete(ctx, "dom-eu", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+	}); err != nil {
+		t.Fatalf("the fence of this test never came into effect: %v", err)
 	}
 
 	dry := []string{metav1.DryRunAll}
@@ -217,4 +223,109 @@ func TestDomainKeyLiteral(t *testing.T) {
 			t.Errorf("%v: got %v, want ErrConfig", keys, err)
 		}
 	}
+}
+
+// TestFenceSplitMembersWithTokens: the members of a NativeCCM split by
+// region, authenticated as pods are (bound ServiceAccount tokens from the
+// TokenRequest API), under the grant GrantFor makes of its spec
+// (spec.domain.splitBy: the grant names the split): each member may delete
+// the nodes of its own region and is Forbidden the other region's; with
+// the split taken out of the grant, a member may change nothing.
+func TestFenceSplitMembersWithTokens(t *testing.T) {
+	e := needEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	admin := e.Client
+	c, err := gatetest.Client(e.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns = "kube-system"
+	nodes := []gatetest.NodeSpec{
+		{Name: "tok-eu", Platform: "aws", ProviderID: "aws:///eu-west-1a/i-0t1", Labels: map[string]string{regionLabel: "eu-west-1"}},
+		{Name: "tok-us", Platform: "aws", ProviderID: "aws:///us-east-1a/i-0t2", Labels: map[string]string{regionLabel: "us-east-1"}},
+	}
+	if err := gatetest.CreateNodes(ctx, admin, nodes...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, n := range nodes {
+			_ = admin.CoreV1().Nodes().Delete(context.Background(), n.Name, metav1.DeleteOptions{})
+		}
+	})
+	fence := gate.Fence{Namespace: ns}
+	if _, err := gate.EnsureFence(ctx, c, fence); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gate.DeleteFence(context.Background(), c, fence) })
+
+	split := &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "tok-split"}, Spec: v1.NativeCCMSpec{Platform: "aws", Domain: &v1.Domain{SplitBy: regionLabel}}}
+	g := gate.GrantFor(split, ns)
+	if g.Domain.SplitBy != regionLabel {
+		t.Fatalf("GrantFor(spec.domain.splitBy %s) = %+v, want the split in the grant", regionLabel, g.Domain)
+	}
+	if err := gate.EnsureGrant(ctx, c, g); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gate.DeleteGrant(context.Background(), c, split.Name) })
+
+	member := func(value string) kubernetes.Interface {
+		t.Helper()
+		sa := split.MemberReleaseName(value)
+		if err := gatetest.GrantNativeCCM(ctx, admin, ns, sa); err != nil {
+			t.Fatal(err)
+		}
+		token, err := gatetest.ServiceAccountToken(ctx, admin, ns, sa)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = admin.CoreV1().ServiceAccounts(ns).Delete(context.Background(), sa, metav1.DeleteOptions{})
+		})
+		return kubernetes.NewForConfigOrDie(&rest.Config{Host: e.Config.Host, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: e.Config.CAData}})
+	}
+	eu, us := member("eu-west-1"), member("us-east-1")
+	if err := gatetest.WaitFence(ctx, eu, "tok-us", true); err != nil {
+		t.Fatalf("fence never became active: %v", err)
+	}
+	del := func(cs kubernetes.Interface, node string) error {
+		return cs.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+	}
+	if err := gatetest.WaitFenceAllows(ctx, func() error { return del(eu, "tok-eu") }); err != nil {
+		t.Fatalf("the fence of this test never came into effect: %v", err)
+	}
+	for _, tc := range []struct {
+		name  string
+		cs    kubernetes.Interface
+		node  string
+		allow bool
+		// who the denial names, and the node's label it gives
+		who, label string
+	}{
+		{name: "eu-west-1 member: its own node", cs: eu, node: "tok-eu", allow: true},
+		{name: "eu-west-1 member: us-east-1's node", cs: eu, node: "tok-us", who: "NativeCCM tok-split--eu-west-1", label: regionLabel + "=us-east-1"},
+		{name: "us-east-1 member: its own node", cs: us, node: "tok-us", allow: true},
+		{name: "us-east-1 member: eu-west-1's node", cs: us, node: "tok-eu", who: "NativeCCM tok-split--us-east-1", label: regionLabel + "=eu-west-1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.allow {
+				checkFenceDecision(t, del(tc.cs, tc.node), true)
+				return
+			}
+			checkFenceDecision(t, del(tc.cs, tc.node), false, tc.who, tc.node, tc.label)
+		})
+	}
+
+	t.Run("without the split in the grant a member may change nothing", func(t *testing.T) {
+		if err := gate.EnsureGrant(ctx, c, gate.Grant{NativeCCM: split.Name, Namespace: ns, Platform: "aws"}); err != nil {
+			t.Fatal(err)
+		}
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			err := del(eu, "tok-eu")
+			return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "names no split label"), nil
+		})
+		if err != nil {
+			t.Fatalf("a member kept its own node after the split left the grant: %v", del(eu, "tok-eu"))
+		}
+	})
 }

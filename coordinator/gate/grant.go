@@ -142,7 +142,8 @@ type want struct {
 // its platform and domain (spec.domain.selector), and with
 // spec.loadBalancers on its class (and the Services without a class when it
 // is the default). A split NativeCCM's grant also names the split label
-// (Grant.Domain.SplitBy), which only its profile knows.
+// (spec.domain.splitBy: Grant.Domain.SplitBy), which admits each member's
+// ServiceAccount for the nodes of its own value.
 func GrantFor(obj *v1.NativeCCM, namespace string) Grant {
 	g := Grant{NativeCCM: obj.Name, Namespace: namespace, Platform: obj.Spec.Platform}
 	if obj.Spec.Domain != nil {
@@ -150,6 +151,7 @@ func GrantFor(obj *v1.NativeCCM, namespace string) Grant {
 		if d, err := domain.FromSelector(obj.Spec.Platform, names.PlatformLabel, obj.Spec.Domain.Selector); err == nil && !d.Whole() {
 			g.Domain.Require = d.Require
 		}
+		g.Domain.SplitBy = obj.Spec.Domain.SplitBy
 	}
 	if obj.LoadBalancersEnabled() {
 		g.LoadBalancers = &v1.GateLoadBalancers{Class: obj.LoadBalancerClass(), Default: obj.Spec.LoadBalancers.Default}

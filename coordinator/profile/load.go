@@ -610,14 +610,34 @@ func (p *Profile) DeepCopy() *Profile {
 	return out
 }
 
-// validateDomain checks the boundary label.
+// validateDomain checks the boundary label and the cloud-config setting
+// that configures it.
 func validateDomain(fp *field.Path, p *Profile) field.ErrorList {
 	d := p.Domain
-	if d == nil || d.BoundaryLabel == "" {
+	if d == nil {
 		return nil
 	}
-	if msgs := validation.IsQualifiedName(d.BoundaryLabel); len(msgs) > 0 {
-		return field.ErrorList{field.Invalid(fp.Child("boundaryLabel"), d.BoundaryLabel, strings.Join(msgs, "; "))}
+	var errs field.ErrorList
+	if d.BoundaryLabel != "" {
+		if msgs := validation.IsQualifiedName(d.BoundaryLabel); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(fp.Child("boundaryLabel"), d.BoundaryLabel, strings.Join(msgs, "; ")))
+		}
 	}
-	return nil
+	if r := d.CloudConfigRegion; r != "" {
+		fr := fp.Child("cloudConfigRegion")
+		switch {
+		case d.BoundaryLabel == "":
+			errs = append(errs, field.Required(fp.Child("boundaryLabel"), "cloudConfigRegion configures the boundary label's value"))
+		case !cloudConfigSectionKeyRE.MatchString(r):
+			errs = append(errs, field.Invalid(fr, r, "a setting of the cloud-config file as Section.key"))
+		case p.CCM.CloudConfig == nil:
+			errs = append(errs, field.Required(field.NewPath("ccm", "cloudConfig"), "cloudConfigRegion is a setting of the cloud-config file"))
+		case p.Chart.Source != ChartBuiltin:
+			errs = append(errs, field.Invalid(fr, r, "only the builtin chart renders a split member's cloud config"))
+		}
+	}
+	return errs
 }
+
+// cloudConfigSectionKeyRE is an INI Section.key without subsection.
+var cloudConfigSectionKeyRE = regexp.MustCompile(`^[A-Za-z][-A-Za-z0-9]*\.[A-Za-z][-A-Za-z0-9]*$`)

@@ -143,6 +143,22 @@ func TestParseErrorsNameFileAndField(t *testing.T) {
 				`ccm.nodeFilter.since[1]: Invalid value: "latest"`, `ccm.nodeFilter.since[2]: Duplicate value: "release line 1.2"`},
 		},
 		{
+			name: "domain: a cloud-config region without a boundary label or a cloud config",
+			doc:  validHcloud + "domain: {cloudConfigRegion: Global.Region}\n",
+			want: []string{"domain.boundaryLabel: Required value: cloudConfigRegion configures the boundary label's value"},
+		},
+		{
+			name: "domain: a cloud-config region without a cloud config",
+			doc:  validHcloud + "domain: {boundaryLabel: topology.kubernetes.io/region, cloudConfigRegion: Global.Region}\n",
+			want: []string{"ccm.cloudConfig: Required value: cloudConfigRegion is a setting of the cloud-config file"},
+		},
+		{
+			name: "domain: a cloud-config region that is no Section.key",
+			doc: strings.Replace(validHcloud, "securePort: 10300", "securePort: 10300\n  cloudConfig: {key: cloud.conf, path: /etc/c/cloud.conf}", 1) +
+				"domain: {boundaryLabel: topology.kubernetes.io/region, cloudConfigRegion: 'Region = x'}\n",
+			want: []string{`domain.cloudConfigRegion: Invalid value: "Region = x": a setting of the cloud-config file as Section.key`},
+		},
+		{
 			name: "wrong kind",
 			doc:  strings.Replace(validHcloud, "kind: Profile", "kind: Profil", 1),
 			want: []string{`kind: Unsupported value: "Profil"`},

@@ -63,6 +63,14 @@ type Domain struct {
 	// NativeCCM whose nodes carry several values of it is refused.
 	// +optional
 	BoundaryLabel string `json:"boundaryLabel,omitempty"`
+	// CloudConfigRegion is the setting of the cloud-config file
+	// (ccm.cloudConfig, an INI file) that configures the boundary value, as
+	// Section.key (aws: Global.Region). A NativeCCM split by the boundary
+	// label (spec.domain.splitBy) runs each member with the credentials
+	// Secret's cloud config and this setting set to the member's value.
+	// Empty: the profile cannot split (a split NativeCCM is refused).
+	// +optional
+	CloudConfigRegion string `json:"cloudConfigRegion,omitempty"`
 	// Notes say what bounds the CCM and where upstream says so.
 	// +optional
 	Notes string `json:"notes,omitempty"`

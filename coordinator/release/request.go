@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"strings"
 	"sync"
 	"text/template"
 
@@ -66,6 +67,31 @@ type Instance struct {
 	// ImagePullSecrets name Secrets in Namespace the CCM's pods pull their
 	// images with (Lifecycle.ImagePullSecrets), in order, without repeats.
 	ImagePullSecrets []string
+	// CloudConfig, when set, is the cloud-config file the release writes
+	// itself instead of mounting the credentials Secret's (the builtin
+	// chart's cloudConfig.file): a split member's, with its region.
+	CloudConfig *CloudConfigFile
+}
+
+// CloudConfigFile is a cloud-config file (INI) made of a base file and
+// settings that override it.
+type CloudConfigFile struct {
+	// Base is the credentials Secret's file, as it is.
+	Base string
+	// Set are the settings written after it, each in a section of its own.
+	Set []CloudConfigSetting
+}
+
+// CloudConfigSetting is one setting of an INI cloud-config file.
+type CloudConfigSetting struct {
+	Section, Name, Value string
+}
+
+// SettingOf makes a setting of a profile's Section.key (validated by the
+// profile loader) and a value.
+func SettingOf(sectionKey, value string) CloudConfigSetting {
+	section, name, _ := strings.Cut(sectionKey, ".")
+	return CloudConfigSetting{Section: section, Name: name, Value: value}
 }
 
 // ErrLoadBalancersUnsupported marks a NativeCCM that enables load balancers
@@ -157,6 +183,9 @@ func FromProfile(p *profile.Profile, in Instance) (Request, error) {
 	req := Request{Name: in.ReleaseName, Namespace: in.Namespace, Chart: p.Chart, Lifecycle: lc, Upstream: up}
 
 	var values map[string]any
+	if in.CloudConfig != nil && (p.Chart.Source != profile.ChartBuiltin || p.CCM.CloudConfig == nil) {
+		return Request{}, fmt.Errorf("profile %s: a cloud-config file of the release's own needs the builtin chart and ccm.cloudConfig", p.Name)
+	}
 	if p.Chart.Source == profile.ChartBuiltin {
 		values = builtinValues(p, in, image, secret, args, env)
 	} else {
@@ -237,6 +266,13 @@ func builtinValues(p *profile.Profile, in Instance, image profile.Image, secret 
 	cloudConfig := map[string]any{"key": "", "path": "", "flag": "--cloud-config"}
 	if cc := p.CCM.CloudConfig; cc != nil {
 		cloudConfig = map[string]any{"key": cc.Key, "path": cc.Path, "flag": cc.FlagName()}
+		if f := in.CloudConfig; f != nil {
+			set := make([]any, 0, len(f.Set))
+			for _, s := range f.Set {
+				set = append(set, map[string]any{"section": s.Section, "name": s.Name, "value": s.Value})
+			}
+			cloudConfig["file"] = map[string]any{"base": f.Base, "set": set}
+		}
 	}
 	return map[string]any{
 		"platform":       in.Platform,

@@ -114,6 +114,19 @@ func TestBootstrapThenHelm(t *testing.T) {
 		}
 	}
 	t.Logf("bootstrapped from docs/deploy: %d objects, %d nodes initialized", len(before), len(machines))
+	// No address was given to talos-ccm by hand: its talosconfig names only
+	// the Talos Service (talos.default), the cluster runs no DNS server, and
+	// every other machine's facts came through a control plane's apid.
+	var forwarded int64
+	for _, m := range machines {
+		if m.ControlPlane {
+			forwarded += f.Talos.Forwarded(m.Name)
+		}
+	}
+	if forwarded == 0 {
+		t.Fatal("no request reached a machine through a control plane's apid")
+	}
+	t.Logf("the control planes' apids forwarded %d requests", forwarded)
 
 	if err := fleetcheck.CredentialsSecrets(ctx, f, clouds, ccmNamespace, false); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,8 @@
 // Package benchproc reads what the benchmarks report of a process they run:
-// its resident memory and its CPU time (from /proc), and the sizes the
-// benchmarks run at.
+// the memory a pod running it is sized by (its anonymous memory and Go heap,
+// and its cgroup's working set as the kubelet computes it; see Memory), its
+// CPU time (from /proc), and the sizes the benchmarks run at. It starts and
+// measures processes; it does not decide what a figure must be.
 package benchproc
 
 import (
@@ -9,7 +11,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"time"
@@ -59,9 +60,10 @@ func Rounds(def int) (int, error) {
 	return n, nil
 }
 
-// MiB reads a kB field of /proc/<pid>/status in MiB (VmHWM: the peak resident
-// set; VmRSS: the current one; RssAnon: heap and stacks; RssFile: mapped file
-// pages, mostly the executable's). 0 when it cannot be read.
+// MiB reads a kB field of /proc/<pid>/status in MiB (RssAnon: the Go heap,
+// stacks and the runtime's own memory; VmRSS adds the file pages the process
+// maps, mostly its executable's, which the benchmarks do not report). 0 when
+// it cannot be read.
 func MiB(pid int, field string) float64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -118,28 +120,22 @@ func stat(pid int) (comm string, fields []string, ok bool) {
 	return s[open+1 : end], strings.Fields(s[end+1:]), true
 }
 
-// IdleHWM starts bin with no arguments, lets it run for settle (its package
-// initialization) and returns its peak resident memory (VmHWM) in MiB, then
+// Idle starts bin with no arguments as a measured process (Start), lets it
+// run for settle (its package initialization) and returns its memory, then
 // kills it. The benchmarks' memory baselines are such binaries: a process
 // that links what a component must link and does nothing else.
-//
-// It starts bin cold, as the component it is the baseline of (see ColdStart;
-// logf gets the note when it could not).
-func IdleHWM(logf Logf, bin string, settle time.Duration) (float64, error) {
-	if err := ColdStart(logf, bin); err != nil {
-		return 0, fmt.Errorf("memory baseline: %w", err)
+func Idle(logf Logf, bin string, settle time.Duration) (Memory, error) {
+	p, err := Start(logf, "idle", io.Discard, bin)
+	if err != nil {
+		return Memory{}, fmt.Errorf("memory baseline: %w", err)
 	}
-	cmd := exec.Command(bin)
-	if err := cmd.Start(); err != nil {
-		return 0, fmt.Errorf("memory baseline %s: %w", bin, err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	time.Sleep(settle)
-	v := MiB(cmd.Process.Pid, "VmHWM")
-	if v == 0 {
-		return 0, fmt.Errorf("memory baseline %s: no VmHWM for process %d (did it exit?)", bin, cmd.Process.Pid)
+	exited := p.Cmd.ProcessState != nil || MiB(p.Pid(), "RssAnon") == 0
+	m := p.Stop(nil, 0)
+	if exited || m.Anon == 0 {
+		return Memory{}, fmt.Errorf("memory baseline %s: no RssAnon for process %d (did it exit?)", bin, p.Pid())
 	}
-	return v, nil
+	return m, nil
 }
 
 // ProfilesEnv names a directory the benchmarks save the profiles of the

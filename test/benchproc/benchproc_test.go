@@ -57,8 +57,8 @@ func TestRounds(t *testing.T) {
 
 func TestOwnProcess(t *testing.T) {
 	pid := os.Getpid()
-	if MiB(pid, "VmHWM") <= 0 || MiB(pid, "VmRSS") <= 0 {
-		t.Fatalf("no resident memory read for the test process: VmHWM %v VmRSS %v", MiB(pid, "VmHWM"), MiB(pid, "VmRSS"))
+	if MiB(pid, "RssAnon") <= 0 || MiB(pid, "VmRSS") <= 0 {
+		t.Fatalf("no resident memory read for the test process: RssAnon %v VmRSS %v", MiB(pid, "RssAnon"), MiB(pid, "VmRSS"))
 	}
 	before := CPU(pid)
 	// spin until the kernel has charged a tick (10 ms) of CPU time to us
@@ -67,34 +67,34 @@ func TestOwnProcess(t *testing.T) {
 			t.Fatalf("CPU time did not grow in a minute of spinning: %v", CPU(pid))
 		}
 	}
-	if MiB(-1, "VmHWM") != 0 || CPU(-1) != 0 {
+	if MiB(-1, "RssAnon") != 0 || CPU(-1) != 0 {
 		t.Fatal("a process that does not exist reads as non-zero")
 	}
 }
 
-func TestIdleHWM(t *testing.T) {
+func TestIdle(t *testing.T) {
 	sleep, err := exec.LookPath("sleep")
 	if err != nil {
 		t.Skip("no sleep command")
 	}
-	// A script that runs sleep: IdleHWM starts its binary with no arguments.
+	// A script that runs sleep: Idle starts its binary with no arguments.
 	script := filepath.Join(t.TempDir(), "idle")
 	if err := os.WriteFile(script, []byte("#!/bin/sh\nexec "+sleep+" 60\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	v, err := IdleHWM(t.Logf, script, 300*time.Millisecond)
-	if err != nil || v <= 0 {
-		t.Fatalf("IdleHWM of a sleeping process: %v MiB, %v", v, err)
+	m, err := Idle(t.Logf, script, 300*time.Millisecond)
+	if err != nil || m.Anon <= 0 {
+		t.Fatalf("Idle of a sleeping process: %+v, %v", m, err)
 	}
 	exits := filepath.Join(t.TempDir(), "exits")
 	if err := os.WriteFile(exits, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := IdleHWM(t.Logf, exits, 300*time.Millisecond); err == nil || !strings.Contains(err.Error(), exits) {
-		t.Fatalf("IdleHWM of a process that exited at once: %v, want an error naming it", err)
+	if _, err := Idle(t.Logf, exits, 300*time.Millisecond); err == nil || !strings.Contains(err.Error(), exits) {
+		t.Fatalf("Idle of a process that exited at once: %v, want an error naming it", err)
 	}
-	if _, err := IdleHWM(t.Logf, filepath.Join(t.TempDir(), "missing"), time.Millisecond); err == nil {
-		t.Fatal("IdleHWM of a missing binary: no error")
+	if _, err := Idle(t.Logf, filepath.Join(t.TempDir(), "missing"), time.Millisecond); err == nil {
+		t.Fatal("Idle of a missing binary: no error")
 	}
 }
 

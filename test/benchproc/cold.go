@@ -13,12 +13,12 @@ import (
 // readahead), as a component does that starts on a node whose page cache does
 // not hold its image: the benchmarks start every process they measure cold.
 //
-// Why: the resident set of a process counts the pages of its executable it has
-// mapped, and on kernels with large page-cache folios (ext4 since Linux 6.16)
-// a fault maps the whole folio around the address. How large those folios are
-// depends on how the file got into the page cache: a binary the linker has
-// just written sat in 2 MiB folios, and identical runs of talos-ccm measured
-// 30 to 38 MiB of executable pages depending on that alone.
+// Why: a process's cgroup is charged for the pages of its executable it reads
+// into the page cache, and those it touches again count in the working set
+// the kubelet reports; a binary that another process (the linker, an earlier
+// run) had just read or written stays charged to that one, and on kernels with
+// large page-cache folios (ext4 since Linux 6.16) a fault maps a whole folio
+// whose size depends on how the file got into the page cache.
 //
 // It returns how many bytes of the file are still cached afterwards (pages
 // that another process maps stay, and a file on tmpfs stays whole: its pages

@@ -140,6 +140,8 @@ var commands = []entry{
 		run: &step{inRepo: true, exec: goTestNames}, why: "make bench runs it"},
 	{cmd: "KUBEBUILDER_ASSETS=$(hack/control-plane.sh) go test -run '^$' -bench RenewalStorm -benchtime 1x ./ccm/csr/integration",
 		run: &step{inRepo: true, exec: goTestNames}, why: "make bench runs it"},
+	{cmd: "KUBEBUILDER_ASSETS=$(hack/control-plane.sh) go test -run '^$' -bench Initialize -benchtime 1x ./test/bench/talosccm",
+		run: &step{inRepo: true, exec: goTestNames}, why: "make bench runs it"},
 
 	// Commands that need what this machine has not: Talos machines,
 	// GitHub, Flux, ghcr.io credentials.

@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -215,11 +214,10 @@ func TestInitializesNodesOfEveryPlatform(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	p := startTalosCCM(t, talosCCMArgs(t, ep, "--cloud-config="+writeRules(t, rulesYAML), "--node-initialized-events"))
+	startTalosCCM(t, talosCCMArgs(t, ep, "--cloud-config="+writeRules(t, rulesYAML), "--node-initialized-events"))
 	for _, c := range cases {
 		register(t, kubeletNode(c.name, c.ips...), c.ips...)
 	}
-	defer startupPagesReleased(t, p)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			n := waitNode(t, c.name, 30*time.Second, func(n *corev1.Node) bool { return initialized(n) && len(n.Status.Addresses) == len(c.addrs) })
@@ -525,30 +523,5 @@ func TestProvidedIPNotOnTheNodeIsNotTaken(t *testing.T) {
 	n = waitNode(t, "extra-ip-1", 60*time.Second, initialized)
 	if n.Spec.ProviderID != "talos://metal/10.50.0.1" {
 		t.Fatalf("providerID %q", n.Spec.ProviderID)
-	}
-}
-
-// startupPagesReleased: talos-ccm gave its executable's start-up pages back
-// during package initialization (the sum its start-up log line reports), once
-// its node informer had synced, and once after the first node's facts were
-// read from that node's Talos API, and only once each.
-func startupPagesReleased(t *testing.T, p *process) {
-	t.Helper()
-	m := regexp.MustCompile(`initPagesReleasedMiB=(\d+)`).FindStringSubmatch(p.logs.String())
-	if m == nil {
-		t.Errorf("no initPagesReleasedMiB in talos-ccm's start-up log:\n%s", tail(p.logs.String(), 4000))
-	} else if mib, _ := strconv.Atoi(m[1]); mib == 0 {
-		t.Errorf("package initialization gave back no pages (initPagesReleasedMiB=0)")
-	}
-	for _, after := range []string{"the node informer has synced", "the first node's facts were read"} {
-		line := `"released start-up pages of the executable" after="` + after + `"`
-		var n int
-		_ = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-			n = strings.Count(p.logs.String(), line)
-			return n > 0, nil
-		})
-		if n != 1 {
-			t.Errorf("talos-ccm logged %q %d times, want once:\n%s", line, n, tail(p.logs.String(), 4000))
-		}
 	}
 }

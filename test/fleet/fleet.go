@@ -25,14 +25,18 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/yaml"
 
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
 	"github.com/hybrid-ccm/hybrid-ccm/test/cluster"
 	"github.com/hybrid-ccm/hybrid-ccm/test/registry"
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
@@ -77,6 +81,11 @@ type Options struct {
 	// image pull Secret (CreatePullSecret). The pause and upstream images
 	// stay anonymous.
 	ReleaseCredentials *registry.Credentials
+	// TalosAPIByAddress writes the control planes' own addresses into the
+	// talosconfig instead of the Talos Service (talos.default): for a
+	// talos-ccm release that resolves the Service only through cluster DNS,
+	// which the fleet does not run (test/upgrade's previous release).
+	TalosAPIByAddress bool
 }
 
 // Fleet is a running fleet.
@@ -89,6 +98,8 @@ type Fleet struct {
 	work   string
 	log    io.Writer
 	clouds []*Clouds // StartClouds's: machines that join become their instances
+
+	talosByAddress bool
 }
 
 // Up brings the cluster up with one node per machine, starts the registry
@@ -103,7 +114,7 @@ func Up(ctx context.Context, opts Options) (_ *Fleet, err error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &Fleet{Machines: opts.Machines, work: work, log: opts.Log}
+	f := &Fleet{Machines: opts.Machines, work: work, log: opts.Log, talosByAddress: opts.TalosAPIByAddress}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, f.Down())
@@ -152,6 +163,9 @@ func Up(ctx context.Context, opts Options) (_ *Fleet, err error) {
 		}
 	}
 	f.logf("%d machines answer the Talos API on port %d", len(opts.Machines), TalosPort)
+	if err := f.keepTalosService(ctx); err != nil {
+		return nil, err
+	}
 	return f, nil
 }
 
@@ -164,7 +178,9 @@ func (f *Fleet) answerTalos(m Machine) error {
 		Addresses: []talosnode.Address{{Link: "eth0", Prefix: n.IP.String() + "/24"}}}); err != nil {
 		return fmt.Errorf("fleet: %w", err)
 	}
-	if err := n.ServeTCP(TalosPort, f.Talos.Serve); err != nil {
+	// Each machine is its own apid: it answers for itself and forwards a
+	// request about another machine to that machine's apid.
+	if err := n.ServeTCP(TalosPort, func(lis net.Listener) { _ = f.Talos.ServeMachine(lis, m.Name) }); err != nil {
 		return fmt.Errorf("fleet: %w", err)
 	}
 	return nil
@@ -194,7 +210,13 @@ func (f *Fleet) AddMachine(ctx context.Context, m Machine) error {
 		}
 	}
 	f.Machines = append(f.Machines, m)
-	return f.answerTalos(m)
+	if err := f.answerTalos(m); err != nil {
+		return err
+	}
+	if m.ControlPlane {
+		return f.keepTalosService(ctx)
+	}
+	return nil
 }
 
 func (m Machine) metadata() runtime.PlatformMetadataSpec {
@@ -245,19 +267,72 @@ func (f *Fleet) ChartRef(chart string) string {
 	return "oci://" + f.Registry.ReleaseRegistry() + "/charts/" + chart
 }
 
-// TalosConfig is a talosconfig for role whose endpoints are the machines'
-// own addresses: what Talos puts in the Secret it answers a talos.dev
-// ServiceAccount with.
+// TalosConfig is the talosconfig Talos puts in the Secret it answers a
+// talos.dev ServiceAccount with: a certificate of role, and one endpoint,
+// the Service Talos keeps for its API (talos.default, port 50000), whose
+// endpoints are the control planes' apids; each forwards a request to the
+// machine it names.
 func (f *Fleet) TalosConfig(role string) ([]byte, error) {
-	var endpoints []string
-	for _, n := range f.Nodes() {
-		endpoints = append(endpoints, n.IP.String())
+	endpoints := []string{talos.ServiceName + "." + talos.ServiceNamespace}
+	if f.talosByAddress {
+		endpoints = nil
+		for _, m := range f.Machines {
+			if m.ControlPlane {
+				endpoints = append(endpoints, f.Node(m.Name).IP.String())
+			}
+		}
 	}
 	path := filepath.Join(f.work, "talosconfig-"+strings.ReplaceAll(role, ":", "-"))
 	if err := f.Talos.WriteClientConfig(path, role, endpoints...); err != nil {
 		return nil, err
 	}
 	return os.ReadFile(path)
+}
+
+// keepTalosService does what Talos does in a cluster with Kubernetes Talos
+// API access: the Service default/talos (no selector, port apid 50000) and
+// its EndpointSlice talos-ipv4 listing the control planes' addresses.
+func (f *Fleet) keepTalosService(ctx context.Context) error {
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: talos.ServiceName, Namespace: talos.ServiceNamespace,
+			Labels: map[string]string{"provider": "talos", "component": "apid"}},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "apid", Port: TalosPort, Protocol: corev1.ProtocolTCP,
+			TargetPort: intstr.FromInt32(TalosPort)}}},
+	}
+	if _, err := f.Client.CoreV1().Services(svc.Namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("fleet: Service %s/%s: %w", svc.Namespace, svc.Name, err)
+	}
+	var endpoints []discoveryv1.Endpoint
+	var names []string
+	for _, m := range f.Machines {
+		if !m.ControlPlane {
+			continue
+		}
+		endpoints = append(endpoints, discoveryv1.Endpoint{Addresses: []string{f.Node(m.Name).IP.String()}})
+		names = append(names, m.Name)
+	}
+	port, name, proto := int32(TalosPort), "apid", corev1.ProtocolTCP
+	es := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: talos.ServiceName + "-ipv4", Namespace: talos.ServiceNamespace,
+			Labels: map[string]string{"kubernetes.io/service-name": talos.ServiceName, "provider": "talos", "component": "apid"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &port, Protocol: &proto}},
+		Endpoints:   endpoints,
+	}
+	esc := f.Client.DiscoveryV1().EndpointSlices(es.Namespace)
+	cur, err := esc.Get(ctx, es.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		_, err = esc.Create(ctx, es, metav1.CreateOptions{})
+	case err == nil:
+		es.ResourceVersion = cur.ResourceVersion
+		_, err = esc.Update(ctx, es, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("fleet: EndpointSlice %s/%s: %w", es.Namespace, es.Name, err)
+	}
+	f.logf("Service %s/%s: the Talos API at the control planes %s", talos.ServiceNamespace, talos.ServiceName, strings.Join(names, ", "))
+	return nil
 }
 
 // PowerOff powers the machine off: its node's processes and containers die,

@@ -270,7 +270,7 @@ var TalosServiceAccounts = schema.GroupVersionResource{Group: "talos.dev", Versi
 // ServiceAccount (machine.features.kubernetesTalosAPIAccess): it waits, as
 // long as ctx allows, for the object namespace/name, then writes a Secret of
 // the same name holding under "config" a talosconfig for its role, whose
-// endpoints are the machines (TalosConfig). One role per ServiceAccount.
+// endpoint is the Talos Service, talos.default (TalosConfig). One role per ServiceAccount.
 func (f *Fleet) AnswerTalosServiceAccount(ctx context.Context, namespace, name string) error {
 	dyn, err := dynamic.NewForConfig(f.Config)
 	if err != nil {

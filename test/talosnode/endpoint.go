@@ -18,11 +18,13 @@ package talosnode
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -51,8 +53,15 @@ var allowedRoles = map[string]bool{"os:reader": true, "os:operator": true, "os:a
 // Endpoint is one simulated apid endpoint in front of many simulated nodes.
 type Endpoint struct {
 	pki      *PKI
+	tls      *tls.Config
 	listener net.Listener
 	grpc     *grpc.Server
+
+	// machines: the apid of each machine that serves its own listener
+	// (ServeMachine), and the connections apids forward over.
+	machineMu sync.Mutex
+	machines  map[string]*machine
+	forwards  map[string]*grpc.ClientConn
 
 	mu    sync.RWMutex
 	nodes map[string]*Node // by every address and by name
@@ -92,7 +101,7 @@ func Start() (*Endpoint, error) {
 	if err != nil {
 		return nil, fmt.Errorf("talosnode: listen: %w", err)
 	}
-	e := &Endpoint{pki: pki, listener: lis, nodes: map[string]*Node{}}
+	e := &Endpoint{pki: pki, tls: tlsCfg, listener: lis, nodes: map[string]*Node{}, machines: map[string]*machine{}, forwards: map[string]*grpc.ClientConn{}}
 	e.grpc = grpc.NewServer(
 		grpc.Creds(credentials.NewTLS(tlsCfg)),
 		grpc.UnaryInterceptor(e.unary),
@@ -116,9 +125,17 @@ func (e *Endpoint) Addr() string { return e.listener.Addr().String() }
 // Requests counts every request the endpoint received.
 func (e *Endpoint) Requests() int64 { return e.requests.Load() }
 
-// Stop stops the endpoint.
+// Stop stops the endpoint and every machine's apid.
 func (e *Endpoint) Stop() {
 	e.grpc.Stop()
+	e.machineMu.Lock()
+	defer e.machineMu.Unlock()
+	for _, m := range e.machines {
+		m.grpc.Stop()
+	}
+	for _, c := range e.forwards {
+		_ = c.Close()
+	}
 }
 
 // ClientConfig returns a talosconfig with a client certificate of the given role
@@ -252,33 +269,57 @@ func (n *Node) Held() int64 { return n.held.Load() }
 // route resolves the target node and applies its faults.
 func (e *Endpoint) route(ctx context.Context) (*Node, error) {
 	e.requests.Add(1)
-	if err := authorize(ctx); err != nil {
+	if _, err := authorize(ctx); err != nil {
 		return nil, err
 	}
+	target, err := targetOf(ctx)
+	if err != nil {
+		return nil, err
+	}
+	n := e.lookup(target)
+	if n == nil {
+		return nil, unreachable(target, "connection refused")
+	}
+	return n, n.faults(ctx, target)
+}
+
+// targetOf is the one node a request names (the "node" metadata WithNode
+// sets).
+func targetOf(ctx context.Context) (string, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	if len(md.Get("nodes")) > 0 {
-		return nil, status.Error(codes.InvalidArgument, "talosnode: one-to-many requests (nodes metadata) are not supported by the COSI API")
+		return "", status.Error(codes.InvalidArgument, "talosnode: one-to-many requests (nodes metadata) are not supported by the COSI API")
 	}
 	targets := md.Get("node")
 	if len(targets) != 1 {
-		return nil, status.Error(codes.InvalidArgument, "talosnode: request must name exactly one node (WithNode)")
+		return "", status.Error(codes.InvalidArgument, "talosnode: request must name exactly one node (WithNode)")
 	}
+	return targets[0], nil
+}
+
+func (e *Endpoint) lookup(key string) *Node {
 	e.mu.RLock()
-	n := e.nodes[targets[0]]
-	e.mu.RUnlock()
-	if n == nil {
-		return nil, status.Errorf(codes.Unavailable, "connection error: desc = \"transport: Error while dialing: dial tcp %s: connect: connection refused\"", net.JoinHostPort(targets[0], "50000"))
-	}
+	defer e.mu.RUnlock()
+	return e.nodes[key]
+}
+
+// unreachable is apid's answer for a node it cannot dial.
+func unreachable(target, why string) error {
+	return status.Errorf(codes.Unavailable, "connection error: desc = \"transport: Error while dialing: dial tcp %s: connect: %s\"", net.JoinHostPort(target, "50000"), why)
+}
+
+// faults counts the request and applies the node's injected faults.
+func (n *Node) faults(ctx context.Context, target string) error {
 	n.calls.Add(1)
 	n.mu.Lock()
-	latency, ferr, unreachable, blackhole, gate := n.latency, n.err, n.unreachable, n.blackhole, n.gate
+	latency, ferr, unreach, blackhole, gate := n.latency, n.err, n.unreachable, n.blackhole, n.gate
 	n.mu.Unlock()
 	if gate != nil {
 		n.held.Add(1)
 		select {
 		case <-ctx.Done():
 			n.held.Add(-1)
-			return nil, status.FromContextError(ctx.Err()).Err()
+			return status.FromContextError(ctx.Err()).Err()
 		case <-gate:
 			n.held.Add(-1)
 		}
@@ -288,42 +329,54 @@ func (e *Endpoint) route(ctx context.Context) (*Node, error) {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, status.FromContextError(ctx.Err()).Err()
+			return status.FromContextError(ctx.Err()).Err()
 		case <-t.C:
 		}
 	}
 	switch {
 	case blackhole:
 		<-ctx.Done()
-		return nil, status.FromContextError(ctx.Err()).Err()
-	case unreachable:
-		return nil, status.Errorf(codes.Unavailable, "connection error: desc = \"transport: Error while dialing: dial tcp %s: connect: no route to host\"", net.JoinHostPort(targets[0], "50000"))
+		return status.FromContextError(ctx.Err()).Err()
+	case unreach:
+		return unreachable(target, "no route to host")
 	case ferr != nil:
 		if _, ok := status.FromError(ferr); ok {
-			return nil, ferr
+			return ferr
 		}
-		return nil, status.Error(codes.Internal, ferr.Error())
+		return status.Error(codes.Internal, ferr.Error())
 	}
-	return n, nil
+	return nil
 }
 
-// authorize checks the verified client certificate carries a Talos role.
-func authorize(ctx context.Context) error {
+// impersonator is the role of apid's own certificate when it forwards a
+// request to another machine; the caller's roles travel in roleMetadata.
+const (
+	impersonator = "os:impersonator"
+	roleMetadata = "talos-role"
+)
+
+// authorize checks the verified client certificate carries a Talos role (or
+// is an apid forwarding for a caller who has one) and returns the roles.
+func authorize(ctx context.Context) ([]string, error) {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
-		return status.Error(codes.Unauthenticated, "talosnode: no peer")
+		return nil, status.Error(codes.Unauthenticated, "talosnode: no peer")
 	}
 	ti, ok := p.AuthInfo.(credentials.TLSInfo)
 	if !ok || len(ti.State.VerifiedChains) == 0 {
-		return status.Error(codes.Unauthenticated, "talosnode: client certificate required")
+		return nil, status.Error(codes.Unauthenticated, "talosnode: client certificate required")
 	}
-	for _, o := range ti.State.VerifiedChains[0][0].Subject.Organization {
+	roles := ti.State.VerifiedChains[0][0].Subject.Organization
+	if slices.Contains(roles, impersonator) {
+		md, _ := metadata.FromIncomingContext(ctx)
+		roles = md.Get(roleMetadata)
+	}
+	for _, o := range roles {
 		if allowedRoles[o] {
-			return nil
+			return roles, nil
 		}
 	}
-	return status.Errorf(codes.PermissionDenied, "talosnode: certificate roles %v are not allowed",
-		strings.Join(ti.State.VerifiedChains[0][0].Subject.Organization, ","))
+	return nil, status.Errorf(codes.PermissionDenied, "talosnode: certificate roles %v are not allowed", strings.Join(roles, ","))
 }
 
 type nodeKey struct{}

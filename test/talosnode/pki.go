@@ -87,9 +87,13 @@ func (p *PKI) issue(cn string, orgs []string, server bool, ips []net.IP, dns []s
 		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), nil
 }
 
+// ServiceNames are the names Talos adds to apid's certificate when
+// Kubernetes Talos API access is on: the Service it keeps in default.
+var ServiceNames = []string{"talos", "talos.default"}
+
 func (p *PKI) serverTLS() (*tls.Config, error) {
 	c, k, err := p.issue("talos-sim-apid", nil, true,
-		[]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, []string{"localhost"})
+		[]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, append([]string{"localhost"}, ServiceNames...))
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +119,7 @@ func (p *PKI) serverTLS() (*tls.Config, error) {
 			if c := byIP[addr.IP.String()]; c != nil {
 				return c, nil
 			}
-			c, k, err := p.issue("talos-sim-apid", nil, true, []net.IP{addr.IP}, nil)
+			c, k, err := p.issue("talos-sim-apid", nil, true, []net.IP{addr.IP}, ServiceNames)
 			if err != nil {
 				return nil, err
 			}

@@ -44,7 +44,7 @@ var joining = []fleet.Machine{
 func TestMain(m *testing.M) {
 	fleetcheck.Main(m, fleetcheck.Package{
 		Name:      "upgrade",
-		Options:   fleet.Options{Machines: machines},
+		Options:   fleet.Options{Machines: machines, TalosAPIByAddress: true},
 		Platforms: []string{"aws", "hcloud"},
 		Images:    previousImages,
 	}, func(fl *fleet.Fleet) { f = fl })

@@ -51,6 +51,11 @@ operator other than In, a key given twice, no values.
 {{- define "hybrid-ccm.domain" -}}
 {{- $out := dict -}}
 {{- with .domain -}}
+{{- with .splitBy -}}
+{{- if not (regexMatch "^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$" (toString .)) -}}
+{{- fail (printf "clouds.%s.domain.splitBy: %v is not a label key" $.name .) -}}
+{{- end -}}
+{{- end -}}
 {{- range $k, $v := (.matchLabels | default dict) -}}
 {{- $_ := set $out $k (list (toString $v)) -}}
 {{- end -}}

@@ -63,3 +63,25 @@ umbrella's, for every chart) then imagePullSecrets, each once; a JSON list. */}}
 {{- end -}}
 {{- $names | uniq | toJson -}}
 {{- end -}}
+
+{{/* The cloud-config file the chart writes itself (cloudConfig.file): the
+base file as it is, then one section per setting of cloudConfig.file.set,
+which the CCM's INI reader (gcfg) takes over the base's values. Each section
+follows a blank line: gcfg continues a line that ends in an unquoted "\"
+onto the next, so a base file ending in one would otherwise swallow the
+section header. Empty when cloudConfig.file.set is empty: the credentials
+Secret's file is mounted. */}}
+{{- define "native-ccm.cloudConfigFile" -}}
+{{- with .Values.cloudConfig.file }}
+{{- if .set }}
+{{- .base }}
+{{- range .set }}
+{{ printf "\n[%s]\n%s = \"%s\"" .section .name .value }}
+{{- end }}
+{{ end }}
+{{- end }}
+{{- end -}}
+
+{{- define "native-ccm.cloudConfigSecret" -}}
+{{- printf "%s-cloud-config" (include "native-ccm.name" .) | trunc 253 -}}
+{{- end -}}

@@ -111,6 +111,18 @@ type Domain struct {
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator == 'In')",message="a domain selector's matchExpressions may only use the operator In: the fence enforces equality and set membership"
 	Selector *metav1.LabelSelector `json:"selector,omitempty"`
+
+	// SplitBy splits the NativeCCM into one release per value of this node
+	// label among its nodes: member native-ccm-<name>--<value>, with its own
+	// ServiceAccount, lease and cloud config (that value as the cloud
+	// config's region), its view and fence narrowed to the nodes with that
+	// value. It must be the profile's domain.boundaryLabel (for aws
+	// topology.kubernetes.io/region), and the grant must name it
+	// (fence.hybridccm.io splits/<label>). A split NativeCCM serves no load
+	// balancers.
+	// +optional
+	// +kubebuilder:validation:MaxLength=317
+	SplitBy string `json:"splitBy,omitempty"`
 }
 
 // DomainLabel is the node label a talos-ccm transformation rule sets where a
@@ -379,11 +391,59 @@ type NativeCCMStatus struct {
 	// +kubebuilder:validation:MaxLength=63
 	BoundaryValue string `json:"boundaryValue,omitempty"`
 
+	// Members are the releases of a split NativeCCM (spec.domain.splitBy),
+	// one per value of the split label among its nodes, sorted by value.
+	// +optional
+	// +listType=map
+	// +listMapKey=value
+	// +kubebuilder:validation:MaxItems=64
+	Members []MemberStatus `json:"members,omitempty"`
+
 	// Failures counts consecutive failed install/upgrade attempts.
 	// +optional
 	Failures int64 `json:"failures,omitempty"`
 
 	meta.ReconcileRequestStatus `json:",inline"`
+}
+
+// MemberStatus is one release of a split NativeCCM.
+type MemberStatus struct {
+	// Value of the split label the member serves.
+	// +kubebuilder:validation:MaxLength=63
+	Value string `json:"value"`
+	// Release is the member's Helm release (and ServiceAccount, lease) name,
+	// native-ccm-<name>--<value>.
+	// +kubebuilder:validation:MaxLength=253
+	Release string `json:"release"`
+	// Revision of the release last observed.
+	// +optional
+	Revision int `json:"revision,omitempty"`
+	// Nodes is the number of the NativeCCM's nodes with that value.
+	// +optional
+	Nodes int32 `json:"nodes"`
+	// Ready: the release is deployed from the desired state and its CCM
+	// leads (renews its lease).
+	// +optional
+	Ready bool `json:"ready"`
+	// Reason is a PascalCase reason for Ready (as the NativeCCM's conditions
+	// give it).
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	Reason string `json:"reason,omitempty"`
+	// Message says what the member's release is doing or why it is not ready.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32768
+	Message string `json:"message,omitempty"`
+	// NoNodesSince is when the value's last node was seen going; the member
+	// is uninstalled after the uninstall grace period.
+	// +optional
+	NoNodesSince *metav1.Time `json:"noNodesSince,omitempty"`
+}
+
+// MemberReleaseName is the release of the member of a split NativeCCM for
+// value: native-ccm-<name>--<value>.
+func (in *NativeCCM) MemberReleaseName(value string) string {
+	return in.ReleaseName() + "--" + value
 }
 
 // NativeCCM runs the unmodified upstream cloud-controller-manager of one platform

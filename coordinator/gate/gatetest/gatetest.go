@@ -304,6 +304,30 @@ func WaitFence(ctx context.Context, ccm kubernetes.Interface, node string, activ
 	})
 }
 
+// WaitFenceAllows polls a dry-run write the fence must allow until it is
+// allowed. WaitFence(..., true) alone is also met by a fence of an earlier
+// test still in effect (a policy change takes the API server up to about a
+// second), which denies for its own reasons; a write only the current fence
+// allows says the current one is in effect.
+func WaitFenceAllows(ctx context.Context, write func() error) error {
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		last = write()
+		switch {
+		case last == nil:
+			return true, nil
+		case apierrors.IsForbidden(last) && strings.Contains(last.Error(), "hybrid-ccm gate"):
+			return false, nil
+		default:
+			return false, last
+		}
+	})
+	if err != nil && last != nil {
+		return fmt.Errorf("%w (last: %v)", err, last)
+	}
+	return err
+}
+
 // WriteKubeconfig writes cfg (host, CA, client certificate or token) as a
 // kubeconfig file, for a ccm-gate run as a subprocess or through proxy.Serve.
 func WriteKubeconfig(cfg *rest.Config, path string) error {

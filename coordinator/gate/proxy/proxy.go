@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/semaphore"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -98,6 +99,8 @@ type Proxy struct {
 	rp           *httputil.ReverseProxy
 	metrics      *metrics
 	access       *accessGate
+	// bodies is the budget of the request bodies the gate holds at once.
+	bodies *semaphore.Weighted
 }
 
 var _ http.Handler = (*Proxy)(nil)
@@ -160,6 +163,7 @@ func New(cfg Config) (*Proxy, error) {
 		selector:     labels.NewSelector().Add(reqs...),
 		serviceView:  view,
 		metrics:      newMetrics(cfg.Registerer),
+		bodies:       newBodyBudget(),
 	}
 	if p.access, err = newAccessGate(cfg.Upstream, cfg.StartupAccess); err != nil {
 		return nil, fmt.Errorf("%s: startup access: %w", op, err)
@@ -251,6 +255,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if why := upgradeRequest(r); why != "" {
 		p.refuseUpgrade(w, r, rt, why)
+		return
+	}
+	release, err := p.readBody(w, r)
+	defer release()
+	if err != nil {
+		p.refuse(w, r, rt, bodyRefused(w, err))
 		return
 	}
 	if p.cfg.Credentials == OwnCredentials {

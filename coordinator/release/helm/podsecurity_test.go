@@ -2,10 +2,13 @@ package helm
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
@@ -259,4 +262,82 @@ func FuzzNativeCCMChartValues(f *testing.F) {
 			t.Fatalf("value %q changed the container: %+v", s, c)
 		}
 	})
+}
+
+// awsMemberRequest is the request of a split aws NativeCCM's member for
+// region (the builtin aws profile, its cloud-config file of its own).
+func awsMemberRequest(t testing.TB, region string, values map[string]any) (release.Request, error) {
+	t.Helper()
+	set, err := profile.Builtin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := set.Get("aws")
+	return release.FromProfile(p, release.Instance{
+		ReleaseName: "native-ccm-aws--" + region, Namespace: "kube-system", Platform: "aws", Values: values,
+		CloudConfig: &release.CloudConfigFile{Base: "[Global]\nRegion = us-west-2\nVPC = vpc-1\n",
+			Set: []release.CloudConfigSetting{release.SettingOf(p.Domain.CloudConfigRegion, region)}},
+	})
+}
+
+// TestMemberCloudConfig: a split member's cloud-config file is a Secret of
+// its release, the credentials' file followed by its region, mounted where
+// the profile says instead of the credentials Secret; a setting that is no
+// plain word (an attempt to add lines to the file or to the YAML) is refused
+// by the chart's schema.
+func TestMemberCloudConfig(t *testing.T) {
+	req, err := awsMemberRequest(t, "eu-west-1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, conf := renderMemberCloudConfig(t, req, "native-ccm-aws--eu-west-1-cloud-config")
+	want := "[Global]\nRegion = us-west-2\nVPC = vpc-1\n\n\n[Global]\nRegion = \"eu-west-1\"\n"
+	if conf != want {
+		t.Fatalf("cloud.conf %q, want %q", conf, want)
+	}
+	if !strings.Contains(out, "secretName: native-ccm-aws--eu-west-1-cloud-config") || strings.Contains(out, "secretName: aws-ccm\n") {
+		t.Errorf("the member does not mount its own cloud config:\n%s", out)
+	}
+	if !strings.Contains(out, "hybridccm.io/cloud-config-sha256:") {
+		t.Errorf("no checksum of the cloud config on the pod (a changed file would not restart it)")
+	}
+
+	for _, bad := range []map[string]any{
+		{"cloudConfig": map[string]any{"file": map[string]any{"set": []any{map[string]any{"section": "Global", "name": "Region", "value": "x\"\n[Global]\nRoleARN = \"arn"}}}}},
+		{"cloudConfig": map[string]any{"file": map[string]any{"set": []any{map[string]any{"section": "Global]\n[x", "name": "Region", "value": "x"}}}}},
+	} {
+		req, err := awsMemberRequest(t, "eu-west-1", bad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := NewEngine(nil, Options{}).Render(context.Background(), req); err == nil || !strings.Contains(err.Error(), "cloudConfig") {
+			t.Errorf("values %v: err = %v, want the schema to refuse it naming cloudConfig", bad, err)
+		}
+	}
+}
+
+// renderMemberCloudConfig renders req and returns the manifests and the
+// cloud.conf of the member's own cloud-config Secret.
+func renderMemberCloudConfig(t *testing.T, req release.Request, secret string) (string, string) {
+	t.Helper()
+	out, err := NewEngine(nil, Options{}).Render(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := release.ParseManifests([]byte(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range m.Find("Secret") {
+		if o.GetName() == secret {
+			data, _, _ := unstructured.NestedString(o.Object, "data", "cloud.conf")
+			b, err := base64.StdEncoding.DecodeString(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return out, string(b)
+		}
+	}
+	t.Fatalf("no Secret %s in the release", secret)
+	return "", ""
 }

@@ -7,12 +7,14 @@
 // simulated leader renews each release's Lease as a healthy native CCM
 // does, with the lease duration and retry period the coordinator enforces.
 //
-// For each size it reports the coordinator's peak RSS (VmHWM), its CPU time
+// For each size it reports the coordinator's memory (peak anonymous memory,
+// Go heap, and working set where it runs in a cgroup of its own), its CPU time
 // (utime+stime) to bring every NativeCCM to Ready and Healthy after a
 // restart, its API requests and CPU while idle (by verb and resource, from a
 // counting proxy that is its only way to the API server), whether it read
 // Helm's release storage while idle, the requests one node joining costs,
-// and the gate's peak RSS and CPU with its node cache of one platform.
+// and the gate's peak anonymous memory and CPU with its node cache of one
+// platform.
 //
 // HYBRID_CCM_BENCH_NODES lists the sizes (default 1000,5000; make bench-10k
 // adds 10000); HYBRID_CCM_BENCH_IDLE is the idle window (default two lease
@@ -25,7 +27,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -146,7 +147,7 @@ func idleWindow(b *testing.B) time.Duration {
 }
 
 // BenchmarkCoordinatorAtScale runs the sizes in order, adding nodes between
-// them; each size gets a fresh coordinator and gate (their VmHWM is theirs).
+// them; each size gets a fresh coordinator and gate (their peaks are theirs).
 func BenchmarkCoordinatorAtScale(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -174,7 +175,7 @@ func BenchmarkCoordinatorAtScale(b *testing.B) {
 		rows = append(rows, measure(ctx, b, profilesDir, n, &created, idle))
 	}
 	fmt.Printf("\nccm-coordinator (9 NativeCCMs) and one ccm-gate at scale; idle window %s\n", idle)
-	fmt.Println("| nodes | coordinator peak RSS (peak anonymous; libraries' floor) | coordinator CPU to Ready | idle requests/min | idle CPU | Helm storage reads idle | node join: requests (node LISTs) | gate peak RSS (peak anonymous) | gate CPU |")
+	fmt.Println("| nodes | coordinator peak anonymous (Go heap; working set; libraries' floor, anonymous) | coordinator CPU to Ready | idle requests/min | idle CPU | Helm storage reads idle | node join: requests (node LISTs) | gate peak anonymous | gate CPU |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rows {
 		fmt.Println(r)
@@ -185,22 +186,23 @@ func BenchmarkCoordinatorAtScale(b *testing.B) {
 func measure(ctx context.Context, b *testing.B, profilesDir string, n int, created *int, idle time.Duration) string {
 	// What controller-runtime, fluxcd/pkg/runtime and Helm's SDK occupy
 	// before any work, measured beside the coordinator.
-	floor, err := benchproc.IdleHWM(b.Logf, floorBin, 2*time.Second)
+	floor, err := benchproc.Idle(b.Logf, floorBin, 2*time.Second)
 	if err != nil {
 		b.Fatal(err)
 	}
 	g := startGate(ctx, b, n)
 	defer g.Stop()
-	gateAnon := sampleAnon(g.Cmd.Process.Pid)
+	// the gate is started by gatetest: its anonymous memory only
+	gateMem := benchproc.WatchMemory(g.Cmd.Process.Pid, nil)
+	defer gateMem.Stop()
 
 	c := startCoordinator(b, profilesDir, fmt.Sprint(n))
 	defer c.stop()
-	coordAnon := sampleAnon(c.pid())
 	start := time.Now()
 	waitAll(ctx, b, *created, 10*time.Minute)
 	toReady := time.Since(start)
 	cpuReady := cpu(b, c.pid())
-	b.Logf("%d nodes: coordinator memory at Ready: %s", n, memory(b, c.pid()))
+	b.Logf("%d nodes: coordinator memory at Ready: %s", n, c.proc.Memory())
 	startup := c.counter.snapshot()
 
 	// Let the startup's aftermath (the first health re-checks) pass.
@@ -244,9 +246,8 @@ func measure(ctx context.Context, b *testing.B, profilesDir string, n int, creat
 	}
 
 	c.saveHeapProfile(b, n)
-	coordRSS, gateRSS := hwm(b, c.pid()), hwm(b, g.Cmd.Process.Pid)
-	coordPeakAnon, gatePeakAnon := coordAnon.max(), gateAnon.max()
-	b.Logf("%d nodes: coordinator memory at the end: %s; gate: %s", n, memory(b, c.pid()), memory(b, g.Cmd.Process.Pid))
+	coord, gate := c.proc.Memory(), gateMem.Stop()
+	b.Logf("%d nodes: coordinator memory at the end: %s; gate: anonymous %.1f MiB", n, coord, gate.Anon)
 	gateCPU := cpu(b, g.Cmd.Process.Pid)
 
 	b.Logf("%d nodes: coordinator Ready in %s; startup requests %d (%s)", n, toReady.Round(time.Millisecond), startup.total(), describe(startup, 0))
@@ -254,19 +255,25 @@ func measure(ctx context.Context, b *testing.B, profilesDir string, n int, creat
 		n, idle, quiet.total(), perMin, describe(quiet, idle.Minutes()), quiet.helmReads, (cpu2 - cpu1).Seconds(), 100*idleCPU)
 	b.Logf("%d nodes: node join seen in status after %s; %d requests in %s: %s; Helm storage reads %d",
 		n, seen.Round(time.Millisecond), join.total(), joinWindow.Round(time.Second), describe(join, 0), join.helmReads)
-	b.Logf("%d nodes: gate listed %d nodes of %s; coordinator VmHWM %.1f MiB (%.1f MiB above the %.1f MiB of a process that only links controller-runtime, fluxcd/pkg/runtime and Helm's SDK), gate VmHWM %.1f MiB",
-		n, len(l.Items), platformName(0), mib(coordRSS), mib(coordRSS)-floor, floor, mib(gateRSS))
-	b.ReportMetric(mib(coordRSS), fmt.Sprintf("coordinator-MiB@%d", n))
-	b.ReportMetric(mib(gateRSS), fmt.Sprintf("gate-MiB@%d", n))
-	b.ReportMetric(floor, fmt.Sprintf("coordinator-floor-MiB@%d", n))
-	b.ReportMetric(mib(coordPeakAnon), fmt.Sprintf("coordinator-anon-MiB@%d", n))
-	b.ReportMetric(mib(gatePeakAnon), fmt.Sprintf("gate-anon-MiB@%d", n))
+	b.Logf("%d nodes: gate listed %d nodes of %s; coordinator peak anonymous %.1f MiB (%.1f MiB above the %.1f MiB of a process that only links controller-runtime, fluxcd/pkg/runtime and Helm's SDK: %s), gate peak anonymous %.1f MiB",
+		n, len(l.Items), platformName(0), coord.Anon, coord.Anon-floor.Anon, floor.Anon, floor, gate.Anon)
+	b.ReportMetric(coord.Anon, fmt.Sprintf("coordinator-anon-MiB@%d", n))
+	b.ReportMetric(coord.Heap, fmt.Sprintf("coordinator-heap-MiB@%d", n))
+	if coord.WorkingSetMeasured {
+		b.ReportMetric(coord.WorkingSet, fmt.Sprintf("coordinator-working-set-MiB@%d", n))
+	}
+	b.ReportMetric(floor.Anon, fmt.Sprintf("coordinator-floor-anon-MiB@%d", n))
+	b.ReportMetric(gate.Anon, fmt.Sprintf("gate-anon-MiB@%d", n))
 	b.ReportMetric(perMin, fmt.Sprintf("idle-req/min@%d", n))
 	b.ReportMetric(100*idleCPU, fmt.Sprintf("idle-cpu-%%@%d", n))
 
-	return fmt.Sprintf("| %d | %.1f MiB (%.1f MiB; %.1f MiB) | %.2f s (%s) | %.1f (%s) | %.2f%% of a core | %d | %d (%d) | %.1f MiB (%.1f MiB) | %.2f s |",
-		n, mib(coordRSS), mib(coordPeakAnon), floor, cpuReady.Seconds(), toReady.Round(100*time.Millisecond), perMin, describe(quiet, idle.Minutes()), 100*idleCPU,
-		quiet.helmReads, join.total(), join.counts["list nodes"], mib(gateRSS), mib(gatePeakAnon), gateCPU.Seconds())
+	ws := "not measured"
+	if coord.WorkingSetMeasured {
+		ws = fmt.Sprintf("%.1f MiB", coord.WorkingSet)
+	}
+	return fmt.Sprintf("| %d | %.1f MiB (%.0f MiB; %s; %.1f MiB) | %.2f s (%s) | %.1f (%s) | %.2f%% of a core | %d | %d (%d) | %.1f MiB | %.2f s |",
+		n, coord.Anon, coord.Heap, ws, floor.Anon, cpuReady.Seconds(), toReady.Round(100*time.Millisecond), perMin, describe(quiet, idle.Minutes()), 100*idleCPU,
+		quiet.helmReads, join.total(), join.counts["list nodes"], gate.Anon, gateCPU.Seconds())
 }
 
 // describe lists a snapshot's counts, per minute when minutes > 0.
@@ -390,7 +397,7 @@ func waitFor(b *testing.B, timeout time.Duration, cond func() bool) {
 
 // coordinatorProcess is a running ccm-coordinator behind its counting proxy.
 type coordinatorProcess struct {
-	cmd     *exec.Cmd
+	proc    *benchproc.Process
 	counter *counter
 	server  *http.Server
 	log     string
@@ -417,17 +424,11 @@ func (c *coordinatorProcess) saveHeapProfile(b *testing.B, n int) {
 	b.Logf("coordinator heap profile saved to %s", path)
 }
 
-func (c *coordinatorProcess) pid() int { return c.cmd.Process.Pid }
+func (c *coordinatorProcess) pid() int { return c.proc.Pid() }
 
 func (c *coordinatorProcess) stop() {
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = c.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		_ = c.cmd.Process.Kill()
-		<-done
+	if c.proc.Cmd.ProcessState == nil {
+		c.proc.Stop(syscall.SIGTERM, 30*time.Second)
 	}
 	_ = c.server.Close()
 }
@@ -455,14 +456,11 @@ func startCoordinator(b *testing.B, profilesDir, tag string) *coordinatorProcess
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer func() { _ = logFile.Close() }()
-	if err := benchproc.ColdStart(b.Logf, coordBin); err != nil {
-		b.Fatal(err)
-	}
+	b.Cleanup(func() { _ = logFile.Close() })
 	// The chart's arguments and values.yaml defaults.
-	cmd := exec.Command(coordBin,
-		"--kubeconfig="+kubeconfig,
-		"--release-namespace="+namespace,
+	args := []string{
+		"--kubeconfig=" + kubeconfig,
+		"--release-namespace=" + namespace,
 		"--uninstall-grace-period=10m",
 		"--interval=10m",
 		"--wait-interval=30s",
@@ -472,26 +470,21 @@ func startCoordinator(b *testing.B, profilesDir, tag string) *coordinatorProcess
 		"--log-level=info",
 		"--enable-leader-election=true",
 		"--gate-image=ghcr.io/hybrid-ccm/ccm-gate:bench",
-		"--profile-overrides="+profilesDir,
-		"--metrics-addr="+gatetest.FreePort(),
-		"--health-addr="+gatetest.FreePort(),
-	)
+		"--profile-overrides=" + profilesDir,
+		"--metrics-addr=" + gatetest.FreePort(),
+		"--health-addr=" + gatetest.FreePort(),
+	}
 	var pprof string
 	if os.Getenv(profilesEnv) != "" {
 		pprof = gatetest.FreePort()
-		cmd.Args = append(cmd.Args, "--pprof-addr="+pprof)
+		args = append(args, "--pprof-addr="+pprof)
 	}
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	proc, err := benchproc.Start(b.Logf, "coordinator-"+tag, logFile, coordBin, args...)
+	if err != nil {
 		b.Fatal(err)
 	}
-	c := &coordinatorProcess{cmd: cmd, counter: cnt, server: srv, log: logPath, pprof: pprof}
-	b.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-		}
-	})
+	c := &coordinatorProcess{proc: proc, counter: cnt, server: srv, log: logPath, pprof: pprof}
+	b.Cleanup(c.stop)
 	return c
 }
 
@@ -607,69 +600,6 @@ func renew(ctx context.Context, ns, name, holder string) error {
 	return k8s.Update(ctx, l)
 }
 
-// hwm is a process' peak resident memory (VmHWM) in bytes.
-func hwm(b *testing.B, pid int) int64 {
-	v := benchproc.MiB(pid, "VmHWM")
-	if v == 0 {
-		b.Fatalf("no VmHWM for process %d", pid)
-	}
-	return int64(v * (1 << 20))
-}
-
-// anonSampler samples a process' anonymous resident memory (RssAnon: heap,
-// stacks; VmHWM adds the binary's file-backed pages, which are shared and
-// reclaimable) every 50 ms and keeps the peak.
-type anonSampler struct {
-	stop chan struct{}
-	done chan struct{}
-	peak int64
-}
-
-func sampleAnon(pid int) *anonSampler {
-	s := &anonSampler{stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(s.done)
-		t := time.NewTicker(50 * time.Millisecond)
-		defer t.Stop()
-		for {
-			if v := int64(benchproc.MiB(pid, "RssAnon") * (1 << 20)); v > s.peak {
-				s.peak = v
-			}
-			select {
-			case <-s.stop:
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	return s
-}
-
-// max stops sampling and returns the peak in bytes.
-func (s *anonSampler) max() int64 {
-	close(s.stop)
-	<-s.done
-	return s.peak
-}
-
-// memory is a process' resident memory: peak, current, anonymous (heap,
-// stacks) and file-backed (the binary's pages).
-func memory(b *testing.B, pid int) string {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		b.Fatal(err)
-	}
-	var out []string
-	for _, l := range strings.Split(string(data), "\n") {
-		for _, k := range []string{"VmHWM:", "VmRSS:", "RssAnon:", "RssFile:"} {
-			if v, ok := strings.CutPrefix(l, k); ok {
-				out = append(out, k+" "+strings.TrimSpace(v))
-			}
-		}
-	}
-	return strings.Join(out, ", ")
-}
-
 // cpu is a process' CPU time so far (utime+stime).
 func cpu(b *testing.B, pid int) time.Duration {
 	d := benchproc.CPU(pid)
@@ -680,5 +610,3 @@ func cpu(b *testing.B, pid int) time.Duration {
 	}
 	return d
 }
-
-func mib(b int64) float64 { return float64(b) / (1 << 20) }

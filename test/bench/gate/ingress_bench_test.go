@@ -213,6 +213,8 @@ func BenchmarkServiceIngress(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer g.Stop()
+	watchMemory(g)
+	defer forgetMemory(g)
 	if err := startServiceController(ctx, f.direct); err != nil {
 		b.Fatal(err)
 	}
@@ -294,7 +296,7 @@ func BenchmarkServiceIngress(b *testing.B) {
 	})
 	b.Run("rss", func(b *testing.B) {
 		for range b.N {
-			reportRSS(b, g.Cmd.Process.Pid, "the ingress gate")
+			reportMemory(b, g, "the ingress gate")
 		}
 	})
 }

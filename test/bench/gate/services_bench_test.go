@@ -86,6 +86,7 @@ func startServices(dir string) (*serviceFixture, error) {
 	if err != nil {
 		return nil, err
 	}
+	watchMemory(g)
 	f := &serviceFixture{direct: direct, gated: g.Config, gate: g}
 	if other := os.Getenv("GATE_BENCH_CANDIDATE"); other != "" {
 		dir := filepath.Join(dir, "candidate")
@@ -97,6 +98,7 @@ func startServices(dir string) (*serviceFixture, error) {
 			g.Stop()
 			return nil, fmt.Errorf("candidate %s: %w", other, err)
 		}
+		watchMemory(c)
 		f.candidate, f.candidateConfig = c, c.Config
 	}
 	return f, nil
@@ -220,9 +222,9 @@ func BenchmarkServiceWatch(b *testing.B) {
 	})
 	b.Run("rss", func(b *testing.B) {
 		for range b.N {
-			reportRSS(b, f.gate.Cmd.Process.Pid, fmt.Sprintf("%d Services in the view", services))
+			reportMemory(b, f.gate, fmt.Sprintf("%d Services in the view", services))
 			if f.candidate != nil {
-				reportRSS(b, f.candidate.Cmd.Process.Pid, fmt.Sprintf("candidate, %d Services in the view", services))
+				reportMemory(b, f.candidate, fmt.Sprintf("candidate, %d Services in the view", services))
 			}
 		}
 	})

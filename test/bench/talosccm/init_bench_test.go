@@ -14,7 +14,6 @@ import (
 	"maps"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
 	"slices"
@@ -226,37 +225,14 @@ func saveProfile(b *testing.B, query, path string) {
 	b.Logf("profile saved to %s", path)
 }
 
-// exeMiB sums the resident pages of the process's executable mappings with
-// the given permissions (r-xp: code, r--p: read-only data) in MiB.
-func exeMiB(pid int, perms string) float64 {
-	exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
-	if err != nil || exe == "" {
-		return 0
-	}
-	var kb float64
-	in := false
-	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.Fields(l)
-		switch {
-		case len(f) >= 5 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":"):
-			in = len(f) == 6 && f[5] == exe && f[1] == perms
-		case in && len(f) >= 2 && f[0] == "Rss:":
-			v, _ := strconv.ParseFloat(f[1], 64)
-			kb += v
-		}
-	}
-	return kb / 1024
-}
-
-// floorMiB is the floor binary's peak RSS once its package initialization
+// floorMemory is the floor binary's memory once its package initialization
 // is done: what talos-ccm's libraries occupy before it does anything.
-func floorMiB(b *testing.B) float64 {
-	v, err := benchproc.IdleHWM(b.Logf, floor, 2*time.Second)
+func floorMemory(b *testing.B) benchproc.Memory {
+	m, err := benchproc.Idle(b.Logf, floor, 2*time.Second)
 	if err != nil {
 		b.Fatal(err)
 	}
-	return v
+	return m
 }
 
 // BenchmarkInitialize registers N nodes at once (as kubelets do), N from
@@ -313,7 +289,7 @@ func initialize(b *testing.B, nodes int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	base := floorMiB(b)
+	base := floorMemory(b)
 
 	ep, err := talosnode.Start()
 	if err != nil {
@@ -413,12 +389,11 @@ func initialize(b *testing.B, nodes int) {
 	// are deleted (the API server holds as many nodes in every round) and
 	// the API server's ceiling for the same writes is measured.
 	var (
-		rss, anon, file, code, rodata, idle float64
-		// startPeak is talos-ccm's peak RSS before a round's nodes (package
-		// initialization, which maps much of the executable before main can
-		// give it back, and start-up), the highest of the rounds
-		startPeak float64
-		cpu, self time.Duration // of talos-ccm and this process, in the rounds
+		// mem is talos-ccm's memory over its whole life in a round, the
+		// highest of the rounds; started, its memory until the canary was
+		// initialized (package initialization, start-up, the cache synced)
+		mem, started benchproc.Memory
+		cpu, self    time.Duration // of talos-ccm and this process, in the rounds
 	)
 	workers := app.DefaultConcurrentNodeSyncs
 	// The control plane's processes (children of this one), this process
@@ -436,15 +411,11 @@ func initialize(b *testing.B, nodes int) {
 	for r, rd := range rs {
 		addTalos(r)
 		logs, _ := os.Create(filepath.Join(b.TempDir(), fmt.Sprintf("talos-ccm-%d.log", r)))
-		if err := benchproc.ColdStart(b.Logf, bin); err != nil {
+		proc, err := benchproc.Start(b.Logf, fmt.Sprintf("talos-ccm-%d", r), logs, bin, args...)
+		if err != nil {
 			b.Fatal(err)
 		}
-		cmd := exec.Command(bin, args...)
-		cmd.Stdout, cmd.Stderr = logs, logs
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
-		stop := func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); _ = logs.Close() }
+		stop := func() benchproc.Memory { m := proc.Stop(nil, 0); _ = logs.Close(); return m }
 		// warm-up: a canary node proves talos-ccm is up and synced (its
 		// writes, the status update last, are done before the window opens)
 		register(r, -1)
@@ -459,10 +430,7 @@ func initialize(b *testing.B, nodes int) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		if r == 0 {
-			idle = benchproc.MiB(cmd.Process.Pid, "VmRSS")
-		}
-		startPeak = max(startPeak, benchproc.MiB(cmd.Process.Pid, "VmHWM"))
+		started = benchproc.Max(started, proc.Memory())
 		last := r == rounds-1
 		var cpuProfile chan struct{}
 		if heapDir != "" && last {
@@ -475,7 +443,7 @@ func initialize(b *testing.B, nodes int) {
 
 		window := writefloor.Open(b, env.Client)
 		withTalos := maps.Clone(pids)
-		withTalos[talosCCM] = cmd.Process.Pid
+		withTalos[talosCCM] = proc.Pid()
 		rd.cpu = benchproc.StartShare(withTalos)
 		b.StartTimer()
 		start := time.Now()
@@ -498,12 +466,7 @@ func initialize(b *testing.B, nodes int) {
 		if heapDir != "" && last {
 			saveProfile(b, "/debug/pprof/heap?gc=1", filepath.Join(heapDir, fmt.Sprintf("talos-ccm-heap-%d.pprof", nodes)))
 		}
-		if v := benchproc.MiB(cmd.Process.Pid, "VmHWM"); v > rss {
-			rss = v
-			anon, file = benchproc.MiB(cmd.Process.Pid, "RssAnon"), benchproc.MiB(cmd.Process.Pid, "RssFile")
-			code, rodata = exeMiB(cmd.Process.Pid, "r-xp"), exeMiB(cmd.Process.Pid, "r--p")
-		}
-		stop()
+		mem = benchproc.Max(mem, stop())
 
 		// the shapes the ceiling writes: what talos-ccm wrote
 		initialized := listRound(b, r, nodes)
@@ -538,16 +501,20 @@ func initialize(b *testing.B, nodes int) {
 	b.Logf("rounds, each against the ceiling measured right after it: %s; the range %.2f - %.2fx; the fastest round against the fastest ceiling %.2fx",
 		strings.Join(times, ", "), pairs[0].ratio, pairs[rounds-1].ratio, bestOfEach)
 	apiFloor := writefloor.Floor{Writes: median.writes, Ceilings: []writefloor.Ceiling{median.ceiling}, Objects: nodes}
-	b.ReportMetric(rss, "talos-ccm-rss-MiB")
 	b.ReportMetric(cpu.Seconds()/float64(rounds), "talos-ccm-cpu-s")
-	b.ReportMetric(anon, "talos-ccm-anon-MiB")
-	b.ReportMetric(startPeak, "talos-ccm-start-peak-MiB")
-	b.ReportMetric(base, "framework-floor-rss-MiB")
+	b.ReportMetric(mem.Anon, "talos-ccm-anon-MiB")
+	b.ReportMetric(mem.Heap, "talos-ccm-heap-MiB")
+	b.ReportMetric(mem.HeapLive, "talos-ccm-heap-live-MiB")
+	if mem.WorkingSetMeasured {
+		b.ReportMetric(mem.WorkingSet, "talos-ccm-working-set-MiB")
+	}
+	b.ReportMetric(started.Anon, "talos-ccm-start-anon-MiB")
+	b.ReportMetric(base.Anon, "framework-floor-anon-MiB")
 	b.Logf("%d nodes registered at once (%d registrants, 20 ms Talos latency), talos-ccm with %d workers, the median of %d rounds: %s",
 		nodes, registrants, workers, rounds, apiFloor.Report(b, "init", median.elapsed))
-	b.Logf("talos-ccm peak RSS %.1f MiB (at the end: anonymous %.1f MiB, binary file pages %.1f MiB), %.1f MiB above the %.1f MiB peak RSS of a process that only links k8s.io/cloud-provider/app and the Talos machinery client; Talos requests %d",
-		rss, anon, file, rss-base, base, ep.Requests())
-	b.Logf("talos-ccm RSS when started and idle: %.1f MiB, its peak until then (package initialization, start-up) %.1f MiB; at the end the binary's pages are %.1f MiB code and %.1f MiB read-only data", idle, startPeak, code, rodata)
+	b.Logf("talos-ccm memory, peaks of the %d rounds: %s; %.1f MiB anonymous above the %.1f MiB of a process that only links k8s.io/cloud-provider/app and the Talos machinery client (%s); Talos requests %d",
+		rounds, mem, mem.Anon-base.Anon, base.Anon, base, ep.Requests())
+	b.Logf("talos-ccm memory until started and synced (package initialization, start-up, the canary node): %s", started)
 	b.Logf("CPU time in the %d rounds: talos-ccm %.2f s (%.2f ms per node); the benchmark's process (registrants, watch, simulated Talos API) %.2f s", rounds, cpu.Seconds(), float64(cpu.Microseconds())/1000/float64(rounds*nodes), self.Seconds())
 	var during, ceilingCPU []*benchproc.Share
 	for _, rd := range rs {

@@ -1,8 +1,8 @@
 // Command floor is the memory baseline of the coordinator scale benchmark: a
 // process that links what ccm-coordinator must link (controller-runtime,
 // fluxcd/pkg/runtime and the Helm v3 SDK), runs their package initialization
-// and then only waits. Its peak RSS is the part of the coordinator's RSS that
-// comes with those libraries before any work.
+// and then only waits. Its anonymous memory and Go heap are the part of the
+// coordinator's that comes with those libraries before any work.
 package main
 
 import (

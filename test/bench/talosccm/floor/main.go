@@ -1,8 +1,9 @@
 // Command floor is the memory baseline of the talos-ccm benchmark: a process
 // that links what talos-ccm must link (k8s.io/cloud-provider/app, as every
 // cloud-controller-manager built on it does, and the Talos machinery client),
-// runs their package initialization and then only waits. Its peak RSS is the
-// part of talos-ccm's RSS that comes with those libraries before any work.
+// runs their package initialization and then only waits. Its anonymous memory
+// and Go heap are the part of talos-ccm's that comes with those libraries
+// before any work.
 package main
 
 import (

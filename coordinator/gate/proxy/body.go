@@ -1,0 +1,128 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"golang.org/x/sync/semaphore"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+const (
+	// maxRequestBody bounds a request body the gate forwards: the API
+	// server's own limit for a write (3 MiB, --max-request-body-bytes'
+	// default). A native CCM writes Nodes, Services, Events and Leases, each
+	// far smaller.
+	maxRequestBody = 3 << 20
+	// bodyBudget bounds the bytes of all bodies the gate holds at once (the
+	// gate container's memory limit is 64 MiB).
+	bodyBudget = 16 << 20
+	// bodyTimeout bounds the wait for a body's last byte.
+	bodyTimeout = 30 * time.Second
+)
+
+var (
+	// errBodyTooLarge: a request body above maxRequestBody.
+	errBodyTooLarge = errors.New("request body too large")
+	// errBodyBudget: the bodies in flight hold bodyBudget already.
+	errBodyBudget = errors.New("too many request bodies in flight")
+	// errBodyTimeout: the body did not arrive within bodyTimeout.
+	errBodyTimeout = errors.New("request body not received in time")
+)
+
+// newBodyBudget is the budget of a proxy.
+func newBodyBudget() *semaphore.Weighted { return semaphore.NewWeighted(bodyBudget) }
+
+// readBody reads r's whole body before anything is forwarded, so the request
+// the API server receives has a body of known length the gate already holds.
+// Streaming it instead ties the upstream request to the client's connection:
+// when the API server answers before it reads the body (a 403 from
+// authorization does), Go's HTTP/2 transport waits, on closing the answer,
+// for the goroutine still copying the client's body, and the client waits for
+// the end of an answer that never comes (seen as a request hanging until the
+// client's deadline). The body must arrive within bodyTimeout and fit the
+// budget the gate's bodies share; release returns its share once the request
+// is done.
+func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) (release func(), err error) {
+	release = func() {}
+	if r.Body == nil || r.Body == http.NoBody {
+		return release, nil
+	}
+	if r.ContentLength > maxRequestBody {
+		return release, fmt.Errorf("%w: %d bytes, at most %d", errBodyTooLarge, r.ContentLength, maxRequestBody)
+	}
+	// Held for the whole request: the buffer lives until it is forwarded.
+	share := int64(maxRequestBody + 1)
+	if r.ContentLength >= 0 {
+		share = max(r.ContentLength, 1)
+	}
+	if !p.bodies.TryAcquire(share) {
+		return release, fmt.Errorf("%w: the gate holds %d MiB of bodies at most", errBodyBudget, bodyBudget>>20)
+	}
+	release = func() { p.bodies.Release(share) }
+	rc := http.NewResponseController(w)
+	deadline := rc.SetReadDeadline(time.Now().Add(bodyTimeout)) == nil
+	b, err := readAll(r.Body, r.ContentLength)
+	_ = r.Body.Close()
+	if deadline {
+		_ = rc.SetReadDeadline(time.Time{})
+	}
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			err = fmt.Errorf("%w: %v", errBodyTimeout, bodyTimeout)
+		}
+		return release, err
+	}
+	r.Body = io.NopCloser(bytes.NewReader(b))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+	r.ContentLength = int64(len(b))
+	r.TransferEncoding = nil
+	if len(b) == 0 {
+		r.Body = http.NoBody
+		r.Header.Del("Content-Length")
+		return release, nil
+	}
+	r.Header.Set("Content-Length", strconv.Itoa(len(b)))
+	return release, nil
+}
+
+// readAll reads a body of at most maxRequestBody bytes: into a buffer of its
+// declared length when it has one.
+func readAll(body io.Reader, length int64) ([]byte, error) {
+	if length < 0 {
+		b, err := io.ReadAll(io.LimitReader(body, maxRequestBody+1))
+		if err != nil {
+			return nil, fmt.Errorf("read request body: %w", err)
+		}
+		if len(b) > maxRequestBody {
+			return nil, fmt.Errorf("%w: more than %d bytes", errBodyTooLarge, maxRequestBody)
+		}
+		return b, nil
+	}
+	b := make([]byte, length)
+	if _, err := io.ReadFull(body, b); err != nil {
+		return nil, fmt.Errorf("read request body: %w", err)
+	}
+	return b, nil
+}
+
+// bodyRefused answers a body readBody would not take.
+func bodyRefused(w http.ResponseWriter, err error) metav1.Status {
+	switch {
+	case errors.Is(err, errBodyTooLarge):
+		return metav1.Status{Code: http.StatusRequestEntityTooLarge, Reason: metav1.StatusReasonRequestEntityTooLarge, Message: "ccm-gate: " + err.Error()}
+	case errors.Is(err, errBodyBudget):
+		w.Header().Set("Retry-After", "1")
+		return metav1.Status{Code: http.StatusTooManyRequests, Reason: metav1.StatusReasonTooManyRequests, Message: "ccm-gate: " + err.Error(),
+			Details: &metav1.StatusDetails{RetryAfterSeconds: 1}}
+	case errors.Is(err, errBodyTimeout):
+		return metav1.Status{Code: http.StatusRequestTimeout, Reason: metav1.StatusReasonTimeout, Message: "ccm-gate: " + err.Error()}
+	}
+	return badRequest(err)
+}
