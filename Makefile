@@ -15,8 +15,8 @@
 # builds of one layout at once take turns.
 
 GO           ?= go
-KUBE_VERSION ?= 1.37.2
-ETCD_VERSION ?= 3.7.0
+KUBE_VERSION ?= $(shell . hack/lib/versions.sh && echo $$KUBE_VERSION)
+ETCD_VERSION ?= $(shell . hack/lib/versions.sh && echo $$ETCD_VERSION)
 TEST_FLAGS   ?=
 FUZZTIME     ?= 2000x
 FUZZPKG      ?= .
