@@ -230,7 +230,7 @@ func TestMonitoringScenario(t *testing.T) {
 		port := freePort(t)
 		p := startTalosCCM(t, talosArgs(lease, clusterCIDR, mask, port))
 		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
-			return strings.Contains(p.logs.String(), "successfully acquired lease kube-system/"+lease), nil
+			return acquiredLease(p.logs.String(), lease), nil
 		}); err != nil {
 			t.Fatalf("talos-ccm %d does not lead lease %s", i, lease)
 		}
