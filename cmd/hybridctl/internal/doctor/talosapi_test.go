@@ -16,10 +16,10 @@ import (
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/hybrid-ccm/hybrid-ccm/cmd/hybridctl/internal/cli"
-	"github.com/hybrid-ccm/hybrid-ccm/cmd/hybridctl/internal/doctor"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/reach"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
+	"github.com/hybrid-ccm/hybrid-ccm/cmd/hybridctl/internal/cli"
+	"github.com/hybrid-ccm/hybrid-ccm/cmd/hybridctl/internal/doctor"
 )
 
 // TestDoctorTalosAPI: the nodes whose Talos API talos-ccm reports unreachable
