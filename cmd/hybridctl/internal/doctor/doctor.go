@@ -1,6 +1,7 @@
 // Package doctor inspects a cluster running Hybrid CCM and reports what a person
 // needs to fix: nodes talos-ccm has not initialized (or initialized without the
-// routing label or providerID), cloud-controller-managers that would fight
+// routing label or providerID), nodes whose Talos API talos-ccm cannot reach
+// (its current TalosAPIUnavailable events), cloud-controller-managers that would fight
 // (foreign cloud-node controllers, shared leader-election leases), NativeCCMs
 // that are not Ready or whose installed CCM is not running, kubelet-serving
 // CSRs nobody decides, pod CIDR overlaps, a fence the API server does not
@@ -162,6 +163,9 @@ func Run(ctx context.Context, c client.Client, o Options) (*Report, error) {
 	r.Inspected.Nodes = len(nodes.Items)
 	r.checkNodes(nodes.Items, o)
 	r.checkPodCIDRs(nodes.Items)
+	if err := r.checkTalosAPI(ctx, c, nodes.Items, o); err != nil {
+		return nil, err
+	}
 	// Deployments: the CCMs among them (checkWorkloads), talos-ccm and the
 	// coordinator (checkControllers); read once.
 	var deps appsv1.DeploymentList
