@@ -120,7 +120,13 @@ type Report struct {
 	Inspected Counts `json:"inspected"`
 
 	coordinator *controllerRef // the coordinator's Deployment, once found
+	now         time.Time      // Options.Now
 }
+
+// memberInstallGrace is how long a split member's identity may exist before
+// its NativeCCM lists the member (status.members): the coordinator creates the
+// ServiceAccount with the release and writes the status after it.
+const memberInstallGrace = 15 * time.Minute
 
 // Counts of what a Report inspected.
 type Counts struct {
@@ -148,7 +154,7 @@ func Run(ctx context.Context, c client.Client, o Options) (*Report, error) {
 	if o.Now.IsZero() {
 		o.Now = time.Now()
 	}
-	r := &Report{}
+	r := &Report{now: o.Now}
 	if o.Component != "" {
 		if err := r.runComponent(ctx, c, o); err != nil {
 			return nil, err
@@ -558,6 +564,8 @@ func (r *Report) checkOrphans(ctx context.Context, c client.Client, ns string, n
 	// split: the NativeCCMs split by a label, whose members' identities are
 	// native-ccm-<name>--<value> (v1alpha1.NativeCCM.MemberName).
 	split := map[string]bool{}
+	// members: the members the NativeCCMs list (status.members).
+	members := map[string]bool{}
 	for _, n := range nccms {
 		exists[n.Name] = true
 		if n.Spec.Domain != nil && n.Spec.Domain.SplitBy != "" {
@@ -565,7 +573,7 @@ func (r *Report) checkOrphans(ctx context.Context, c client.Client, ns string, n
 		}
 		for _, m := range n.Status.Members {
 			if name, ok := strings.CutPrefix(m.Release, v1.ReleasePrefix); ok {
-				exists[name] = true
+				members[name] = true
 			}
 		}
 	}
@@ -586,7 +594,18 @@ func (r *Report) checkOrphans(ctx context.Context, c client.Client, ns string, n
 			// A member the coordinator is installing (not in status yet)
 			// or taking out (a value whose nodes went).
 			owner, value, member := cutLast(name, "--")
+			if members[name] {
+				continue
+			}
 			if member && split[owner] {
+				// A member being installed is not listed yet; one its
+				// NativeCCM never lists is left behind (or made by hand).
+				if r.now.Sub(sa.CreationTimestamp.Time) < memberInstallGrace {
+					continue
+				}
+				r.add(CheckOrphanIdentity, "serviceaccount/"+ns+"/"+sa.Name,
+					fmt.Sprintf("find what runs as it (kubectl -n %s get pods -o wide --field-selector spec.serviceAccountName=%s) and delete it; NativeCCM %s's members: kubectl get nativeccm %s -o jsonpath='{.status.members}'", ns, sa.Name, owner, owner),
+					"is the identity of a member of NativeCCM %s for %q, which %s does not list (status.members) after %s: the fence lets it change only the nodes labelled with that value", owner, value, owner, memberInstallGrace)
 				continue
 			}
 			if member && exists[owner] {
