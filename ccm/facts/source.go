@@ -60,7 +60,9 @@ type Options struct {
 
 // Observer learns, after each lookup of a node's facts, whether its Talos API
 // answered. It is called from the lookup's goroutine, once per lookup
-// (however many callers joined it), and must not block.
+// (however many callers joined it), with the Source's lock held: it must not
+// block nor call the Source. A lookup that ends after the node was deleted
+// (Source.Deleted) is not observed.
 type Observer interface {
 	// Reached: the node's Talos API answered (the answer may still have
 	// been refused: metadata incomplete, another machine, rules failed).
@@ -116,6 +118,9 @@ type flight struct {
 	done chan struct{}
 	f    *Facts
 	err  error
+	// deleted: the node was deleted while the lookup was in flight (Deleted);
+	// its outcome is neither remembered nor observed. Guarded by Source.mu.
+	deleted bool
 }
 
 // NewSource returns a Source reading through r and interpreting with in.
@@ -153,12 +158,20 @@ func (s *Source) Facts(ctx context.Context, node *corev1.Node) (*Facts, error) {
 		go func() {
 			defer cancel()
 			fl.f, fl.err = s.read(lctx, node, targets)
-			s.observe(node, fl.err)
 			s.mu.Lock()
+			// Under s.mu, so that Deleted either comes after (and its
+			// Observer.Forget undoes this) or marked the flight before: a
+			// node deleted during its lookup is not left behind as
+			// unreachable (nor remembered) with no delete event to come.
+			if !fl.deleted {
+				s.observe(node, fl.err)
+			}
 			delete(s.inflight, node.Name)
-			s.looked[node.Name] = true
+			if !fl.deleted {
+				s.looked[node.Name] = true
+			}
 			switch {
-			case fl.err != nil:
+			case fl.deleted, fl.err != nil:
 			case providerIDMismatch(node, fl.f) != nil:
 				// nothing is established for a node registered with another providerID
 				s.setLocked(node.Name, nil)
@@ -228,6 +241,11 @@ func (s *Source) Forget(nodeName string) {
 
 // Deleted forgets a node that was deleted (Forget), and tells the Observer.
 func (s *Source) Deleted(nodeName string) {
+	s.mu.Lock()
+	if fl := s.inflight[nodeName]; fl != nil {
+		fl.deleted = true
+	}
+	s.mu.Unlock()
 	s.Forget(nodeName)
 	if s.observer != nil {
 		s.observer.Forget(nodeName)

@@ -28,6 +28,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/record"
@@ -178,9 +180,22 @@ func errText(err error) string {
 	return err.Error()
 }
 
+// clip cuts s, the node's or the endpoint's words (a gRPC status message is
+// whatever the answering apid put there), to at most n bytes at a rune
+// boundary, without what a terminal or a log line would act on (control
+// characters, line breaks, bidirectional overrides).
 func clip(s string, n int) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || r == '\u2028' || r == '\u2029' || r == utf8.RuneError {
+			return -1
+		}
+		return r
+	}, s)
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n] + "…"
 }

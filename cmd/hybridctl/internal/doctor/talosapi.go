@@ -3,7 +3,11 @@ package doctor
 import (
 	"context"
 	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
 	"time"
+	"unicode"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -39,8 +43,15 @@ func lastSeen(e *corev1.Event) time.Time {
 	return e.FirstTimestamp.Time
 }
 
-// latestNodeEvents lists the Node events of reason, the latest per node.
-func latestNodeEvents(ctx context.Context, c client.Client, reason string) (map[string]*corev1.Event, error) {
+// eventClockSkew is how far ahead of doctor's clock an event may be dated
+// and still be believed. Events are anyone's to write (every kubelet may
+// create them in any namespace): one dated further ahead would stay the
+// latest, and current, for as long as it exists.
+const eventClockSkew = 5 * time.Minute
+
+// latestNodeEvents lists the Node events of reason, the latest per node,
+// leaving out those dated after now (with eventClockSkew).
+func latestNodeEvents(ctx context.Context, c client.Client, reason string, now time.Time) (map[string]*corev1.Event, error) {
 	var l corev1.EventList
 	if err := c.List(ctx, &l, client.MatchingFields{"involvedObject.kind": "Node", "reason": reason}); err != nil {
 		return nil, err
@@ -48,6 +59,9 @@ func latestNodeEvents(ctx context.Context, c client.Client, reason string) (map[
 	out := map[string]*corev1.Event{}
 	for i := range l.Items {
 		e := &l.Items[i]
+		if lastSeen(e).After(now.Add(eventClockSkew)) {
+			continue
+		}
 		if cur := out[e.InvolvedObject.Name]; cur == nil || lastSeen(e).After(lastSeen(cur)) {
 			out[e.InvolvedObject.Name] = e
 		}
@@ -61,13 +75,13 @@ func latestNodeEvents(ctx context.Context, c client.Client, reason string) (map[
 // one after it is recorded within reach.DefaultRepeat if the node is still
 // unreachable).
 func (r *Report) checkTalosAPI(ctx context.Context, c client.Client, nodes []corev1.Node, o Options) error {
-	down, err := latestNodeEvents(ctx, c, reach.ReasonUnavailable)
+	down, err := latestNodeEvents(ctx, c, reach.ReasonUnavailable, o.Now)
 	if err == nil && len(down) == 0 {
 		return nil
 	}
 	var up map[string]*corev1.Event
 	if err == nil {
-		up, err = latestNodeEvents(ctx, c, reach.ReasonAvailable)
+		up, err = latestNodeEvents(ctx, c, reach.ReasonAvailable, o.Now)
 	}
 	if apierrors.IsForbidden(err) {
 		r.Notes = append(r.Notes, "cannot list events (forbidden): nodes whose Talos API talos-ccm cannot reach are not checked")
@@ -79,7 +93,8 @@ func (r *Report) checkTalosAPI(ctx context.Context, c client.Client, nodes []cor
 	for i := range nodes {
 		name := nodes[i].Name
 		e := down[name]
-		if e == nil {
+		if e == nil || (e.InvolvedObject.UID != "" && nodes[i].UID != "" && e.InvolvedObject.UID != nodes[i].UID) {
+			// none, or one of an earlier node of that name
 			continue
 		}
 		seen := lastSeen(e)
@@ -89,18 +104,21 @@ func (r *Report) checkTalosAPI(ctx context.Context, c client.Client, nodes []cor
 		if o.Now.Sub(seen) > TalosAPIEventWindow {
 			continue
 		}
-		addr := e.Annotations[names.TalosAPIAddressAnnotation]
+		// The annotations are the event writer's word: only an address, a
+		// hop and a cause of talos-ccm's sets are taken (and printed, and
+		// put in a command to run).
+		addr := eventAddress(e.Annotations[names.TalosAPIAddressAnnotation])
 		hop, cause := talos.Hop(e.Annotations[names.TalosAPIHopAnnotation]), talos.Cause(e.Annotations[names.TalosAPICauseAnnotation])
 		ago := o.Now.Sub(seen).Truncate(time.Second)
-		if addr == "" || hop == "" || cause == "" {
+		if addr == "" || !slices.Contains(talos.Hops, hop) || !slices.Contains(talos.Causes, cause) {
 			// an event of an older talos-ccm: its message says what it knew
 			r.add(CheckTalosAPIUnreachable, "node/"+name, talosAPIFix("", "", "", name),
-				"talos-ccm cannot reach the node's Talos API (last reported %s ago): %s", ago, clipText(e.Message, 400))
+				"talos-ccm cannot reach the node's Talos API (last reported %s ago): %s", ago, Printable(clipText(e.Message, 400)))
 			continue
 		}
 		via := "no connection to a Talos API endpoint"
-		if ep := e.Annotations[names.TalosAPIEndpointAnnotation]; ep != "" {
-			via = "through endpoint " + ep
+		if ep, err := netip.ParseAddrPort(e.Annotations[names.TalosAPIEndpointAnnotation]); err == nil {
+			via = "through endpoint " + netip.AddrPortFrom(ep.Addr().WithZone(""), ep.Port()).String()
 		}
 		r.add(CheckTalosAPIUnreachable, "node/"+name, talosAPIFix(hop, cause, addr, name),
 			"talos-ccm cannot reach the node's Talos API at %s port %s, %s: %s at the %s (last reported %s ago, %d time(s))",
@@ -129,9 +147,37 @@ func talosAPIFix(hop talos.Hop, cause talos.Cause, addr, node string) string {
 	return fix + "; " + talosAPIDoc
 }
 
+// clipText cuts s to at most n bytes, at a rune boundary.
 func clipText(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
+	for n > 0 && !utf8RuneStart(s[n]) {
+		n--
+	}
 	return s[:n] + "…"
+}
+
+func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+// eventAddress is the IP address an event's annotation names, in its
+// canonical form, or "" when it names none.
+func eventAddress(s string) string {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return ""
+	}
+	return a.WithZone("").String()
+}
+
+// Printable drops what a terminal would act on (control characters, line
+// breaks, bidirectional overrides) from text others wrote, so that it reads
+// as text on one line.
+func Printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || r == '\u2028' || r == '\u2029' {
+			return -1
+		}
+		return r
+	}, s)
 }
