@@ -588,13 +588,11 @@ func (r *Report) checkOrphans(ctx context.Context, c client.Client, ns string, n
 		}
 		for _, sa := range sas.Items {
 			name, ok := strings.CutPrefix(sa.Name, v1.ReleasePrefix)
-			if !ok || exists[name] {
-				continue
-			}
-			// A member the coordinator is installing (not in status yet)
-			// or taking out (a value whose nodes went).
-			owner, value, member := cutLast(name, "--")
-			if members[name] {
+			// The fence reads native-ccm-<name>--<value> as NativeCCM
+			// <name>'s member for <value>, split at the first "--"
+			// (NativeCCM names hold none), whatever NativeCCMs exist.
+			owner, value, member := strings.Cut(name, "--")
+			if !ok || members[name] || !member && exists[name] {
 				continue
 			}
 			if member && split[owner] {
@@ -919,13 +917,4 @@ func (r *Report) checkUnowned(nccms []v1.NativeCCM, nodes []corev1.Node) {
 		r.add(CheckUnowned, "platform/"+p, "give them a NativeCCM whose spec.domain.selector covers them, or widen a domain (docs/coordinator.md, \"Domains\"): kubectl get nodes -L topology.kubernetes.io/region,"+v1.DomainLabel+" -l "+names.PlatformLabel+"="+p,
 			"%d node(s) of platform %s are in no NativeCCM's domain, so no native CCM manages their lifecycle: %s", len(list), p, strings.Join(shown, ", "))
 	}
-}
-
-// cutLast is strings.Cut at the last sep.
-func cutLast(s, sep string) (before, after string, found bool) {
-	i := strings.LastIndex(s, sep)
-	if i < 0 {
-		return s, "", false
-	}
-	return s[:i], s[i+len(sep):], true
 }
