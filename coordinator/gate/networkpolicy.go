@@ -36,18 +36,28 @@ func (e Egress) Validate(what string) error {
 		return fmt.Errorf("%w: %s: at least one CIDR and one port", ErrConfig, what)
 	}
 	for _, c := range e.CIDRs {
-		p, err := netip.ParsePrefix(c)
-		if err != nil || p.Masked() != p {
+		if !ValidCIDR(c) {
 			return fmt.Errorf("%w: %s: %q is not a CIDR (address/bits, host bits zero)", ErrConfig, what, c)
 		}
 	}
 	for _, p := range e.Ports {
-		if p < 1 || p > 65535 {
+		if !ValidPort(p) {
 			return fmt.Errorf("%w: %s: port %d is not 1-65535", ErrConfig, what, p)
 		}
 	}
 	return nil
 }
+
+// ValidCIDR reports whether c is a destination an Egress may name: an
+// address/bits prefix with the host bits zero (what a NetworkPolicy's ipBlock
+// takes).
+func ValidCIDR(c string) bool {
+	p, err := netip.ParsePrefix(c)
+	return err == nil && p.Masked() == p
+}
+
+// ValidPort reports whether p is a TCP port an Egress may name (1-65535).
+func ValidPort(p int32) bool { return p >= 1 && p <= 65535 }
 
 // NetworkPolicyConfig is what the coordinator's native CCM NetworkPolicies
 // let out (--native-ccm-network-policy and the flags after it): the API

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -197,6 +198,53 @@ func hcloudSecret(t *testing.T, w *world, _, _ string) {
 	if got := string(s.Data["token"]); got != hcloudToken {
 		t.Errorf("Secret hcloud: token %q, want $HCLOUD_TOKEN %q", got, hcloudToken)
 	}
+}
+
+// awsSecret: the aws-ccm Secret holds the keys profiles/aws.yaml reads, the
+// access key from the environment and cloud.conf as docs/install.md shows it,
+// whose [Global] section sets what the AWS CCM needs off EC2.
+func awsSecret(t *testing.T, w *world, line, _ string) {
+	s, err := w.kube.CoreV1().Secrets("hybrid-ccm-system").Get(ctx, "aws-ccm", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("%s: %v", line, err)
+	}
+	want := map[string]string{"access-key-id": awsAccessKey, "secret-access-key": awsSecretKey, "cloud.conf": w.named["cloud.conf"]}
+	if len(s.Data) != len(want) {
+		t.Errorf("Secret aws-ccm has keys %v, want %v", slices.Sorted(maps.Keys(s.Data)), slices.Sorted(maps.Keys(want)))
+	}
+	for k, v := range want {
+		if got := string(s.Data[k]); got != v {
+			t.Errorf("Secret aws-ccm: %s %q, want %q", k, got, v)
+		}
+	}
+	global := iniSection(string(s.Data["cloud.conf"]), "Global")
+	for _, k := range []string{"Region", "VPC", "SubnetID", "KubernetesClusterID"} {
+		if global[k] == "" {
+			t.Errorf("Secret aws-ccm: cloud.conf [Global] sets no %s (docs/install.md: the CCM exits at start without it)", k)
+		}
+	}
+}
+
+// iniSection returns the settings of one section of an INI file the way
+// gcfg, which the AWS CCM reads cloud.conf with, sees it: `#` and `;` lines
+// are comments and section names compare case-insensitively; keys are
+// returned as written.
+func iniSection(file, section string) map[string]string {
+	out := map[string]string{}
+	in := false
+	for _, l := range strings.Split(file, "\n") {
+		l = strings.TrimSpace(l)
+		switch {
+		case l == "" || strings.HasPrefix(l, "#") || strings.HasPrefix(l, ";"):
+		case strings.HasPrefix(l, "["):
+			in = strings.EqualFold(strings.Trim(l, "[]"), section)
+		case in:
+			if k, v, ok := strings.Cut(l, "="); ok {
+				out[strings.TrimSpace(k)] = strings.TrimSpace(v)
+			}
+		}
+	}
+	return out
 }
 
 // nativeCCM returns the NativeCCM name, or nil when there is none.

@@ -35,6 +35,11 @@ var commands = []entry{
 		run: &step{before: fixtures, check: nodeColumns}, why: "a Node made as talos-ccm leaves it"},
 	{cmd: "kubectl get csr", run: &step{before: fixtures, check: csrListed}, why: "a kubelet-serving CSR made by the test"},
 	{cmd: `kubectl -n hybrid-ccm-system create secret generic hcloud --from-literal=token="$HCLOUD_TOKEN"`, run: &step{check: hcloudSecret}},
+	// docs/install.md, "AWS: the IAM user and cloud.conf": the Secret from a
+	// stand-in key and the doc's cloud.conf (newWorld writes the named block).
+	{cmd: `kubectl -n hybrid-ccm-system create secret generic aws-ccm --from-literal=access-key-id="$AWS_ACCESS_KEY_ID" --from-literal=secret-access-key="$AWS_SECRET_ACCESS_KEY" --from-file=cloud.conf`,
+		run: &step{check: awsSecret},
+		why: "cloud.conf is the ini block docs/install.md names so; the key is a stand-in (the aws iam lines need an AWS account)"},
 	{cmd: "helm upgrade hybrid-ccm charts/hybrid-ccm -n kube-system --reuse-values --set clouds.hcloud.enabled=true", run: &step{check: hcloudEnabled}},
 	{cmd: "helm upgrade hybrid-ccm charts/hybrid-ccm -n kube-system --reuse-values -f clouds.yaml", run: &step{before: docFile("clouds.yaml"), check: cloudsYAMLApplied},
 		why: "clouds.yaml is the yaml block docs/install.md names so"},
@@ -145,6 +150,12 @@ var commands = []entry{
 
 	// Commands that need what this machine has not: Talos machines,
 	// GitHub, Flux, ghcr.io credentials.
+	{cmd: "aws iam create-user --user-name hybrid-ccm-aws",
+		why: "an AWS account; go test ./test/fakeec2 checks the policy files against the calls test/aws saw the upstream AWS CCM make"},
+	{cmd: "aws iam put-user-policy --user-name hybrid-ccm-aws --policy-name node-lifecycle --policy-document file://docs/examples/aws-iam-lifecycle.json",
+		why: "an AWS account; go test ./test/fakeec2 (TestLifecyclePolicy) reads the policy file as IAM would parse it and checks it grants what test/aws saw the lifecycle-only CCM call, ec2:DescribeInstances"},
+	{cmd: "aws iam create-access-key --user-name hybrid-ccm-aws",
+		why: "an AWS account; the aws-ccm Secret above is made from a stand-in key"},
 	{cmd: "talosctl gen config my-cluster https://<endpoint>:6443 --config-patch @hybrid-ccm.patch.yaml --config-patch-control-plane @hybrid-ccm-controlplane.patch.yaml",
 		why: "test/talospatch generates a configuration and applies these patches with Talos's own config code, and validates the result"},
 	{cmd: "talosctl -n <cp-ip>,<cp-ip>,... patch machineconfig --patch @hybrid-ccm.patch.yaml --patch @hybrid-ccm-controlplane.patch.yaml",

@@ -46,13 +46,19 @@ var Docs = []string{"README.md", "docs/*.md", "gitops/README.md"}
 // lines starting with "$ " and their output on the others.
 var shellFence = regexp.MustCompile("^```(sh|bash|shell|console)\\s*$")
 
-// namedYAML is the first line of a yaml block that names the file it shows
-// ("# clouds.yaml", "# hybrid-ccm.patch.yaml — every node").
-var namedYAML = regexp.MustCompile(`^#\s+([A-Za-z0-9._-]+\.ya?ml)\b`)
+// namedBlock is, per language, the first line of a block that names the
+// file it shows: yaml ("# clouds.yaml", "# hybrid-ccm.patch.yaml — every
+// node") and ini ("# cloud.conf"; `#` starts a comment in the INI files the
+// CCMs read).
+var namedBlock = map[string]*regexp.Regexp{
+	"yaml": regexp.MustCompile(`^#\s+([A-Za-z0-9._-]+\.ya?ml)\b`),
+	"ini":  regexp.MustCompile(`^#\s+([A-Za-z0-9._-]+\.conf)\b`),
+}
 
 // Extract returns the commands of every shell code block of the documents
-// under root, in the order of Docs and of their lines, and the yaml blocks
-// that name a file (the docs' "# clouds.yaml"), by that name.
+// under root, in the order of Docs and of their lines, and the yaml and ini
+// blocks that name a file (the docs' "# clouds.yaml", "# cloud.conf"), by
+// that name.
 func Extract(root string) ([]Command, map[string]string, error) {
 	var files []string
 	for _, g := range Docs {
@@ -81,7 +87,7 @@ func Extract(root string) ([]Command, map[string]string, error) {
 		cmds = append(cmds, c...)
 		for k, v := range y {
 			if _, dup := named[k]; dup {
-				return nil, nil, fmt.Errorf("%s: a second yaml block named %s", rel, k)
+				return nil, nil, fmt.Errorf("%s: a second block named %s", rel, k)
 			}
 			named[k] = v
 		}
@@ -89,7 +95,7 @@ func Extract(root string) ([]Command, map[string]string, error) {
 	return cmds, named, nil
 }
 
-// extractDoc extracts the commands and named yaml blocks of one document.
+// extractDoc extracts the commands and named blocks of one document.
 // Fenced blocks may be indented (inside a list item): the fence's
 // indentation is removed from the block's lines.
 func extractDoc(file, doc string) ([]Command, map[string]string, error) {
@@ -129,6 +135,8 @@ func extractDoc(file, doc string) ([]Command, map[string]string, error) {
 					lang = m[1]
 				} else if strings.HasPrefix(trimmed, "```yaml") {
 					lang = "yaml"
+				} else if strings.HasPrefix(trimmed, "```ini") {
+					lang = "ini"
 				}
 			}
 			continue
@@ -137,10 +145,10 @@ func extractDoc(file, doc string) ([]Command, map[string]string, error) {
 			if len(pending) > 0 {
 				return nil, nil, fmt.Errorf("%s:%d: the block ends in a `\\` continuation", file, pendingLine)
 			}
-			if lang == "yaml" && len(body) > 0 {
-				if m := namedYAML.FindStringSubmatch(body[0]); m != nil {
+			if re := namedBlock[lang]; re != nil && len(body) > 0 {
+				if m := re.FindStringSubmatch(body[0]); m != nil {
 					if _, dup := named[m[1]]; dup {
-						return nil, nil, fmt.Errorf("%s:%d: a second yaml block named %s", file, start, m[1])
+						return nil, nil, fmt.Errorf("%s:%d: a second block named %s", file, start, m[1])
 					}
 					named[m[1]] = strings.Join(body, "\n") + "\n"
 				}

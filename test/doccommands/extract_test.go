@@ -12,7 +12,7 @@ func TestExtractDoc(t *testing.T) {
 		doc   string            // the document
 		want  []string          // commands, as Command.Text
 		lines []int             // their lines (nil: not checked)
-		named map[string]string // named yaml blocks (nil: none)
+		named map[string]string // named yaml and ini blocks (nil: none)
 		err   string            // part of the error ("" none)
 	}{
 		{
@@ -46,6 +46,11 @@ func TestExtractDoc(t *testing.T) {
 			name:  "a named yaml block with a note after the name",
 			doc:   "  ```yaml\n  # p.patch.yaml — every node\n  machine: {}\n  ```\n",
 			named: map[string]string{"p.patch.yaml": "# p.patch.yaml — every node\nmachine: {}\n"},
+		},
+		{
+			name:  "a named ini block; an ini block without a name and a .conf yaml block are not",
+			doc:   "   ```ini\n   # cloud.conf\n   [Global]\n   Region = eu-west-1\n   ```\n```ini\n[Global]\n```\n```yaml\n# x.conf\n```\n",
+			named: map[string]string{"cloud.conf": "# cloud.conf\n[Global]\nRegion = eu-west-1\n"},
 		},
 		{
 			name: "a block ending in a continuation",

@@ -36,8 +36,8 @@ type world struct {
 	kube kubernetes.Interface
 	dyn  dynamic.Interface
 	reg  *registry.Registry
-	// named are the yaml blocks the docs name ("# clouds.yaml"), by name;
-	// newWorld writes them into work.
+	// named are the yaml and ini blocks the docs name ("# clouds.yaml",
+	// "# cloud.conf"), by name; newWorld writes them into work.
 	named map[string]string
 	// ran maps a command as run (after substitution) to its output: two doc
 	// lines that are one command here run once.
@@ -49,6 +49,14 @@ const cosignPassword = "doc-cosign-password"
 
 // hcloudToken is $HCLOUD_TOKEN for the docs' `kubectl create secret` lines.
 const hcloudToken = "doc-token-0123456789"
+
+// awsAccessKey and awsSecretKey are $AWS_ACCESS_KEY_ID and
+// $AWS_SECRET_ACCESS_KEY for docs/install.md's aws-ccm Secret: a stand-in key
+// in the shape of an IAM user's.
+const (
+	awsAccessKey = "AKIAIOSFODNN7DOCTEST"
+	awsSecretKey = "doc-secret-access-key-0123456789abcdefghij"
+)
 
 var nativeCCMs = schema.GroupVersionResource{Group: "hybridccm.io", Version: "v1alpha1", Resource: "nativeccms"}
 
@@ -92,6 +100,7 @@ func newWorld(t *testing.T, named map[string]string) *world {
 		"NO_PROXY="+strings.Trim(os.Getenv("NO_PROXY")+",127.0.0.1", ","),
 		"no_proxy="+strings.Trim(os.Getenv("no_proxy")+",127.0.0.1", ","),
 		"HCLOUD_TOKEN="+hcloudToken,
+		"AWS_ACCESS_KEY_ID="+awsAccessKey, "AWS_SECRET_ACCESS_KEY="+awsSecretKey,
 		// cosign generate-key-pair's password, and make release's to read
 		// the key (docs/supply-chain.md)
 		"COSIGN_PASSWORD="+cosignPassword,

@@ -19,7 +19,9 @@
 // stopped, instances gone in their clouds and machines powered off (each aws
 // region's CCM keeping its NotReady node while the instance runs, and only
 // the second region's deleting its node once that instance is gone), a node
-// rebooted, the talos-ccm leader lost, a native CCM's leader pod lost. Only
+// rebooted, the talos-ccm leader lost, a native CCM's leader pod lost; last,
+// what the gate prevents: the same AWS CCM of one region run ungated deletes
+// the other region's NotReady node (upstream cloud-provider-aws#939). Only
 // its tests hold code.
 package oncluster
 

@@ -69,8 +69,10 @@ func newDoctorCommand() *cobra.Command {
 					fmt.Fprintf(out, "Inspected %d nodes, %d NativeCCMs, %d kubelet-serving CSRs, %d CCM workloads.\n",
 						rep.Inspected.Nodes, rep.Inspected.NativeCCMs, rep.Inspected.CSRs, rep.Inspected.Workloads)
 				}
+				// findings quote what others wrote (events, conditions, names)
+				p := doctor.Printable
 				for _, n := range rep.Notes {
-					fmt.Fprintf(out, "note: %s\n", n)
+					fmt.Fprintf(out, "note: %s\n", p(n))
 				}
 				if len(rep.Findings) == 0 {
 					fmt.Fprintln(out, "No problems found.")
@@ -80,7 +82,7 @@ func newDoctorCommand() *cobra.Command {
 				tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "CHECK\tOBJECT\tPROBLEM")
 				for _, f := range rep.Findings {
-					fmt.Fprintf(tw, "%s\t%s\t%s\n", f.Check, f.Object, f.Message)
+					fmt.Fprintf(tw, "%s\t%s\t%s\n", p(f.Check), p(f.Object), p(f.Message))
 				}
 				_ = tw.Flush()
 				fmt.Fprintln(out, "\nHow to fix:")
@@ -88,7 +90,7 @@ func newDoctorCommand() *cobra.Command {
 				for _, f := range rep.Findings {
 					if k := f.Check + f.Fix; !seen[k] {
 						seen[k] = true
-						fmt.Fprintf(out, "  %s: %s\n", f.Check, f.Fix)
+						fmt.Fprintf(out, "  %s: %s\n", p(f.Check), p(f.Fix))
 					}
 				}
 			default:

@@ -1,6 +1,7 @@
 // Package doctor inspects a cluster running Hybrid CCM and reports what a person
 // needs to fix: nodes talos-ccm has not initialized (or initialized without the
-// routing label or providerID), cloud-controller-managers that would fight
+// routing label or providerID), nodes whose Talos API talos-ccm cannot reach
+// (its current TalosAPIUnavailable events), cloud-controller-managers that would fight
 // (foreign cloud-node controllers, shared leader-election leases), NativeCCMs
 // that are not Ready or whose installed CCM is not running, kubelet-serving
 // CSRs nobody decides, pod CIDR overlaps, a fence the API server does not
@@ -75,6 +76,10 @@ const (
 	CheckPublishedSvc    = "PublishingServiceInCoordinatorNamespace"
 	CheckPodSecurity     = "CoordinatorNamespacePodSecurity"
 	CheckUnowned         = "NodesInNoDomain"
+	// CheckNodesNotOwned: a NativeCCM says (NodesOwned=False) that nodes of
+	// its domain have no CCM of theirs: a split value it does not serve, or
+	// nodes spanning what one CCM of its cloud can see.
+	CheckNodesNotOwned = "NativeCCMNodesNotOwned"
 	// CheckReleaseRecord: a Helm release record in the coordinator's
 	// namespace holds what a native CCM release never does (a hook, a kind
 	// the native-ccm chart never renders, an object elsewhere): the
@@ -115,7 +120,13 @@ type Report struct {
 	Inspected Counts `json:"inspected"`
 
 	coordinator *controllerRef // the coordinator's Deployment, once found
+	now         time.Time      // Options.Now
 }
+
+// memberInstallGrace is how long a split member's identity may exist before
+// its NativeCCM lists the member (status.members): the coordinator creates the
+// ServiceAccount with the release and writes the status after it.
+const memberInstallGrace = 15 * time.Minute
 
 // Counts of what a Report inspected.
 type Counts struct {
@@ -143,7 +154,7 @@ func Run(ctx context.Context, c client.Client, o Options) (*Report, error) {
 	if o.Now.IsZero() {
 		o.Now = time.Now()
 	}
-	r := &Report{}
+	r := &Report{now: o.Now}
 	if o.Component != "" {
 		if err := r.runComponent(ctx, c, o); err != nil {
 			return nil, err
@@ -158,6 +169,9 @@ func Run(ctx context.Context, c client.Client, o Options) (*Report, error) {
 	r.Inspected.Nodes = len(nodes.Items)
 	r.checkNodes(nodes.Items, o)
 	r.checkPodCIDRs(nodes.Items)
+	if err := r.checkTalosAPI(ctx, c, nodes.Items, o); err != nil {
+		return nil, err
+	}
 	// Deployments: the CCMs among them (checkWorkloads), talos-ccm and the
 	// coordinator (checkControllers); read once.
 	var deps appsv1.DeploymentList
@@ -409,6 +423,10 @@ func (r *Report) checkNativeCCMConditions(nccms []v1.NativeCCM) {
 		}
 		ready := apimeta.FindStatusCondition(n.Status.Conditions, "Ready")
 		healthy := apimeta.FindStatusCondition(n.Status.Conditions, v1.HealthyCondition)
+		if owned := apimeta.FindStatusCondition(n.Status.Conditions, v1.NodesOwnedCondition); owned != nil && owned.Status == metav1.ConditionFalse {
+			r.add(CheckNodesNotOwned, "nativeccm/"+n.Name, "kubectl describe nativeccm "+n.Name+` (docs/coordinator.md, "Domains")`,
+				"nodes of its domain have no CCM: %s: %s", owned.Reason, owned.Message)
+		}
 		switch {
 		case healthy != nil && healthy.Status == metav1.ConditionFalse:
 			r.add(CheckCCMNotRunning, "nativeccm/"+n.Name, notRunningFix(n, healthy.Reason),
@@ -543,8 +561,21 @@ func (r *Report) checkGrants(ctx context.Context, c client.Client, ns string, nc
 // would be confined to the grant's platform rather than refused).
 func (r *Report) checkOrphans(ctx context.Context, c client.Client, ns string, nccms []v1.NativeCCM) error {
 	exists := map[string]bool{}
+	// split: the NativeCCMs split by a label, whose members' identities are
+	// native-ccm-<name>--<value> (v1alpha1.NativeCCM.MemberName).
+	split := map[string]bool{}
+	// members: the members the NativeCCMs list (status.members).
+	members := map[string]bool{}
 	for _, n := range nccms {
 		exists[n.Name] = true
+		if n.Spec.Domain != nil && n.Spec.Domain.SplitBy != "" {
+			split[n.Name] = true
+		}
+		for _, m := range n.Status.Members {
+			if name, ok := strings.CutPrefix(m.Release, v1.ReleasePrefix); ok {
+				members[name] = true
+			}
+		}
 	}
 	if ns != "" {
 		var sas corev1.ServiceAccountList
@@ -557,7 +588,28 @@ func (r *Report) checkOrphans(ctx context.Context, c client.Client, ns string, n
 		}
 		for _, sa := range sas.Items {
 			name, ok := strings.CutPrefix(sa.Name, v1.ReleasePrefix)
-			if !ok || exists[name] {
+			// The fence reads native-ccm-<name>--<value> as NativeCCM
+			// <name>'s member for <value>, split at the first "--"
+			// (NativeCCM names hold none), whatever NativeCCMs exist.
+			owner, value, member := strings.Cut(name, "--")
+			if !ok || members[name] || !member && exists[name] {
+				continue
+			}
+			if member && split[owner] {
+				// A member being installed is not listed yet; one its
+				// NativeCCM never lists is left behind (or made by hand).
+				if r.now.Sub(sa.CreationTimestamp.Time) < memberInstallGrace {
+					continue
+				}
+				r.add(CheckOrphanIdentity, "serviceaccount/"+ns+"/"+sa.Name,
+					fmt.Sprintf("find what runs as it (kubectl -n %s get pods -o wide --field-selector spec.serviceAccountName=%s) and delete it; NativeCCM %s's members: kubectl get nativeccm %s -o jsonpath='{.status.members}'", ns, sa.Name, owner, owner),
+					"is the identity of a member of NativeCCM %s for %q, which %s does not list (status.members) after %s: the fence lets it change only the nodes labelled with that value", owner, value, owner, memberInstallGrace)
+				continue
+			}
+			if member && exists[owner] {
+				r.add(CheckOrphanIdentity, "serviceaccount/"+ns+"/"+sa.Name,
+					fmt.Sprintf("find what runs as it (kubectl -n %s get pods -o wide --field-selector spec.serviceAccountName=%s) and delete it", ns, sa.Name),
+					"is the identity of NativeCCM %s's member for %q, but %s is not split (spec.domain.splitBy): the fence refuses it every node and Service write", owner, value, owner)
 				continue
 			}
 			r.add(CheckOrphanIdentity, "serviceaccount/"+ns+"/"+sa.Name,

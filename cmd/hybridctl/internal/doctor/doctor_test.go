@@ -227,6 +227,27 @@ func TestDoctor(t *testing.T) {
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "native-ccm-hcloud", Namespace: coordinatorNS}},
 	)
 	grant(t, c, &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "gone"}, Spec: v1.NativeCCMSpec{Platform: "hcloud"}})
+	// a NativeCCM split by region: its members' identities are no orphans
+	// (one in status.members, one the coordinator is installing); a value it
+	// does not serve is a finding of its own. A member identity of a
+	// NativeCCM that is not split is an orphan.
+	split := &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "split"}, Spec: v1.NativeCCMSpec{Platform: "split",
+		Domain: &v1.Domain{SplitBy: "topology.kubernetes.io/region"}}}
+	grant(t, c, split)
+	create(t, c, split,
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "native-ccm-split--eu-west-1", Namespace: coordinatorNS}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "native-ccm-split--us-east-1", Namespace: coordinatorNS}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "native-ccm-hcloud--fsn1", Namespace: coordinatorNS}},
+		// the fence reads it as split's member for "eu--x" (first "--"):
+		// no member has that value
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "native-ccm-split--eu--x", Namespace: coordinatorNS}})
+	split.Status.Members = []v1.MemberStatus{{Value: "eu-west-1", Release: "native-ccm-split--eu-west-1", Ready: true}}
+	apimeta.SetStatusCondition(&split.Status.Conditions, metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Ready", Message: "every member leads"})
+	apimeta.SetStatusCondition(&split.Status.Conditions, metav1.Condition{Type: v1.NodesOwnedCondition, Status: metav1.ConditionFalse, Reason: "SplitValuesUnserved",
+		Message: "1 node(s) with topology.kubernetes.io/region=ap-south-1 have no member: more than 32 values"})
+	if err := c.Status().Update(ctx, split); err != nil {
+		t.Fatal(err)
+	}
 	// installed, Helm content, but the CCM exits at start (issue 17)
 	const forbidden = `unable to load configmap based request-header-client-ca-file: configmaps "extension-apiserver-authentication" is forbidden`
 	crashing := &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "gcp"}, Spec: v1.NativeCCMSpec{Platform: "gcp"}}
@@ -262,6 +283,7 @@ func TestDoctor(t *testing.T) {
 		"ForeignCloudNodeController Deployment/kube-system/aws-cloud-controller-manager",
 		"KubeletServingCSRPending csr/stuck-1-serving",
 		"LoadBalancerClassConflict loadbalancerclass/(none)",
+		"NativeCCMNodesNotOwned nativeccm/split",
 		"NativeCCMNotReady nativeccm/aws",
 		"NativeCCMNotReady nativeccm/fresh",
 		"NativeCCMNotRunning nativeccm/gcp",
@@ -270,6 +292,9 @@ func TestDoctor(t *testing.T) {
 		"NodeWithoutProviderID node/noid-1",
 		"OrphanedFenceGrant clusterrole/hybrid-ccm:fence:gone",
 		"OrphanedNativeCCMIdentity serviceaccount/hybrid-ccm-system/native-ccm-gone",
+		"OrphanedNativeCCMIdentity serviceaccount/hybrid-ccm-system/native-ccm-hcloud--fsn1",
+		"OrphanedNativeCCMIdentity serviceaccount/hybrid-ccm-system/native-ccm-split--eu--x",
+		"OrphanedNativeCCMIdentity serviceaccount/hybrid-ccm-system/native-ccm-split--us-east-1",
 		"PodCIDROverlap node/overlap-b",
 		"SharedLeaderLease lease/kube-system/cloud-controller-manager",
 		"UnfencedNodeLifecycleGrant clusterrolebinding/native-ccm-elsewhere",
@@ -279,17 +304,24 @@ func TestDoctor(t *testing.T) {
 		t.Fatalf("findings:\n got %q\nwant %q", got, want)
 	}
 	for _, f := range rep.Findings {
+		if f.Object == "serviceaccount/"+coordinatorNS+"/native-ccm-split--eu--x" && !strings.Contains(f.Message, `a member of NativeCCM split for "eu--x"`) {
+			t.Errorf("a member name with two separators: %s", f.Message)
+		}
+		if f.Object == "serviceaccount/"+coordinatorNS+"/native-ccm-split--us-east-1" && !strings.Contains(f.Message, `a member of NativeCCM split for "us-east-1", which split does not list (status.members) after 15m0s`) {
+			t.Errorf("split member left behind: %s", f.Message)
+		}
 		if f.Message == "" || f.Fix == "" {
 			t.Errorf("finding %s %s lacks message or fix", f.Check, f.Object)
 		}
 	}
-	// the same cluster seen "now": young nodes and CSRs are not yet problems
+	// the same cluster seen "now": young nodes and CSRs are not yet problems,
+	// nor a split member's identity its NativeCCM does not list yet
 	rep, err = doctor.Run(ctx, c, doctor.Options{UninitializedAfter: 10 * time.Minute, CSRPendingAfter: 5 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range findings(rep) {
-		if strings.HasPrefix(f, doctor.CheckUninitialized) || strings.HasPrefix(f, doctor.CheckPendingCSR) {
+		if strings.HasPrefix(f, doctor.CheckUninitialized) || strings.HasPrefix(f, doctor.CheckPendingCSR) || strings.HasSuffix(f, "native-ccm-split--us-east-1") || strings.HasSuffix(f, "native-ccm-split--eu--x") {
 			t.Errorf("young object reported: %s", f)
 		}
 	}
@@ -298,9 +330,11 @@ func TestDoctor(t *testing.T) {
 	if !errors.Is(err, cli.ErrFindings) {
 		t.Fatalf("want ErrFindings, got %v\n%s", err, out)
 	}
-	for _, s := range []string{"18 problem(s)", "talos-ccm: 0 of 1 replicas ready", "kubectl -n default describe deploy/talos-ccm-zero",
+	for _, s := range []string{"20 problem(s)", "talos-ccm: 0 of 1 replicas ready", "kubectl -n default describe deploy/talos-ccm-zero",
 		"talos-ccm has ready replicas but its leader-election Lease has no holder: none leads", "check ccm-coordinator is running: kubectl -n hybrid-ccm-system logs deploy/hybrid-ccm", "NativeCCMs lb-one, lb-two are all the default",
 		"NativeCCM gone, which does not exist: the fence refuses it every node and Service write",
+		"NativeCCM hcloud's member for \"fsn1\", but hcloud is not split",
+		"nodes of its domain have no CCM: SplitValuesUnserved: 1 node(s) with topology.kubernetes.io/region=ap-south-1",
 		"a ServiceAccount native-ccm-gone is confined to what it grants instead of refused everything",
 		"ServiceAccount hybrid-ccm-system/native-ccm-aws is not granted NativeCCM aws, platform aws (fence.hybridccm.io/fence), so the fence refuses its writes",
 		"create ClusterRole and ClusterRoleBinding hybrid-ccm:fence:aws with the NativeCCM",
