@@ -28,8 +28,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/record"
@@ -37,6 +35,7 @@ import (
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/facts"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/safetext"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
 )
 
@@ -165,7 +164,8 @@ func Message(failures []talos.Failure) string {
 	for _, x := range failures[1:] {
 		fmt.Fprintf(&b, " Also %s (%s/%s).", x.Node, x.Hop, x.Cause)
 	}
-	fmt.Fprintf(&b, " Error: %s.", clip(errText(f.Err), 300))
+	// the answering apid chose the words of the error
+	fmt.Fprintf(&b, " Error: %s.", safetext.Clip(errText(f.Err), 300))
 	if f.Hop == talos.HopNode {
 		fmt.Fprintf(&b, " The control planes need a path to every node's Talos API, port %s (KubeSpan or routing).", talos.Port)
 	}
@@ -178,26 +178,6 @@ func errText(err error) string {
 		return "none"
 	}
 	return err.Error()
-}
-
-// clip cuts s, the node's or the endpoint's words (a gRPC status message is
-// whatever the answering apid put there), to at most n bytes at a rune
-// boundary, without what a terminal or a log line would act on (control
-// characters, line breaks, bidirectional overrides).
-func clip(s string, n int) string {
-	s = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || r == '\u2028' || r == '\u2029' || r == utf8.RuneError {
-			return -1
-		}
-		return r
-	}, s)
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
 }
 
 // Reached records that node's Talos API answered.

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/safetext"
 	"github.com/hybrid-ccm/hybrid-ccm/cmd/hybridctl/internal/doctor"
 )
 
@@ -70,7 +71,7 @@ func newDoctorCommand() *cobra.Command {
 						rep.Inspected.Nodes, rep.Inspected.NativeCCMs, rep.Inspected.CSRs, rep.Inspected.Workloads)
 				}
 				// findings quote what others wrote (events, conditions, names)
-				p := doctor.Printable
+				p := safetext.Line
 				for _, n := range rep.Notes {
 					fmt.Fprintf(out, "note: %s\n", p(n))
 				}

@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 	"time"
-	"unicode"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/reach"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/safetext"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
 )
 
@@ -113,7 +112,7 @@ func (r *Report) checkTalosAPI(ctx context.Context, c client.Client, nodes []cor
 		if addr == "" || !slices.Contains(talos.Hops, hop) || !slices.Contains(talos.Causes, cause) {
 			// an event of an older talos-ccm: its message says what it knew
 			r.add(CheckTalosAPIUnreachable, "node/"+name, talosAPIFix("", "", "", name),
-				"talos-ccm cannot reach the node's Talos API (last reported %s ago): %s", ago, Printable(clipText(e.Message, 400)))
+				"talos-ccm cannot reach the node's Talos API (last reported %s ago): %s", ago, safetext.Clip(e.Message, 400))
 			continue
 		}
 		via := "no connection to a Talos API endpoint"
@@ -147,19 +146,6 @@ func talosAPIFix(hop talos.Hop, cause talos.Cause, addr, node string) string {
 	return fix + "; " + talosAPIDoc
 }
 
-// clipText cuts s to at most n bytes, at a rune boundary.
-func clipText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
-}
-
-func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
-
 // eventAddress is the IP address an event's annotation names, in its
 // canonical form, or "" when it names none.
 func eventAddress(s string) string {
@@ -168,16 +154,4 @@ func eventAddress(s string) string {
 		return ""
 	}
 	return a.WithZone("").String()
-}
-
-// Printable drops what a terminal would act on (control characters, line
-// breaks, bidirectional overrides) from text others wrote, so that it reads
-// as text on one line.
-func Printable(s string) string {
-	return strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || r == '\u2028' || r == '\u2029' {
-			return -1
-		}
-		return r
-	}, s)
 }
