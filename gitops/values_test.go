@@ -71,7 +71,7 @@ func renderWith(t *testing.T, e environment, vals map[string]any) []*unstructure
 	in := action.NewInstall(&action.Configuration{Log: func(string, ...any) {}})
 	in.ReleaseName, in.Namespace = e.release.Spec.ReleaseName, e.release.Spec.TargetNamespace
 	in.DryRun, in.ClientOnly, in.Replace = true, true, true
-	in.KubeVersion = &chartutil.KubeVersion{Version: "v1.34.4", Major: "1", Minor: "34"}
+	in.KubeVersion = &chartutil.KubeVersion{Version: "v1.36.3", Major: "1", Minor: "36"}
 	rel, err := in.Run(chartstest.Umbrella(t), vals)
 	if err != nil {
 		t.Fatalf("%s: the chart refuses the environment's values: %v", e.name, err)

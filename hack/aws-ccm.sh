@@ -8,8 +8,8 @@
 #                     ccm.image.tags for the control plane's minor, which the
 #                     coordinator runs on that control plane)
 #   KUBE_VERSION      the control plane's version (default: what
-#                     ${KUBEBUILDER_ASSETS}/kube-apiserver --version says, else 1.36.3
-#                     as hack/control-plane.sh)
+#                     ${KUBEBUILDER_ASSETS}/kube-apiserver --version says, else the default of
+#                     hack/lib/versions.sh)
 #   HYBRID_CCM_CACHE  cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/hybrid-ccm)
 #
 # A throwaway wrapper module requires the exact version and carries the module's own
@@ -27,10 +27,10 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 if [[ -z "${AWS_CCM_VERSION:-}" ]]; then
   kube="${KUBE_VERSION:-}"
   if [[ -z "${kube}" && -x "${KUBEBUILDER_ASSETS:-}/kube-apiserver" ]]; then
-    # "Kubernetes v1.36.3"
+    # "Kubernetes v1.37.2"
     kube="$("${KUBEBUILDER_ASSETS}/kube-apiserver" --version | awk '{print $2}')"
   fi
-  kube="${kube:-1.36.3}"
+  [[ -n "${kube}" ]] || kube="$(source "${repo}/hack/lib/versions.sh" && echo "${KUBE_VERSION}")"
   kube="${kube#v}"
   minor="$(echo "${kube}" | cut -d. -f1,2)"
   # as the coordinator chooses: the line '"1.N": <tag>' of ccm.image.tags for the

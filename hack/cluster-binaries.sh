@@ -5,14 +5,14 @@
 # directory beside the control plane's, and prints that directory. Reuses the cache
 # when all four exist.
 #
-#   KUBE_VERSION      version (default 1.36.3, as hack/control-plane.sh)
+#   KUBE_VERSION      version (default: hack/lib/versions.sh)
 #   HYBRID_CCM_CACHE  cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/hybrid-ccm)
 #
 # The container runtime is not built: containerd, runc, the CNI plugins, iptables
 # and conntrack come from Debian packages (hack/cluster-packages.sh).
 set -euo pipefail
 
-KUBE_VERSION="${KUBE_VERSION:-1.36.3}"
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib/versions.sh"
 CACHE_ROOT="${HYBRID_CCM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hybrid-ccm}"
 OUT="${CACHE_ROOT}/k8s-${KUBE_VERSION}-node"
 CMDS=(kubelet kube-controller-manager kube-scheduler kube-proxy)

@@ -3,15 +3,14 @@
 # per-version cache directory outside the repository and prints that directory
 # (suitable for KUBEBUILDER_ASSETS). Reuses the cache when both binaries exist.
 #
-#   KUBE_VERSION  kube-apiserver version (default 1.36.3)
-#   ETCD_VERSION  etcd server version     (default 3.6.8)
+#   KUBE_VERSION  kube-apiserver version (default: hack/lib/versions.sh)
+#   ETCD_VERSION  etcd server version     (default: hack/lib/versions.sh)
 #   HYBRID_CCM_CACHE  cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/hybrid-ccm)
 #
-# Known-good pairs on these machines: 1.36.3+3.6.8, 1.34.4+3.6.4, 1.32.13+3.5.16.
+# Known-good pairs on these machines: 1.37.2+3.7.0 (the etcd 1.37 ships with), 1.36.3+3.6.8, 1.34.4+3.6.4, 1.32.13+3.5.16.
 set -euo pipefail
 
-KUBE_VERSION="${KUBE_VERSION:-1.36.3}"
-ETCD_VERSION="${ETCD_VERSION:-3.6.8}"
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib/versions.sh"
 CACHE_ROOT="${HYBRID_CCM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hybrid-ccm}"
 OUT="${CACHE_ROOT}/k8s-${KUBE_VERSION}-etcd-${ETCD_VERSION}"
 

@@ -5,11 +5,11 @@
 # control plane's, and prints that directory. Reuses the cache when kubectl
 # exists. test/doccommands runs the docs' kubectl lines with it.
 #
-#   KUBE_VERSION      version (default 1.36.3, as hack/control-plane.sh)
+#   KUBE_VERSION      version (default: hack/lib/versions.sh)
 #   HYBRID_CCM_CACHE  cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/hybrid-ccm)
 set -euo pipefail
 
-KUBE_VERSION="${KUBE_VERSION:-1.36.3}"
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib/versions.sh"
 CACHE_ROOT="${HYBRID_CCM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hybrid-ccm}"
 OUT="${CACHE_ROOT}/k8s-${KUBE_VERSION}-kubectl"
 

@@ -12,16 +12,18 @@ cluster="$(go list -test -f '{{.ImportPath}} {{join .Deps " "}}' ./... |
   awk -v dep="${module}/test/cluster" '{ for (i = 2; i <= NF; i++) if ($i == dep) { print $1; break } }' |
   sed -e 's/\.test$//' -e 's/_test$//' | sort -u)"
 cluster="$(printf '%s\n%s\n' "${cluster}" "${module}/test/cluster" | sed '/^$/d' | sort -u)"
-rest="$(go list ./... | grep -vxF -f <(echo "${cluster}"))"
+# test/monitoring runs test/e2e's TestMonitoringScenario itself (go test in a
+# child process): it runs last, alone, as it did when it was a module of its own.
+monitoring="$(go list ./test/monitoring/...)"
+rest="$(go list ./... | grep -vxF -f <(printf '%s\n%s\n' "${cluster}" "${monitoring}"))"
 echo "== go test: $(echo "${rest}" | wc -l) packages without a real cluster" >&2
 # shellcheck disable=SC2086
 go test -count=1 -timeout 45m ${GO_TEST_FLAGS:-} ${rest}
 echo "== go test -p 1: the packages that run a real cluster:" ${cluster} >&2
 # shellcheck disable=SC2086
 go test -count=1 -p 1 -timeout 45m ${GO_TEST_FLAGS:-} ${cluster}
-# test/monitoring is a module of its own (Prometheus' libraries need newer
-# k8s.io modules than the product builds with): the alerts and the dashboard,
-# evaluated on a run of test/e2e's TestMonitoringScenario.
-echo "== go test: test/monitoring (its own module)" >&2
+# test/monitoring: the alerts and the dashboard, evaluated on a run of test/e2e's
+# TestMonitoringScenario.
+echo "== go test: test/monitoring" >&2
 # shellcheck disable=SC2086
-(cd test/monitoring && go test -count=1 -timeout 30m ${GO_TEST_FLAGS:-} ./...)
+go test -count=1 -timeout 30m ${GO_TEST_FLAGS:-} ${monitoring}

@@ -38,6 +38,7 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/facts"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/ipam"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/iplist"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/reach"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/transform"
 
@@ -106,6 +107,9 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 		rules     = &transform.Config{}
 	)
 	recorders := &sharedRecorder{}
+	// nodes whose Talos API cannot be reached: events and metrics, whichever
+	// controller's lookup found it (each sets the recorder; the first stays)
+	reachability := reach.New(reach.Options{})
 	lease := &leaseReader{}
 	initCloud := func(c *cloudcontrollerconfig.CompletedConfig) cloudprovider.Interface {
 		return provider
@@ -119,6 +123,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 					client := cc.ClientBuilder.ClientOrDie(ic.ClientName)
 					slimNodeCache(cc)
 					lease.start(ctx, cc)
+					reachability.SetRecorder(recorders.recorder(ctx, client, reach.Component))
 					c, err := cloudnode.New(client, cc.SharedInformers.Core().V1().Nodes(), nodeFacts,
 						recorders.recorder(ctx, client, names.CloudNodeController), cloudnode.Options{
 							Workers:               int(cc.ComponentConfig.NodeController.ConcurrentNodeSyncs),
@@ -142,6 +147,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 				client := cc.ClientBuilder.ClientOrDie(ic.ClientName)
 				slimNodeCache(cc)
 				lease.start(ctx, cc)
+				reachability.SetRecorder(recorders.recorder(ctx, client, reach.Component))
 				opts := *csrOpts
 				// the host talos-ccm reaches the API server at, and the pod CIDR,
 				// are never a node's
@@ -181,6 +187,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 				slimNodeCache(cc)
 				lease.start(ctx, cc)
 				client := cc.ClientBuilder.ClientOrDie(ic.ClientName)
+				reachability.SetRecorder(recorders.recorder(ctx, client, reach.Component))
 				c, err := ipam.NewController(client, cc.SharedInformers.Core().V1().Nodes(), nodeFacts, talosClient, recorders.recorder(ctx, client, names.IPAMController), cfg)
 				if err != nil {
 					return nil, false, err
@@ -242,7 +249,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 		if lookup <= 0 {
 			lookup = 2 * tf.timeout // one attempt per address family
 		}
-		nodeFacts = facts.NewSource(tc, cloud.NewInterpreter(rules), facts.Options{LookupTimeout: lookup})
+		nodeFacts = facts.NewSource(tc, cloud.NewInterpreter(rules), facts.Options{LookupTimeout: lookup, Observer: reachability})
 		provider = cloud.New(nodeFacts)
 		// node-ipam-controller: its Talos client, and its flags checked up front
 		talosClient = tc

@@ -61,10 +61,10 @@ const (
 )
 
 // FactSource establishes node facts (ccm/facts.Source): a fresh lookup for
-// every initialization and refresh, and Forget for deleted nodes.
+// every initialization and refresh, and Deleted for deleted nodes.
 type FactSource interface {
 	Facts(ctx context.Context, node *corev1.Node) (*facts.Facts, error)
-	Forget(nodeName string)
+	Deleted(nodeName string)
 }
 
 // Options tune the controller.
@@ -135,7 +135,7 @@ func New(client kubernetes.Interface, nodes coreinformers.NodeInformer, source F
 				obj = t.Obj
 			}
 			if n, ok := obj.(*corev1.Node); ok {
-				source.Forget(n.Name)
+				source.Deleted(n.Name)
 				c.lastRead.Delete(n.Name)
 				c.mismatch.set(n.Name, false)
 			}
@@ -205,7 +205,11 @@ func (c *Controller) initialize(ctx context.Context, node *corev1.Node) error {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	if err != nil {
-		c.recorder.Eventf(node, corev1.EventTypeWarning, reasonFor(err), "Cannot initialize node yet: %v", err)
+		// an unreachable Talos API is reported by the facts source's observer
+		// (ccm/reach): once, with where and why, not on every retry
+		if !errors.Is(err, facts.ErrTalosAPI) {
+			c.recorder.Eventf(node, corev1.EventTypeWarning, reasonFor(err), "Cannot initialize node yet: %v", err)
+		}
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	if err := checkProvidedIP(node, f.Addresses); err != nil {

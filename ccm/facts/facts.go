@@ -118,6 +118,48 @@ var (
 	ErrProviderIDMismatch = errors.New("providerID does not match the Talos API")
 )
 
+// TalosAPIError is ErrTalosAPI with what failed at each address dialled:
+// the Talos API requests' failures, classified (one per address, the first
+// that says something about reaching the node).
+type TalosAPIError struct {
+	Failures []talos.Failure
+	err      error
+}
+
+func (e *TalosAPIError) Error() string { return e.err.Error() }
+
+func (e *TalosAPIError) Unwrap() error { return e.err }
+
+// failures classifies the errors of each address dialled: per address, the
+// first of its requests' errors that talos.Classify classifies.
+func failures(perAddress []error) []talos.Failure {
+	var out []talos.Failure
+	for _, err := range perAddress {
+		for _, e := range flatten(err) {
+			if f, ok := talos.Classify(e); ok {
+				out = append(out, f)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// flatten lists the errors errors.Join joined in err (err itself otherwise).
+func flatten(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, flatten(e)...)
+		}
+		return out
+	}
+	if err == nil {
+		return nil
+	}
+	return []error{err}
+}
+
 // ProviderIDMismatchError is ErrProviderIDMismatch with both values.
 type ProviderIDMismatchError struct {
 	// Registered is the providerID the Node carries; Established the one its

@@ -53,6 +53,25 @@ type Options struct {
 	// no longer proven) are still named by Holders. Zero means
 	// DefaultDepartedHold.
 	DepartedHold time.Duration
+	// Observer, when set, learns how every lookup ended (ccm/reach reports
+	// nodes whose Talos API cannot be reached).
+	Observer Observer
+}
+
+// Observer learns, after each lookup of a node's facts, whether its Talos API
+// answered. It is called from the lookup's goroutine, once per lookup
+// (however many callers joined it), with the Source's lock held: it must not
+// block nor call the Source. A lookup that ends after the node was deleted
+// (Source.Deleted) is not observed.
+type Observer interface {
+	// Reached: the node's Talos API answered (the answer may still have
+	// been refused: metadata incomplete, another machine, rules failed).
+	Reached(node *corev1.Node)
+	// Unreachable: no address of the node answered; failures are those of
+	// each address dialled, in the order dialled (at least one).
+	Unreachable(node *corev1.Node, failures []talos.Failure)
+	// Forget: the node was deleted.
+	Forget(nodeName string)
 }
 
 // DefaultDepartedHold: a deleted node's machine may still carry its
@@ -66,9 +85,10 @@ const DefaultLookupTimeout = 20 * time.Second
 // Source establishes node facts and remembers them. Use one per process: its
 // single-flight and its memory are what every controller shares.
 type Source struct {
-	talos  TalosReader
-	interp Interpreter
-	lookup time.Duration
+	talos    TalosReader
+	interp   Interpreter
+	lookup   time.Duration
+	observer Observer
 
 	mu       sync.Mutex
 	facts    map[string]*Facts  // by node name
@@ -98,6 +118,9 @@ type flight struct {
 	done chan struct{}
 	f    *Facts
 	err  error
+	// deleted: the node was deleted while the lookup was in flight (Deleted);
+	// its outcome is neither remembered nor observed. Guarded by Source.mu.
+	deleted bool
 }
 
 // NewSource returns a Source reading through r and interpreting with in.
@@ -108,7 +131,7 @@ func NewSource(r TalosReader, in Interpreter, opts Options) *Source {
 	if opts.DepartedHold <= 0 {
 		opts.DepartedHold = DefaultDepartedHold
 	}
-	return &Source{talos: r, interp: in, lookup: opts.LookupTimeout, facts: map[string]*Facts{}, inflight: map[string]*flight{},
+	return &Source{talos: r, interp: in, lookup: opts.LookupTimeout, observer: opts.Observer, facts: map[string]*Facts{}, inflight: map[string]*flight{},
 		holders: map[string]map[string]bool{}, departed: map[string]departedNode{}, hold: opts.DepartedHold, looked: map[string]bool{}}
 }
 
@@ -136,10 +159,19 @@ func (s *Source) Facts(ctx context.Context, node *corev1.Node) (*Facts, error) {
 			defer cancel()
 			fl.f, fl.err = s.read(lctx, node, targets)
 			s.mu.Lock()
+			// Under s.mu, so that Deleted either comes after (and its
+			// Observer.Forget undoes this) or marked the flight before: a
+			// node deleted during its lookup is not left behind as
+			// unreachable (nor remembered) with no delete event to come.
+			if !fl.deleted {
+				s.observe(node, fl.err)
+			}
 			delete(s.inflight, node.Name)
-			s.looked[node.Name] = true
+			if !fl.deleted {
+				s.looked[node.Name] = true
+			}
 			switch {
-			case fl.err != nil:
+			case fl.deleted, fl.err != nil:
 			case providerIDMismatch(node, fl.f) != nil:
 				// nothing is established for a node registered with another providerID
 				s.setLocked(node.Name, nil)
@@ -205,6 +237,36 @@ func (s *Source) Forget(nodeName string) {
 	}
 	s.setLocked(nodeName, nil)
 	delete(s.looked, nodeName)
+}
+
+// Deleted forgets a node that was deleted (Forget), and tells the Observer.
+func (s *Source) Deleted(nodeName string) {
+	s.mu.Lock()
+	if fl := s.inflight[nodeName]; fl != nil {
+		fl.deleted = true
+	}
+	s.mu.Unlock()
+	s.Forget(nodeName)
+	if s.observer != nil {
+		s.observer.Forget(nodeName)
+	}
+}
+
+// observe tells the Observer how a lookup ended: the node's Talos API
+// answered (whatever the answer meant), or it did not (a *TalosAPIError).
+func (s *Source) observe(node *corev1.Node, err error) {
+	if s.observer == nil {
+		return
+	}
+	var te *TalosAPIError
+	switch {
+	case errors.As(err, &te):
+		if len(te.Failures) > 0 {
+			s.observer.Unreachable(node, te.Failures)
+		}
+	case err == nil, errors.Is(err, ErrMetadataIncomplete), errors.Is(err, ErrIdentity), errors.Is(err, ErrRules):
+		s.observer.Reached(node)
+	}
 }
 
 // Looked reports whether a lookup of the node has ended since the Source
@@ -362,12 +424,14 @@ func (s *Source) read(ctx context.Context, node *corev1.Node, targets []netip.Ad
 		}
 	}
 	if !r.Answered.IsValid() {
-		return nil, fmt.Errorf("%s: node %s: %w at %s: %w", op, node.Name, ErrTalosAPI, iplist.Join(targets), errors.Join(errs...))
+		return nil, &TalosAPIError{Failures: failures(errs),
+			err: fmt.Errorf("%s: node %s: %w at %s: %w", op, node.Name, ErrTalosAPI, iplist.Join(targets), errors.Join(errs...))}
 	}
 	if NeedsLinks(r.Addresses) {
 		links, err := s.talos.Links(ctx, r.Answered.String())
 		if err != nil {
-			return nil, fmt.Errorf("%s: node %s: %w at %s: %w", op, node.Name, ErrTalosAPI, r.Answered, err)
+			return nil, &TalosAPIError{Failures: failures([]error{err}),
+				err: fmt.Errorf("%s: node %s: %w at %s: %w", op, node.Name, ErrTalosAPI, r.Answered, err)}
 		}
 		r.Links = links
 	}

@@ -477,6 +477,9 @@ func (c *Controller) cloudWant(ctx context.Context, node *corev1.Node, fallback 
 		switch reason := facts.Reason(err); {
 		case ctx.Err() != nil:
 			// shutting down
+		case errors.Is(err, facts.ErrTalosAPI):
+			// reported by the facts source's observer (ccm/reach): once,
+			// with where and why, not on every retry
 		case reason == EventReasonNoNodeIP:
 			c.recorder.Event(node, corev1.EventTypeWarning, EventReasonNoNodeIP,
 				"No alpha.kubernetes.io/provided-node-ip annotation and no InternalIP: cannot reach the node's Talos API to find its IPv6 prefix")

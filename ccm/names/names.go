@@ -27,6 +27,24 @@ const (
 	ShutdownTaint = "node.cloudprovider.kubernetes.io/shutdown"
 )
 
+// Annotations of talos-ccm's TalosAPIUnavailable events on Nodes (ccm/reach):
+// what the message says in words, for tools (hybridctl doctor).
+const (
+	// TalosAPIAddressAnnotation: the node's address the request named.
+	TalosAPIAddressAnnotation = "talos-api.hybridccm.io/address"
+	// TalosAPIEndpointAnnotation: the Talos API endpoint (a control plane's
+	// apid, host:port) that took the request; absent when talos-ccm got no
+	// connection to one.
+	TalosAPIEndpointAnnotation = "talos-api.hybridccm.io/endpoint"
+	// TalosAPIHopAnnotation: where the request stopped: "endpoint" (between
+	// talos-ccm and the endpoint) or "node" (between the endpoint and the
+	// node: apid's forwarding).
+	TalosAPIHopAnnotation = "talos-api.hybridccm.io/hop"
+	// TalosAPICauseAnnotation: why (ccm/talos.Causes: refused, timeout,
+	// no-route, tls, permission-denied, no-endpoint, other).
+	TalosAPICauseAnnotation = "talos-api.hybridccm.io/cause"
+)
+
 // talos-ccm's controllers, as --controllers names them.
 const (
 	CloudNodeController   = "cloud-node"

@@ -184,7 +184,7 @@ func (c *Client) build(ctx context.Context) (*talosclient.Client, string, error)
 	if err != nil {
 		return nil, path, err
 	}
-	opts := []talosclient.OptionFunc{talosclient.WithConfig(cfg)}
+	opts := []talosclient.OptionFunc{talosclient.WithConfig(cfg), talosclient.WithGRPCDialOptions(peerInterceptors()...)}
 	if c.opts.Context != "" {
 		if _, ok := cfg.Contexts[c.opts.Context]; !ok {
 			return nil, path, fmt.Errorf("talosconfig %s: context %q not found", path, c.opts.Context)
@@ -261,6 +261,7 @@ func (c *Client) call(ctx context.Context, op, node string, fn func(ctx context.
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	start := time.Now()
+	ctx, via := withPeerRecord(ctx)
 	err := fn(talosclient.WithNode(ctx, node), c.current(ctx).COSI)
 	code := status.Code(err)
 	if state.IsNotFoundError(err) {
@@ -271,8 +272,8 @@ func (c *Client) call(ctx context.Context, op, node string, fn func(ctx context.
 		if code == codes.NotFound {
 			err = ErrNotFound
 		}
-		klog.V(4).InfoS("Talos API call failed", "op", op, "node", node, "err", err)
-		return fmt.Errorf("%s: node %s: %w", op, node, err)
+		klog.V(4).InfoS("Talos API call failed", "op", op, "node", node, "endpoint", via.get(), "err", err)
+		return &CallError{Op: op, Node: node, Endpoint: via.get(), Err: err}
 	}
 	klog.V(5).InfoS("Talos API call", "op", op, "node", node, "duration", time.Since(start))
 	return nil

@@ -43,7 +43,7 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 const releaseNamespace = "kube-system"
 
 // kubeVersion is what `helm template` assumes the cluster runs.
-var kubeVersion = &chartutil.KubeVersion{Version: "v1.34.4", Major: "1", Minor: "34"}
+var kubeVersion = &chartutil.KubeVersion{Version: "v1.36.3", Major: "1", Minor: "36"}
 
 // chart names a chart of this repository as a test sees it.
 type chart string

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	cloudproviderapi "k8s.io/cloud-provider/api"
+	"k8s.io/klog/v2"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/app"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/transform"
@@ -72,7 +73,7 @@ func TestTalosCCMDeployment(t *testing.T) {
 		{Key: "node-role.kubernetes.io/control-plane", Effect: corev1.TaintEffectNoSchedule},
 		{Key: cloudproviderapi.TaintExternalCloudProvider, Value: "true", Effect: corev1.TaintEffectNoSchedule},
 	} {
-		if !slices.ContainsFunc(pod.Tolerations, func(tol corev1.Toleration) bool { return tol.ToleratesTaint(&taint) }) {
+		if !slices.ContainsFunc(pod.Tolerations, func(tol corev1.Toleration) bool { return tol.ToleratesTaint(klog.Background(), &taint, false) }) {
 			t.Errorf("taint %s:%s is not tolerated", taint.Key, taint.Effect)
 		}
 	}

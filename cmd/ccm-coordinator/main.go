@@ -94,7 +94,7 @@ func main() {
 
 	recorder := metrics.NewRecorder()
 	crmetrics.Registry.MustRegister(recorder.Collectors()...)
-	eventRecorder, err := events.NewRecorder(mgr, log, cfg.EventsAddr, names.CoordinatorController)
+	eventRecorder, err := events.NewRecorder(log, cfg.EventsAddr, names.CoordinatorController, events.WithManager(mgr))
 	if err != nil {
 		log.Error(err, "unable to create event recorder")
 		os.Exit(1)

@@ -13,7 +13,7 @@ import (
 	"github.com/fluxcd/pkg/runtime/predicates"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/discovery"
-	kuberecorder "k8s.io/client-go/tools/record"
+	kubeevents "k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -56,7 +56,7 @@ type NativeCCMReconciler struct {
 	// APIReader reads objects the manager does not cache (Leases).
 	APIReader client.Reader
 	// EventRecorder records Kubernetes events (and forwards them when configured).
-	EventRecorder kuberecorder.EventRecorder
+	EventRecorder kubeevents.EventRecorder
 	// nodesOwnedWarned: the NodesOwned warning last recorded per NativeCCM
 	// and reason (nodesOwnedFalse).
 	nodesOwnedWarned sync.Map

@@ -204,7 +204,7 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 	must(err)
 	fenceClient, err := client.New(fenceCfg, client.Options{Scheme: NewScheme()})
 	must(err)
-	rec, err := events.NewRecorder(mgr, ctrl.Log, "", names.CoordinatorController)
+	rec, err := events.NewRecorder(ctrl.Log, "", names.CoordinatorController, events.WithManager(mgr))
 	must(err)
 	r := &NativeCCMReconciler{
 		Client:        mgr.GetClient(),

@@ -77,6 +77,6 @@ func (r *NativeCCMReconciler) summarize(ctx context.Context, obj *v1.NativeCCM, 
 
 func (r *NativeCCMReconciler) event(obj *v1.NativeCCM, eventType, reason, msg string) {
 	if r.EventRecorder != nil {
-		r.EventRecorder.Event(obj, eventType, reason, msg)
+		r.EventRecorder.Eventf(obj, nil, eventType, reason, "", "%s", msg)
 	}
 }

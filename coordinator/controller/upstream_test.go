@@ -46,20 +46,27 @@ func TestUpstreamForTheAPIServerMinor(t *testing.T) {
 	createNode(t, "aza-1", name, "azure:///subscriptions/s/resourcegroups/rg/providers/Microsoft.Compute/virtualMachines/aza-1")
 	createNativeCCM(t, &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.NativeCCMSpec{Platform: name}})
 
-	// what profiles/azure.yaml names for this minor (1.34-1.36 all have the flag)
-	tags := map[int]string{34: "v1.34.13", 35: "v1.35.8", 36: "v1.36.5"}
+	// what profiles/azure.yaml names for this minor (1.34-1.36 all have the flag);
+	// it names no 1.37 release, so on 1.37 the 1.36 one runs, one minor of skew
+	tags := map[int]string{34: "v1.34.13", 35: "v1.35.8", 36: "v1.36.5", 37: "v1.36.5"}
 	tag, ok := tags[minor]
 	if !ok {
-		t.Fatalf("the test knows Azure's releases for 1.34-1.36, not for the API server %s", git)
+		t.Fatalf("the test knows Azure's releases for 1.34-1.37, not for the API server %s", git)
 	}
+	skew := minor - min(minor, 36)
+	minor -= skew // the minor the release is for
 	want := "mcr.microsoft.com/oss/kubernetes/azure-cloud-controller-manager:" + tag
 	obj := waitCondition(t, name, meta.ReadyCondition, metav1.ConditionTrue, v1.InstallSucceededReason)
 	u := obj.Status.Upstream
 	if u == nil || u.Image != want || u.Source != "Profile" || u.KubernetesMinor != profile.MinorString(minor) ||
-		u.APIServerVersion != git || u.Skew == nil || *u.Skew != 0 || u.NodeFilter == nil || !slices.Equal(u.NodeFilter.Args, []string{filter}) {
-		t.Fatalf("status.upstream = %+v, want %s from the profile for %s (API server %s), skew 0, filter %s", u, want, profile.MinorString(minor), git, filter)
+		u.APIServerVersion != git || u.Skew == nil || *u.Skew != int32(skew) || u.NodeFilter == nil || !slices.Equal(u.NodeFilter.Args, []string{filter}) {
+		t.Fatalf("status.upstream = %+v, want %s from the profile for %s (API server %s), skew %d, filter %s", u, want, profile.MinorString(minor), git, skew, filter)
 	}
-	if c := conditions.Get(obj, v1.ProfileResolvedCondition); c == nil || !strings.Contains(c.Message, "upstream CCM "+want+" (the profile's release for Kubernetes "+profile.MinorString(minor)+") for API server "+git) {
+	which := "(the profile's release for Kubernetes " + profile.MinorString(minor) + ")"
+	if skew > 0 {
+		which = "(the profile has none for Kubernetes " + profile.MinorString(minor+skew) + ": its release for " + profile.MinorString(minor) + ")"
+	}
+	if c := conditions.Get(obj, v1.ProfileResolvedCondition); c == nil || !strings.Contains(c.Message, "upstream CCM "+want+" "+which+" for API server "+git) {
 		t.Errorf("ProfileResolved = %+v", c)
 	}
 	c := ccmContainer(t, rel)

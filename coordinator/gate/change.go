@@ -40,7 +40,7 @@ const (
 // (besides taints, which it compares itself). A test checks the list against
 // the NodeSpec type, so a Kubernetes upgrade that adds a field fails it until
 // the field is handled here.
-var NodeSpecFields = []string{"podCIDR", "podCIDRs", "providerID", "unschedulable", "taints", "configSource", "externalID"}
+var NodeSpecFields = []string{"podCIDR", "podCIDRs", "providerID", "unschedulable", "taints", "configSource", "externalID", "podPreemptionPolicy"}
 
 // changeVariables are the fence's CEL variables about what an UPDATE changes.
 // Every object read is guarded by the operation (object is null on DELETE),
@@ -72,6 +72,8 @@ func changeVariables() []admissionregistrationv1.Variable {
 			field("unschedulable", "false"), field("podCIDR", "''"), field("podCIDRs", "[]"),
 			field("externalID", "''"),
 			"(object.spec.?configSource == oldObject.spec.?configSource ? [] : ['spec.configSource'])",
+			// Kubernetes 1.37 (alpha, behind InPlacePodVerticalScalingSchedulerPreemption).
+			"(object.spec.?podPreemptionPolicy == oldObject.spec.?podPreemptionPolicy ? [] : ['spec.podPreemptionPolicy'])",
 		}, " + ")},
 		// Taints other than the shutdown taint, as they are, in order.
 		{Name: "newOtherTaints", Expression: update + " ? object.spec.?taints.orValue([]).filter(t, !" + shutdown + ") : []"},

@@ -142,7 +142,7 @@ func TestChartEveryArg(t *testing.T) {
 	in := action.NewInstall(&action.Configuration{Log: func(string, ...any) {}})
 	in.ReleaseName, in.Namespace = "ccm-coordinator", "kube-system"
 	in.DryRun, in.ClientOnly, in.Replace = true, true, true
-	in.KubeVersion = &chartutil.KubeVersion{Version: "v1.34.4", Major: "1", Minor: "34"}
+	in.KubeVersion = &chartutil.KubeVersion{Version: "v1.36.3", Major: "1", Minor: "36"}
 	rel, err := in.Run(ch, map[string]any{
 		"namespace": "ccm-system",
 		"coordinator": map[string]any{

@@ -254,6 +254,10 @@ func (o *Options) Validate() error {
 			errs = append(errs, field.Invalid(flagPath(d.name), d.value.String(), "must not be negative"))
 		}
 	}
+	if rl := o.RateLimiter; rl.MinRetryDelay > 0 && rl.MaxRetryDelay > 0 && rl.MinRetryDelay > rl.MaxRetryDelay {
+		errs = append(errs, field.Invalid(flagPath(flagMinRetryDelay), rl.MinRetryDelay.String(),
+			fmt.Sprintf("must not be longer than --%s (%s): the back-off would start above its ceiling", flagMaxRetryDelay, rl.MaxRetryDelay)))
+	}
 	if o.Concurrent < 1 {
 		errs = append(errs, field.Invalid(flagPath(flagConcurrent), o.Concurrent, "must be at least 1"))
 	}

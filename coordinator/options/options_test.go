@@ -145,6 +145,7 @@ func TestValidate(t *testing.T) {
 		{name: "port by name", args: []string{"--metrics-addr=:http"}},
 		{name: "addresses", args: []string{"--metrics-addr=8080", "--health-addr=:99999", "--pprof-addr=bad_host!:6060", "--events-addr=notification-controller:80"},
 			want: []string{"--metrics-addr", "--health-addr", "--pprof-addr", "--events-addr"}},
+		{name: "retry delays crossed", args: []string{"--min-retry-delay=2m", "--max-retry-delay=1m"}, want: []string{"--min-retry-delay"}},
 		{name: "events without host", args: []string{"--events-addr=http:///x"}, want: []string{"--events-addr"}},
 		{name: "empty namespace", args: []string{"--release-namespace="}, want: []string{"--release-namespace"}},
 		{name: "bad namespace", args: []string{"--release-namespace=Hybrid.CCM"}, want: []string{"--release-namespace"}},

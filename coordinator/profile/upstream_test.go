@@ -3,7 +3,11 @@ package profile
 import (
 	"errors"
 	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -133,11 +137,12 @@ func TestBuiltinUpstreams(t *testing.T) {
 	}{
 		{"azure", 36, "mcr.microsoft.com/oss/kubernetes/azure-cloud-controller-manager:v1.36.5",
 			[]string{"--node-filter-requirements=node.cloudprovider.kubernetes.io/platform=azure"}, nil},
-		{"azure", 34, "mcr.microsoft.com/oss/kubernetes/azure-cloud-controller-manager:v1.34.13",
+		{"azure", 37, "mcr.microsoft.com/oss/kubernetes/azure-cloud-controller-manager:v1.36.5",
 			[]string{"--node-filter-requirements=node.cloudprovider.kubernetes.io/platform=azure"}, nil},
 		{"gcp", 36, "registry.k8s.io/cloud-provider-gcp/cloud-controller-manager:v36.3.8", nil,
 			map[string]string{"components.gke.io/gke-unmanaged-node": "true"}},
-		{"gcp", 34, "registry.k8s.io/cloud-provider-gcp/cloud-controller-manager:v34.2.0", nil, nil},
+		{"gcp", 37, "registry.k8s.io/cloud-provider-gcp/cloud-controller-manager:v36.3.8", nil,
+			map[string]string{"components.gke.io/gke-unmanaged-node": "true"}},
 		{"aws", 36, "registry.k8s.io/provider-aws/cloud-controller-manager:v1.36.2", nil, nil},
 		{"aws", 37, "registry.k8s.io/provider-aws/cloud-controller-manager:v1.37.1", nil, nil},
 		{"openstack", 37, "registry.k8s.io/provider-os/openstack-cloud-controller-manager:v1.36.0", nil, nil},
@@ -154,9 +159,20 @@ func TestBuiltinUpstreams(t *testing.T) {
 			t.Errorf("%s at 1.%d: %s %q %v, want %s %q %v", tc.profile, tc.server, u.Reference(), u.NodeFilterArgs, u.ForeignNodeLabels, tc.want, tc.args, tc.labels)
 		}
 	}
+	// Every minor of the supported range up to the newest these four have
+	// (the oldest is OLDEST_KUBE_VERSION in hack/lib/versions.sh).
+	versions, err := os.ReadFile(filepath.Join("..", "..", "hack", "lib", "versions.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldest := regexp.MustCompile(`OLDEST_KUBE_VERSION:-1\.(\d+)\.`).FindSubmatch(versions)
+	if oldest == nil {
+		t.Fatal("hack/lib/versions.sh sets no OLDEST_KUBE_VERSION default")
+	}
+	from, _ := strconv.Atoi(string(oldest[1]))
 	for _, name := range []string{"aws", "azure", "gcp", "openstack"} {
 		p, _ := set.Get(name)
-		for m := 34; m <= 36; m++ {
+		for m := from; m <= 36; m++ {
 			if _, ok := p.CCM.Image.Tags[MinorString(m)]; !ok {
 				t.Errorf("profile %s names no release for Kubernetes 1.%d", name, m)
 			}

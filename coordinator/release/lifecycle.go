@@ -544,7 +544,7 @@ func LoadBalancerRules() []rbacv1.PolicyRule {
 const LifecycleClusterRole = "hybrid-ccm:native-ccm-lifecycle"
 
 // LifecycleRules are the least privilege cloud-node-lifecycle needs
-// cluster-wide. The controller of k8s.io/cloud-provider (v0.34) lists and
+// cluster-wide. The controller of k8s.io/cloud-provider (v0.37) lists and
 // watches nodes through an informer, reads one with GET before changing its
 // taints, changes the shutdown taint with a strategic-merge PATCH and DELETEs
 // nodes whose instance is gone; it never sends an UPDATE (PUT) of a node or

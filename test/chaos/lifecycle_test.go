@@ -310,7 +310,7 @@ func runLifecycle(t *testing.T, ctx context.Context, cfg *rest.Config, cloud *da
 	cs := kubernetes.NewForConfigOrDie(cfg)
 	factory := informers.NewSharedInformerFactory(cs, 0)
 	nodes := &countingNodeInformer{NodeInformer: factory.Core().V1().Nodes()}
-	ctrl, err := nodelifecycle.NewCloudNodeLifecycleController(nodes, cs, cloud, monitorPeriod)
+	ctrl, err := nodelifecycle.NewCloudNodeLifecycleController(nodes, cs, cloud, monitorPeriod, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,14 @@ import (
 // never stops. Afterwards every live node has one CIDR per family, no two
 // overlap, and the pool takes exactly its capacity: nothing was lost or leaked
 // across three leaders.
+// acquiredLease says whether a talos-ccm's log says it acquired the Lease
+// kube-system/<lease>. client-go's leader election logs it structured since
+// 0.37 ("Successfully acquired lease" lock="kube-system/<lease>"; before:
+// successfully acquired lease kube-system/<lease>).
+func acquiredLease(logs, lease string) bool {
+	return strings.Contains(logs, `"Successfully acquired lease" lock="kube-system/`+lease+`"`)
+}
+
 func TestIPAMLeaderHandover(t *testing.T) {
 	ep := startEndpoint(t)
 	lease := fmt.Sprintf("ipam-handover-%d", time.Now().UnixNano())
@@ -70,7 +78,7 @@ func TestIPAMLeaderHandover(t *testing.T) {
 				for _, g := range gone {
 					skip = skip || g == p
 				}
-				if !skip && strings.Contains(p.logs.String(), "successfully acquired lease kube-system/"+lease) {
+				if !skip && acquiredLease(p.logs.String(), lease) {
 					found = p
 					return true, nil
 				}

@@ -155,7 +155,8 @@ func apiServerAdmissionMetrics(ctx context.Context) ([]byte, error) {
 //   - calm: nodes initialize, a kubelet's own serving CSR is approved, the pod
 //     CIDR pool is large, one talos-ccm leads throughout, the NativeCCM has no
 //     nodes (nothing to install, Ready), nobody trips the fence;
-//   - trouble: a node whose Talos API does not answer stays uninitialized, a
+//   - trouble: a node whose Talos API does not answer stays uninitialized
+//     (and is counted unreachable: apid refused to forward to it), a
 //     kubelet asks for a certificate for an address that is not its own
 //     (denied), the pool runs out, talos-ccm changes leaders three times, the
 //     hcloud NativeCCM is installed but no pod runs (no leader, not Ready),
@@ -230,7 +231,7 @@ func TestMonitoringScenario(t *testing.T) {
 		port := freePort(t)
 		p := startTalosCCM(t, talosArgs(lease, clusterCIDR, mask, port))
 		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
-			return strings.Contains(p.logs.String(), "successfully acquired lease kube-system/"+lease), nil
+			return acquiredLease(p.logs.String(), lease), nil
 		}); err != nil {
 			t.Fatalf("talos-ccm %d does not lead lease %s", i, lease)
 		}
@@ -286,8 +287,8 @@ func TestMonitoringScenario(t *testing.T) {
 			t.Errorf("calm: talos-ccm's last scrape has no %s:\n%s", want, calm.last["talos-ccm/talos-ccm-0"])
 		}
 	}
-	if calm.has("talos-ccm", "talos_ccm_node_uninitialized{") || calm.has("talos-ccm", `talos_ccm_csr_decisions_total{decision="deny"`) {
-		t.Errorf("calm: talos-ccm reports uninitialized nodes or denials")
+	if calm.has("talos-ccm", "talos_ccm_node_uninitialized{") || calm.has("talos-ccm", "talos_ccm_talos_api_unreachable_lookups_total{") || calm.has("talos-ccm", `talos_ccm_csr_decisions_total{decision="deny"`) {
+		t.Errorf("calm: talos-ccm reports uninitialized nodes, unreachable Talos APIs or denials")
 	}
 	if !calm.has("ccm-coordinator", `gotk_reconcile_condition{kind="NativeCCM",name="hcloud",namespace="",status="True",type="Ready"} 1`) {
 		t.Errorf("calm: NativeCCM hcloud not Ready in the coordinator's metrics")
@@ -370,6 +371,7 @@ func TestMonitoringScenario(t *testing.T) {
 	steady(trouble, 20)
 
 	for _, want := range []string{`talos_ccm_node_uninitialized{node="trouble-stuck"} 1`, `talos_ccm_leader_transitions 3`,
+		`talos_ccm_talos_api_unreachable_nodes{cause="refused",hop="node"} 1`,
 		`talos_ccm_csr_decisions_total{decision="deny"`, `talos_ccm_ipam_exhausted_total{pool="` + pool + `"}`, `talos_ccm_ipam_cidrs_free{pool="` + pool + `"} 0`} {
 		if !trouble.has("talos-ccm", want) {
 			t.Errorf("trouble: talos-ccm's last scrape has no %s:\n%s", want, trouble.last["talos-ccm/talos-ccm-4"])

@@ -138,6 +138,8 @@ type expectation struct {
 var alerts = map[string]expectation{
 	"TalosCCMNodeUninitialized": {labels: map[string]string{"node": "trouble-stuck", "severity": "warning"},
 		since: `talos_ccm_node_uninitialized{node="trouble-stuck"}`, after: 15, silentAtEnd: true},
+	"TalosCCMTalosAPIUnreachable": {labels: map[string]string{"hop": "node", "cause": "refused", "severity": "warning"},
+		since: `talos_ccm_talos_api_unreachable_nodes{hop="node", cause="refused"} == 1`, after: 10, silentAtEnd: true},
 	// a counter's first increment (its series appears at 1) fires at once
 	"TalosCCMCSRDenied": {labels: map[string]string{"reason": "IPAddressNotEstablished"},
 		since: `talos_ccm_csr_decisions_total{decision="deny"}`},

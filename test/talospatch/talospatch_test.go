@@ -154,7 +154,7 @@ func TestInstallPatches(t *testing.T) {
 func checkHybridCCM(t *testing.T, typ machine.Type, cfg config.Provider) {
 	t.Helper()
 	args := cfg.Machine().Kubelet().ExtraArgs()
-	if args["cloud-provider"] != "external" || args["rotate-server-certificates"] != "true" {
+	if !slices.Equal(args["cloud-provider"], []string{"external"}) || !slices.Equal(args["rotate-server-certificates"], []string{"true"}) {
 		t.Errorf("%s: kubelet extraArgs %v, want cloud-provider=external and rotate-server-certificates=true", typ, args)
 	}
 	if !cfg.Cluster().ExternalCloudProvider().Enabled() {

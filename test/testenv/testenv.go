@@ -83,6 +83,11 @@ func Start(opts Options) (*Env, error) {
 	// Without it kube-apiserver derives its advertised address from the
 	// default route, which a test's own network namespace (test/netns) lacks.
 	e.ControlPlane.GetAPIServer().Configure().Set("advertise-address", "127.0.0.1")
+	// A loopback address cannot be the kubernetes Service's endpoint: up to 1.36
+	// the endpoint reconciler's writes of it failed (and the Service had no
+	// endpoints), from 1.37 kube-apiserver refuses to start with it. Without a
+	// reconciler the Service has no endpoints, as before, and the API server starts.
+	e.ControlPlane.GetAPIServer().Configure().Set("endpoint-reconciler-type", "none")
 	for k, v := range opts.APIServerFlags {
 		e.ControlPlane.GetAPIServer().Configure().Set(k, v)
 	}

@@ -20,12 +20,16 @@ import (
 	"k8s.io/client-go/informers"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
 	cloudproviderapi "k8s.io/cloud-provider/api"
 	"k8s.io/component-base/metrics/legacyregistry"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/cloud"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/facts"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/ipam"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/reach"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
@@ -145,7 +149,13 @@ func startControllerWith(t *testing.T, cfg ipam.Config, tc *talos.Client, custom
 		network   ipam.ClusterNetworkReader
 	)
 	if tc != nil {
-		nodeFacts, network = facts.NewSource(tc, cloud.NewInterpreter(nil), facts.Options{}), tc
+		// as talos-ccm: an unreachable Talos API is reported by ccm/reach
+		rep := reach.New(reach.Options{})
+		b := record.NewBroadcaster()
+		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
+		t.Cleanup(b.Shutdown)
+		rep.SetRecorder(b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: reach.Component}))
+		nodeFacts, network = facts.NewSource(tc, cloud.NewInterpreter(nil), facts.Options{Observer: rep}), tc
 	}
 	c, err := ipam.NewController(cs, inf, nodeFacts, network, nil, cfg)
 	if err != nil {

@@ -1,6 +1,8 @@
 package gatetest
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -43,11 +45,27 @@ type Gate struct {
 // StartGate runs bin for platform in front of upstream's API server (TLS trust
 // taken from upstream; its credentials are not used: the gate forwards the
 // caller's), with its files in dir, and waits until it is ready.
+//
+// Its ports are free when chosen (FreePort), but another test process may
+// take one before the gate binds it: a gate that says so is started again on
+// other ports, a few times.
 func StartGate(bin, dir, platform string, upstream *rest.Config, token string, extra ...string) (*Gate, error) {
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := WriteKubeconfig(upstream, kubeconfig); err != nil {
 		return nil, err
 	}
+	for attempt := 1; ; attempt++ {
+		g, err := startGate(bin, dir, platform, kubeconfig, token, extra...)
+		if err == nil || !errors.Is(err, errPortTaken) || attempt == 5 {
+			return g, err
+		}
+	}
+}
+
+// errPortTaken: a port chosen for the gate was taken before it bound it.
+var errPortTaken = errors.New("a port chosen for ccm-gate was taken before it bound it")
+
+func startGate(bin, dir, platform, kubeconfig, token string, extra ...string) (*Gate, error) {
 	listen, health, metrics := FreePort(), FreePort(), FreePort()
 	tlsDir := filepath.Join(dir, "tls")
 	args := append([]string{"--listen=" + listen, "--health-listen=" + health, "--metrics-listen=" + metrics, "--tls-dir=" + tlsDir,
@@ -75,10 +93,13 @@ func StartGate(bin, dir, platform string, upstream *rest.Config, token string, e
 				break
 			}
 		}
-		if time.Now().After(deadline) {
+		out, _ := os.ReadFile(logPath)
+		if taken := bytes.Contains(out, []byte("address already in use")); taken || time.Now().After(deadline) {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
-			out, _ := os.ReadFile(logPath)
+			if taken {
+				return nil, fmt.Errorf("%w:\n%s", errPortTaken, out)
+			}
 			return nil, fmt.Errorf("ccm-gate never became ready: %v\n%s", err, out)
 		}
 		time.Sleep(20 * time.Millisecond)

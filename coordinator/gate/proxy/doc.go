@@ -8,9 +8,12 @@
 //     get the platform requirement added to their labelSelector, combined with
 //     whatever selector the client sent;
 //   - every request for one Node (/api/v1/nodes/{name} and all its subpaths) is
-//     answered 404 NotFound unless that Node carries the platform label; a DELETE
-//     is checked against a fresh read and forwarded with uid and resourceVersion
-//     preconditions, so a relabel between the check and the delete fails;
+//     answered 404 NotFound unless that Node carries the platform label; a GET
+//     the node cache lets through is answered only when the Node in the API
+//     server's answer is in the view, other reads are checked with a fresh
+//     read; a DELETE is checked against a fresh read and forwarded with uid
+//     and resourceVersion preconditions, so a relabel between the check and
+//     the delete fails;
 //   - node creation, deletecollection and the legacy /api/v1/proxy/nodes path are
 //     refused;
 //   - Services: a CCM sees only those of type LoadBalancer of its
@@ -28,7 +31,8 @@
 //     serviceViewLayers in layers_test.go). Without a class the CCM sees no
 //     Service;
 //   - everything else (leases, events, discovery, /healthz, other resources) is
-//     forwarded unchanged, and responses are streamed, never buffered.
+//     forwarded unchanged, and responses are streamed, never buffered (a
+//     single Node or Service answer the view checks is read whole first).
 //
 // The proxy adds no privilege: by default it forwards the caller's own
 // Authorization and impersonation headers and authenticates with nothing of its

@@ -318,9 +318,18 @@ func (p *Proxy) filter(w http.ResponseWriter, r *http.Request, rt route) {
 }
 
 // single forwards a request for one Node (or one of its subresources) when the
-// Node is in the view, and answers 404 otherwise.
+// Node is in the view, and answers 404 otherwise. A read (GET, HEAD) shows
+// the client what the view decided on: the answer of a GET the node cache let
+// through is checked itself (checkedGet); any other read is checked with a
+// read of the Node, a quorum read, so never by a cache that is behind what the
+// client has already seen. A write is checked with the cache; the fence, in
+// the API server, decides on the Node as it is stored.
 func (p *Proxy) single(w http.ResponseWriter, r *http.Request, rt route) {
-	_, ok, err := p.lookup(r, rt.name, true)
+	if p.checkedGet(w, r, rt) {
+		return
+	}
+	read := r.Method == http.MethodGet || r.Method == http.MethodHead
+	_, ok, err := p.lookup(r, rt.name, !read)
 	if err != nil {
 		p.lookupFailed(w, r, rt, err)
 		return
@@ -394,11 +403,8 @@ func (p *Proxy) deleteNode(w http.ResponseWriter, r *http.Request, rt route) {
 // cache miss is always confirmed by a read, so a node that just joined the
 // view is never hidden by a cache that is behind.
 func (p *Proxy) lookup(r *http.Request, name string, cached bool) (nodeMeta, bool, error) {
-	if cached && p.cache != nil && p.cache.synced() {
-		start := time.Now()
-		m, ok := p.cache.get(name)
-		if ok && p.inView(m) {
-			p.metrics.checks.WithLabelValues(sourceCache).Observe(since(start))
+	if cached {
+		if m, ok := p.cachedInView(name); ok {
 			return m, true, nil
 		}
 	}
@@ -409,6 +415,21 @@ func (p *Proxy) lookup(r *http.Request, name string, cached bool) (nodeMeta, boo
 		return nodeMeta{}, false, err
 	}
 	return m, p.inView(m), nil
+}
+
+// cachedInView says whether the node cache (once synced) has the Node in the
+// view. A miss says nothing: the cache may be behind.
+func (p *Proxy) cachedInView(name string) (nodeMeta, bool) {
+	if p.cache == nil || !p.cache.synced() {
+		return nodeMeta{}, false
+	}
+	start := time.Now()
+	m, ok := p.cache.get(name)
+	if !ok || !p.inView(m) {
+		return nodeMeta{}, false
+	}
+	p.metrics.checks.WithLabelValues(sourceCache).Observe(since(start))
+	return m, true
 }
 
 func (p *Proxy) inView(m nodeMeta) bool {

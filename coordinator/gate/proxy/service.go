@@ -268,6 +268,7 @@ const (
 	pbMetaNamespace         protowire.Number = 3
 	pbMetaUID               protowire.Number = 5
 	pbMetaResourceVersion   protowire.Number = 6
+	pbMetaLabels            protowire.Number = 11
 	pbMetaAnnotations       protowire.Number = 12
 	pbMetaFinalizers        protowire.Number = 14
 	pbSpecType              protowire.Number = 4

@@ -283,6 +283,21 @@ func (h *serviceHistory) UpdateResourceVersion(resourceVersion string) {
 	h.advance(rv)
 }
 
+// Bookmark implements cache.Store. The reflector also hands every bookmark's
+// resourceVersion to UpdateResourceVersion, which moves the horizon; nothing
+// more to do here.
+func (h *serviceHistory) Bookmark(string) {}
+
+// LastStoreSyncResourceVersion implements cache.Store: the horizon.
+func (h *serviceHistory) LastStoreSyncResourceVersion() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.horizon == 0 {
+		return ""
+	}
+	return strconv.FormatUint(h.horizon, 10)
+}
+
 // The reflector never reads the store back.
 
 // List implements cache.Store.

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -195,24 +194,17 @@ func (p *Proxy) restoreClass(r *http.Request, stored serviceFacts) error {
 }
 
 // prepareServiceRequest asks the API server for exactly the encoding the gate
-// will edit. The gate reads the answer uncompressed: where the client accepts
-// gzip, the gate's transport asks for it and unpacks it (the link to the API
-// server carries what it would have carried for the client); where it does
-// not, the gate does not either.
-func prepareServiceRequest(r *http.Request, a *serviceAnswer) {
-	r.Header.Set("Accept", a.media.contentType())
-	if strings.Contains(strings.ToLower(strings.Join(r.Header.Values("Accept-Encoding"), ",")), "gzip") {
-		r.Header.Del("Accept-Encoding")
-	} else {
-		r.Header.Set("Accept-Encoding", "identity")
-	}
-	r.RequestURI = ""
-}
+// will edit (prepareAnswerRequest).
+func prepareServiceRequest(r *http.Request, a *serviceAnswer) { prepareAnswerRequest(r, a.media) }
 
-// modifyResponse filters the API server's answer to a Service request.
+// modifyResponse filters the API server's answer to a Service request, and
+// checks its answer to a Node GET the node cache let through (nodeanswer.go).
 func (p *Proxy) modifyResponse(resp *http.Response) error {
 	if err := switchesProtocols(resp); err != nil {
 		return err // on every route
+	}
+	if n, ok := resp.Request.Context().Value(nodeAnswerKey{}).(*nodeAnswer); ok {
+		return p.checkNodeAnswer(resp, n)
 	}
 	a, ok := resp.Request.Context().Value(serviceAnswerKey{}).(*serviceAnswer)
 	if !ok {

@@ -27,7 +27,7 @@ func renderChartDir(t *testing.T, dir string, values map[string]any) (string, er
 	in := action.NewInstall(&action.Configuration{Log: func(string, ...any) {}})
 	in.ReleaseName, in.Namespace = "x", "hybrid-ccm-system"
 	in.DryRun, in.ClientOnly, in.Replace, in.IncludeCRDs = true, true, true, true
-	in.KubeVersion = &chartutil.KubeVersion{Version: "v1.34.4", Major: "1", Minor: "34"}
+	in.KubeVersion = &chartutil.KubeVersion{Version: "v1.36.3", Major: "1", Minor: "36"}
 	rel, err := in.Run(ch, values)
 	if err != nil {
 		return "", err

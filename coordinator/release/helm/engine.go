@@ -304,7 +304,7 @@ func (e *Engine) Render(ctx context.Context, req release.Request) (string, error
 	in := action.NewInstall(cfg)
 	in.ReleaseName, in.Namespace = req.Name, req.Namespace
 	in.DryRun, in.ClientOnly, in.Replace = true, true, true
-	in.KubeVersion = &chartutil.KubeVersion{Version: "v1.34.4", Major: "1", Minor: "34"}
+	in.KubeVersion = &chartutil.KubeVersion{Version: "v1.36.0", Major: "1", Minor: "36"} // the oldest supported minor (docs/install.md)
 	in.PostRenderer = postRenderer{req: req}
 	rel, err := in.RunWithContext(ctx, ch, req.Values)
 	if err != nil {

@@ -131,7 +131,7 @@ func renderedImages(t *testing.T, ch *chart.Chart) []string {
 	in := action.NewInstall(&action.Configuration{Log: func(string, ...any) {}})
 	in.ReleaseName, in.Namespace = ch.Name(), "kube-system"
 	in.DryRun, in.ClientOnly, in.Replace = true, true, true
-	in.KubeVersion = &chartutil.KubeVersion{Version: "v1.34.0", Major: "1", Minor: "34"}
+	in.KubeVersion = &chartutil.KubeVersion{Version: "v1.36.0", Major: "1", Minor: "36"}
 	rel, err := in.Run(ch, map[string]any{})
 	if err != nil {
 		t.Fatalf("render %s: %v", ch.Name(), err)

@@ -48,7 +48,7 @@ var StaticManifests = []StaticManifest{{Chart: "talos-ccm"}, {Chart: "ccm-coordi
 // manifestKubeVersion is the cluster version the charts are rendered for (the
 // charts' templates do not depend on it; fixed so the output does not follow
 // Helm's default).
-var manifestKubeVersion = &chartutil.KubeVersion{Version: "v1.34.0", Major: "1", Minor: "34"}
+var manifestKubeVersion = &chartutil.KubeVersion{Version: "v1.36.0", Major: "1", Minor: "36"}
 
 // Render renders m from the charts under root, CRDs first, behind a header
 // that says how it was made and how to use it.

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	runtimectrl "github.com/fluxcd/pkg/runtime/controller"
+	"github.com/fluxcd/pkg/runtime/events"
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -111,10 +113,14 @@ func start(ctx context.Context) (<-chan struct{}, error) {
 		return nil, err
 	}
 	engine = helm.NewEngine(env.Config, helm.Options{Wait: false})
+	rec, err := events.NewRecorder(logr.Discard(), "", names.CoordinatorController, events.WithManager(mgr))
+	if err != nil {
+		return nil, err
+	}
 	r := &controller.NativeCCMReconciler{
 		Client:               mgr.GetClient(),
 		APIReader:            mgr.GetAPIReader(),
-		EventRecorder:        mgr.GetEventRecorderFor(names.CoordinatorController),
+		EventRecorder:        rec,
 		Engine:               engine,
 		Profiles:             set,
 		Namespace:            namespace,

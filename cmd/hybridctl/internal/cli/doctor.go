@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/safetext"
 	"github.com/hybrid-ccm/hybrid-ccm/cmd/hybridctl/internal/doctor"
 )
 
@@ -69,8 +70,10 @@ func newDoctorCommand() *cobra.Command {
 					fmt.Fprintf(out, "Inspected %d nodes, %d NativeCCMs, %d kubelet-serving CSRs, %d CCM workloads.\n",
 						rep.Inspected.Nodes, rep.Inspected.NativeCCMs, rep.Inspected.CSRs, rep.Inspected.Workloads)
 				}
+				// findings quote what others wrote (events, conditions, names)
+				p := safetext.Line
 				for _, n := range rep.Notes {
-					fmt.Fprintf(out, "note: %s\n", n)
+					fmt.Fprintf(out, "note: %s\n", p(n))
 				}
 				if len(rep.Findings) == 0 {
 					fmt.Fprintln(out, "No problems found.")
@@ -80,7 +83,7 @@ func newDoctorCommand() *cobra.Command {
 				tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "CHECK\tOBJECT\tPROBLEM")
 				for _, f := range rep.Findings {
-					fmt.Fprintf(tw, "%s\t%s\t%s\n", f.Check, f.Object, f.Message)
+					fmt.Fprintf(tw, "%s\t%s\t%s\n", p(f.Check), p(f.Object), p(f.Message))
 				}
 				_ = tw.Flush()
 				fmt.Fprintln(out, "\nHow to fix:")
@@ -88,7 +91,7 @@ func newDoctorCommand() *cobra.Command {
 				for _, f := range rep.Findings {
 					if k := f.Check + f.Fix; !seen[k] {
 						seen[k] = true
-						fmt.Fprintf(out, "  %s: %s\n", f.Check, f.Fix)
+						fmt.Fprintf(out, "  %s: %s\n", p(f.Check), p(f.Fix))
 					}
 				}
 			default:

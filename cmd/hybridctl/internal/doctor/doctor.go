@@ -1,6 +1,7 @@
 // Package doctor inspects a cluster running Hybrid CCM and reports what a person
 // needs to fix: nodes talos-ccm has not initialized (or initialized without the
-// routing label or providerID), cloud-controller-managers that would fight
+// routing label or providerID), nodes whose Talos API talos-ccm cannot reach
+// (its current TalosAPIUnavailable events), cloud-controller-managers that would fight
 // (foreign cloud-node controllers, shared leader-election leases), NativeCCMs
 // that are not Ready or whose installed CCM is not running, kubelet-serving
 // CSRs nobody decides, pod CIDR overlaps, a fence the API server does not
@@ -119,7 +120,13 @@ type Report struct {
 	Inspected Counts `json:"inspected"`
 
 	coordinator *controllerRef // the coordinator's Deployment, once found
+	now         time.Time      // Options.Now
 }
+
+// memberInstallGrace is how long a split member's identity may exist before
+// its NativeCCM lists the member (status.members): the coordinator creates the
+// ServiceAccount with the release and writes the status after it.
+const memberInstallGrace = 15 * time.Minute
 
 // Counts of what a Report inspected.
 type Counts struct {
@@ -147,7 +154,7 @@ func Run(ctx context.Context, c client.Client, o Options) (*Report, error) {
 	if o.Now.IsZero() {
 		o.Now = time.Now()
 	}
-	r := &Report{}
+	r := &Report{now: o.Now}
 	if o.Component != "" {
 		if err := r.runComponent(ctx, c, o); err != nil {
 			return nil, err
@@ -162,6 +169,9 @@ func Run(ctx context.Context, c client.Client, o Options) (*Report, error) {
 	r.Inspected.Nodes = len(nodes.Items)
 	r.checkNodes(nodes.Items, o)
 	r.checkPodCIDRs(nodes.Items)
+	if err := r.checkTalosAPI(ctx, c, nodes.Items, o); err != nil {
+		return nil, err
+	}
 	// Deployments: the CCMs among them (checkWorkloads), talos-ccm and the
 	// coordinator (checkControllers); read once.
 	var deps appsv1.DeploymentList
@@ -554,6 +564,8 @@ func (r *Report) checkOrphans(ctx context.Context, c client.Client, ns string, n
 	// split: the NativeCCMs split by a label, whose members' identities are
 	// native-ccm-<name>--<value> (v1alpha1.NativeCCM.MemberName).
 	split := map[string]bool{}
+	// members: the members the NativeCCMs list (status.members).
+	members := map[string]bool{}
 	for _, n := range nccms {
 		exists[n.Name] = true
 		if n.Spec.Domain != nil && n.Spec.Domain.SplitBy != "" {
@@ -561,7 +573,7 @@ func (r *Report) checkOrphans(ctx context.Context, c client.Client, ns string, n
 		}
 		for _, m := range n.Status.Members {
 			if name, ok := strings.CutPrefix(m.Release, v1.ReleasePrefix); ok {
-				exists[name] = true
+				members[name] = true
 			}
 		}
 	}
@@ -576,13 +588,22 @@ func (r *Report) checkOrphans(ctx context.Context, c client.Client, ns string, n
 		}
 		for _, sa := range sas.Items {
 			name, ok := strings.CutPrefix(sa.Name, v1.ReleasePrefix)
-			if !ok || exists[name] {
+			// The fence reads native-ccm-<name>--<value> as NativeCCM
+			// <name>'s member for <value>, split at the first "--"
+			// (NativeCCM names hold none), whatever NativeCCMs exist.
+			owner, value, member := strings.Cut(name, "--")
+			if !ok || members[name] || !member && exists[name] {
 				continue
 			}
-			// A member the coordinator is installing (not in status yet)
-			// or taking out (a value whose nodes went).
-			owner, value, member := cutLast(name, "--")
 			if member && split[owner] {
+				// A member being installed is not listed yet; one its
+				// NativeCCM never lists is left behind (or made by hand).
+				if r.now.Sub(sa.CreationTimestamp.Time) < memberInstallGrace {
+					continue
+				}
+				r.add(CheckOrphanIdentity, "serviceaccount/"+ns+"/"+sa.Name,
+					fmt.Sprintf("find what runs as it (kubectl -n %s get pods -o wide --field-selector spec.serviceAccountName=%s) and delete it; NativeCCM %s's members: kubectl get nativeccm %s -o jsonpath='{.status.members}'", ns, sa.Name, owner, owner),
+					"is the identity of a member of NativeCCM %s for %q, which %s does not list (status.members) after %s: the fence lets it change only the nodes labelled with that value", owner, value, owner, memberInstallGrace)
 				continue
 			}
 			if member && exists[owner] {
@@ -896,13 +917,4 @@ func (r *Report) checkUnowned(nccms []v1.NativeCCM, nodes []corev1.Node) {
 		r.add(CheckUnowned, "platform/"+p, "give them a NativeCCM whose spec.domain.selector covers them, or widen a domain (docs/coordinator.md, \"Domains\"): kubectl get nodes -L topology.kubernetes.io/region,"+v1.DomainLabel+" -l "+names.PlatformLabel+"="+p,
 			"%d node(s) of platform %s are in no NativeCCM's domain, so no native CCM manages their lifecycle: %s", len(list), p, strings.Join(shown, ", "))
 	}
-}
-
-// cutLast is strings.Cut at the last sep.
-func cutLast(s, sep string) (before, after string, found bool) {
-	i := strings.LastIndex(s, sep)
-	if i < 0 {
-		return s, "", false
-	}
-	return s[:i], s[i+len(sep):], true
 }

@@ -237,7 +237,10 @@ func TestDoctor(t *testing.T) {
 	create(t, c, split,
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "native-ccm-split--eu-west-1", Namespace: coordinatorNS}},
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "native-ccm-split--us-east-1", Namespace: coordinatorNS}},
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "native-ccm-hcloud--fsn1", Namespace: coordinatorNS}})
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "native-ccm-hcloud--fsn1", Namespace: coordinatorNS}},
+		// the fence reads it as split's member for "eu--x" (first "--"):
+		// no member has that value
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "native-ccm-split--eu--x", Namespace: coordinatorNS}})
 	split.Status.Members = []v1.MemberStatus{{Value: "eu-west-1", Release: "native-ccm-split--eu-west-1", Ready: true}}
 	apimeta.SetStatusCondition(&split.Status.Conditions, metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Ready", Message: "every member leads"})
 	apimeta.SetStatusCondition(&split.Status.Conditions, metav1.Condition{Type: v1.NodesOwnedCondition, Status: metav1.ConditionFalse, Reason: "SplitValuesUnserved",
@@ -290,6 +293,8 @@ func TestDoctor(t *testing.T) {
 		"OrphanedFenceGrant clusterrole/hybrid-ccm:fence:gone",
 		"OrphanedNativeCCMIdentity serviceaccount/hybrid-ccm-system/native-ccm-gone",
 		"OrphanedNativeCCMIdentity serviceaccount/hybrid-ccm-system/native-ccm-hcloud--fsn1",
+		"OrphanedNativeCCMIdentity serviceaccount/hybrid-ccm-system/native-ccm-split--eu--x",
+		"OrphanedNativeCCMIdentity serviceaccount/hybrid-ccm-system/native-ccm-split--us-east-1",
 		"PodCIDROverlap node/overlap-b",
 		"SharedLeaderLease lease/kube-system/cloud-controller-manager",
 		"UnfencedNodeLifecycleGrant clusterrolebinding/native-ccm-elsewhere",
@@ -299,17 +304,24 @@ func TestDoctor(t *testing.T) {
 		t.Fatalf("findings:\n got %q\nwant %q", got, want)
 	}
 	for _, f := range rep.Findings {
+		if f.Object == "serviceaccount/"+coordinatorNS+"/native-ccm-split--eu--x" && !strings.Contains(f.Message, `a member of NativeCCM split for "eu--x"`) {
+			t.Errorf("a member name with two separators: %s", f.Message)
+		}
+		if f.Object == "serviceaccount/"+coordinatorNS+"/native-ccm-split--us-east-1" && !strings.Contains(f.Message, `a member of NativeCCM split for "us-east-1", which split does not list (status.members) after 15m0s`) {
+			t.Errorf("split member left behind: %s", f.Message)
+		}
 		if f.Message == "" || f.Fix == "" {
 			t.Errorf("finding %s %s lacks message or fix", f.Check, f.Object)
 		}
 	}
-	// the same cluster seen "now": young nodes and CSRs are not yet problems
+	// the same cluster seen "now": young nodes and CSRs are not yet problems,
+	// nor a split member's identity its NativeCCM does not list yet
 	rep, err = doctor.Run(ctx, c, doctor.Options{UninitializedAfter: 10 * time.Minute, CSRPendingAfter: 5 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range findings(rep) {
-		if strings.HasPrefix(f, doctor.CheckUninitialized) || strings.HasPrefix(f, doctor.CheckPendingCSR) {
+		if strings.HasPrefix(f, doctor.CheckUninitialized) || strings.HasPrefix(f, doctor.CheckPendingCSR) || strings.HasSuffix(f, "native-ccm-split--us-east-1") || strings.HasSuffix(f, "native-ccm-split--eu--x") {
 			t.Errorf("young object reported: %s", f)
 		}
 	}

@@ -1,0 +1,148 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// The node cache is a watch of its own and may be behind a client's: a
+// client that has just seen a Node leave the view (a relabel into another
+// domain, on its own watch through the gate) may GET it before the cache has
+// heard of the change. So a GET the cache let through is answered only when
+// the Node in the API server's answer is in the view; otherwise the gate
+// answers 404, as for any Node outside it. Whatever the answer shows is then
+// what the view decided on.
+
+// nodeAnswer travels with a GET of a Node (or its status) that the node cache
+// placed in the view, to ModifyResponse.
+type nodeAnswer struct {
+	media mediaKind
+	rt    route
+}
+
+type nodeAnswerKey struct{}
+
+// maxNodeAnswer bounds a single-Node answer the gate reads (the API server's
+// own limit for an object is far lower).
+const maxNodeAnswer = 8 << 20
+
+// checkedGet forwards a GET of a Node or its status, which the node cache
+// places in the view, with the check of its answer. It returns false when the
+// request is not one (any other method or subresource, an encoding the gate
+// cannot read, a cache miss or no cache): the caller checks it with a read.
+func (p *Proxy) checkedGet(w http.ResponseWriter, r *http.Request, rt route) bool {
+	if r.Method != http.MethodGet || (rt.subresource != "" && rt.subresource != "status") {
+		return false
+	}
+	media, ok := negotiateMedia(r.Header.Values("Accept"))
+	if !ok {
+		return false
+	}
+	if _, ok := p.cachedInView(rt.name); !ok {
+		return false
+	}
+	prepareAnswerRequest(r, media)
+	a := &nodeAnswer{media: media, rt: rt}
+	p.log.V(5).Info("forwarding", "method", r.Method, "path", r.URL.Path, "query", r.URL.RawQuery, "decision", "checked")
+	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), nodeAnswerKey{}, a)))
+	return true
+}
+
+// checkNodeAnswer answers 404 in place of a Node outside the view.
+func (p *Proxy) checkNodeAnswer(resp *http.Response, a *nodeAnswer) error {
+	if resp.StatusCode != http.StatusOK {
+		// The API server's own answer (404 when the Node is gone).
+		p.metrics.requests.WithLabelValues(a.rt.kind.String(), decisionForwarded).Inc()
+		return nil
+	}
+	if got := mediaOf(resp.Header.Get("Content-Type")); got != a.media {
+		return fmt.Errorf("the API server answered %q to a request for %q", resp.Header.Get("Content-Type"), a.media.contentType())
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxNodeAnswer+1))
+	_ = resp.Body.Close()
+	if err != nil {
+		return fmt.Errorf("read Node: %w", err)
+	}
+	if len(body) > maxNodeAnswer {
+		return errors.New("node answer too large")
+	}
+	l, err := nodeLabels(a.media, body)
+	if err != nil {
+		return fmt.Errorf("%w: node %s: %w", errUndecodedAnswer, a.rt.name, err)
+	}
+	if !p.selector.Matches(labels.Set(l)) {
+		p.metrics.requests.WithLabelValues(a.rt.kind.String(), decisionHidden).Inc()
+		p.log.V(2).Info("node outside the view (the node cache was behind)", "node", a.rt.name, "subresource", a.rt.subresource)
+		replaceWithStatus(resp, notFound(nodesResource, a.rt.name))
+		return nil
+	}
+	p.metrics.requests.WithLabelValues(a.rt.kind.String(), decisionForwarded).Inc()
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	resp.ContentLength = int64(len(body))
+	resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	return nil
+}
+
+// pbNodeMetadata is the field number of Node's metadata.
+const pbNodeMetadata protowire.Number = 1
+
+// nodeLabels reads the labels of a Node: JSON, or protobuf in its envelope.
+func nodeLabels(media mediaKind, body []byte) (map[string]string, error) {
+	if media == mediaProtobuf {
+		o, err := readProtoObject(body)
+		if err != nil {
+			return nil, err
+		}
+		if o.kind != "Node" {
+			return nil, fmt.Errorf("a %q, not a Node", o.kind)
+		}
+		l := map[string]string{}
+		err = protoFields(o.raw, func(f protoField) error {
+			if f.num != pbNodeMetadata || f.typ != protowire.BytesType {
+				return nil
+			}
+			return protoFields(f.value, func(m protoField) error {
+				if m.num != pbMetaLabels || m.typ != protowire.BytesType {
+					return nil
+				}
+				// A map entry: 1: key, 2: value.
+				var key, value []byte
+				err := protoFields(m.value, func(e protoField) error {
+					switch {
+					case e.typ != protowire.BytesType:
+					case e.num == 1:
+						key = e.value
+					case e.num == 2:
+						value = e.value
+					}
+					return nil
+				})
+				l[string(key)] = string(value)
+				return err
+			})
+		})
+		return l, err
+	}
+	var n struct {
+		Kind     string `json:"kind"`
+		Metadata struct {
+			Labels map[string]string `json:"labels"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(body, &n); err != nil {
+		return nil, err
+	}
+	if n.Kind != "Node" {
+		return nil, fmt.Errorf("a %q, not a Node", n.Kind)
+	}
+	return n.Metadata.Labels, nil
+}
