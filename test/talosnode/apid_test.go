@@ -57,6 +57,28 @@ func TestMachineForwards(t *testing.T) {
 	if got := ep.Node("w-1").Calls(); got != 2 {
 		t.Fatalf("w-1's node served %d requests, want 2", got)
 	}
+	// The second hop is apid's own certificate (os:impersonator): w-1's
+	// apid saw both forwarded requests as such, and only those.
+	if got := ep.ViaApid(); got != 2 {
+		t.Fatalf("the machines received %d requests from an apid (os:impersonator), want 2", got)
+	}
+	// A caller without a Talos role is refused by cp-1's apid before any
+	// forward: w-1 hears nothing of it.
+	nobody := filepath.Join(t.TempDir(), "talosconfig")
+	if err := ep.WriteClientConfig(nobody, "os:nobody", addrs["cp-1"]); err != nil {
+		t.Fatal(err)
+	}
+	c2, err := talos.New(context.Background(), talos.Options{ConfigPath: nobody, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c2.Close() })
+	if _, err := c2.PlatformMetadata(ctx, "w-1"); err == nil || !strings.Contains(err.Error(), "not allowed") {
+		t.Fatalf("a certificate without a Talos role: %v", err)
+	}
+	if got, calls, via := ep.Forwarded("cp-1"), ep.Node("w-1").Calls(), ep.ViaApid(); got != 2 || calls != 2 || via != 2 {
+		t.Fatalf("after a refused request cp-1 forwarded %d, w-1 served %d, the machines received %d from an apid; want 2, 2, 2", got, calls, via)
+	}
 	// A fault of the target machine reaches the caller through the hop.
 	ep.Node("w-1").SetUnreachable(true, false)
 	if _, err := c.PlatformMetadata(ctx, "w-1"); err == nil || !strings.Contains(err.Error(), "no route to host") {

@@ -19,6 +19,7 @@ package talosnode
 import (
 	"context"
 	"crypto/tls"
+	stdx509 "crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -58,10 +59,9 @@ type Endpoint struct {
 	grpc     *grpc.Server
 
 	// machines: the apid of each machine that serves its own listener
-	// (ServeMachine), and the connections apids forward over.
+	// (ServeMachine).
 	machineMu sync.Mutex
 	machines  map[string]*machine
-	forwards  map[string]*grpc.ClientConn
 
 	mu    sync.RWMutex
 	nodes map[string]*Node // by every address and by name
@@ -101,7 +101,7 @@ func Start() (*Endpoint, error) {
 	if err != nil {
 		return nil, fmt.Errorf("talosnode: listen: %w", err)
 	}
-	e := &Endpoint{pki: pki, tls: tlsCfg, listener: lis, nodes: map[string]*Node{}, machines: map[string]*machine{}, forwards: map[string]*grpc.ClientConn{}}
+	e := &Endpoint{pki: pki, tls: tlsCfg, listener: lis, nodes: map[string]*Node{}, machines: map[string]*machine{}}
 	e.grpc = grpc.NewServer(
 		grpc.Creds(credentials.NewTLS(tlsCfg)),
 		grpc.UnaryInterceptor(e.unary),
@@ -136,10 +136,7 @@ func (e *Endpoint) Stop() {
 	e.machineMu.Lock()
 	defer e.machineMu.Unlock()
 	for _, m := range e.machines {
-		m.grpc.Stop()
-	}
-	for _, c := range e.forwards {
-		_ = c.Close()
+		m.apid.stop()
 	}
 }
 
@@ -155,6 +152,26 @@ func (e *Endpoint) ClientConfig(role string) (*clientconfig.Config, error) {
 	}
 	return clientconfig.NewConfig("sim", []string{e.Addr()}, e.pki.CAPEM,
 		&x509.PEMEncodedCertificateAndKey{Crt: crt, Key: key}), nil
+}
+
+// ClientTLS is a client's TLS configuration with a certificate of the given
+// role (os:reader if empty), trusting the endpoint's CA: for a test that
+// dials the Talos API itself rather than through talos-ccm's client.
+func (e *Endpoint) ClientTLS(role string) (*tls.Config, error) {
+	if role == "" {
+		role = "os:reader"
+	}
+	crt, key, err := e.pki.issue("talos-ccm", []string{role}, false, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	pair, err := tls.X509KeyPair(crt, key)
+	if err != nil {
+		return nil, err
+	}
+	roots := stdx509.NewCertPool()
+	roots.AddCert(e.pki.caCert)
+	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: roots, MinVersion: tls.VersionTLS13}, nil
 }
 
 // WriteClientConfig writes ClientConfig(role) to path; endpoints, when given,

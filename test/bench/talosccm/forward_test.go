@@ -69,16 +69,16 @@ type apidProcess struct {
 	addrs []netip.AddrPort
 }
 
-// startApid starts the control planes' apid, one listener per address in
-// listen, forwarding to the simulated machines at nodes with the credentials
-// in creds; its standard error goes to log.
+// startApid starts the control planes' apid (the binary bin), one listener
+// per address in listen, forwarding to the simulated machines at nodes with
+// the credentials in creds; its standard error goes to log.
 // With profile set, it writes a CPU profile of its life there.
-func startApid(b *testing.B, creds, nodes string, listen []string, log *os.File, profile string) *apidProcess {
+func startApid(b testing.TB, bin, creds, nodes string, listen []string, log *os.File, profile string) *apidProcess {
 	args := []string{"-credentials", creds, "-nodes", nodes, "-listen", strings.Join(listen, ",")}
 	if profile != "" {
 		args = append(args, "-cpuprofile", profile)
 	}
-	cmd := exec.Command(apid, args...)
+	cmd := exec.Command(bin, args...)
 	cmd.Stderr = log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()

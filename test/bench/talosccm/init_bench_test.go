@@ -79,6 +79,15 @@ const (
 	registrants = 32
 )
 
+// machineSpec is what the Talos machine of node name, number k, reports:
+// what talos-ccm reads to initialize the node.
+func machineSpec(name string, k int) talosnode.Spec {
+	return talosnode.Spec{
+		Metadata:  &runtime.PlatformMetadataSpec{Platform: "aws", Hostname: name, Region: "us-east-1", Zone: "us-east-1a", InstanceType: "m5.large", InstanceID: "i-" + strconv.Itoa(k), ProviderID: "aws:///us-east-1a/i-" + strconv.Itoa(k)},
+		Addresses: []talosnode.Address{{Link: "eth0", Prefix: ipOf(k) + "/8"}, {Link: "external", Prefix: fmt.Sprintf("198.51.%d.%d/32", (k/256)%256, k%256)}},
+	}
+}
+
 func ipOf(i int) string { return fmt.Sprintf("10.%d.%d.%d", 100+i/65536, (i/256)%256, i%256) }
 
 // registration is a Node as a kubelet registers it when the cloud provider is
@@ -320,10 +329,7 @@ func initialize(b *testing.B, nodes int) {
 	addTalos := func(r int) {
 		for i := -1; i < nodes; i++ {
 			name, k := nodeName(r, i), index(r, i)
-			n, err := ep.AddNode(name, []string{ipOf(k)}, talosnode.Spec{
-				Metadata:  &runtime.PlatformMetadataSpec{Platform: "aws", Hostname: name, Region: "us-east-1", Zone: "us-east-1a", InstanceType: "m5.large", InstanceID: "i-" + strconv.Itoa(k), ProviderID: "aws:///us-east-1a/i-" + strconv.Itoa(k)},
-				Addresses: []talosnode.Address{{Link: "eth0", Prefix: ipOf(k) + "/8"}, {Link: "external", Prefix: fmt.Sprintf("198.51.%d.%d/32", (k/256)%256, k%256)}},
-			})
+			n, err := ep.AddNode(name, []string{ipOf(k)}, machineSpec(name, k))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -448,7 +454,7 @@ func initialize(b *testing.B, nodes int) {
 		if heapDir != "" && r == rounds-1 {
 			apidProfile = filepath.Join(heapDir, fmt.Sprintf("apid-cpu-%d.pprof", nodes))
 		}
-		cp := startApid(b, apidCreds, ep.Addr(), listen, apidLog, apidProfile)
+		cp := startApid(b, apid, apidCreds, ep.Addr(), listen, apidLog, apidProfile)
 		if err := talosnode.KeepService(ctx, env.Client, cp.addrs...); err != nil {
 			cp.stop()
 			b.Fatal(err)

@@ -2,9 +2,10 @@
 // process of its own (as apid is on a control-plane machine) whose CPU time
 // the benchmark reports beside talos-ccm's, on the same cores as the API
 // server. Each listener is one control plane's apid (talosnode.Forwarder):
-// it forwards every request to the machine its "node" metadata names, over a
-// mutual-TLS connection of its own per machine, to the simulated machines'
-// apid (the benchmark's talosnode endpoint).
+// it passes every request through to the machine its "node" metadata names,
+// frames undecoded as Talos's apid proxies them, over a mutual-TLS
+// connection of its own per machine, to the simulated machines' apid (the
+// benchmark's talosnode endpoint).
 //
 //	apid -credentials FILE -nodes HOST:PORT -listen ADDR[,ADDR...] [-cpuprofile FILE]
 //
