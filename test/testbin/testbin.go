@@ -167,7 +167,7 @@ func Tree(root string) (string, error) {
 		return "", nil
 	}
 	git := func(args ...string) ([]byte, error) {
-		cmd := exec.Command("git", append([]string{"-C", root}, args...)...)
+		cmd := exec.Command("git", append([]string{"--no-optional-locks", "-C", root}, args...)...)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
