@@ -16,26 +16,22 @@
 //     this one is refused, never used.
 //
 // Without HYBRID_CCM_TEST_BIN (go test of one package) the callers build
-// what they need themselves, as before. It imports nothing of the project:
-// hack/ship's own tests use it.
+// what they need themselves, as before. It imports nothing of the project but
+// test/testenv: hack/ship's own tests use it.
 package testbin
 
 import (
-	"archive/tar"
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 
-	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
 
 // Env names the run's directory.
@@ -51,12 +47,6 @@ const (
 
 // DevCommands are the commands prepare builds into dev/.
 var DevCommands = []string{"talos-ccm", "ccm-coordinator", "hybridctl"}
-
-// root is the repository root (this file is test/testbin/testbin.go).
-func root() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-}
 
 var (
 	checkOnce sync.Once
@@ -76,7 +66,7 @@ func shared() (string, bool, error) {
 			checkErr = fmt.Errorf("%s=%s is not prepared (hack/test.sh runs `go run ./test/testbin/prepare DIR`): %w", Env, dir, err)
 			return
 		}
-		got, err := Tree(root())
+		got, err := Tree(testenv.RepoRoot())
 		if err != nil {
 			checkErr = fmt.Errorf("%s=%s: %w", Env, dir, err)
 			return
@@ -140,7 +130,7 @@ func BuildDev(dir string, names ...string) error {
 		args = append(args, "./cmd/"+n)
 	}
 	cmd := exec.Command("go", args...)
-	cmd.Dir = root()
+	cmd.Dir = testenv.RepoRoot()
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
 	}
@@ -189,54 +179,4 @@ func Tree(root string) (string, error) {
 	}
 	sum := sha256.Sum256(diff)
 	return strings.TrimSpace(string(head)) + "+" + hex.EncodeToString(sum[:8]), nil
-}
-
-// PlatformImage returns the image of one os/arch in an image index.
-func PlatformImage(idx v1.ImageIndex, platform string) (v1.Image, error) {
-	im, err := idx.IndexManifest()
-	if err != nil {
-		return nil, err
-	}
-	for _, m := range im.Manifests {
-		if m.Platform != nil && m.Platform.OS+"/"+m.Platform.Architecture == platform {
-			return idx.Image(m.Digest)
-		}
-	}
-	return nil, fmt.Errorf("no image for %s", platform)
-}
-
-// ExtractBinary writes /<name> of img (the one layer of a release image) to
-// the file out, executable.
-func ExtractBinary(img v1.Image, name, out string) error {
-	layers, err := img.Layers()
-	if err != nil {
-		return err
-	}
-	if len(layers) == 0 {
-		return errors.New("an image without layers")
-	}
-	rc, err := layers[0].Uncompressed()
-	if err != nil {
-		return err
-	}
-	defer rc.Close()
-	tr := tar.NewReader(rc)
-	for {
-		hdr, err := tr.Next()
-		if err != nil {
-			return fmt.Errorf("no %s in the image: %w", name, err)
-		}
-		if hdr.Name != name {
-			continue
-		}
-		f, err := os.OpenFile(out, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-		if err != nil {
-			return err
-		}
-		if _, err := io.Copy(f, tr); err != nil {
-			f.Close()
-			return err
-		}
-		return f.Close()
-	}
 }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -34,24 +35,23 @@ func main() {
 }
 
 func prepare(ctx context.Context, dir string) error {
-	root, err := ship.FindRoot()
-	if err != nil {
-		return err
-	}
 	// The tree first: a change made while this builds makes the directory
 	// refused, not wrong.
-	tree, err := testbin.Tree(root)
+	root, err := ship.FindRoot()
+	var tree string
+	if err == nil {
+		tree, err = testbin.Tree(root)
+	}
 	if err != nil {
 		return err
 	}
 	start := time.Now()
 	images := filepath.Join(dir, testbin.ImagesDir)
-	refs, err := ship.Build(ctx, ship.Options{Root: root, Platforms: shiptest.Platforms(), Out: images})
-	if err != nil {
+	if _, err := ship.Build(ctx, ship.Options{Root: root, Platforms: shiptest.Platforms(), Out: images}); err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "prepare: images of %v in %s\n", shiptest.Platforms(), time.Since(start).Round(time.Second))
-	if err := extract(root, images, filepath.Join(dir, testbin.ReleaseDir), refs); err != nil {
+	if err := extract(images, filepath.Join(dir, testbin.ReleaseDir)); err != nil {
 		return err
 	}
 	start = time.Now()
@@ -62,38 +62,32 @@ func prepare(ctx context.Context, dir string) error {
 	return os.WriteFile(filepath.Join(dir, testbin.TreeFile), []byte(tree+"\n"), 0o644)
 }
 
-// extract writes this machine's binary of every image of the layout into out.
-func extract(root, images, out string, refs map[string]v1.Hash) error {
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return err
+// extract writes this machine's binary of every image of the layout into out,
+// named as the image.
+func extract(images, out string) error {
+	root, err := layout.ImageIndexFromPath(images)
+	if err == nil {
+		err = os.MkdirAll(out, 0o755)
 	}
-	lp, err := layout.FromPath(images)
+	var im *v1.IndexManifest
+	if err == nil {
+		im, err = root.IndexManifest()
+	}
 	if err != nil {
 		return err
 	}
-	version, err := ship.DefaultVersion(root)
-	if err != nil {
-		return err
-	}
-	for _, name := range ship.Images {
-		ref := ship.ImageRef(ship.DefaultRegistry, name, version)
-		d, ok := refs[ref]
-		if !ok {
-			return fmt.Errorf("%s: no %s", images, ref)
+	for _, desc := range im.Manifests {
+		ref := desc.Annotations[ship.AnnotationRefName]
+		name := ref[strings.LastIndex(ref, "/")+1 : strings.LastIndex(ref, ":")]
+		idx, err := root.ImageIndex(desc.Digest)
+		var img v1.Image
+		if err == nil {
+			img, err = testbin.PlatformImage(idx, ship.HostPlatform())
 		}
-		idx, err := lp.ImageIndex()
+		if err == nil {
+			err = testbin.ExtractBinary(img, name, filepath.Join(out, name))
+		}
 		if err != nil {
-			return err
-		}
-		ii, err := idx.ImageIndex(d)
-		if err != nil {
-			return err
-		}
-		img, err := testbin.PlatformImage(ii, ship.HostPlatform())
-		if err != nil {
-			return fmt.Errorf("%s: %w", ref, err)
-		}
-		if err := testbin.ExtractBinary(img, name, filepath.Join(out, name)); err != nil {
 			return fmt.Errorf("%s: %w", ref, err)
 		}
 	}
