@@ -45,6 +45,11 @@ func prepare(ctx context.Context, dir string) error {
 	if err != nil {
 		return err
 	}
+	// Tests run the binaries as other users too (hybridctl demo refusing an
+	// unprivileged one): mktemp's 0700 would keep them out.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return err
+	}
 	start := time.Now()
 	images := filepath.Join(dir, testbin.ImagesDir)
 	if _, err := ship.Build(ctx, ship.Options{Root: root, Platforms: shiptest.Platforms(), Out: images}); err != nil {
