@@ -28,6 +28,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 
@@ -149,15 +150,16 @@ func file(sub, name string) (string, bool, error) {
 	return p, true, nil
 }
 
-// Tree identifies the state of the tracked files of the repository at root:
-// HEAD's tree and the changes to it not committed (staged or not). It is
-// empty outside a git checkout.
+// Tree identifies the content of the tracked files of the repository at root
+// as the working tree has them, committed or not: one content, one string,
+// whatever was committed since. It is empty outside a git checkout.
 func Tree(root string) (string, error) {
 	if _, err := os.Stat(filepath.Join(root, ".git")); err != nil {
 		return "", nil
 	}
-	git := func(args ...string) ([]byte, error) {
+	git := func(stdin string, args ...string) ([]byte, error) {
 		cmd := exec.Command("git", append([]string{"--no-optional-locks", "-C", root}, args...)...)
+		cmd.Stdin = strings.NewReader(stdin)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
@@ -166,17 +168,49 @@ func Tree(root string) (string, error) {
 		}
 		return out, nil
 	}
-	head, err := git("rev-parse", "HEAD^{tree}")
+	// The index's blob of every tracked file ("<mode> <blob> <stage>\t<path>")...
+	index, err := git("", "ls-files", "-s", "-z")
 	if err != nil {
 		return "", err
 	}
-	diff, err := git("diff", "--binary", "--no-ext-diff", "HEAD")
+	blobs := map[string]string{}
+	for _, e := range strings.Split(strings.TrimSuffix(string(index), "\x00"), "\x00") {
+		meta, path, ok := strings.Cut(e, "\t")
+		if f := strings.Fields(meta); ok && len(f) == 3 {
+			blobs[path] = f[1]
+		}
+	}
+	// ...where the working tree differs from HEAD, the blob of the file as it
+	// is (hash-object without -w writes nothing), or none for a deleted one.
+	diff, err := git("", "diff", "--name-only", "-z", "--no-renames", "HEAD")
 	if err != nil {
 		return "", err
 	}
-	if len(diff) == 0 {
-		return strings.TrimSpace(string(head)), nil
+	var present []string
+	for _, p := range strings.Split(strings.TrimSuffix(string(diff), "\x00"), "\x00") {
+		if _, err := os.Lstat(filepath.Join(root, p)); err == nil {
+			present = append(present, p)
+		} else if p != "" {
+			delete(blobs, p)
+		}
 	}
-	sum := sha256.Sum256(diff)
-	return strings.TrimSpace(string(head)) + "+" + hex.EncodeToString(sum[:8]), nil
+	if len(present) > 0 {
+		out, err := git(strings.Join(present, "\n")+"\n", "hash-object", "--stdin-paths")
+		if err != nil {
+			return "", err
+		}
+		for i, h := range strings.Fields(string(out)) {
+			blobs[present[i]] = h
+		}
+	}
+	paths := make([]string, 0, len(blobs))
+	for p := range blobs {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	h := sha256.New()
+	for _, p := range paths {
+		fmt.Fprintf(h, "%s %s\n", blobs[p], p)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
