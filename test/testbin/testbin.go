@@ -188,9 +188,12 @@ func Tree(root string) (string, error) {
 	}
 	var present []string
 	for _, p := range strings.Split(strings.TrimSuffix(string(diff), "\x00"), "\x00") {
+		if p == "" {
+			continue
+		}
 		if _, err := os.Lstat(filepath.Join(root, p)); err == nil {
 			present = append(present, p)
-		} else if p != "" {
+		} else {
 			delete(blobs, p)
 		}
 	}
