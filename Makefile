@@ -78,8 +78,9 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-# hack/test.sh: the packages without a real cluster first, then those that run
-# one (test/cluster and its users), one at a time.
+# hack/test.sh: the commands and their release images built once for the run
+# (test/testbin), the packages without a real cluster, then those that run one
+# (test/cluster and its users), one at a time.
 test: control-plane cluster aws-ccm kubectl lint
 	KUBEBUILDER_ASSETS=$$(hack/control-plane.sh) HYBRID_CCM_CLUSTER_BINARIES=$$(hack/cluster-binaries.sh) GO_TEST_FLAGS="$(TEST_FLAGS)" hack/test.sh
 	$(MAKE) fuzz

@@ -31,6 +31,7 @@ import (
 	cloudproviderapi "k8s.io/cloud-provider/api"
 
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
+	"github.com/hybrid-ccm/hybrid-ccm/test/testbin"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
@@ -262,15 +263,11 @@ func talosCCMBinary(t *testing.T) string {
 		if binaryDir, binaryErr = os.MkdirTemp("", "hybrid-ccm-talos-ccm-"); binaryErr != nil {
 			return
 		}
-		binaryPath = filepath.Join(binaryDir, "talos-ccm")
-		out, err := exec.Command("go", "build", "-o", binaryPath, filepath.Join(testenv.RepoRoot(), "cmd", "talos-ccm")).CombinedOutput()
-		if err != nil {
-			binaryErr = err
-			binaryPath = string(out)
-		}
+		// The run's build (test/testbin), or built into binaryDir.
+		binaryPath, binaryErr = testbin.Dev(binaryDir, "talos-ccm")
 	})
 	if binaryErr != nil {
-		t.Fatalf("build talos-ccm: %v\n%s", binaryErr, binaryPath)
+		t.Fatalf("build talos-ccm: %v", binaryErr)
 	}
 	return binaryPath
 }

@@ -18,6 +18,7 @@ import (
 	cloudproviderapi "k8s.io/cloud-provider/api"
 
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
+	"github.com/hybrid-ccm/hybrid-ccm/test/testbin"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
 
@@ -32,9 +33,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	binaries = dir
-	if out, err := exec.Command("go", "build", "-o", dir, "../../cmd/talos-ccm", "../../cmd/ccm-coordinator").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
+	// The run's builds (test/testbin), or built into dir.
+	if binaries, err = testbin.DevDirectory(dir, "talos-ccm", "ccm-coordinator"); err != nil {
+		fmt.Fprintf(os.Stderr, "build: %v\n", err)
 		os.Exit(1)
 	}
 	code := testenv.Run(m, testenv.Options{

@@ -90,6 +90,7 @@ func TestOperations(t *testing.T) {
 		}); err != nil {
 			t.Fatalf("the new pod's gate never said it waits to read the client CA: pod %v, gate log:\n%s", held != nil, logs)
 		}
+		releaseLease(t, ctx, name, old)
 		w := watchNativeCCM(t, ctx, name, "")
 		o = w.until(t, "Ready=False without a running pod", func(o *v1alpha1.NativeCCM) bool {
 			return apimeta.IsStatusConditionFalse(o.Status.Conditions, "Ready") && apimeta.FindStatusCondition(o.Status.Conditions, "Ready").Reason == "NoRunningPods"
@@ -350,6 +351,7 @@ func TestOperations(t *testing.T) {
 			return apimeta.IsStatusConditionFalse(o.Status.Conditions, "Ready")
 		})
 		t.Logf("leader pod %s deleted: Ready=False %s", old, conditionText(o, "Ready"))
+		releaseLease(t, ctx, name, old)
 		o = w.until(t, "Ready and Healthy, led by a new pod", func(o *v1alpha1.NativeCCM) bool {
 			return apimeta.IsStatusConditionTrue(o.Status.Conditions, "Ready") && apimeta.IsStatusConditionTrue(o.Status.Conditions, v1alpha1.HealthyCondition) &&
 				o.Status.Leader != nil && o.Status.Leader.Pod != "" && o.Status.Leader.Pod != old
@@ -520,6 +522,44 @@ func nativeCCMsRecover(t *testing.T, ctx context.Context, back time.Time) {
 			t.Errorf("native-ccm-%s took %s to renew, more than its lease duration %s", name, took, duration)
 		}
 		chartstest.WaitNativeCCMRunning(t, ctx, f.Config, name)
+	}
+}
+
+// releaseLease gives up the lease of native CCM name for its holder pod, once
+// that pod is gone, as client-go's leader election releases a lease (holder
+// cleared, a duration of one second): what an upstream CCM does not do when it
+// stops, so that the next pod would otherwise wait out the chart's 100 s
+// lease. The test then waits for the next holder, not for that clock; what
+// the coordinator reports of a lease whose holder is gone (Ready=False) was
+// seen before. A lease another holder took meanwhile is left alone.
+func releaseLease(t *testing.T, ctx context.Context, name, pod string) {
+	t.Helper()
+	leases := f.Client.CoordinationV1().Leases(ccmNamespace)
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := f.Client.CoreV1().Pods(ccmNamespace).Get(ctx, pod, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Fatalf("pod %s of native-ccm-%s is not gone: %v", pod, name, err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		l, err := leases.Get(ctx, "native-ccm-"+name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		if holderPod(l) != pod {
+			t.Logf("lease native-ccm-%s: held by %v, not %s's any more", name, l.Spec.HolderIdentity, pod)
+			return true, nil
+		}
+		now := metav1.NewMicroTime(time.Now())
+		l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds = new(""), new(int32(1))
+		l.Spec.AcquireTime, l.Spec.RenewTime = &now, &now
+		if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+			return false, nil // a conflict: read it again
+		}
+		t.Logf("lease native-ccm-%s released for %s, which is gone", name, pod)
+		return true, nil
+	}); err != nil {
+		t.Fatalf("lease native-ccm-%s: not released for %s: %v", name, pod, err)
 	}
 }
 

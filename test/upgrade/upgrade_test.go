@@ -27,6 +27,7 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/test/fleet"
 	"github.com/hybrid-ccm/hybrid-ccm/test/fleet/fleetcheck"
 	"github.com/hybrid-ccm/hybrid-ccm/test/fleet/fleethelm"
+	"github.com/hybrid-ccm/hybrid-ccm/test/testbin"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
 
@@ -213,11 +214,9 @@ func hybridctlVersion(t *testing.T, ctx context.Context) []struct {
 	Versions                   []string
 } {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "hybridctl")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/hybridctl")
-	build.Dir = testenv.RepoRoot()
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/hybridctl: %v\n%s", err, out)
+	bin, err := testbin.Dev(t.TempDir(), "hybridctl")
+	if err != nil {
+		t.Fatal(err)
 	}
 	out, err := exec.CommandContext(ctx, bin, "version", "-o", "json", "--kubeconfig", f.KubeconfigPath).Output()
 	if err != nil {

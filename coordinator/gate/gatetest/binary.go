@@ -16,12 +16,17 @@ import (
 
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy"
 	"github.com/hybrid-ccm/hybrid-ccm/test/benchproc"
+	"github.com/hybrid-ccm/hybrid-ccm/test/testbin"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
 
-// BuildGate builds cmd/ccm-gate into dir as its image has it (static and
-// stripped: benchproc.Build) and returns the binary's path.
+// BuildGate returns the path of cmd/ccm-gate as its image has it (static and
+// stripped): the run's, taken out of its ccm-gate image (test/testbin), or,
+// without one, built into dir (benchproc.Build).
 func BuildGate(dir string) (string, error) {
+	if bin, ok, err := testbin.Release("ccm-gate"); ok {
+		return bin, err
+	}
 	bin := filepath.Join(dir, "ccm-gate")
 	if err := benchproc.Build(testenv.RepoRoot(), bin, "./cmd/ccm-gate"); err != nil {
 		return "", err

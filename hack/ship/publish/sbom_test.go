@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,6 +15,10 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/hybrid-ccm/hybrid-ccm/hack/ship"
+	"github.com/hybrid-ccm/hybrid-ccm/test/testbin"
+	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
 
 // The SBOM of a Go binary (this test's own) lists the binary with its
@@ -24,11 +27,18 @@ import (
 // SHA-256; the same input gives the same bytes, and so the same artifact
 // manifest.
 func TestSBOM(t *testing.T) {
-	// A test binary records no modules: a command of this repository's.
-	exe := filepath.Join(t.TempDir(), "ship")
-	build := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-o", exe, "github.com/hybrid-ccm/hybrid-ccm/hack/ship/cmd/ship")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("%v: %v\n%s", build, err, out)
+	// A test binary records no modules: talos-ccm as its image has it, the
+	// run's (test/testbin) or built here as the images build it.
+	exe, ok, err := testbin.Release("talos-ccm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		exe = filepath.Join(t.TempDir(), "talos-ccm")
+		build := ship.HostBuild(t.Context(), testenv.RepoRoot(), exe, "./cmd/talos-ccm")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", build, err, out)
+		}
 	}
 	bin, err := os.ReadFile(exe)
 	if err != nil {

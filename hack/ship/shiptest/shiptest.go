@@ -4,15 +4,14 @@
 package shiptest
 
 import (
-	"archive/tar"
-	"io"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/hybrid-ccm/hybrid-ccm/test/testbin"
 )
 
 // Platforms are the host's platform and arm64 (amd64 on an arm64 host):
@@ -36,56 +35,20 @@ func (l Log) Write(p []byte) (int, error) {
 // PlatformImage returns the image of one os/arch in an image index.
 func PlatformImage(t *testing.T, idx v1.ImageIndex, platform string) v1.Image {
 	t.Helper()
-	im, err := idx.IndexManifest()
+	img, err := testbin.PlatformImage(idx, platform)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range im.Manifests {
-		if m.Platform != nil && m.Platform.OS+"/"+m.Platform.Architecture == platform {
-			img, err := idx.Image(m.Digest)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return img
-		}
-	}
-	t.Fatalf("no image for %s", platform)
-	return nil
+	return img
 }
 
 // ExtractBinary writes /<name> of img into a temporary file and returns its
 // path.
 func ExtractBinary(t *testing.T, img v1.Image, name string) string {
 	t.Helper()
-	layers, err := img.Layers()
-	if err != nil {
+	p := filepath.Join(t.TempDir(), name)
+	if err := testbin.ExtractBinary(img, name, p); err != nil {
 		t.Fatal(err)
 	}
-	rc, err := layers[0].Uncompressed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
-	tr := tar.NewReader(rc)
-	for {
-		hdr, err := tr.Next()
-		if err != nil {
-			t.Fatalf("no %s in the image: %v", name, err)
-		}
-		if hdr.Name != name {
-			continue
-		}
-		p := filepath.Join(t.TempDir(), name)
-		f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY, 0o755)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.Copy(f, tr); err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Close(); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	return p
 }

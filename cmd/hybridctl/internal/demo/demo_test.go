@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hybrid-ccm/hybrid-ccm/test/testbin"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
 
@@ -41,11 +42,8 @@ func TestMain(m *testing.M) {
 func binaries(t *testing.T) string {
 	t.Helper()
 	build.Do(func() {
-		goBuild := exec.Command("go", "build", "-o", binDir, "./cmd/hybridctl")
-		goBuild.Dir = testenv.RepoRoot()
-		out, err := goBuild.CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("build: %v\n%s", err, out)
+		// The run's build (test/testbin), or built into binDir.
+		if binDir, buildErr = testbin.DevDirectory(binDir, "hybridctl"); buildErr != nil {
 			return
 		}
 		cmd := exec.Command(filepath.Join(testenv.RepoRoot(), "hack", "aws-ccm.sh"))
