@@ -57,10 +57,22 @@ func (p *Proxy) checkedGet(w http.ResponseWriter, r *http.Request, rt route) boo
 	return true
 }
 
-// checkNodeAnswer answers 404 in place of a Node outside the view.
+// checkNodeAnswer answers 404 in place of a Node outside the view, and in
+// place of the API server's own 404: the gate's, the same for both.
 func (p *Proxy) checkNodeAnswer(resp *http.Response, a *nodeAnswer) error {
-	if resp.StatusCode != http.StatusOK {
-		// The API server's own answer (404 when the Node is gone).
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusNotFound:
+		// The gate's own 404, as for a Node outside the view: the two must
+		// not be told apart. The API server's differs (in the client's
+		// encoding, protobuf too, with its own headers and a newline).
+		_ = resp.Body.Close()
+		p.metrics.requests.WithLabelValues(a.rt.kind.String(), decisionHidden).Inc()
+		hideAnswer(resp, notFound(nodesResource, a.rt.name))
+		return nil
+	default:
+		// The API server's own answer (401, 403, 429, ...), as for the
+		// gate's own read of a Node.
 		p.metrics.requests.WithLabelValues(a.rt.kind.String(), decisionForwarded).Inc()
 		return nil
 	}
@@ -82,7 +94,7 @@ func (p *Proxy) checkNodeAnswer(resp *http.Response, a *nodeAnswer) error {
 	if !p.selector.Matches(labels.Set(l)) {
 		p.metrics.requests.WithLabelValues(a.rt.kind.String(), decisionHidden).Inc()
 		p.log.V(2).Info("node outside the view (the node cache was behind)", "node", a.rt.name, "subresource", a.rt.subresource)
-		replaceWithStatus(resp, notFound(nodesResource, a.rt.name))
+		hideAnswer(resp, notFound(nodesResource, a.rt.name))
 		return nil
 	}
 	p.metrics.requests.WithLabelValues(a.rt.kind.String(), decisionForwarded).Inc()

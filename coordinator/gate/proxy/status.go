@@ -41,6 +41,16 @@ func replaceWithStatus(resp *http.Response, s metav1.Status) {
 	resp.Header.Del("Content-Encoding")
 }
 
+// hideAnswer turns an API server's answer into s, with nothing of the API
+// server's answer left: its headers go too, so that the answer is the one
+// writeStatus gives (hide), byte for byte but for the Date.
+func hideAnswer(resp *http.Response, s metav1.Status) {
+	resp.Header = http.Header{}
+	resp.Trailer = nil
+	replaceWithStatus(resp, s)
+	resp.Header.Set("X-Content-Type-Options", "nosniff")
+}
+
 // writeStatus answers with a metav1.Status like the API server's own, so that
 // clients (client-go's apierrors.IsNotFound, IsForbidden, ...) read it as usual.
 func writeStatus(w http.ResponseWriter, s metav1.Status) {
