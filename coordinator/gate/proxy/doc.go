@@ -9,11 +9,11 @@
 //     whatever selector the client sent;
 //   - every request for one Node (/api/v1/nodes/{name} and all its subpaths) is
 //     answered 404 NotFound unless that Node carries the platform label; a GET
-//     the node cache lets through is answered only when the Node in the API
-//     server's answer is in the view, other reads are checked with a fresh
-//     read; a DELETE is checked against a fresh read and forwarded with uid
-//     and resourceVersion preconditions, so a relabel between the check and
-//     the delete fails;
+//     (JSON or protobuf) is answered only when the Node in the API server's
+//     answer is in the view, other reads are checked with a fresh read; a
+//     DELETE is checked against a fresh read and forwarded with uid and
+//     resourceVersion preconditions, so a relabel between the check and the
+//     delete fails;
 //   - node creation, deletecollection and the legacy /api/v1/proxy/nodes path are
 //     refused;
 //   - Services: a CCM sees only those of type LoadBalancer of its

@@ -14,16 +14,17 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 )
 
-// The node cache is a watch of its own and may be behind a client's: a
-// client that has just seen a Node leave the view (a relabel into another
-// domain, on its own watch through the gate) may GET it before the cache has
-// heard of the change. So a GET the cache let through is answered only when
+// A GET of a Node (or its status) in JSON or protobuf is answered only when
 // the Node in the API server's answer is in the view; otherwise the gate
 // answers 404, as for any Node outside it. Whatever the answer shows is then
-// what the view decided on.
+// what the view decided on. A check before the GET could not promise that:
+// the node cache is a watch of its own and may be behind a client's (a client
+// that has just seen a Node leave the view, on its own watch through the gate,
+// may GET it before the cache has heard of the change), and a read of the Node
+// is one request, the GET another, with a relabel possible in between (a cache
+// miss, a Node that has just joined the view, or no cache at all).
 
-// nodeAnswer travels with a GET of a Node (or its status) that the node cache
-// placed in the view, to ModifyResponse.
+// nodeAnswer travels with a GET of a Node (or its status) to ModifyResponse.
 type nodeAnswer struct {
 	media mediaKind
 	rt    route
@@ -35,26 +36,24 @@ type nodeAnswerKey struct{}
 // own limit for an object is far lower).
 const maxNodeAnswer = 8 << 20
 
-// checkedGet forwards a GET of a Node or its status, which the node cache
-// places in the view, with the check of its answer. It returns false when the
-// request is not one (any other method or subresource, an encoding the gate
-// cannot read, a cache miss or no cache): the caller checks it with a read.
-func (p *Proxy) checkedGet(w http.ResponseWriter, r *http.Request, rt route) bool {
+// answerMedia says whether the answer to r is checked itself: a GET of a
+// Node or its status in an encoding the gate reads (JSON, protobuf), and in
+// which. Any other read (another method or subresource, an encoding the gate
+// cannot read) is checked with a read of the Node only.
+func answerMedia(r *http.Request, rt route) (mediaKind, bool) {
 	if r.Method != http.MethodGet || (rt.subresource != "" && rt.subresource != "status") {
-		return false
+		return mediaNone, false
 	}
-	media, ok := negotiateMedia(r.Header.Values("Accept"))
-	if !ok {
-		return false
-	}
-	if _, ok := p.cachedInView(rt.name); !ok {
-		return false
-	}
+	return negotiateMedia(r.Header.Values("Accept"))
+}
+
+// forwardChecked forwards a GET of a Node or its status (answerMedia) with the
+// check of its answer.
+func (p *Proxy) forwardChecked(w http.ResponseWriter, r *http.Request, rt route, media mediaKind) {
 	prepareAnswerRequest(r, media)
 	a := &nodeAnswer{media: media, rt: rt}
 	p.log.V(5).Info("forwarding", "method", r.Method, "path", r.URL.Path, "query", r.URL.RawQuery, "decision", "checked")
 	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), nodeAnswerKey{}, a)))
-	return true
 }
 
 // checkNodeAnswer answers 404 in place of a Node outside the view, and in
@@ -93,7 +92,7 @@ func (p *Proxy) checkNodeAnswer(resp *http.Response, a *nodeAnswer) error {
 	}
 	if !p.selector.Matches(labels.Set(l)) {
 		p.metrics.requests.WithLabelValues(a.rt.kind.String(), decisionHidden).Inc()
-		p.log.V(2).Info("node outside the view (the node cache was behind)", "node", a.rt.name, "subresource", a.rt.subresource)
+		p.log.V(2).Info("node outside the view", "node", a.rt.name, "subresource", a.rt.subresource)
 		hideAnswer(resp, notFound(nodesResource, a.rt.name))
 		return nil
 	}

@@ -4,10 +4,18 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/gatetest"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy"
@@ -107,5 +115,101 @@ func TestViewNotFoundAlike(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// startRelay starts a proxy in front of the API server that authenticates as
+// the CCM and calls before on every request before it forwards it: a test
+// changes the cluster between the gate's requests with it.
+func startRelay(t *testing.T, before func(r *http.Request)) string {
+	t.Helper()
+	tr, err := rest.TransportFor(ccmConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, err := url.Parse(ccmConfig.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(up) }, Transport: tr, FlushInterval: -1}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		before(r)
+		rp.ServeHTTP(w, r)
+	}))
+	// registered before the gate's: closed after the gate stopped
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+	})
+	return srv.URL
+}
+
+// TestViewNodeLeavesDuringGet: a node that leaves the view between the
+// gate's check and the API server's answer to the GET is not shown: the
+// answer is checked, whether the node cache holds the node, misses it (a
+// node that has just joined the view), or is off (--cache=false).
+func TestViewNodeLeavesDuringGet(t *testing.T) {
+	needEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const group = "leaves"
+	platform := group + "-aws"
+	n := func(s string) string { return group + "-" + s }
+	fixture(t, group,
+		gatetest.NodeSpec{Name: n("a"), Platform: platform, ProviderID: "aws:///eu-west-1a/i-1", Labels: map[string]string{regionLabel: "eu-west-1"}},
+	)
+	relabel := func(ctx context.Context, region string) {
+		if _, err := env.Client.CoreV1().Nodes().Patch(ctx, n("a"), types.MergePatchType,
+			[]byte(`{"metadata":{"labels":{"`+regionLabel+`":"`+region+`"}}}`), metav1.PatchOptions{}); err != nil {
+			t.Error(err)
+		}
+	}
+	// armed: the next GET of the node itself (not the gate's metadata-only
+	// check) moves the node to another region before the API server reads it
+	var armed atomic.Bool
+	relay := startRelay(t, func(r *http.Request) {
+		if r.Method == http.MethodGet && r.URL.Path == "/api/v1/nodes/"+n("a") &&
+			!strings.Contains(r.Header.Get("Accept"), "as=PartialObjectMetadata") && armed.CompareAndSwap(true, false) {
+			relabel(r.Context(), "us-east-1")
+		}
+	})
+	for _, tc := range []struct {
+		name  string
+		cache bool
+		drop  bool
+	}{{"cache off", false, false}, {"cache miss", true, true}, {"cache hit", true, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			relabel(ctx, "eu-west-1")
+			g := startGate(t, platform, func(c *proxy.Config) {
+				c.Upstream = &rest.Config{Host: relay}
+				c.DomainSelector = regionLabel + "=eu-west-1"
+				c.DisableCache = !tc.cache
+			})
+			for _, accept := range []string{"application/json", "application/vnd.kubernetes.protobuf"} {
+				relabel(ctx, "eu-west-1")
+				if tc.cache {
+					// the cache hears of the relabel first, then is set
+					time.Sleep(200 * time.Millisecond)
+					inView := map[string]string{platformLabel: platform, regionLabel: "eu-west-1"}
+					var err error
+					if tc.drop {
+						err = proxy.DropCachedNode(g.proxy, n("a"))
+					} else {
+						err = proxy.SetCachedNode(g.proxy, n("a"), inView)
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				armed.Store(true)
+				got := getNode(t, ctx, g, "/api/v1/nodes/"+n("a"), accept)
+				if armed.Load() {
+					t.Fatalf("Accept %s: the relay saw no GET of the node", accept)
+				}
+				if got.code != http.StatusNotFound || strings.Contains(got.body, "us-east-1") {
+					t.Errorf("Accept %s: the node left the view before the API server read it, the gate answered %d %q", accept, got.code, got.body)
+				}
+			}
+		})
 	}
 }

@@ -319,14 +319,21 @@ func (p *Proxy) filter(w http.ResponseWriter, r *http.Request, rt route) {
 
 // single forwards a request for one Node (or one of its subresources) when the
 // Node is in the view, and answers 404 otherwise. A read (GET, HEAD) shows
-// the client what the view decided on: the answer of a GET the node cache let
-// through is checked itself (checkedGet); any other read is checked with a
+// the client what the view decided on: the answer of a GET in JSON or
+// protobuf is checked itself (forwardChecked), any other read only with a
 // read of the Node, a quorum read, so never by a cache that is behind what the
-// client has already seen. A write is checked with the cache; the fence, in
-// the API server, decides on the Node as it is stored.
+// client has already seen. Where the node cache does not hold the Node in the
+// view, a GET is checked with that read first too, so that a Node outside the
+// view is 404 before the API server decides on the GET (its 403 for
+// nodes/status, say). A write is checked with the cache; the fence, in the
+// API server, decides on the Node as it is stored.
 func (p *Proxy) single(w http.ResponseWriter, r *http.Request, rt route) {
-	if p.checkedGet(w, r, rt) {
-		return
+	media, checked := answerMedia(r, rt)
+	if checked {
+		if _, ok := p.cachedInView(rt.name); ok {
+			p.forwardChecked(w, r, rt, media)
+			return
+		}
 	}
 	read := r.Method == http.MethodGet || r.Method == http.MethodHead
 	_, ok, err := p.lookup(r, rt.name, !read)
@@ -336,6 +343,11 @@ func (p *Proxy) single(w http.ResponseWriter, r *http.Request, rt route) {
 	}
 	if !ok {
 		p.hide(w, r, rt)
+		return
+	}
+	if checked {
+		// The Node may leave the view between the read and the GET.
+		p.forwardChecked(w, r, rt, media)
 		return
 	}
 	p.forward(w, r, rt, decisionForwarded)
