@@ -213,3 +213,83 @@ func TestViewNodeLeavesDuringGet(t *testing.T) {
 		})
 	}
 }
+
+// TestViewNodeLeavesDuringOtherRead is TestViewNodeLeavesDuringGet for the
+// reads whose answer the gate does not read (as=Table,
+// as=PartialObjectMetadata, YAML): they are checked with a read of the node
+// just before they are forwarded, and a relabel between that read and the
+// API server's answer shows the node as it is just after it left the view.
+// Known and documented (docs/gate.md, "A cache is briefly behind"); the test
+// shows it and is skipped until these answers are checked too.
+func TestViewNodeLeavesDuringOtherRead(t *testing.T) {
+	needEnv(t)
+	t.Skip("known: a read the gate checks only with a read of the node before it shows a relabel in between (review of a09054c)")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const group = "leaves2"
+	platform := group + "-aws"
+	n := func(s string) string { return group + "-" + s }
+	fixture(t, group,
+		gatetest.NodeSpec{Name: n("a"), Platform: platform, ProviderID: "aws:///eu-west-1a/i-1", Labels: map[string]string{regionLabel: "eu-west-1"}},
+	)
+	relabel := func(ctx context.Context, region string) {
+		if _, err := env.Client.CoreV1().Nodes().Patch(ctx, n("a"), types.MergePatchType,
+			[]byte(`{"metadata":{"labels":{"`+regionLabel+`":"`+region+`"}}}`), metav1.PatchOptions{}); err != nil {
+			t.Error(err)
+		}
+	}
+	const gateCheck = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+	var armed atomic.Bool
+	relay := startRelay(t, func(r *http.Request) {
+		if r.Method == http.MethodGet && r.URL.Path == "/api/v1/nodes/"+n("a") &&
+			r.Header.Get("Accept") != gateCheck && armed.CompareAndSwap(true, false) {
+			relabel(r.Context(), "us-east-1")
+		}
+	})
+	g := startGate(t, platform, func(c *proxy.Config) {
+		c.Upstream = &rest.Config{Host: relay}
+		c.DomainSelector = regionLabel + "=eu-west-1"
+	})
+	for _, accept := range []string{
+		"application/yaml",
+		"application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+		"application/json;as=Table;g=meta.k8s.io;v=v1",
+	} {
+		relabel(ctx, "eu-west-1")
+		armed.Store(true)
+		got := getNode(t, ctx, g, "/api/v1/nodes/"+n("a"), accept)
+		if armed.Load() {
+			t.Fatalf("Accept %s: the relay saw no GET of the node", accept)
+		}
+		if got.code != http.StatusNotFound || strings.Contains(got.body, "us-east-1") {
+			t.Errorf("Accept %s: the node left the view before the API server read it, the gate answered %d %.300q", accept, got.code, got.body)
+		}
+	}
+}
+
+// TestViewNodeReadKeepsItsForm: a client that prefers a Table or
+// PartialObjectMetadata and accepts a plain object after it (kubectl get
+// node, client-go's metadata client) gets what the API server would answer
+// it, as a client that accepts only the Table does. The gate answers a plain
+// Node instead: it picks the first plain encoding it can check and asks the
+// API server for that only. Known; skipped (the fix would route these reads to
+// the check of TestViewNodeLeavesDuringOtherRead).
+func TestViewNodeReadKeepsItsForm(t *testing.T) {
+	needEnv(t)
+	t.Skip("known: a mixed Accept header is answered as plain JSON (review of a09054c)")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const group = "form"
+	platform := group + "-aws"
+	fixture(t, group, gatetest.NodeSpec{Name: group + "-a", Platform: platform, ProviderID: "aws:///eu-west-1a/i-1"})
+	g := startGate(t, platform, nil)
+	for accept, kind := range map[string]string{
+		"application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json":                                               `"kind":"Table"`,
+		"application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json": "PartialObjectMetadata",
+	} {
+		got := getNode(t, ctx, g, "/api/v1/nodes/"+group+"-a", accept)
+		if got.code != http.StatusOK || !strings.Contains(got.body, kind) {
+			t.Errorf("Accept %s: %d %.200q, want a %s", accept, got.code, got.body, kind)
+		}
+	}
+}
