@@ -1,14 +1,10 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"strconv"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"k8s.io/apimachinery/pkg/labels"
@@ -59,48 +55,63 @@ func (p *Proxy) forwardChecked(w http.ResponseWriter, r *http.Request, rt route,
 // checkNodeAnswer answers 404 in place of a Node outside the view, and in
 // place of the API server's own 404: the gate's, the same for both.
 func (p *Proxy) checkNodeAnswer(resp *http.Response, a *nodeAnswer) error {
-	switch resp.StatusCode {
-	case http.StatusOK:
-	case http.StatusNotFound:
-		// The gate's own 404, as for a Node outside the view: the two must
-		// not be told apart. The API server's differs (in the client's
-		// encoding, protobuf too, with its own headers and a newline).
-		_ = resp.Body.Close()
-		p.metrics.requests.WithLabelValues(a.rt.kind.String(), decisionHidden).Inc()
-		hideAnswer(resp, notFound(nodesResource, a.rt.name))
-		return nil
-	default:
-		// The API server's own answer (401, 403, 429, ...), as for the
-		// gate's own read of a Node.
-		p.metrics.requests.WithLabelValues(a.rt.kind.String(), decisionForwarded).Inc()
-		return nil
+	if done, err := p.nodeErrorAnswer(resp, a); done {
+		return err
 	}
 	if got := mediaOf(resp.Header.Get("Content-Type")); got != a.media {
-		return fmt.Errorf("the API server answered %q to a request for %q", resp.Header.Get("Content-Type"), a.media.contentType())
+		return fmt.Errorf("%w: node %s: Content-Type %q where %q was asked for", errUndecodedAnswer, a.rt.name, resp.Header.Get("Content-Type"), a.media.contentType())
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxNodeAnswer+1))
-	_ = resp.Body.Close()
+	body, err := readAnswer(resp.Body, maxNodeAnswer)
 	if err != nil {
-		return fmt.Errorf("read Node: %w", err)
-	}
-	if len(body) > maxNodeAnswer {
-		return errors.New("node answer too large")
+		return fmt.Errorf("node %s: %w", a.rt.name, err)
 	}
 	l, err := nodeLabels(a.media, body)
 	if err != nil {
 		return fmt.Errorf("%w: node %s: %w", errUndecodedAnswer, a.rt.name, err)
 	}
 	if !p.selector.Matches(labels.Set(l)) {
-		p.metrics.requests.WithLabelValues(a.rt.kind.String(), decisionHidden).Inc()
-		p.log.V(2).Info("node outside the view", "node", a.rt.name, "subresource", a.rt.subresource)
-		hideAnswer(resp, notFound(nodesResource, a.rt.name))
+		p.hideNodeAnswer(resp, a)
 		return nil
 	}
 	p.metrics.requests.WithLabelValues(a.rt.kind.String(), decisionForwarded).Inc()
-	resp.Body = io.NopCloser(bytes.NewReader(body))
-	resp.ContentLength = int64(len(body))
-	resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	setAnswerBody(resp, body)
 	return nil
+}
+
+// nodeErrorAnswer handles an answer that is not a Node (not 200): the API
+// server's 404 becomes the gate's, its error answers are relayed as they
+// came, and anything else fails closed (errUndecodedAnswer). done is false
+// for a 200.
+func (p *Proxy) nodeErrorAnswer(resp *http.Response, a *nodeAnswer) (done bool, err error) {
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		return false, nil
+	case resp.StatusCode == http.StatusNotFound:
+		// The gate's own 404, as for a Node outside the view: the two must
+		// not be told apart. The API server's differs (in the client's
+		// encoding, protobuf too, with its own headers and a newline).
+		_ = resp.Body.Close()
+		p.metrics.requests.WithLabelValues(a.rt.kind.String(), decisionHidden).Inc()
+		hideAnswer(resp, notFound(nodesResource, a.rt.name))
+		return true, nil
+	case resp.StatusCode >= http.StatusBadRequest:
+		// The API server's own error answer (401, 403, 406, 429, ...), as
+		// for the gate's own read of a Node: it shows nothing of the Node.
+		p.metrics.requests.WithLabelValues(a.rt.kind.String(), decisionForwarded).Inc()
+		return true, nil
+	default:
+		// Neither a Node the gate checks nor an error: not relayed raw.
+		return true, fmt.Errorf("%w: node %s: %s to a GET", errUndecodedAnswer, a.rt.name, resp.Status)
+	}
+}
+
+// hideNodeAnswer replaces an answer that shows a Node outside the view with
+// the gate's 404.
+func (p *Proxy) hideNodeAnswer(resp *http.Response, a *nodeAnswer) {
+	_ = resp.Body.Close()
+	p.metrics.requests.WithLabelValues(a.rt.kind.String(), decisionHidden).Inc()
+	p.log.V(2).Info("node outside the view", "node", a.rt.name, "subresource", a.rt.subresource)
+	hideAnswer(resp, notFound(nodesResource, a.rt.name))
 }
 
 // pbNodeMetadata is the field number of Node's metadata.

@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -290,6 +291,74 @@ func TestViewNodeReadKeepsItsForm(t *testing.T) {
 		got := getNode(t, ctx, g, "/api/v1/nodes/"+group+"-a", accept)
 		if got.code != http.StatusOK || !strings.Contains(got.body, kind) {
 			t.Errorf("Accept %s: %d %.200q, want a %s", accept, got.code, got.body, kind)
+		}
+	}
+}
+
+// gateCheck is the Accept header of the gate's own read of a node.
+const gateCheck = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+
+// TestViewAnswerRefused: an answer the gate reads whole to check it (a Node,
+// a Service) but that is too large, or not in the encoding asked for, or not
+// decodable, is answered 502 saying so, not that the API server is
+// unreachable.
+func TestViewAnswerRefused(t *testing.T) {
+	needEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const group = "refused"
+	platform := group + "-aws"
+	name := group + "-a"
+	fixture(t, group, gatetest.NodeSpec{Name: name, Platform: platform, ProviderID: "aws:///eu-west-1a/i-1"})
+	const svcPath = "/api/v1/namespaces/default/services/refused"
+	// replace is the answer the API server gives to the next GET of the node
+	// or the Service (not the gate's own read)
+	type fake struct {
+		code              int
+		contentType, body string
+	}
+	var replace atomic.Pointer[fake]
+	upstream := rest.CopyConfig(ccmConfig)
+	upstream.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			f := replace.Load()
+			if f == nil || r.Method != http.MethodGet || r.Header.Get("Accept") == gateCheck ||
+				(r.URL.Path != "/api/v1/nodes/"+name && r.URL.Path != svcPath) {
+				return rt.RoundTrip(r)
+			}
+			return &http.Response{
+				StatusCode: f.code, Status: fmt.Sprintf("%d %s", f.code, http.StatusText(f.code)), Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+				Header: http.Header{"Content-Type": {f.contentType}}, Body: io.NopCloser(strings.NewReader(f.body)),
+				ContentLength: -1, Request: r,
+			}, nil
+		})
+	}
+	g := startGate(t, platform, func(c *proxy.Config) {
+		c.Upstream = upstream
+		c.LoadBalancerClass = ownClass
+	})
+	large := `{"kind":"Node","apiVersion":"v1","metadata":{"name":"` + name + `","annotations":{"x":"` + strings.Repeat("x", 9<<20) + `"}}}`
+	for _, tc := range []struct {
+		what, path, accept, contentType, body, want string
+		code                                        int
+	}{
+		{"node too large", "/api/v1/nodes/" + name, "application/json", "application/json", large, "too large", 0},
+		{"node in another encoding", "/api/v1/nodes/" + name, "application/json", "text/plain", `{"kind":"Node"}`, "cannot decode", 0},
+		{"node not decodable", "/api/v1/nodes/" + name, "application/vnd.kubernetes.protobuf", "application/vnd.kubernetes.protobuf", "k8s\x00garbage", "cannot decode", 0},
+		{"Service too large", svcPath, "application/json", "application/json", strings.Replace(large, `"Node"`, `"Service"`, 1), "too large", 0},
+		{"Service in another encoding", svcPath, "application/json", "text/html", "<html></html>", "cannot decode", 0},
+		{"Service not decodable", svcPath, "application/json", "application/json", "{", "cannot decode", 0},
+		// neither a Node nor an error: not relayed raw
+		{"node with another status", "/api/v1/nodes/" + name, "application/json", "application/json", `{"kind":"Node"}`, "203 Non-Authoritative Information", http.StatusNonAuthoritativeInfo},
+	} {
+		if tc.code == 0 {
+			tc.code = http.StatusOK
+		}
+		replace.Store(&fake{code: tc.code, contentType: tc.contentType, body: tc.body})
+		got := getNode(t, ctx, g, tc.path, tc.accept)
+		replace.Store(nil)
+		if got.code != http.StatusBadGateway || !strings.Contains(got.body, tc.want) || strings.Contains(got.body, "unreachable") {
+			t.Errorf("%s: %d %.300q, want 502 saying %q", tc.what, got.code, got.body, tc.want)
 		}
 	}
 }

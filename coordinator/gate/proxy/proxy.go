@@ -494,9 +494,9 @@ func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, err error
 		return // the client went away (a watch ended): nothing to answer
 	}
 	p.metrics.requests.WithLabelValues("upstream", decisionError).Inc()
-	if errors.Is(err, errUndecodedAnswer) {
+	if errors.Is(err, errUndecodedAnswer) || errors.Is(err, errAnswerTooLarge) {
 		p.log.Info("refused the API server's answer", "method", r.Method, "path", r.URL.Path, "reason", err.Error())
-		writeStatus(w, undecodedAnswer(err))
+		writeStatus(w, refusedAnswer(err))
 		return
 	}
 	p.log.Error(err, "API server request failed", "method", r.Method, "path", r.URL.Path)

@@ -121,9 +121,11 @@ func badGateway(err error) metav1.Status {
 	}
 }
 
-// undecodedAnswer replaces an answer of the API server the gate does not
-// relay (errUndecodedAnswer).
-func undecodedAnswer(err error) metav1.Status {
+// refusedAnswer replaces an answer of the API server that the gate does not
+// relay: one it does not decode (errUndecodedAnswer) or one too large to
+// check (errAnswerTooLarge). The API server was reached; its answer is what
+// the message names.
+func refusedAnswer(err error) metav1.Status {
 	return metav1.Status{
 		Code:    http.StatusBadGateway,
 		Reason:  metav1.StatusReasonInternalError,
