@@ -10,40 +10,67 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 )
 
-// A GET of a Node (or its status) in JSON or protobuf is answered only when
-// the Node in the API server's answer is in the view; otherwise the gate
-// answers 404, as for any Node outside it. Whatever the answer shows is then
-// what the view decided on. A check before the GET could not promise that:
-// the node cache is a watch of its own and may be behind a client's (a client
-// that has just seen a Node leave the view, on its own watch through the gate,
-// may GET it before the cache has heard of the change), and a read of the Node
-// is one request, the GET another, with a relabel possible in between (a cache
-// miss, a Node that has just joined the view, or no cache at all).
+// A GET of a Node (or its status) is shown only when what it shows is the
+// Node in the view, whatever the node cache holds (it is a watch of its own
+// and may be behind a client's: a client that has just seen a Node leave the
+// view, on its own watch through the gate, may GET it before the cache has
+// heard of the change), and with no cache at all. A check before the GET
+// alone could not promise that: a read of the Node is one request, the GET
+// another, with a relabel possible in between. So:
+//
+//   - a GET that accepts a plain Node in JSON or protobuf is asked for in that
+//     encoding, which the gate decodes, and its answer is checked itself
+//     (checkNodeAnswer): the Node in it is in the view or the gate answers
+//     404;
+//   - a GET that accepts neither (only a Table, PartialObjectMetadata, YAML,
+//     CBOR) is held (nodehold.go) until a read of the Node after its answer
+//     shows the Node in the view and unchanged since the read before it.
+//
+// Other reads of a Node (HEAD, which the API server refuses with 405, and the
+// proxy subresource, the kubelet's answer) are checked with a read of the
+// Node before they are forwarded only.
+
+// nodeReadCheck is how the view checks a read of one Node.
+type nodeReadCheck int
+
+const (
+	// checkBefore: a read of the Node before the request is forwarded.
+	checkBefore nodeReadCheck = iota
+	// checkAnswer: the Node in the answer (JSON or protobuf).
+	checkAnswer
+	// checkHeld: reads of the Node before and after the answer, which is
+	// held until they agree.
+	checkHeld
+)
 
 // nodeAnswer travels with a GET of a Node (or its status) to ModifyResponse.
 type nodeAnswer struct {
+	rt route
+	// media is the encoding the gate reads (checkAnswer).
 	media mediaKind
-	rt    route
+	// held is set for a held answer (checkHeld).
+	held *heldRead
 }
 
 type nodeAnswerKey struct{}
 
-// maxNodeAnswer bounds a single-Node answer the gate reads (the API server's
-// own limit for an object is far lower).
+// maxNodeAnswer bounds a single-Node answer the gate reads or holds (the API
+// server's own limit for an object is far lower).
 const maxNodeAnswer = 8 << 20
 
-// answerMedia says whether the answer to r is checked itself: a GET of a
-// Node or its status in an encoding the gate reads (JSON, protobuf), and in
-// which. Any other read (another method or subresource, an encoding the gate
-// cannot read) is checked with a read of the Node only.
-func answerMedia(r *http.Request, rt route) (mediaKind, bool) {
+// nodeReadOf says how a request for one Node is checked when it is a read,
+// and for checkAnswer in which encoding the gate asks for the answer.
+func nodeReadOf(r *http.Request, rt route) (nodeReadCheck, mediaKind) {
 	if r.Method != http.MethodGet || (rt.subresource != "" && rt.subresource != "status") {
-		return mediaNone, false
+		return checkBefore, mediaNone
 	}
-	return negotiateMedia(r.Header.Values("Accept"))
+	if m, ok := negotiateMedia(r.Header.Values("Accept")); ok {
+		return checkAnswer, m
+	}
+	return checkHeld, mediaNone
 }
 
-// forwardChecked forwards a GET of a Node or its status (answerMedia) with the
+// forwardChecked forwards a GET of a Node or its status (checkAnswer) with the
 // check of its answer.
 func (p *Proxy) forwardChecked(w http.ResponseWriter, r *http.Request, rt route, media mediaKind) {
 	prepareAnswerRequest(r, media)
@@ -55,6 +82,9 @@ func (p *Proxy) forwardChecked(w http.ResponseWriter, r *http.Request, rt route,
 // checkNodeAnswer answers 404 in place of a Node outside the view, and in
 // place of the API server's own 404: the gate's, the same for both.
 func (p *Proxy) checkNodeAnswer(resp *http.Response, a *nodeAnswer) error {
+	if a.held != nil {
+		return p.holdNodeAnswer(resp, a)
+	}
 	if done, err := p.nodeErrorAnswer(resp, a); done {
 		return err
 	}

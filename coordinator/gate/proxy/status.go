@@ -133,6 +133,18 @@ func refusedAnswer(err error) metav1.Status {
 	}
 }
 
+// nodeChangedDuringRead answers a held read of a Node (nodehold.go) that
+// changed between the gate's reads on every attempt: the client reads again
+// (client-go does, after Retry-After).
+func nodeChangedDuringRead(name string, attempts int) metav1.Status {
+	return metav1.Status{
+		Code:    http.StatusServiceUnavailable,
+		Reason:  metav1.StatusReasonServiceUnavailable,
+		Message: fmt.Sprintf("ccm-gate: node %q changed during the read (%d attempts): the gate shows no answer it could not check; read it again", name, attempts),
+		Details: &metav1.StatusDetails{Name: name, Kind: nodesResource.Resource, RetryAfterSeconds: 1},
+	}
+}
+
 // unauthorized answers a request without the gate's client token.
 func unauthorized() metav1.Status {
 	return apierrors.NewUnauthorized("ccm-gate: this proxy accepts only its pod's client token").ErrStatus
