@@ -9,17 +9,17 @@
 //     whatever selector the client sent;
 //   - every request for one Node (/api/v1/nodes/{name} and all its subpaths) is
 //     answered 404 NotFound unless that Node is in the view. A GET of the Node
-//     or its status that accepts JSON or protobuf is asked for in that encoding
+//     or its status that prefers JSON or protobuf is asked for in that encoding
 //     and answered only when the Node in the API server's answer is in the view
-//     (nodeanswer.go); one that accepts neither (Table, PartialObjectMetadata,
-//     YAML, CBOR) is forwarded as asked, without its resourceVersion, and its
-//     answer held until reads of the Node before and after it show the Node in
-//     the view with the same uid and resourceVersion (nodehold.go: read again
-//     on a change, 503 with Retry-After after 3 attempts); other reads (HEAD,
-//     the proxy subresource) are checked with a fresh read before they are
-//     forwarded; a DELETE is checked against a fresh read and forwarded with
-//     uid and resourceVersion preconditions, so a relabel between the check and
-//     the delete fails;
+//     (nodeanswer.go); one that prefers any other form (Table,
+//     PartialObjectMetadata, YAML, CBOR) is forwarded as asked, without its
+//     resourceVersion, and its answer held until reads of the Node before and
+//     after it show the Node in the view with the same uid and resourceVersion
+//     (nodehold.go: read again on a change, 503 with Retry-After after 3
+//     attempts); other reads (HEAD, the proxy subresource) are checked with a
+//     fresh read before they are forwarded; a DELETE is checked against a fresh
+//     read and forwarded with uid and resourceVersion preconditions, so a
+//     relabel between the check and the delete fails;
 //   - node creation, deletecollection and the legacy /api/v1/proxy/nodes path are
 //     refused;
 //   - Services: a CCM sees only those of type LoadBalancer of its

@@ -18,13 +18,12 @@ import (
 // alone could not promise that: a read of the Node is one request, the GET
 // another, with a relabel possible in between. So:
 //
-//   - a GET that accepts a plain Node in JSON or protobuf is asked for in that
-//     encoding, which the gate decodes, and its answer is checked itself
-//     (checkNodeAnswer): the Node in it is in the view or the gate answers
-//     404;
-//   - a GET that accepts neither (only a Table, PartialObjectMetadata, YAML,
-//     CBOR) is held (nodehold.go) until a read of the Node after its answer
-//     shows the Node in the view and unchanged since the read before it.
+//   - an answer the gate decodes (a plain Node in JSON or protobuf, which the
+//     client prefers to any other form) is checked itself (checkNodeAnswer):
+//     the Node in it is in the view or the gate answers 404;
+//   - an answer in any other form (Table, PartialObjectMetadata, YAML, CBOR)
+//     is held (nodehold.go) until a read of the Node after it shows the Node
+//     in the view and unchanged since the read before it.
 //
 // Other reads of a Node (HEAD, which the API server refuses with 405, and the
 // proxy subresource, the kubelet's answer) are checked with a read of the
@@ -64,7 +63,7 @@ func nodeReadOf(r *http.Request, rt route) (nodeReadCheck, mediaKind) {
 	if r.Method != http.MethodGet || (rt.subresource != "" && rt.subresource != "status") {
 		return checkBefore, mediaNone
 	}
-	if m, ok := negotiateMedia(r.Header.Values("Accept")); ok {
+	if m, ok := plainPreferred(r.Header.Values("Accept")); ok {
 		return checkAnswer, m
 	}
 	return checkHeld, mediaNone

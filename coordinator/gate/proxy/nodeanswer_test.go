@@ -215,15 +215,19 @@ func TestViewNodeLeavesDuringGet(t *testing.T) {
 	}
 }
 
-// acceptTable asks for a Table and nothing else.
-const acceptTable = "application/json;as=Table;v=v1;g=meta.k8s.io"
-
-// gateCheck is the Accept header of the gate's own read of a node.
-const gateCheck = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+// Accept headers of clients that prefer another form than a plain Node.
+const (
+	acceptTable    = "application/json;as=Table;v=v1;g=meta.k8s.io"
+	acceptKubectl  = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
+	acceptMetadata = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+	// gateCheck is the Accept header of the gate's own read of a node.
+	gateCheck = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+)
 
 // TestViewNodeLeavesDuringOtherRead is TestViewNodeLeavesDuringGet for the
 // reads whose answer the gate does not decode (as=Table,
-// as=PartialObjectMetadata, YAML): a relabel between the gate's read of the node before the GET and
+// as=PartialObjectMetadata, YAML, and headers that prefer them to a plain
+// Node): a relabel between the gate's read of the node before the GET and
 // the API server's answer is not shown, the gate answers its own 404, the
 // same as for a node that does not exist. Before the answer was held for a
 // read of the node after it, the gate showed the node in its new domain.
@@ -269,6 +273,8 @@ func TestViewNodeLeavesDuringOtherRead(t *testing.T) {
 			"application/yaml",
 			"application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
 			"application/json;as=Table;g=meta.k8s.io;v=v1",
+			acceptKubectl,
+			acceptMetadata,
 		} {
 			want := getNode(t, ctx, g, "/api/v1/nodes/"+n("nothere"), accept).shape(n("nothere"))
 			for _, q := range []string{"", "?resourceVersion=0"} {
@@ -365,13 +371,12 @@ func TestViewNodeChangesDuringOtherRead(t *testing.T) {
 // TestViewNodeReadKeepsItsForm: a client that prefers a Table or
 // PartialObjectMetadata and accepts a plain object after it (kubectl get
 // node, client-go's metadata client) gets what the API server would answer
-// it, as a client that accepts only the Table does. The gate answers a plain
-// Node instead: it picks the first plain encoding it can check and asks the
-// API server for that only. Known; skipped (the fix would route these reads to
-// the check of TestViewNodeLeavesDuringOtherRead).
+// it, as a client that accepts only the Table does. The gate used to answer
+// a plain Node: it picked the first plain encoding it could check and asked
+// the API server for that only. Such reads are now forwarded with the
+// client's Accept header and held (TestViewNodeLeavesDuringOtherRead).
 func TestViewNodeReadKeepsItsForm(t *testing.T) {
 	needEnv(t)
-	t.Skip("known: a mixed Accept header is answered as plain JSON (review of a09054c)")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const group = "form"
@@ -379,8 +384,11 @@ func TestViewNodeReadKeepsItsForm(t *testing.T) {
 	fixture(t, group, gatetest.NodeSpec{Name: group + "-a", Platform: platform, ProviderID: "aws:///eu-west-1a/i-1"})
 	g := startGate(t, platform, nil)
 	for accept, kind := range map[string]string{
-		"application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json":                                               `"kind":"Table"`,
-		"application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json": "PartialObjectMetadata",
+		acceptKubectl:  `"kind":"Table"`,
+		acceptMetadata: "PartialObjectMetadata",
+		// a plain Node preferred: checked by its answer, as asked
+		"application/json, application/yaml;q=0.5":             `"kind":"Node"`,
+		"application/vnd.kubernetes.protobuf;q=0.9, */*;q=0.1": "k8s\x00",
 	} {
 		got := getNode(t, ctx, g, "/api/v1/nodes/"+group+"-a", accept)
 		if got.code != http.StatusOK || !strings.Contains(got.body, kind) {

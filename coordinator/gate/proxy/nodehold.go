@@ -8,10 +8,11 @@ import (
 	"time"
 )
 
-// A GET of a Node (or its status) whose answer the gate does not decode — a
-// Table, PartialObjectMetadata, YAML, CBOR — is forwarded as the client asked
-// for it, and its answer is held until the gate knows that it shows the Node
-// in the view:
+// A GET of a Node (or its status) that prefers a form the gate does not
+// decode — a Table (kubectl get node), PartialObjectMetadata (client-go's
+// metadata client), YAML, CBOR — is forwarded as the client asked for it, so
+// that the API server answers in the form it would without the gate, and its
+// answer is held until the gate knows that it shows the Node in the view:
 //
 //  1. the gate reads the Node (a quorum read): outside the view or gone, it
 //     answers 404 and forwards nothing;
