@@ -126,3 +126,28 @@ func bodyRefused(w http.ResponseWriter, err error) metav1.Status {
 	}
 	return badRequest(err)
 }
+
+// errAnswerTooLarge: an answer of the API server the gate holds whole to
+// check it (one Node, one Service) is larger than the gate holds.
+var errAnswerTooLarge = errors.New("the API server's answer is too large for the gate to check")
+
+// readAnswer reads (and closes) an answer of the API server that the gate
+// holds whole: at most limit bytes.
+func readAnswer(body io.ReadCloser, limit int) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(body, int64(limit)+1))
+	_ = body.Close()
+	if err != nil {
+		return nil, fmt.Errorf("read the API server's answer: %w", err)
+	}
+	if len(b) > limit {
+		return nil, fmt.Errorf("%w: more than %d MiB", errAnswerTooLarge, limit>>20)
+	}
+	return b, nil
+}
+
+// setAnswerBody makes body, read whole, the answer's body.
+func setAnswerBody(resp *http.Response, body []byte) {
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	resp.ContentLength = int64(len(body))
+	resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
+}

@@ -8,12 +8,18 @@
 //     get the platform requirement added to their labelSelector, combined with
 //     whatever selector the client sent;
 //   - every request for one Node (/api/v1/nodes/{name} and all its subpaths) is
-//     answered 404 NotFound unless that Node carries the platform label; a GET
-//     the node cache lets through is answered only when the Node in the API
-//     server's answer is in the view, other reads are checked with a fresh
-//     read; a DELETE is checked against a fresh read and forwarded with uid
-//     and resourceVersion preconditions, so a relabel between the check and
-//     the delete fails;
+//     answered 404 NotFound unless that Node is in the view. A GET of the Node
+//     or its status that prefers JSON or protobuf is asked for in that encoding
+//     and answered only when the Node in the API server's answer is in the view
+//     (nodeanswer.go); one that prefers any other form (Table,
+//     PartialObjectMetadata, YAML, CBOR) is forwarded as asked, without its
+//     resourceVersion, and its answer held until reads of the Node before and
+//     after it show the Node in the view with the same uid and resourceVersion
+//     (nodehold.go: read again on a change, 503 with Retry-After after 3
+//     attempts); other reads (HEAD, the proxy subresource) are checked with a
+//     fresh read before they are forwarded; a DELETE is checked against a fresh
+//     read and forwarded with uid and resourceVersion preconditions, so a
+//     relabel between the check and the delete fails;
 //   - node creation, deletecollection and the legacy /api/v1/proxy/nodes path are
 //     refused;
 //   - Services: a CCM sees only those of type LoadBalancer of its
@@ -32,7 +38,20 @@
 //     Service;
 //   - everything else (leases, events, discovery, /healthz, other resources) is
 //     forwarded unchanged, and responses are streamed, never buffered (a
-//     single Node or Service answer the view checks is read whole first).
+//     single Node or Service answer the view checks or holds is read whole
+//     first).
+//
+// What a request costs the API server, besides the request itself: a node
+// list or watch, and everything but Nodes and Services, nothing; a Service
+// list, watch or GET nothing, a Service write one read of the Service. A GET
+// of a Node in JSON or protobuf: nothing when the node cache holds the Node
+// in the view, else one read of its metadata (a quorum read); a held GET:
+// two reads, and one more read and one more GET per attempt after the first
+// (at most 3 GETs and 4 reads); HEAD and the proxy subresource: one read; a
+// PATCH or PUT: none when the node cache holds the Node in the view, else
+// one read; a DELETE: one read. A checked or held answer is read whole, at
+// most 8 MiB; a larger one, or one the gate cannot decode, is a 502 that
+// says so.
 //
 // The proxy adds no privilege: by default it forwards the caller's own
 // Authorization and impersonation headers and authenticates with nothing of its

@@ -244,8 +244,9 @@ func TestViewDomainSelectorRefused(t *testing.T) {
 // the view (here: it holds the node as it was, in the eu domain) must not let
 // a client read the node as it now is. A client that saw the node leave on
 // its own watch can GET it at once (TestViewDomains does, and met this under
-// load); the answer is checked (JSON and protobuf), and other reads are
-// checked with a read of the node. (The CCM's RBAC has no nodes/status get.)
+// load); the answer is checked (JSON and protobuf), or held between reads of
+// the node (other forms), and HEAD is checked with a read of the node. (The
+// CCM's RBAC has no nodes/status get.)
 func TestViewCacheBehind(t *testing.T) {
 	needEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -276,7 +277,7 @@ func TestViewCacheBehind(t *testing.T) {
 			}
 		})
 	}
-	// Reads whose answer the gate does not read are checked with a read.
+	// Reads whose answer the gate does not decode are held between reads.
 	for _, accept := range []string{
 		"application/json;as=Table;v=v1;g=meta.k8s.io",
 		"application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io",

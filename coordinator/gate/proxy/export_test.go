@@ -9,3 +9,9 @@ func SetCachedNode(p *Proxy, name string, labels map[string]string) error {
 		ObjectMeta: metav1.ObjectMeta{Name: name, UID: "cached", ResourceVersion: "1", Labels: labels},
 	})
 }
+
+// DropCachedNode removes a Node from p's node cache, as a cache that has not
+// yet heard of the Node holds nothing for it.
+func DropCachedNode(p *Proxy, name string) error {
+	return p.cache.informer.GetStore().Delete(&metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name}})
+}

@@ -43,6 +43,49 @@ func mediaOf(contentType string) mediaKind {
 	return mediaNone
 }
 
+// acceptClause is one media range of an Accept header.
+type acceptClause struct {
+	// kind is the plain object encoding the clause asks for: mediaNone for
+	// any other form (Table, PartialObjectMetadata, YAML, CBOR, ...).
+	kind mediaKind
+	q    float64
+	// valid is false for a clause the gate cannot parse, or whose q-value
+	// is not one (the API server reads such a clause its own way).
+	valid bool
+}
+
+// acceptClauses parses Accept headers, clause by clause.
+func acceptClauses(accept []string) []acceptClause {
+	var out []acceptClause
+	for part := range strings.SplitSeq(strings.Join(accept, ","), ",") {
+		if strings.TrimSpace(part) == "" {
+			continue
+		}
+		t, params, err := mime.ParseMediaType(part)
+		if err != nil {
+			out = append(out, acceptClause{})
+			continue
+		}
+		c := acceptClause{q: 1, valid: true}
+		if v, set := params["q"]; set {
+			if c.q, err = strconv.ParseFloat(v, 64); err != nil || c.q < 0 || c.q > 1 {
+				out = append(out, acceptClause{})
+				continue
+			}
+		}
+		if params["as"] == "" && params["g"] == "" && params["v"] == "" {
+			switch t {
+			case contentTypeJSON, "*/*", "application/*":
+				c.kind = mediaJSON
+			case contentTypeProtobuf:
+				c.kind = mediaProtobuf
+			}
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
 // negotiateMedia picks the encoding of a Service response from the client's
 // Accept headers: JSON or protobuf, the client's preference by q-value and
 // then order; */* and an absent header mean JSON, as at the API server.
@@ -51,40 +94,44 @@ func mediaOf(contentType string) mediaKind {
 // a table or metadata-only answer would not show it what it filters on.
 // ok is false when nothing acceptable remains (406).
 func negotiateMedia(accept []string) (m mediaKind, ok bool) {
-	header := strings.Join(accept, ",")
-	if strings.TrimSpace(header) == "" {
-		return mediaJSON, true
+	m, _, ok = bestPlain(accept)
+	return m, ok
+}
+
+// bestPlain is negotiateMedia with the q-value of the clause it picked.
+func bestPlain(accept []string) (m mediaKind, q float64, ok bool) {
+	if strings.TrimSpace(strings.Join(accept, ",")) == "" {
+		return mediaJSON, 1, true
 	}
 	best, bestQ := mediaNone, -1.0
-	for _, part := range strings.Split(header, ",") {
-		if strings.TrimSpace(part) == "" {
-			continue
-		}
-		t, params, err := mime.ParseMediaType(part)
-		if err != nil {
-			continue
-		}
-		q := 1.0
-		if v, set := params["q"]; set {
-			if q, err = strconv.ParseFloat(v, 64); err != nil || q < 0 || q > 1 {
-				continue
-			}
-		}
-		if q == 0 || params["as"] != "" || params["g"] != "" || params["v"] != "" {
-			continue
-		}
-		kind := mediaNone
-		switch t {
-		case contentTypeJSON, "*/*", "application/*":
-			kind = mediaJSON
-		case contentTypeProtobuf:
-			kind = mediaProtobuf
-		}
-		if kind != mediaNone && q > bestQ {
-			best, bestQ = kind, q
+	for _, c := range acceptClauses(accept) {
+		if c.valid && c.q > 0 && c.kind != mediaNone && c.q > bestQ {
+			best, bestQ = c.kind, c.q
 		}
 	}
-	return best, best != mediaNone
+	return best, bestQ, best != mediaNone
+}
+
+// plainPreferred says whether the API server answers a GET of a Node with
+// these Accept headers as a plain object in JSON or protobuf, and in which
+// (negotiateMedia's pick): only when that pick's q-value is above that of
+// every clause in another form. The API server takes the clauses by q-value,
+// then wildcards last, in an order that is not the header's at a tie (its
+// sort is not stable), so a tie is another form; so is a header with a
+// clause the gate cannot read. Another form is a read the gate holds
+// (nodehold.go), which is sound for any form: erring that way costs reads,
+// never the view.
+func plainPreferred(accept []string) (mediaKind, bool) {
+	m, q, ok := bestPlain(accept)
+	if !ok {
+		return mediaNone, false
+	}
+	for _, c := range acceptClauses(accept) {
+		if !c.valid || (c.kind == mediaNone && c.q >= q) {
+			return mediaNone, false
+		}
+	}
+	return m, true
 }
 
 // prepareAnswerRequest asks the API server for exactly the encoding the gate

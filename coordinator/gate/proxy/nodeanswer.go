@@ -1,95 +1,146 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"strconv"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"k8s.io/apimachinery/pkg/labels"
 )
 
-// The node cache is a watch of its own and may be behind a client's: a
-// client that has just seen a Node leave the view (a relabel into another
-// domain, on its own watch through the gate) may GET it before the cache has
-// heard of the change. So a GET the cache let through is answered only when
-// the Node in the API server's answer is in the view; otherwise the gate
-// answers 404, as for any Node outside it. Whatever the answer shows is then
-// what the view decided on.
+// A GET of a Node (or its status) is shown only when what it shows is the
+// Node in the view, whatever the node cache holds (it is a watch of its own
+// and may be behind a client's: a client that has just seen a Node leave the
+// view, on its own watch through the gate, may GET it before the cache has
+// heard of the change), and with no cache at all. A check before the GET
+// alone could not promise that: a read of the Node is one request, the GET
+// another, with a relabel possible in between. So:
+//
+//   - an answer the gate decodes (a plain Node in JSON or protobuf, which the
+//     client prefers to any other form) is checked itself (checkNodeAnswer):
+//     the Node in it is in the view or the gate answers 404;
+//   - an answer in any other form (Table, PartialObjectMetadata, YAML, CBOR)
+//     is held (nodehold.go) until a read of the Node after it shows the Node
+//     in the view and unchanged since the read before it.
+//
+// Other reads of a Node (HEAD, which the API server refuses with 405, and the
+// proxy subresource, the kubelet's answer) are checked with a read of the
+// Node before they are forwarded only.
 
-// nodeAnswer travels with a GET of a Node (or its status) that the node cache
-// placed in the view, to ModifyResponse.
+// nodeReadCheck is how the view checks a read of one Node.
+type nodeReadCheck int
+
+const (
+	// checkBefore: a read of the Node before the request is forwarded.
+	checkBefore nodeReadCheck = iota
+	// checkAnswer: the Node in the answer (JSON or protobuf).
+	checkAnswer
+	// checkHeld: reads of the Node before and after the answer, which is
+	// held until they agree.
+	checkHeld
+)
+
+// nodeAnswer travels with a GET of a Node (or its status) to ModifyResponse.
 type nodeAnswer struct {
+	rt route
+	// media is the encoding the gate reads (checkAnswer).
 	media mediaKind
-	rt    route
+	// held is set for a held answer (checkHeld).
+	held *heldRead
 }
 
 type nodeAnswerKey struct{}
 
-// maxNodeAnswer bounds a single-Node answer the gate reads (the API server's
-// own limit for an object is far lower).
+// maxNodeAnswer bounds a single-Node answer the gate reads or holds (the API
+// server's own limit for an object is far lower).
 const maxNodeAnswer = 8 << 20
 
-// checkedGet forwards a GET of a Node or its status, which the node cache
-// places in the view, with the check of its answer. It returns false when the
-// request is not one (any other method or subresource, an encoding the gate
-// cannot read, a cache miss or no cache): the caller checks it with a read.
-func (p *Proxy) checkedGet(w http.ResponseWriter, r *http.Request, rt route) bool {
+// nodeReadOf says how a request for one Node is checked when it is a read,
+// and for checkAnswer in which encoding the gate asks for the answer.
+func nodeReadOf(r *http.Request, rt route) (nodeReadCheck, mediaKind) {
 	if r.Method != http.MethodGet || (rt.subresource != "" && rt.subresource != "status") {
-		return false
+		return checkBefore, mediaNone
 	}
-	media, ok := negotiateMedia(r.Header.Values("Accept"))
-	if !ok {
-		return false
+	if m, ok := plainPreferred(r.Header.Values("Accept")); ok {
+		return checkAnswer, m
 	}
-	if _, ok := p.cachedInView(rt.name); !ok {
-		return false
-	}
+	return checkHeld, mediaNone
+}
+
+// forwardChecked forwards a GET of a Node or its status (checkAnswer) with the
+// check of its answer.
+func (p *Proxy) forwardChecked(w http.ResponseWriter, r *http.Request, rt route, media mediaKind) {
 	prepareAnswerRequest(r, media)
 	a := &nodeAnswer{media: media, rt: rt}
 	p.log.V(5).Info("forwarding", "method", r.Method, "path", r.URL.Path, "query", r.URL.RawQuery, "decision", "checked")
 	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), nodeAnswerKey{}, a)))
-	return true
 }
 
-// checkNodeAnswer answers 404 in place of a Node outside the view.
+// checkNodeAnswer answers 404 in place of a Node outside the view, and in
+// place of the API server's own 404: the gate's, the same for both.
 func (p *Proxy) checkNodeAnswer(resp *http.Response, a *nodeAnswer) error {
-	if resp.StatusCode != http.StatusOK {
-		// The API server's own answer (404 when the Node is gone).
-		p.metrics.requests.WithLabelValues(a.rt.kind.String(), decisionForwarded).Inc()
-		return nil
+	if a.held != nil {
+		return p.holdNodeAnswer(resp, a)
+	}
+	if done, err := p.nodeErrorAnswer(resp, a); done {
+		return err
 	}
 	if got := mediaOf(resp.Header.Get("Content-Type")); got != a.media {
-		return fmt.Errorf("the API server answered %q to a request for %q", resp.Header.Get("Content-Type"), a.media.contentType())
+		return fmt.Errorf("%w: node %s: Content-Type %q where %q was asked for", errUndecodedAnswer, a.rt.name, resp.Header.Get("Content-Type"), a.media.contentType())
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxNodeAnswer+1))
-	_ = resp.Body.Close()
+	body, err := readAnswer(resp.Body, maxNodeAnswer)
 	if err != nil {
-		return fmt.Errorf("read Node: %w", err)
-	}
-	if len(body) > maxNodeAnswer {
-		return errors.New("node answer too large")
+		return fmt.Errorf("node %s: %w", a.rt.name, err)
 	}
 	l, err := nodeLabels(a.media, body)
 	if err != nil {
 		return fmt.Errorf("%w: node %s: %w", errUndecodedAnswer, a.rt.name, err)
 	}
 	if !p.selector.Matches(labels.Set(l)) {
-		p.metrics.requests.WithLabelValues(a.rt.kind.String(), decisionHidden).Inc()
-		p.log.V(2).Info("node outside the view (the node cache was behind)", "node", a.rt.name, "subresource", a.rt.subresource)
-		replaceWithStatus(resp, notFound(nodesResource, a.rt.name))
+		p.hideNodeAnswer(resp, a)
 		return nil
 	}
 	p.metrics.requests.WithLabelValues(a.rt.kind.String(), decisionForwarded).Inc()
-	resp.Body = io.NopCloser(bytes.NewReader(body))
-	resp.ContentLength = int64(len(body))
-	resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	setAnswerBody(resp, body)
 	return nil
+}
+
+// nodeErrorAnswer handles an answer that is not a Node (not 200): the API
+// server's 404 becomes the gate's, its error answers are relayed as they
+// came, and anything else fails closed (errUndecodedAnswer). done is false
+// for a 200.
+func (p *Proxy) nodeErrorAnswer(resp *http.Response, a *nodeAnswer) (done bool, err error) {
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		return false, nil
+	case resp.StatusCode == http.StatusNotFound:
+		// The gate's own 404, as for a Node outside the view: the two must
+		// not be told apart. The API server's differs (in the client's
+		// encoding, protobuf too, with its own headers and a newline).
+		_ = resp.Body.Close()
+		p.metrics.requests.WithLabelValues(a.rt.kind.String(), decisionHidden).Inc()
+		hideAnswer(resp, notFound(nodesResource, a.rt.name))
+		return true, nil
+	case resp.StatusCode >= http.StatusBadRequest:
+		// The API server's own error answer (401, 403, 406, 429, ...), as
+		// for the gate's own read of a Node: it shows nothing of the Node.
+		p.metrics.requests.WithLabelValues(a.rt.kind.String(), decisionForwarded).Inc()
+		return true, nil
+	default:
+		// Neither a Node the gate checks nor an error: not relayed raw.
+		return true, fmt.Errorf("%w: node %s: %s to a GET", errUndecodedAnswer, a.rt.name, resp.Status)
+	}
+}
+
+// hideNodeAnswer replaces an answer that shows a Node outside the view with
+// the gate's 404.
+func (p *Proxy) hideNodeAnswer(resp *http.Response, a *nodeAnswer) {
+	_ = resp.Body.Close()
+	p.metrics.requests.WithLabelValues(a.rt.kind.String(), decisionHidden).Inc()
+	p.log.V(2).Info("node outside the view", "node", a.rt.name, "subresource", a.rt.subresource)
+	hideAnswer(resp, notFound(nodesResource, a.rt.name))
 }
 
 // pbNodeMetadata is the field number of Node's metadata.

@@ -319,14 +319,27 @@ func (p *Proxy) filter(w http.ResponseWriter, r *http.Request, rt route) {
 
 // single forwards a request for one Node (or one of its subresources) when the
 // Node is in the view, and answers 404 otherwise. A read (GET, HEAD) shows
-// the client what the view decided on: the answer of a GET the node cache let
-// through is checked itself (checkedGet); any other read is checked with a
-// read of the Node, a quorum read, so never by a cache that is behind what the
-// client has already seen. A write is checked with the cache; the fence, in
-// the API server, decides on the Node as it is stored.
+// the client what the view decided on (nodeanswer.go): a GET of the Node or
+// its status is checked by its answer when the client prefers it in JSON or
+// protobuf (forwardChecked), and held between two reads of the Node
+// otherwise (forwardHeld); any other read is checked with a read of the Node.
+// Those reads are quorum reads, so never by a cache that is behind what the
+// client has already seen. Where the node cache does not hold the Node in the
+// view, a checked GET is preceded by that read too, so that a Node outside the
+// view is 404 before the API server decides on the GET (its 403 for
+// nodes/status, say). A write is checked with the cache; the fence, in the
+// API server, decides on the Node as it is stored.
 func (p *Proxy) single(w http.ResponseWriter, r *http.Request, rt route) {
-	if p.checkedGet(w, r, rt) {
+	check, media := nodeReadOf(r, rt)
+	switch check {
+	case checkHeld:
+		p.forwardHeld(w, r, rt)
 		return
+	case checkAnswer:
+		if _, ok := p.cachedInView(rt.name); ok {
+			p.forwardChecked(w, r, rt, media)
+			return
+		}
 	}
 	read := r.Method == http.MethodGet || r.Method == http.MethodHead
 	_, ok, err := p.lookup(r, rt.name, !read)
@@ -336,6 +349,11 @@ func (p *Proxy) single(w http.ResponseWriter, r *http.Request, rt route) {
 	}
 	if !ok {
 		p.hide(w, r, rt)
+		return
+	}
+	if check == checkAnswer {
+		// The Node may leave the view between the read and the GET.
+		p.forwardChecked(w, r, rt, media)
 		return
 	}
 	p.forward(w, r, rt, decisionForwarded)
@@ -464,11 +482,7 @@ func (p *Proxy) lookupFailed(w http.ResponseWriter, r *http.Request, rt route, e
 	var ue *upstreamError
 	if errors.As(err, &ue) {
 		// The API server's own answer to the check (401, 403, 429, ...).
-		if ue.contentType != "" {
-			w.Header().Set("Content-Type", ue.contentType)
-		}
-		w.WriteHeader(ue.code)
-		_, _ = w.Write(ue.body)
+		relayUpstreamError(w, ue)
 		return
 	}
 	if r.Context().Err() == nil {
@@ -478,17 +492,36 @@ func (p *Proxy) lookupFailed(w http.ResponseWriter, r *http.Request, rt route, e
 }
 
 func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, errNodeChanged) {
+		return // forwardHeld forwards the GET again, or answers
+	}
 	if r.Context().Err() != nil {
 		return // the client went away (a watch ended): nothing to answer
 	}
 	p.metrics.requests.WithLabelValues("upstream", decisionError).Inc()
-	if errors.Is(err, errUndecodedAnswer) {
+	var ue *upstreamError
+	switch {
+	case errors.As(err, &ue):
+		// The API server's own answer to the gate's read of a Node after a
+		// held answer (401, 403, 429, ...), as for its read before.
+		relayUpstreamError(w, ue)
+	case errors.Is(err, errUndecodedAnswer), errors.Is(err, errAnswerTooLarge):
 		p.log.Info("refused the API server's answer", "method", r.Method, "path", r.URL.Path, "reason", err.Error())
-		writeStatus(w, undecodedAnswer(err))
-		return
+		writeStatus(w, refusedAnswer(err))
+	default:
+		p.log.Error(err, "API server request failed", "method", r.Method, "path", r.URL.Path)
+		writeStatus(w, badGateway(err))
 	}
-	p.log.Error(err, "API server request failed", "method", r.Method, "path", r.URL.Path)
-	writeStatus(w, badGateway(err))
+}
+
+// relayUpstreamError answers with the API server's own error answer to a
+// read of the gate.
+func relayUpstreamError(w http.ResponseWriter, ue *upstreamError) {
+	if ue.contentType != "" {
+		w.Header().Set("Content-Type", ue.contentType)
+	}
+	w.WriteHeader(ue.code)
+	_, _ = w.Write(ue.body)
 }
 
 // authenticated reports whether r carries the client token as its bearer

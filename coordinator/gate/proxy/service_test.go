@@ -638,6 +638,49 @@ func TestNegotiateMedia(t *testing.T) {
 	}
 }
 
+// TestPlainPreferred: a GET of a Node is checked by its answer only when the
+// API server would answer it as a plain Node anyway; any header with which it
+// might answer in another form is held (nodehold.go) and forwarded as sent.
+func TestPlainPreferred(t *testing.T) {
+	tests := []struct {
+		accept string
+		want   mediaKind // mediaNone: held
+	}{
+		{accept: "", want: mediaJSON},
+		{accept: "application/json", want: mediaJSON},
+		{accept: "application/vnd.kubernetes.protobuf,application/json", want: mediaProtobuf},
+		{accept: "application/vnd.kubernetes.protobuf, */*", want: mediaProtobuf},
+		{accept: "*/*", want: mediaJSON},
+		{accept: "application/json, application/yaml;q=0.5", want: mediaJSON},
+		{accept: "application/json;q=0.9, application/json;as=Table;v=v1;g=meta.k8s.io;q=0.8", want: mediaJSON},
+		{accept: "application/json, application/cbor;q=0", want: mediaJSON},
+		// kubectl get node, client-go's metadata client
+		{accept: "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"},
+		{accept: "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"},
+		{accept: "application/yaml"},
+		{accept: "application/cbor"},
+		{accept: "application/json;as=Table;v=v1;g=meta.k8s.io"},
+		// a tie: the API server's order is not the header's
+		{accept: "application/json, application/yaml"},
+		// wildcards go last at the API server
+		{accept: "*/*, application/yaml"},
+		{accept: "application/json;q=0.5, application/yaml;q=0.5"},
+		// what the gate cannot read, the API server reads its own way
+		{accept: "application/json, application/yaml;q=2"},
+		{accept: "application/json, application/yaml;q=x"},
+		{accept: "application/json, ;;;"},
+		// nothing plain: the API server decides (406, or another form)
+		{accept: "application/json;q=0"},
+		{accept: "text/html"},
+	}
+	for _, tc := range tests {
+		got, ok := plainPreferred([]string{tc.accept})
+		if got != tc.want || ok != (tc.want != mediaNone) {
+			t.Errorf("Accept %q: got %v %v, want %v", tc.accept, got, ok, tc.want)
+		}
+	}
+}
+
 // FuzzServiceWire feeds arbitrary bytes to every reader of the Service view:
 // errors are fine, panics are not. Where client-go's own decoder reads the
 // bytes as a Service, the view must read the same facts from them, and the

@@ -228,7 +228,7 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 		return nil // the API server's own error answer
 	}
 	if got := mediaOf(resp.Header.Get("Content-Type")); got != a.media {
-		return fmt.Errorf("the API server answered %q to a request for %q", resp.Header.Get("Content-Type"), a.media.contentType())
+		return fmt.Errorf("%w: %s: Content-Type %q where %q was asked for", errUndecodedAnswer, a.rt, resp.Header.Get("Content-Type"), a.media.contentType())
 	}
 	resp.Header.Del("Content-Length")
 	resp.ContentLength = -1
@@ -297,17 +297,13 @@ func filterWatch(media mediaKind, state *watchState, in io.Reader, out *bufio.Wr
 // filterOne reads a single Service answer: hidden (404) outside the view for a
 // get, and without its class.
 func (p *Proxy) filterOne(resp *http.Response, a *serviceAnswer) error {
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxServiceBody+1))
-	_ = resp.Body.Close()
+	body, err := readAnswer(resp.Body, maxServiceBody)
 	if err != nil {
-		return fmt.Errorf("read Service: %w", err)
-	}
-	if len(body) > maxServiceBody {
-		return errors.New("Service answer too large")
+		return fmt.Errorf("%s: %w", a.rt, err)
 	}
 	svc, err := readOne(a.media, body, p.serviceView.class)
 	if err != nil {
-		return fmt.Errorf("read Service: %w", err)
+		return fmt.Errorf("%w: %s: %w", errUndecodedAnswer, a.rt, err)
 	}
 	shown := p.serviceView.shows(svc.serviceFacts)
 	switch {

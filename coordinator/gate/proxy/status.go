@@ -41,6 +41,16 @@ func replaceWithStatus(resp *http.Response, s metav1.Status) {
 	resp.Header.Del("Content-Encoding")
 }
 
+// hideAnswer turns an API server's answer into s, with nothing of the API
+// server's answer left: its headers go too, so that the answer is the one
+// writeStatus gives (hide), byte for byte but for the Date.
+func hideAnswer(resp *http.Response, s metav1.Status) {
+	resp.Header = http.Header{}
+	resp.Trailer = nil
+	replaceWithStatus(resp, s)
+	resp.Header.Set("X-Content-Type-Options", "nosniff")
+}
+
 // writeStatus answers with a metav1.Status like the API server's own, so that
 // clients (client-go's apierrors.IsNotFound, IsForbidden, ...) read it as usual.
 func writeStatus(w http.ResponseWriter, s metav1.Status) {
@@ -111,13 +121,27 @@ func badGateway(err error) metav1.Status {
 	}
 }
 
-// undecodedAnswer replaces an answer of the API server the gate does not
-// relay (errUndecodedAnswer).
-func undecodedAnswer(err error) metav1.Status {
+// refusedAnswer replaces an answer of the API server that the gate does not
+// relay: one it does not decode (errUndecodedAnswer) or one too large to
+// check (errAnswerTooLarge). The API server was reached; its answer is what
+// the message names.
+func refusedAnswer(err error) metav1.Status {
 	return metav1.Status{
 		Code:    http.StatusBadGateway,
 		Reason:  metav1.StatusReasonInternalError,
 		Message: "ccm-gate: " + err.Error(),
+	}
+}
+
+// nodeChangedDuringRead answers a held read of a Node (nodehold.go) that
+// changed between the gate's reads on every attempt: the client reads again
+// (client-go does, after Retry-After).
+func nodeChangedDuringRead(name string, attempts int) metav1.Status {
+	return metav1.Status{
+		Code:    http.StatusServiceUnavailable,
+		Reason:  metav1.StatusReasonServiceUnavailable,
+		Message: fmt.Sprintf("ccm-gate: node %q changed during the read (%d attempts): the gate shows no answer it could not check; read it again", name, attempts),
+		Details: &metav1.StatusDetails{Name: name, Kind: nodesResource.Resource, RetryAfterSeconds: 1},
 	}
 }
 

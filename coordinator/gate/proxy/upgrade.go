@@ -16,9 +16,11 @@ import (
 // fails closed on any answer that switches protocols.
 
 // errUndecodedAnswer: the API server answered with something the gate does
-// not decode (a 101 Switching Protocols, or a status a Service route has no
-// reading for); relaying it raw could carry what the view hides.
-var errUndecodedAnswer = errors.New("ccm-gate does not relay an answer it does not decode")
+// not decode (a 101 Switching Protocols, a status a Service route has no
+// reading for, a Node or Service in another Content-Type than the one asked
+// for, or one the gate cannot read); relaying it raw could carry what the
+// view hides.
+var errUndecodedAnswer = errors.New("the gate cannot decode the API server's answer, and does not relay it")
 
 // upgradeRequest says why r asks to switch protocols, or "" if it does not:
 // an Upgrade header (WebSocket, SPDY, h2c), a Connection header naming
