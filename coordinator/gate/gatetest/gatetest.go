@@ -14,6 +14,7 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -114,6 +115,32 @@ func GrantLoadBalancers(ctx context.Context, cs kubernetes.Interface, namespace,
 	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("grant load balancers to %s/%s: %w", namespace, name, err)
 	}
+	return waitGranted(ctx, cs, namespace, name, authorizationv1.ResourceAttributes{Verb: "patch", Resource: "services", Subresource: "status"})
+}
+
+// waitGranted waits until the API server's authorizer lets the
+// ServiceAccount namespace/name do what attrs says: RBAC reads Roles and
+// bindings from an informer, so a grant just created can still be unknown to
+// it (a request in that moment is refused as "clusterrole ... not found",
+// before any admission check a test means to look at).
+func waitGranted(ctx context.Context, cs kubernetes.Interface, namespace, name string, attrs authorizationv1.ResourceAttributes) error {
+	review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User:               Username(namespace, name),
+		Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"},
+		ResourceAttributes: &attrs,
+	}}
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
+		if err != nil {
+			return false, err
+		}
+		last = got.Status.Reason
+		return got.Status.Allowed, nil
+	})
+	if err != nil {
+		return fmt.Errorf("grant to %s/%s: %s %s/%s not allowed yet (%s): %w", namespace, name, attrs.Verb, attrs.Resource, attrs.Subresource, last, err)
+	}
 	return nil
 }
 
@@ -158,7 +185,18 @@ func grant(ctx context.Context, cs kubernetes.Interface, namespace, name string,
 			return fmt.Errorf("grant native CCM %s/%s: %w", namespace, name, err)
 		}
 	}
-	return nil
+	if len(rules) == 0 || len(rules[0].Verbs) == 0 || len(rules[0].Resources) == 0 {
+		return nil
+	}
+	group := ""
+	if len(rules[0].APIGroups) > 0 {
+		group = rules[0].APIGroups[0]
+	}
+	resource, sub, _ := strings.Cut(rules[0].Resources[0], "/")
+	if err := waitGranted(ctx, cs, namespace, name, authorizationv1.ResourceAttributes{Verb: rules[0].Verbs[0], Group: group, Resource: resource, Subresource: sub}); err != nil {
+		return err
+	}
+	return waitGranted(ctx, cs, namespace, name, authorizationv1.ResourceAttributes{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: namespace})
 }
 
 // NodeSpec describes a test node.
