@@ -224,7 +224,7 @@ func TestNativeCCMHealthCheckExprs(t *testing.T) {
 		{"Helm upgrade failed", nativeCCM(t, 1, 1, cond(meta.ReadyCondition, F, v1.UpgradeFailedReason)), status.FailedStatus},
 		{"Helm install failed", nativeCCM(t, 1, 1, cond(meta.ReadyCondition, F, v1.InstallFailedReason)), status.FailedStatus},
 		{"no conditions yet", nativeCCM(t, 1, 0), status.InProgressStatus},
-		// the installed CCM itself (issue 17): Helm's answer is not enough
+		// the installed CCM itself (docs/coordinator.md, "What Ready means"): Helm's answer is not enough
 		{"installed, its CCM leads and renews its lease", nativeCCM(t, 1, 1, cond(meta.ReadyCondition, T, v1.InstallSucceededReason), cond(v1.HealthyCondition, T, v1.LeaseRenewedReason)), status.CurrentStatus},
 		{"installed, its CCM crash-loops", nativeCCM(t, 1, 1, cond(meta.ReadyCondition, F, v1.CrashLoopingReason), cond(v1.HealthyCondition, F, v1.CrashLoopingReason), cond(v1.InstalledCondition, T, v1.InstallSucceededReason)), status.FailedStatus},
 		{"installed, its lease is not renewed", nativeCCM(t, 1, 1, cond(meta.ReadyCondition, F, v1.LeaseNotRenewedReason), cond(v1.HealthyCondition, F, v1.LeaseNotRenewedReason)), status.FailedStatus},
