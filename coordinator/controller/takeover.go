@@ -142,6 +142,11 @@ func (r *NativeCCMReconciler) waitForPreviousCCM(ctx context.Context, obj *v1.Na
 	return nil
 }
 
+// PreviousCCMLiveMessage starts the Conflict message part of a previous CCM
+// that runs again beside the installed release (PreviousCCMLive; the
+// Conflict condition's reason is its first conflict's).
+const PreviousCCMLiveMessage = "the previous CCM runs again beside this one"
+
 // previousCCMConflict reports a previous CCM that is live again while this
 // NativeCCM's release is installed (someone installed it again): both run.
 // The coordinator uninstalls neither; a Lease it cannot read reports
@@ -159,5 +164,5 @@ func (r *NativeCCMReconciler) previousCCMConflict(ctx context.Context, obj *v1.N
 	if !p.live(now) {
 		return nil
 	}
-	return []Conflict{{v1.PreviousCCMLiveReason, fmt.Sprintf("the previous CCM runs again beside this one: %s (spec.takeOver.lease); uninstall it", p.describe(now))}}
+	return []Conflict{{v1.PreviousCCMLiveReason, fmt.Sprintf("%s: %s (spec.takeOver.lease); uninstall it", PreviousCCMLiveMessage, p.describe(now))}}
 }
