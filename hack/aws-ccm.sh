@@ -20,7 +20,7 @@
 #
 # Measured on 2 shared cores: cold (empty module and build caches) 6 min 34 s wall
 # (265 s user), about 500 MB of module downloads and 900 MB of build cache; the binary
-# is 110 MB. Warm (binary in the cache): 0.01 s.
+# is 110 MB. Warm (binary in the cache, the module's source in the module cache): 0.02 s.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -49,7 +49,10 @@ CACHE_ROOT="${HYBRID_CCM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hybrid-ccm}"
 OUT="${CACHE_ROOT}/aws-ccm-${AWS_CCM_VERSION}"
 BIN="${OUT}/aws-cloud-controller-manager"
 
-if [[ -x "${BIN}" ]]; then
+# The module's source stays in the Go module cache beside the binary: test/takeover
+# installs the AWS CCM's own Helm chart from it (charts/aws-cloud-controller-manager).
+MODULE_DIR="$(go env GOMODCACHE)/k8s.io/cloud-provider-aws@${AWS_CCM_VERSION}"
+if [[ -x "${BIN}" && -d "${MODULE_DIR}" ]]; then
   echo "${BIN}"
   exit 0
 fi
@@ -98,6 +101,11 @@ mod_module() {
 }
 mod_module
 go mod download -json "k8s.io/cloud-provider-aws@${AWS_CCM_VERSION}" > download.json || { cat download.json >&2; exit 1; }
+if [[ -x "${BIN}" ]]; then
+  # built before; only the module's source was missing
+  echo "${BIN}"
+  exit 0
+fi
 amod="$(go env GOMODCACHE)/cache/download/k8s.io/cloud-provider-aws/@v/${AWS_CCM_VERSION}.mod"
 
 {

@@ -266,3 +266,52 @@ func TestNativeCCMArgsCEL(t *testing.T) {
 		t.Errorf("a value on two lines: err = %v", err)
 	}
 }
+
+// TestTakeOverLeaseRBACOnAPIServer: with the Role and RoleBinding the
+// umbrella renders for a cloud's takeOver.lease in a real API server, its
+// authorizer lets the coordinator's ServiceAccount get that one Lease of
+// kube-system and nothing else of it: no other Lease, no list or watch (which
+// would show every Lease of the namespace), no write.
+func TestTakeOverLeaseRBACOnAPIServer(t *testing.T) {
+	env := controlPlane(t)
+	a := newApplier(t, env)
+	ctx := context.Background()
+	m := mustRender(t, hybridCCM, values(t, `clouds: {aws: {enabled: true, takeOver: {lease: kube-system/cloud-controller-manager}}}`))
+	for _, kind := range []string{"Role", "RoleBinding"} {
+		for _, obj := range m.find(kind) {
+			if strings.Contains(obj.GetName(), ":take-over:") {
+				if _, err := a.Apply(ctx, obj, false); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	type access struct{ verb, name string }
+	allowed := access{"get", "cloud-controller-manager"}
+	denied := []access{{"get", "kube-controller-manager"}, {"get", "talos-ccm"}, {"list", ""}, {"watch", ""}, {"watch", "cloud-controller-manager"},
+		{"update", "cloud-controller-manager"}, {"patch", "cloud-controller-manager"}, {"delete", "cloud-controller-manager"}, {"create", ""}}
+	user := "system:serviceaccount:hybrid-ccm-system:" + hybridCCM.releaseName()
+	review := func(ctx context.Context, x access) (bool, error) {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: user, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:hybrid-ccm-system", "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Verb: x.verb, Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-system", Name: x.name,
+			},
+		}}
+		res, err := env.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+		if err != nil {
+			return false, err
+		}
+		return res.Status.Allowed, nil
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		return review(ctx, allowed)
+	}); err != nil {
+		t.Fatalf("the take-over Role never let %s get Lease kube-system/cloud-controller-manager: %v", user, err)
+	}
+	for _, x := range denied {
+		if ok, err := review(ctx, x); err != nil || ok {
+			t.Errorf("%s may %s Lease kube-system/%q (err %v)", user, x.verb, x.name, err)
+		}
+	}
+}

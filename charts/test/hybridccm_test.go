@@ -86,6 +86,7 @@ func TestUmbrellaNativeCCMs(t *testing.T) {
 			Platform: "aws", Install: v1.InstallAlways, UninstallGracePeriod: gp(15 * time.Minute),
 			Credentials:   &v1.Credentials{SecretRef: meta.LocalObjectReference{Name: "aws-ccm-prod"}},
 			LoadBalancers: &v1.LoadBalancers{Enabled: true, Default: true},
+			TakeOver:      &v1.TakeOver{Lease: "kube-system/cloud-controller-manager"},
 		},
 		"gcp":           {Platform: "gcp", Install: v1.InstallAuto, UninstallGracePeriod: gp(time.Hour)},
 		"digital-ocean": {Platform: "digital-ocean", Install: v1.InstallAuto, UninstallGracePeriod: gp(time.Hour), Suspend: true},
@@ -261,6 +262,10 @@ func TestUmbrellaSchema(t *testing.T) {
 			"both serve load balancer class hybridccm.io/hcloud"},
 		{"two defaults", `clouds: {aws: {enabled: true, loadBalancers: {enabled: true, default: true}}, hcloud: {enabled: true, loadBalancers: {enabled: true, default: true}}}`,
 			"clouds aws, hcloud are all the default"},
+		{"a take-over lease without its namespace", `clouds: {aws: {enabled: true, takeOver: {lease: cloud-controller-manager}}}`,
+			`clouds.aws.takeOver.lease "cloud-controller-manager": must be <namespace>/<name> of a Lease, e.g. kube-system/cloud-controller-manager`},
+		{"a take-over lease with capitals", `clouds: {aws: {enabled: true, takeOver: {lease: Kube-System/ccm}}}`,
+			`clouds.aws.takeOver.lease "Kube-System/ccm": must be <namespace>/<name>`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := render(t, hybridCCM, values(t, tc.values)); err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -304,5 +309,60 @@ clouds:
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: got %v, want an error with %q", tc.vals, err, tc.want)
 		}
+	}
+}
+
+// TestTakeOverLeaseGrant: clouds.<name>.takeOver.lease becomes the
+// NativeCCM's spec.takeOver.lease and a Role in the Lease's namespace that
+// lets the coordinator's ServiceAccount (in its own namespace) get that one
+// Lease, nothing else; the ccm-coordinator chart alone does the same for
+// takeOverLeases. Without either, the coordinator gets no Role outside its
+// own namespace but the authentication reader's binder in kube-system.
+func TestTakeOverLeaseGrant(t *testing.T) {
+	want := []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
+		ResourceNames: []string{"cloud-controller-manager"}, Verbs: []string{"get"}}}
+	for _, tc := range []struct {
+		name   string
+		c      chart
+		values map[string]any
+		role   string // the Role's name, in kube-system
+		sa     string // namespace/name of the coordinator's ServiceAccount
+	}{
+		{"umbrella", hybridCCM, values(t, `
+ccm-coordinator: {namespace: ccm-elsewhere}
+clouds: {aws: {enabled: true, loadBalancers: {enabled: true, default: true}, takeOver: {lease: kube-system/cloud-controller-manager}}}`),
+			"hybrid-ccm:take-over:aws", "ccm-elsewhere/" + hybridCCM.releaseName()},
+		{"ccm-coordinator", ccmCoordinator, values(t, `takeOverLeases: [kube-system/cloud-controller-manager]`),
+			ccmCoordinator.releaseName() + ":take-over:cloud-controller-manager", "hybrid-ccm-system/" + ccmCoordinator.releaseName()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := mustRender(t, tc.c, tc.values)
+			if tc.c == hybridCCM {
+				if n := nativeCCMs(t, m)["aws"]; n.Spec.TakeOver == nil || n.Spec.TakeOver.Lease != "kube-system/cloud-controller-manager" {
+					t.Errorf("NativeCCM aws spec.takeOver %+v", n.Spec.TakeOver)
+				}
+			}
+			var role rbacv1.Role
+			var binding rbacv1.RoleBinding
+			m.one(t, "Role", tc.role, &role)
+			m.one(t, "RoleBinding", tc.role, &binding)
+			ns, name, _ := strings.Cut(tc.sa, "/")
+			if role.Namespace != "kube-system" || binding.Namespace != "kube-system" || !equality.Semantic.DeepEqual(role.Rules, want) ||
+				binding.RoleRef != (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: tc.role}) ||
+				!equality.Semantic.DeepEqual(binding.Subjects, []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns}}) {
+				t.Errorf("Role %s/%s %+v, RoleBinding %s/%s %+v %+v", role.Namespace, role.Name, role.Rules, binding.Namespace, binding.Name, binding.RoleRef, binding.Subjects)
+			}
+		})
+	}
+	for _, c := range []chart{hybridCCM, ccmCoordinator} {
+		for _, r := range mustRender(t, c, nil).find("Role") {
+			if strings.Contains(r.GetName(), ":take-over:") {
+				t.Errorf("%s renders Role %s/%s by default", c, r.GetNamespace(), r.GetName())
+			}
+		}
+	}
+	if _, err := render(t, ccmCoordinator, values(t, `takeOverLeases: [kube-system/cloud-controller-manager, cloud-controller-manager]`)); err == nil ||
+		!strings.Contains(err.Error(), `takeOverLeases[1] "cloud-controller-manager": must be <namespace>/<name> of a Lease`) {
+		t.Errorf("takeOverLeases without a namespace: %v, want a refusal naming takeOverLeases[1]", err)
 	}
 }

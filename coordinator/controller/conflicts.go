@@ -168,6 +168,8 @@ func (r *NativeCCMReconciler) findConflicts(ctx context.Context, obj *v1.NativeC
 		}
 	}
 
+	out = append(out, r.previousCCMConflict(ctx, obj)...)
+
 	_, lbConflicts, err := r.loadBalancers(ctx, obj)
 	if err != nil {
 		return nil, err

@@ -255,8 +255,9 @@ func (r *NativeCCMReconciler) reconcileDelete(ctx context.Context, obj *v1.Nativ
 //
 //  1. observe: the desired release (profile and overrides), the platform's
 //     nodes, conflicts around the CCM (reported, never blocking);
-//  2. decide: is the release wanted (install policy), and are its
-//     credentials and image pull Secrets there?
+//  2. decide: is the release wanted (install policy), are its credentials
+//     and image pull Secrets there, and, for a first install, is the CCM it
+//     takes over from (spec.takeOver) gone?
 //  3. gate: for a wanted release, the fence checked, status.gate written and
 //     the view's mutators, before anything is installed or upgraded;
 //  4. release: the action chosen from the release's state (install,
@@ -327,6 +328,12 @@ func (r *NativeCCMReconciler) reconcile(ctx context.Context, obj *v1.NativeCCM, 
 	}
 	if err := r.checkImagePullSecrets(ctx, obj, req.Lifecycle.ImagePullSecrets); err != nil {
 		return ctrl.Result{}, err
+	}
+	if obj.Status.Release == nil {
+		// not installed yet: not while the CCM it replaces runs (takeover.go)
+		if err := r.waitForPreviousCCM(ctx, obj); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 
 	// 3. Gate.

@@ -182,6 +182,12 @@ func (r *NativeCCMReconciler) reconcileSplit(ctx context.Context, obj *v1.Native
 		if err := r.checkCredentials(ctx, obj, p); err != nil {
 			return ctrl.Result{}, err
 		}
+		if len(installed) == 0 {
+			// no member yet: not while the CCM it replaces runs (takeover.go)
+			if err := r.waitForPreviousCCM(ctx, obj); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
 		base, err := r.cloudConfigBase(ctx, obj, p)
 		if err != nil {
 			return ctrl.Result{}, err

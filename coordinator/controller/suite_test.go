@@ -154,6 +154,9 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 	must(deriveProfile("aws", "split-a", 10332, nil))
 	must(deriveProfile("aws", "split-b", 10333, nil))
 	must(deriveProfile("aws", "split-c", 10339, nil))
+	// a NativeCCM that takes over from a CCM the cluster runs
+	must(deriveProfile("hcloud", "takeover-a", 10340, nil))
+	must(deriveProfile("aws", "takeover-split", 10341, nil))
 
 	// the upstream CCM per Kubernetes minor: Azure's (with its own node
 	// filter), and a profile whose only release is two minors older than

@@ -56,6 +56,28 @@ var commands = []entry{
 	{cmd: "helm test hybrid-ccm -n kube-system --logs",
 		why: "the test pods need kubelets and the hybridctl image: test/oncluster runs helm test (Helm's SDK) on the documented install, passing and failing (TestInstallAsDocumented/HelmTest)"},
 
+	// docs/migrating-from-a-cloud-ccm.md: the AWS CCM's own chart (from the
+	// module cache) as release aws-cloud-controller-manager, Hybrid CCM
+	// beside it with the doc's values, the AWS CCM uninstalled. No
+	// controllers run here: what the AWS CCM and the coordinator would write
+	// is written before the commands that show it; test/takeover runs the
+	// same path on a real cluster with the real AWS CCM and coordinator.
+	{cmd: "helm list -A --filter aws-cloud-controller-manager", run: &step{before: previousAWSCCM, check: previousAWSCCMListed},
+		why: "the AWS CCM's chart installed unmodified; its Lease as the AWS CCM's leader election writes it (no pod runs here)"},
+	{cmd: "kubectl -n kube-system get lease cloud-controller-manager -o yaml", run: &step{check: previousLeaseShown}},
+	{cmd: "helm install hybrid-ccm charts/hybrid-ccm --namespace kube-system -f takeover.yaml", run: &step{before: docFile("takeover.yaml"), check: takeOverInstalled},
+		why: "takeover.yaml is the yaml block the doc names so; its aws-ccm Secret is the one docs/install.md's line made above"},
+	{cmd: "kubectl get nativeccm aws", run: &step{before: nativeCCMWaitingStatus, check: nativeCCMWaitingShown},
+		why: "the status is the one the coordinator writes while the AWS CCM renews its Lease (coordinator/controller's TestTakeOverWaitsForThePreviousCCM, test/takeover on a real cluster)"},
+	{cmd: "kubectl describe nativeccm aws", run: &step{check: nativeCCMWaitingDescribed}},
+	{cmd: "helm uninstall aws-cloud-controller-manager -n kube-system", run: &step{check: previousAWSCCMGone}},
+	{cmd: "kubectl -n kube-system wait --for=delete pod -l k8s-app=aws-cloud-controller-manager --timeout=2m", run: &step{before: previousPodsLabel, check: noPreviousPods},
+		why: "no kubelet runs the AWS CCM's pod here, so there is none to wait for; the step checks that the label selects the chart's pods (test/takeover waits for the real pod)"},
+	{cmd: "kubectl wait nativeccm/aws --for=condition=Ready --timeout=5m", run: &step{before: nativeCCMReadyStatus, check: nativeCCMReadyWaited},
+		why: "the status and Lease are the ones the coordinator and the native CCM write once it leads (test/takeover waits for them on a real cluster)"},
+	{cmd: "kubectl -n hybrid-ccm-system get lease native-ccm-aws", run: &step{check: nativeLeaseShown}},
+	{cmd: "kubectl get services -A", run: &step{check: servicesListed}},
+
 	// docs/migrating-from-talos-ccm.md, "The chart".
 	{cmd: "helm uninstall -n kube-system talos-cloud-controller-manager", run: &step{before: upstreamReleaseStandIn, check: upstreamReleaseGone},
 		why: "the release it removes is a stand-in chart of the test's under the upstream release's name (the upstream chart is not downloaded)"},

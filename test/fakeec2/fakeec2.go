@@ -6,8 +6,10 @@
 // APIs send:
 //   - EC2 (2016-11-15) for what cloud-node-lifecycle asks: DescribeInstances by
 //     instance IDs (InvalidInstanceID.NotFound when any is unknown, as EC2
-//     answers) and by filters, instances running, stopped or terminated
-//     (instances.go);
+//     answers) and by filters, instances running, stopped or terminated, and
+//     for what cloud-node initializes a node from, as a CCM the cluster runs
+//     on its own does: type, zone, private address on the primary network
+//     interface, private DNS name (instances.go);
 //   - EC2 for what the service controller needs around a Classic Load
 //     Balancer: subnets, their route tables and availability zones, security
 //     groups with their ingress rules, tags (network.go);

@@ -242,3 +242,23 @@ func TestUnknownActions(t *testing.T) {
 		t.Errorf("Unknown() = %v, want %v", unknown, want)
 	}
 }
+
+// TestInstanceAddresses: an instance with a private address has it on its
+// primary network interface, attached as device 0 and in use, with its
+// private DNS name: what the AWS CCM's cloud-node controller makes the
+// node's InternalIP, InternalDNS and Hostname from. One without an address
+// has no network interface.
+func TestInstanceAddresses(t *testing.T) {
+	s := newFake()
+	s.Put(fakeec2.Instance{ID: "i-0a1", State: fakeec2.Running, Zone: "eu-west-1a", VPC: vpc, Subnet: public,
+		PrivateIP: "10.0.0.5", PrivateDNSName: "ip-10-0-0-5.eu-west-1.compute.internal"})
+	run(t, s, []step{
+		{service: "ec2", action: "DescribeInstances", form: "InstanceId.1=i-0a1", contains: []string{
+			"<privateIpAddress>10.0.0.5</privateIpAddress>",
+			"<networkInterfaceSet><item><networkInterfaceId>eni-0a1</networkInterfaceId><subnetId>" + public + "</subnetId><vpcId>" + vpc + "</vpcId><status>in-use</status>",
+			"<attachment><attachmentId>eni-attach-0a1</attachmentId><deviceIndex>0</deviceIndex><status>attached</status></attachment>",
+			"<privateIpAddressesSet><item><privateIpAddress>10.0.0.5</privateIpAddress><privateDnsName>ip-10-0-0-5.eu-west-1.compute.internal</privateDnsName><primary>true</primary></item></privateIpAddressesSet>",
+		}},
+		{service: "ec2", action: "DescribeInstances", form: "InstanceId.1=i-01", lacks: []string{"<networkInterfaceSet><item>"}},
+	})
+}

@@ -101,6 +101,16 @@ func (s *Server) describeInstances(r *request) (any, *apiError) {
 		x := instanceXML{ID: i.ID, ImageID: "ami-00000000", Type: i.Type, PrivateDNSName: i.PrivateDNSName, PrivateIP: i.PrivateIP,
 			State: stateXML{Code: stateCodes[i.State], Name: i.State}, Placement: placementXML{Zone: i.Zone},
 			VPC: i.VPC, Subnet: i.Subnet, Tags: tagSet(i.Tags)}
+		if i.PrivateIP != "" {
+			// its primary network interface, attached, holding the private
+			// address: where the AWS CCM's cloud-node controller takes the
+			// node's InternalIP from
+			eni := "eni-" + strings.TrimPrefix(i.ID, "i-")
+			x.NetworkInterfaces = []networkInterfaceXML{{ID: eni, Subnet: i.Subnet, VPC: i.VPC, Status: "in-use",
+				PrivateIP: i.PrivateIP, PrivateDNSName: i.PrivateDNSName,
+				Attachment: attachmentXML{ID: "eni-attach-" + strings.TrimPrefix(i.ID, "i-"), DeviceIndex: 0, Status: "attached"},
+				PrivateIPs: []privateIPXML{{IP: i.PrivateIP, DNSName: i.PrivateDNSName, Primary: true}}}}
+		}
 		for _, g := range i.SecurityGroups {
 			name := ""
 			if sg, ok := s.groups[g]; ok {
@@ -152,6 +162,32 @@ type instanceXML struct {
 	PrivateIP      string               `xml:"privateIpAddress,omitempty"`
 	Groups         []groupIdentifierXML `xml:"groupSet>item"`
 	Tags           []tagXML             `xml:"tagSet>item"`
+	// NetworkInterfaces: the primary one, for an instance with a private
+	// address.
+	NetworkInterfaces []networkInterfaceXML `xml:"networkInterfaceSet>item"`
+}
+
+type networkInterfaceXML struct {
+	ID             string         `xml:"networkInterfaceId"`
+	Subnet         string         `xml:"subnetId,omitempty"`
+	VPC            string         `xml:"vpcId,omitempty"`
+	Status         string         `xml:"status"`
+	PrivateIP      string         `xml:"privateIpAddress"`
+	PrivateDNSName string         `xml:"privateDnsName,omitempty"`
+	Attachment     attachmentXML  `xml:"attachment"`
+	PrivateIPs     []privateIPXML `xml:"privateIpAddressesSet>item"`
+}
+
+type attachmentXML struct {
+	ID          string `xml:"attachmentId"`
+	DeviceIndex int    `xml:"deviceIndex"`
+	Status      string `xml:"status"`
+}
+
+type privateIPXML struct {
+	IP      string `xml:"privateIpAddress"`
+	DNSName string `xml:"privateDnsName,omitempty"`
+	Primary bool   `xml:"primary"`
 }
 
 type groupIdentifierXML struct {

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -42,9 +43,9 @@ func UpstreamImages(ctx context.Context, root, dir, awsCCM string, profiles ...s
 			return nil, fmt.Errorf("fleet: no built-in profile %q", name)
 		}
 		if name == "aws" {
-			tag, ok := strings.CutPrefix(filepath.Base(filepath.Dir(awsCCM)), "aws-ccm-")
-			if !ok {
-				return nil, fmt.Errorf("fleet: %s is not in a directory aws-ccm-<tag> (hack/aws-ccm.sh)", awsCCM)
+			tag, err := AWSCCMTag(awsCCM)
+			if err != nil {
+				return nil, err
 			}
 			images[p.CCM.Image.Repository+":"+tag] = awsCCM
 			continue
@@ -103,4 +104,46 @@ func AWSCCM(ctx context.Context, root string) (string, error) {
 		return "", fmt.Errorf("fleet: hack/aws-ccm.sh printed no binary path\n%s", stderr.String())
 	}
 	return bin, nil
+}
+
+// AWSCCMTag is the release (the module version, and the tag of its image)
+// of the AWS CCM binary hack/aws-ccm.sh built: awsCCM's directory is
+// aws-ccm-<tag>.
+func AWSCCMTag(awsCCM string) (string, error) {
+	tag, ok := strings.CutPrefix(filepath.Base(filepath.Dir(awsCCM)), "aws-ccm-")
+	if !ok || tag == "" {
+		return "", fmt.Errorf("fleet: %s is not in a directory aws-ccm-<tag> (hack/aws-ccm.sh)", awsCCM)
+	}
+	return tag, nil
+}
+
+// AWSCCMChart is the directory of the AWS CCM's own Helm chart
+// (charts/aws-cloud-controller-manager of k8s.io/cloud-provider-aws) at the
+// release of the binary awsCCM, as that module's source holds it in the Go
+// module cache, where hack/aws-ccm.sh keeps it. The module proxy is not
+// asked (a test's network namespace cannot reach it).
+func AWSCCMChart(ctx context.Context, awsCCM string) (string, error) {
+	tag, err := AWSCCMTag(awsCCM)
+	if err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp("", "hybrid-ccm-aws-chart-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dir)
+	mod := "k8s.io/cloud-provider-aws@" + tag
+	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", mod)
+	cmd.Dir = dir // outside any module: nothing to add to a go.sum
+	cmd.Env = append(os.Environ(), "GOPROXY=off", "GOFLAGS=")
+	out, err := cmd.Output()
+	var dl struct{ Dir, Error string }
+	if jerr := json.Unmarshal(out, &dl); err != nil || jerr != nil || dl.Dir == "" {
+		return "", fmt.Errorf("fleet: %s is not in the Go module cache (hack/aws-ccm.sh keeps it there): %v %s", mod, err, dl.Error)
+	}
+	chart := filepath.Join(dl.Dir, "charts", "aws-cloud-controller-manager")
+	if _, err := os.Stat(filepath.Join(chart, "Chart.yaml")); err != nil {
+		return "", fmt.Errorf("fleet: %s has no chart charts/aws-cloud-controller-manager: %w", mod, err)
+	}
+	return chart, nil
 }

@@ -122,3 +122,15 @@ umbrella's, for every chart) then imagePullSecrets, each once; a JSON list. */}}
 {{- end -}}
 {{- $names | uniq | toJson -}}
 {{- end -}}
+
+{{/* A Lease a NativeCCM takes over from, <namespace>/<name> (spec.takeOver.lease),
+as JSON {namespace, name}; anything else fails naming the value's path and the
+form. dict: path (e.g. "takeOverLeases[0]"), lease. */}}
+{{- define "ccm-coordinator.takeOverLease" -}}
+{{- $lease := toString .lease -}}
+{{- if or (gt (len $lease) 317) (not (regexMatch "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$" $lease)) -}}
+{{- fail (printf "%s %q: must be <namespace>/<name> of a Lease, e.g. kube-system/cloud-controller-manager (the previous CCM's leader-election Lease)" .path $lease) -}}
+{{- end -}}
+{{- $parts := splitList "/" $lease -}}
+{{- dict "namespace" (index $parts 0) "name" (index $parts 1) | toJson -}}
+{{- end -}}

@@ -76,3 +76,22 @@ operator other than In, a key given twice, no values.
 {{- end -}}
 {{- $out | toJson -}}
 {{- end -}}
+
+{{/* The coordinator's ServiceAccount: the ccm-coordinator chart names it
+after the release (its ccm-coordinator.name), in the coordinator's
+namespace. */}}
+{{- define "hybrid-ccm.coordinatorName" -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* A cloud's takeOver.lease, <namespace>/<name> of the Lease of the CCM it
+takes over from, as JSON {namespace, name}; anything else fails naming the
+value and the form. dict: name (the cloud), lease. */}}
+{{- define "hybrid-ccm.takeOverLease" -}}
+{{- $lease := toString .lease -}}
+{{- if or (gt (len $lease) 317) (not (regexMatch "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$" $lease)) -}}
+{{- fail (printf "clouds.%s.takeOver.lease %q: must be <namespace>/<name> of a Lease, e.g. kube-system/cloud-controller-manager (the leader-election Lease of the CCM the NativeCCM %s takes over from)" .name $lease .name) -}}
+{{- end -}}
+{{- $parts := splitList "/" $lease -}}
+{{- dict "namespace" (index $parts 0) "name" (index $parts 1) | toJson -}}
+{{- end -}}

@@ -78,6 +78,36 @@ const (
 	// kubernetes.io/dockercfg); the reconciler waits for it.
 	ImagePullSecretNotFoundReason = "ImagePullSecretNotFound"
 
+	// WaitingForPreviousCCMReason: spec.takeOver names the Lease of a CCM the
+	// cluster already runs, and a holder renewed it within its
+	// leaseDurationSeconds: that CCM is live, so nothing is installed (two
+	// CCMs would initialize and delete nodes, and serve the same Services).
+	// The message names the Lease, its holder and how long ago it was
+	// renewed. Uninstall the previous CCM: upstream CCMs do not release their
+	// Lease when they stop, so it runs out leaseDurationSeconds after the
+	// last renewal, and then the release is installed.
+	WaitingForPreviousCCMReason = "WaitingForPreviousCCM"
+
+	// PreviousCCMLeaseUnreadableReason: the Lease spec.takeOver names cannot
+	// be read (the coordinator is not allowed to get it, or the API server
+	// fails): whether the previous CCM is live is unknown, so nothing is
+	// installed.
+	PreviousCCMLeaseUnreadableReason = "PreviousCCMLeaseUnreadable"
+
+	// PreviousCCMStoppedReason: the event of a NativeCCM that waited for the
+	// previous CCM (WaitingForPreviousCCM) and is installed now: its Lease
+	// ran out, has no holder or is gone.
+	PreviousCCMStoppedReason = "PreviousCCMStopped"
+
+	// InvalidTakeOverReason: spec.takeOver.lease is not <namespace>/<name>
+	// (the CRD refuses such a value; an object stored before it did stalls).
+	InvalidTakeOverReason = "InvalidTakeOver"
+
+	// PreviousCCMLiveReason: the release is installed, and the Lease
+	// spec.takeOver names is held and renewed again: the previous CCM runs
+	// beside this one (a Conflict; the coordinator uninstalls neither).
+	PreviousCCMLiveReason = "PreviousCCMLive"
+
 	// NoNodesReason: install policy Auto and no node of the platform exists.
 	NoNodesReason = "NoNodes"
 

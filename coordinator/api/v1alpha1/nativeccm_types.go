@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"strings"
+
 	"github.com/fluxcd/pkg/apis/meta"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -98,6 +100,39 @@ type NativeCCMSpec struct {
 	// span it: an aws CCM sees one region).
 	// +optional
 	Domain *Domain `json:"domain,omitempty"`
+
+	// TakeOver names the CCM this NativeCCM replaces: a cloud CCM the
+	// cluster already runs on its own (cluster-wide, with its own lease).
+	// While that CCM is live the release is not installed: Ready=False with
+	// reason WaitingForPreviousCCM, until its Lease stops being renewed.
+	// +optional
+	TakeOver *TakeOver `json:"takeOver,omitempty"`
+}
+
+// TakeOver names the CCM a NativeCCM replaces by its leader-election Lease.
+type TakeOver struct {
+	// Lease is <namespace>/<name> of the previous CCM's leader-election Lease
+	// (for every CCM built on k8s.io/cloud-provider that runs with its
+	// defaults, kube-system/cloud-controller-manager). While the Lease has a
+	// holder that renewed it within its leaseDurationSeconds, the coordinator
+	// installs nothing for this NativeCCM. The coordinator must be allowed to
+	// get that Lease (the hybrid-ccm chart grants it from
+	// clouds.<name>.takeOver.lease).
+	// +required
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=317
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="spec.takeOver.lease must be <namespace>/<name> of a Lease, e.g. kube-system/cloud-controller-manager: a namespace (a DNS label of at most 63 characters), a slash, and a Lease name (a DNS subdomain)"
+	Lease string `json:"lease"`
+}
+
+// LeaseKey splits spec.takeOver.lease into namespace and name; ok is false
+// when it is not <namespace>/<name> (the CRD refuses such a value).
+func (t *TakeOver) LeaseKey() (namespace, name string, ok bool) {
+	if t == nil {
+		return "", "", false
+	}
+	namespace, name, ok = strings.Cut(t.Lease, "/")
+	return namespace, name, ok && namespace != "" && name != "" && !strings.Contains(name, "/")
 }
 
 // Domain is the part of a platform's nodes one NativeCCM owns.

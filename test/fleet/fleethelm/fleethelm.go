@@ -64,6 +64,40 @@ func Upgrade(ctx context.Context, f *fleet.Fleet, namespace, release, ref, versi
 	return ch, nil
 }
 
+// InstallChart is `helm install release <dir> -n namespace --values values`
+// of a chart directory on this machine (an upstream chart as its source
+// ships it), with Helm's own SDK.
+func InstallChart(ctx context.Context, f *fleet.Fleet, namespace, release, dir string, values map[string]any) error {
+	cfg, _, err := config(f, namespace)
+	if err != nil {
+		return err
+	}
+	ch, err := loader.Load(dir)
+	if err != nil {
+		return fmt.Errorf("helm install %s %s: %w", release, dir, err)
+	}
+	in := action.NewInstall(cfg)
+	in.ReleaseName, in.Namespace = release, namespace
+	if _, err := in.RunWithContext(ctx, ch, values); err != nil {
+		return fmt.Errorf("helm install %s %s: %w", release, dir, err)
+	}
+	return nil
+}
+
+// Uninstall is `helm uninstall release -n namespace` with Helm's own SDK:
+// the release's objects are deleted (their pods then stop as the cluster
+// stops them) and its history removed.
+func Uninstall(f *fleet.Fleet, namespace, release string) error {
+	cfg, _, err := config(f, namespace)
+	if err != nil {
+		return err
+	}
+	if _, err := action.NewUninstall(cfg).Run(release); err != nil {
+		return fmt.Errorf("helm uninstall %s -n %s: %w", release, namespace, err)
+	}
+	return nil
+}
+
 // FieldManager is the field manager Install and Upgrade write with: the
 // helm CLI's.
 const FieldManager = "helm"

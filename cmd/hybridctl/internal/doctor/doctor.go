@@ -3,7 +3,8 @@
 // routing label or providerID), nodes whose Talos API talos-ccm cannot reach
 // (its current TalosAPIUnavailable events), cloud-controller-managers that would fight
 // (foreign cloud-node controllers, shared leader-election leases), NativeCCMs
-// that are not Ready or whose installed CCM is not running, kubelet-serving
+// that are not Ready or whose installed CCM is not running, NativeCCMs that
+// wait for the CCM they take over from (or run beside it again), kubelet-serving
 // CSRs nobody decides, pod CIDR overlaps, a fence the API server does not
 // enforce (absent, not denying, or an older one with a paramKind that refuses
 // every node write after each API server start), NativeCCMs whose upstream
@@ -28,6 +29,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"path"
 	"slices"
 	"sort"
 	"strings"
@@ -80,6 +82,13 @@ const (
 	// its domain have no CCM of theirs: a split value it does not serve, or
 	// nodes spanning what one CCM of its cloud can see.
 	CheckNodesNotOwned = "NativeCCMNodesNotOwned"
+	// CheckWaitingForPreviousCCM: a NativeCCM that takes over from a CCM the
+	// cluster runs (spec.takeOver.lease) is not installed while that CCM
+	// renews its Lease, or while the coordinator cannot read the Lease.
+	CheckWaitingForPreviousCCM = "NativeCCMWaitingForPreviousCCM"
+	// CheckPreviousCCMRunning: the CCM a NativeCCM took over from renews its
+	// Lease again while the NativeCCM's release is installed: both run.
+	CheckPreviousCCMRunning = "PreviousCCMRunning"
 	// CheckReleaseRecord: a Helm release record in the coordinator's
 	// namespace holds what a native CCM release never does (a hook, a kind
 	// the native-ccm chart never renders, an object elsewhere): the
@@ -427,7 +436,16 @@ func (r *Report) checkNativeCCMConditions(nccms []v1.NativeCCM) {
 			r.add(CheckNodesNotOwned, "nativeccm/"+n.Name, "kubectl describe nativeccm "+n.Name+` (docs/coordinator.md, "Domains")`,
 				"nodes of its domain have no CCM: %s: %s", owned.Reason, owned.Message)
 		}
+		if conflict := apimeta.FindStatusCondition(n.Status.Conditions, v1.ConflictCondition); conflict != nil &&
+			conflict.Status == metav1.ConditionTrue && strings.Contains(conflict.Message, controller.PreviousCCMLiveMessage) {
+			r.add(CheckPreviousCCMRunning, "nativeccm/"+n.Name, previousCCMFix(n, v1.PreviousCCMLiveReason),
+				"its release is installed and the CCM it took over from runs again beside it: %s", conflict.Message)
+		}
 		switch {
+		case ready != nil && ready.Status == metav1.ConditionFalse &&
+			(ready.Reason == v1.WaitingForPreviousCCMReason || ready.Reason == v1.PreviousCCMLeaseUnreadableReason):
+			r.add(CheckWaitingForPreviousCCM, "nativeccm/"+n.Name, previousCCMFix(n, ready.Reason),
+				"is not installed while the CCM it takes over from may run: %s: %s", ready.Reason, ready.Message)
 		case healthy != nil && healthy.Status == metav1.ConditionFalse:
 			r.add(CheckCCMNotRunning, "nativeccm/"+n.Name, notRunningFix(n, healthy.Reason),
 				"release installed, but its CCM is not running: %s: %s", healthy.Reason, healthy.Message)
@@ -439,6 +457,21 @@ func (r *Report) checkNativeCCMConditions(nccms []v1.NativeCCM) {
 				"is not Ready: %s: %s", ready.Reason, ready.Message)
 		}
 	}
+}
+
+// previousCCMFix says what to do about the CCM NativeCCM n takes over from
+// (spec.takeOver.lease), by the reason the coordinator gave.
+func previousCCMFix(n *v1.NativeCCM, reason string) string {
+	lease := "(spec.takeOver.lease)"
+	if n.Spec.TakeOver != nil {
+		lease = n.Spec.TakeOver.Lease
+	}
+	if reason == v1.PreviousCCMLeaseUnreadableReason {
+		return "let the coordinator get Lease " + lease + ": the hybrid-ccm chart renders the Role from clouds." + n.Name +
+			".takeOver.lease, the ccm-coordinator chart alone from takeOverLeases (docs/migrating-from-a-cloud-ccm.md)"
+	}
+	return "uninstall the CCM that holds Lease " + lease + " (kubectl -n " + strings.SplitN(lease, "/", 2)[0] + " get lease " + path.Base(lease) +
+		" -o yaml names its pod); " + n.ReleaseName() + " is installed once that Lease runs out (docs/migrating-from-a-cloud-ccm.md)"
 }
 
 // checkLoadBalancerClasses finds NativeCCMs that ask to serve the same load

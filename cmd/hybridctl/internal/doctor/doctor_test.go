@@ -262,6 +262,28 @@ func TestDoctor(t *testing.T) {
 	if err := c.Status().Update(ctx, crashing); err != nil {
 		t.Fatal(err)
 	}
+	// a NativeCCM that takes over from the AWS CCM the cluster runs, waiting
+	// for it to stop; one whose previous CCM runs again beside it
+	waiting := &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "takeover"}, Spec: v1.NativeCCMSpec{Platform: "takeover",
+		TakeOver: &v1.TakeOver{Lease: "kube-system/cloud-controller-manager"}}}
+	beside := &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "beside"}, Spec: v1.NativeCCMSpec{Platform: "beside",
+		TakeOver: &v1.TakeOver{Lease: "kube-system/cloud-controller-manager"}}}
+	for _, n := range []*v1.NativeCCM{waiting, beside} {
+		grant(t, c, n)
+		create(t, c, n)
+	}
+	apimeta.SetStatusCondition(&waiting.Status.Conditions, metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, Reason: v1.WaitingForPreviousCCMReason,
+		Message: `waiting for the previous CCM to stop: Lease kube-system/cloud-controller-manager is held by "aws-cloud-controller-manager-x7k2p_5c1e", renewed 1s ago (lease duration 15s)`})
+	beside.Status.Release = &v1.ReleaseStatus{Name: "native-ccm-beside", Namespace: coordinatorNS, Revision: 1}
+	apimeta.SetStatusCondition(&beside.Status.Conditions, metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: v1.InstallSucceededReason, Message: "installed"})
+	apimeta.SetStatusCondition(&beside.Status.Conditions, metav1.Condition{Type: v1.ConflictCondition, Status: metav1.ConditionTrue, Reason: v1.ForeignCloudNodeControllerReason,
+		Message: "DaemonSet/kube-system/aws-cloud-controller-manager (not managed by ccm-coordinator) runs the cloud-node controller (--controllers=*); " +
+			`the previous CCM runs again beside this one: Lease kube-system/cloud-controller-manager is held by "aws-cloud-controller-manager-x7k2p_5c1e", renewed 1s ago (lease duration 15s) (spec.takeOver.lease); uninstall it`})
+	for _, n := range []*v1.NativeCCM{waiting, beside} {
+		if err := c.Status().Update(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
 	pemBytes := csrtest.Request{NodeName: "stuck-1", DNSNames: []string{"stuck-1"}}.MustPEM()
 	create(t, c, csrtest.Object("stuck-1-serving", pemBytes))
 	// a decided CSR is not a problem
@@ -287,6 +309,7 @@ func TestDoctor(t *testing.T) {
 		"NativeCCMNotReady nativeccm/aws",
 		"NativeCCMNotReady nativeccm/fresh",
 		"NativeCCMNotRunning nativeccm/gcp",
+		"NativeCCMWaitingForPreviousCCM nativeccm/takeover",
 		"NodeUninitialized node/stuck-1",
 		"NodeWithoutPlatformLabel node/nolabel-1",
 		"NodeWithoutProviderID node/noid-1",
@@ -296,6 +319,7 @@ func TestDoctor(t *testing.T) {
 		"OrphanedNativeCCMIdentity serviceaccount/hybrid-ccm-system/native-ccm-split--eu--x",
 		"OrphanedNativeCCMIdentity serviceaccount/hybrid-ccm-system/native-ccm-split--us-east-1",
 		"PodCIDROverlap node/overlap-b",
+		"PreviousCCMRunning nativeccm/beside",
 		"SharedLeaderLease lease/kube-system/cloud-controller-manager",
 		"UnfencedNodeLifecycleGrant clusterrolebinding/native-ccm-elsewhere",
 		"UnfencedNodeLifecycleGrant clusterrolebinding/someones",
@@ -309,6 +333,13 @@ func TestDoctor(t *testing.T) {
 		}
 		if f.Object == "serviceaccount/"+coordinatorNS+"/native-ccm-split--us-east-1" && !strings.Contains(f.Message, `a member of NativeCCM split for "us-east-1", which split does not list (status.members) after 15m0s`) {
 			t.Errorf("split member left behind: %s", f.Message)
+		}
+		if f.Object == "nativeccm/takeover" && (!strings.Contains(f.Message, `Lease kube-system/cloud-controller-manager is held by "aws-cloud-controller-manager-x7k2p_5c1e"`) ||
+			!strings.Contains(f.Fix, "uninstall the CCM that holds Lease kube-system/cloud-controller-manager") || !strings.Contains(f.Fix, "native-ccm-takeover is installed once that Lease runs out")) {
+			t.Errorf("waiting for the previous CCM: %s (fix: %s)", f.Message, f.Fix)
+		}
+		if f.Check == doctor.CheckPreviousCCMRunning && !strings.Contains(f.Fix, "uninstall the CCM that holds Lease kube-system/cloud-controller-manager") {
+			t.Errorf("previous CCM running again: fix %q", f.Fix)
 		}
 		if f.Message == "" || f.Fix == "" {
 			t.Errorf("finding %s %s lacks message or fix", f.Check, f.Object)
@@ -330,7 +361,7 @@ func TestDoctor(t *testing.T) {
 	if !errors.Is(err, cli.ErrFindings) {
 		t.Fatalf("want ErrFindings, got %v\n%s", err, out)
 	}
-	for _, s := range []string{"20 problem(s)", "talos-ccm: 0 of 1 replicas ready", "kubectl -n default describe deploy/talos-ccm-zero",
+	for _, s := range []string{"22 problem(s)", "NativeCCMWaitingForPreviousCCM", "PreviousCCMRunning", "talos-ccm: 0 of 1 replicas ready", "kubectl -n default describe deploy/talos-ccm-zero",
 		"talos-ccm has ready replicas but its leader-election Lease has no holder: none leads", "check ccm-coordinator is running: kubectl -n hybrid-ccm-system logs deploy/hybrid-ccm", "NativeCCMs lb-one, lb-two are all the default",
 		"NativeCCM gone, which does not exist: the fence refuses it every node and Service write",
 		"NativeCCM hcloud's member for \"fsn1\", but hcloud is not split",

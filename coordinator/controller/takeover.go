@@ -1,0 +1,168 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fluxcd/pkg/apis/meta"
+	"github.com/fluxcd/pkg/runtime/conditions"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+)
+
+// The take-over: a NativeCCM with spec.takeOver replaces a cloud CCM the
+// cluster already runs on its own, cluster-wide (its own Deployment or
+// DaemonSet, its own Lease, all its controllers, the Services without a
+// class). The two must never run at once: both would delete nodes, and both
+// would serve the same Services (each the other's load balancer changes).
+// Their Leases cannot keep them apart: a native CCM's Lease lives in the
+// coordinator's namespace under its own name. So the coordinator reads the
+// previous CCM's Lease, the one thing every CCM built on k8s.io/cloud-provider
+// keeps up to date while it runs, and installs nothing for the NativeCCM
+// while a holder renews it. Upstream CCMs do not release their Lease when
+// they stop: it runs out leaseDurationSeconds after the last renewal, and the
+// coordinator looks again at that moment.
+
+// previousLeaseDuration is assumed for a Lease that says none: the default
+// of every CCM built on k8s.io/cloud-provider (component-base).
+const previousLeaseDuration = 15 * time.Second
+
+// previousCCM is the previous CCM as its Lease says.
+type previousCCM struct {
+	// lease is spec.takeOver.lease, <namespace>/<name>.
+	lease string
+	// found: the Lease exists.
+	found bool
+	// holder is its holderIdentity ("" for none).
+	holder string
+	// renewed is its renewTime (zero for none).
+	renewed time.Time
+	// duration is its leaseDurationSeconds (or previousLeaseDuration).
+	duration time.Duration
+}
+
+// expires is when the Lease runs out unless renewed again (zero: nobody
+// holds it).
+func (p previousCCM) expires() time.Time {
+	if p.holder == "" || p.renewed.IsZero() {
+		return time.Time{}
+	}
+	return p.renewed.Add(p.duration)
+}
+
+// live: a holder renewed the Lease within its duration.
+func (p previousCCM) live(now time.Time) bool { return now.Before(p.expires()) }
+
+// describe says what the Lease says, for conditions and events.
+func (p previousCCM) describe(now time.Time) string {
+	switch {
+	case !p.found:
+		return fmt.Sprintf("Lease %s does not exist", p.lease)
+	case p.holder == "":
+		return fmt.Sprintf("Lease %s has no holder", p.lease)
+	case p.renewed.IsZero():
+		return fmt.Sprintf("Lease %s is held by %q, never renewed", p.lease, p.holder)
+	}
+	return fmt.Sprintf("Lease %s is held by %q, renewed %s ago (lease duration %s)", p.lease, p.holder,
+		now.Sub(p.renewed).Round(time.Second), p.duration)
+}
+
+// observePreviousCCM reads the Lease spec.takeOver names (one GET, shared
+// with the reconcile's other Lease reads).
+func (r *NativeCCMReconciler) observePreviousCCM(ctx context.Context, obj *v1.NativeCCM) (previousCCM, error) {
+	ns, name, ok := obj.Spec.TakeOver.LeaseKey()
+	p := previousCCM{lease: obj.Spec.TakeOver.Lease, duration: previousLeaseDuration}
+	if !ok {
+		// the CRD refuses it; an object stored before that rule is refused here
+		return p, &stallError{reason: v1.InvalidTakeOverReason,
+			err: fmt.Errorf("spec.takeOver.lease %q is not <namespace>/<name> of a Lease (e.g. kube-system/cloud-controller-manager)", p.lease)}
+	}
+	var l coordinationv1.Lease
+	err := r.getLease(ctx, client.ObjectKey{Namespace: ns, Name: name}, &l)
+	switch {
+	case apierrors.IsNotFound(err):
+		return p, nil
+	case err != nil:
+		return p, err
+	}
+	p.found = true
+	s := l.Spec
+	if s.HolderIdentity != nil {
+		p.holder = *s.HolderIdentity
+	}
+	if s.RenewTime != nil {
+		p.renewed = s.RenewTime.Time
+	}
+	if s.LeaseDurationSeconds != nil && *s.LeaseDurationSeconds > 0 {
+		p.duration = time.Duration(*s.LeaseDurationSeconds) * time.Second
+	}
+	return p, nil
+}
+
+// waitForPreviousCCM holds a NativeCCM with spec.takeOver whose release is
+// not installed yet while the previous CCM is live: Ready=False
+// WaitingForPreviousCCM (a Warning event when that starts), looked at again
+// when its Lease would run out. When the Lease cannot be read nothing is
+// installed either (PreviousCCMLeaseUnreadable). A NativeCCM that waited
+// and goes on gets a Normal PreviousCCMStopped event.
+func (r *NativeCCMReconciler) waitForPreviousCCM(ctx context.Context, obj *v1.NativeCCM) error {
+	if obj.Spec.TakeOver == nil {
+		return nil
+	}
+	now := r.now()
+	p, err := r.observePreviousCCM(ctx, obj)
+	if err != nil {
+		if stall := (*stallError)(nil); errors.As(err, &stall) {
+			return err
+		}
+		return r.waitFor(obj, v1.PreviousCCMLeaseUnreadableReason, fmt.Errorf(
+			"waiting: cannot tell whether the previous CCM runs: reading Lease %s (spec.takeOver.lease): %w; the coordinator must be allowed to get it: "+
+				"the hybrid-ccm chart grants it from clouds.%s.takeOver.lease, the ccm-coordinator chart alone from takeOverLeases", p.lease, err, obj.Name))
+	}
+	if p.live(now) {
+		msg := fmt.Sprintf("waiting for the previous CCM to stop: %s (spec.takeOver.lease), so it still runs and would initialize and delete nodes and serve "+
+			"Services beside this one; uninstall it (docs/migrating-from-a-cloud-ccm.md): its Lease runs out %s after its last renewal, then %s is installed",
+			p.describe(now), p.duration, obj.ReleaseName())
+		wait := r.waitFor(obj, v1.WaitingForPreviousCCMReason, fmt.Errorf("%s", msg))
+		// looked at again when the Lease would run out unless renewed
+		wait.(*waitError).after = max(p.expires().Sub(now)+500*time.Millisecond, time.Second)
+		return wait
+	}
+	if conditions.HasAnyReason(obj, meta.ReadyCondition, v1.WaitingForPreviousCCMReason, v1.PreviousCCMLeaseUnreadableReason) {
+		r.event(obj, corev1.EventTypeNormal, v1.PreviousCCMStoppedReason,
+			fmt.Sprintf("the previous CCM is not running: %s (spec.takeOver.lease); installing %s", p.describe(now), obj.ReleaseName()))
+	}
+	return nil
+}
+
+// PreviousCCMLiveMessage starts the Conflict message part of a previous CCM
+// that runs again beside the installed release (PreviousCCMLive; the
+// Conflict condition's reason is its first conflict's).
+const PreviousCCMLiveMessage = "the previous CCM runs again beside this one"
+
+// previousCCMConflict reports a previous CCM that is live again while this
+// NativeCCM's release is installed (someone installed it again): both run.
+// The coordinator uninstalls neither; a Lease it cannot read reports
+// nothing here (the hold before the install said why).
+func (r *NativeCCMReconciler) previousCCMConflict(ctx context.Context, obj *v1.NativeCCM) []Conflict {
+	if obj.Spec.TakeOver == nil || (obj.Status.Release == nil && len(obj.Status.Members) == 0) {
+		return nil
+	}
+	now := r.now()
+	p, err := r.observePreviousCCM(ctx, obj)
+	if err != nil {
+		log.FromContext(ctx).V(1).Info("cannot read the previous CCM's Lease", "lease", p.lease, "error", err.Error())
+		return nil
+	}
+	if !p.live(now) {
+		return nil
+	}
+	return []Conflict{{v1.PreviousCCMLiveReason, fmt.Sprintf("%s: %s (spec.takeOver.lease); uninstall it", PreviousCCMLiveMessage, p.describe(now))}}
+}

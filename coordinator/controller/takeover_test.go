@@ -1,0 +1,134 @@
+package controller
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluxcd/pkg/apis/meta"
+	"github.com/fluxcd/pkg/runtime/conditions"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+)
+
+// TestTakeOverWaitsForThePreviousCCM: a NativeCCM that takes over from a CCM
+// the cluster runs (spec.takeOver.lease, a Lease in kube-system as every
+// CCM built on k8s.io/cloud-provider keeps by default) is not installed
+// while that CCM renews its Lease: Ready=False WaitingForPreviousCCM naming
+// the Lease, its holder and what to do, and a Warning event. The CCM stops
+// (it does not release its Lease, as upstream CCMs do not): the Lease runs
+// out and the release is installed, with a PreviousCCMStopped event. The
+// previous CCM started again beside the installed one is a Conflict
+// (PreviousCCMLive); the release stays.
+func TestTakeOverWaitsForThePreviousCCM(t *testing.T) {
+	const (
+		name       = "takeover-a"
+		leaseNS    = "kube-system"
+		leaseName  = "takeover-a-previous-ccm"
+		holder     = "aws-cloud-controller-manager-x7k2p_5c1e0f3a-8d2b-4f6e-9a7c-1b3d5e7f9a0c"
+		durationS  = 3
+		leaseValue = leaseNS + "/" + leaseName
+	)
+	hcloudSecret(t)
+	previous := lead(leaseNS, leaseName, holder, durationS)
+	t.Cleanup(previous.stop)
+	createNode(t, "ta-1", name, "hcloud://9401")
+	createNativeCCM(t, &v1.NativeCCM{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       v1.NativeCCMSpec{Platform: name, TakeOver: &v1.TakeOver{Lease: leaseValue}},
+	})
+	obj := waitMessage(t, name, meta.ReadyCondition, metav1.ConditionFalse, v1.WaitingForPreviousCCMReason,
+		"Lease "+leaseValue+" is held by \""+holder+"\", renewed", "(spec.takeOver.lease)", "uninstall it", "then native-ccm-"+name+" is installed")
+	if obj.Status.Release != nil {
+		t.Fatalf("release recorded while waiting: %+v", obj.Status.Release)
+	}
+	if ok, state := hasEvent(t, name, v1.WaitingForPreviousCCMReason); !ok {
+		t.Errorf("no WaitingForPreviousCCM event: %s", state)
+	} else if msg := warningEvent(t, name, v1.WaitingForPreviousCCMReason); !strings.Contains(msg, leaseValue) {
+		t.Errorf("WaitingForPreviousCCM event %q, want a Warning naming %s", msg, leaseValue)
+	}
+	// Several lease durations: the coordinator looks again each time the
+	// Lease would run out, finds it renewed, and installs nothing.
+	never(t, "an install while the previous CCM renews its Lease", 3*durationS*time.Second, func() (bool, string) {
+		o := getNativeCCM(t, name)
+		_, err := getDeployment(t, "native-ccm-"+name)
+		return o.Status.Release != nil || err == nil || !conditions.HasAnyReason(o, meta.ReadyCondition, v1.WaitingForPreviousCCMReason),
+			fmt.Sprintf("release %+v, deployment err %v, ready %q", o.Status.Release, err, conditions.GetReason(o, meta.ReadyCondition))
+	})
+
+	// The previous CCM stops; its Lease stays held and runs out.
+	previous.stop()
+	waitCondition(t, name, meta.ReadyCondition, metav1.ConditionTrue, v1.InstallSucceededReason)
+	if ok, state := hasEvent(t, name, v1.PreviousCCMStoppedReason); !ok {
+		t.Errorf("no PreviousCCMStopped event: %s", state)
+	}
+
+	// Someone installs the previous CCM again: reported, the release stays.
+	again := lead(leaseNS, leaseName, holder, durationS)
+	t.Cleanup(again.stop)
+	requestReconcile(t, name)
+	waitMessage(t, name, v1.ConflictCondition, metav1.ConditionTrue, v1.PreviousCCMLiveReason, "the previous CCM runs again beside this one", leaseValue)
+	waitCondition(t, name, v1.InstalledCondition, metav1.ConditionTrue, "")
+	again.stop()
+	eventually(t, "the previous CCM's Lease run out", func() (bool, string) {
+		var l coordinationv1.Lease
+		if err := k8s.Get(ctxT(t), client.ObjectKey{Namespace: leaseNS, Name: leaseName}, &l); err != nil {
+			return false, err.Error()
+		}
+		return time.Since(l.Spec.RenewTime.Time) > durationS*time.Second, l.Spec.RenewTime.String()
+	})
+	requestReconcile(t, name)
+	waitCondition(t, name, v1.ConflictCondition, metav1.ConditionFalse, v1.NoConflictReason)
+}
+
+// TestTakeOverWaitsBeforeTheFirstMember: a split NativeCCM that takes over
+// installs no member while the previous CCM renews its Lease, and its
+// members once it stopped.
+func TestTakeOverWaitsBeforeTheFirstMember(t *testing.T) {
+	const (
+		name      = "takeover-split"
+		leaseName = "takeover-split-previous-ccm"
+	)
+	awsSplitSecret(t, "takeover-split-credentials")
+	previous := lead("kube-system", leaseName, "aws-cloud-controller-manager-q9w8e_0b1c", 3)
+	t.Cleanup(previous.stop)
+	createRegionNode(t, "tsplit-eu-1", name, "eu-west-1", "aws:///eu-west-1a/i-0c01")
+	createNativeCCM(t, &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.NativeCCMSpec{
+		Platform:    name,
+		Credentials: &v1.Credentials{SecretRef: meta.LocalObjectReference{Name: "takeover-split-credentials"}},
+		Domain:      &v1.Domain{SplitBy: regionLabel},
+		TakeOver:    &v1.TakeOver{Lease: "kube-system/" + leaseName},
+	}})
+	waitMessage(t, name, meta.ReadyCondition, metav1.ConditionFalse, v1.WaitingForPreviousCCMReason, "Lease kube-system/"+leaseName)
+	never(t, "a member while the previous CCM renews its Lease", 2*3*time.Second, func() (bool, string) {
+		_, err := getDeployment(t, "native-ccm-"+name+"--eu-west-1")
+		return err == nil, "member Deployment exists"
+	})
+	previous.stop()
+	waitMessage(t, name, meta.ReadyCondition, metav1.ConditionTrue, v1.UpToDateReason, "native-ccm-"+name+"--eu-west-1 (eu-west-1, 1 node(s))")
+}
+
+// TestTakeOverLeaseMustNameNamespaceAndLease: the API server refuses a
+// spec.takeOver.lease that is not <namespace>/<name>, naming the field.
+func TestTakeOverLeaseMustNameNamespaceAndLease(t *testing.T) {
+	for _, lease := range []string{"cloud-controller-manager", "kube-system/", "/cloud-controller-manager", "Kube-System/ccm", "kube-system/ccm/x",
+		strings.Repeat("n", 64) + "/ccm"} {
+		obj := &v1.NativeCCM{
+			ObjectMeta: metav1.ObjectMeta{Name: "takeover-invalid"},
+			Spec:       v1.NativeCCMSpec{Platform: "takeover-invalid", TakeOver: &v1.TakeOver{Lease: lease}},
+		}
+		err := k8s.Create(ctxT(t), obj)
+		if err == nil {
+			_ = k8s.Delete(ctxT(t), obj)
+			t.Errorf("spec.takeOver.lease %q accepted", lease)
+			continue
+		}
+		if !strings.Contains(err.Error(), "spec.takeOver.lease") || !strings.Contains(err.Error(), "<namespace>/<name>") {
+			t.Errorf("spec.takeOver.lease %q: %v, want an error naming the field and its form", lease, err)
+		}
+	}
+}
