@@ -50,9 +50,13 @@ func TestCoordinatorPolicyReleaseRecords(t *testing.T) {
 		return err
 	}
 	forged := record("sh.helm.release.v1.hybrid-ccm.v9", "helm.sh/release.v1", helm("hybrid-ccm"))
-	// a new policy takes a moment to become active
+	// A new policy takes a moment to become active, and so does the grant:
+	// until RBAC's informer has it, the write is forbidden by RBAC, not by
+	// the policy. Wait for the policy's own refusal.
+	const refusal = "Helm release records only of its own releases"
 	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return apierrors.IsForbidden(write(forged)) || apierrors.IsInvalid(write(forged)), nil
+		err := write(forged)
+		return (apierrors.IsForbidden(err) || apierrors.IsInvalid(err)) && strings.Contains(err.Error(), refusal), nil
 	}); err != nil {
 		t.Fatalf("the forged record of release hybrid-ccm is written: %v", write(forged))
 	}
@@ -78,14 +82,15 @@ func TestCoordinatorPolicyReleaseRecords(t *testing.T) {
 				t.Fatalf("refused: %v", err)
 			case !tt.allow && !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err):
 				t.Fatalf("written (err %v)", err)
-			case !tt.allow && !strings.Contains(err.Error(), "Helm release records only of its own releases"):
+			case !tt.allow && !strings.Contains(err.Error(), refusal):
 				t.Fatalf("refused for another reason: %v", err)
 			}
 		})
 	}
 }
 
-// grant lets user create Secrets in ns (RBAC), and waits until it may.
+// grant lets user create Secrets in ns (RBAC). It takes effect when RBAC's
+// informer has it: the caller waits for a refusal of the policy it checks.
 func grant(t *testing.T, c kubernetes.Interface, ns, user string) {
 	t.Helper()
 	ctx := context.Background()
