@@ -197,3 +197,20 @@ func TestTakeOverLeaseDeletedWhileHeld(t *testing.T) {
 		}
 	}
 }
+
+// TestTakeOverLeaseNameTooLong: the CRD's rule bounds spec.takeOver.lease
+// to 317 characters and each part's form, not the Lease name to a DNS
+// subdomain's 253: kube-system/<300 characters> is accepted, no Lease can be
+// named so, the read finds none and the release was installed beside the
+// CCM whose Lease the user meant. It is refused as invalid instead.
+func TestTakeOverLeaseNameTooLong(t *testing.T) {
+	for _, lease := range []string{"kube-system/" + strings.Repeat("a", 300), strings.Repeat("n", 64) + "/ccm", "kube-system/a..b", "kube-system/-a"} {
+		c := newTakeOverClock(nil)
+		obj := takeOverObj(lease)
+		err := c.r.waitForPreviousCCM(context.Background(), obj)
+		var stall *stallError
+		if !errors.As(err, &stall) || stall.reason != v1.InvalidTakeOverReason {
+			t.Errorf("spec.takeOver.lease %q: %v, want a stall %s", lease, err, v1.InvalidTakeOverReason)
+		}
+	}
+}
