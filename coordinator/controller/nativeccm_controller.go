@@ -98,6 +98,9 @@ type NativeCCMReconciler struct {
 	nodes *nodeStore
 	// gateChecks are the gate checks that passed, reused for Interval.
 	gateChecks gateChecks
+	// previousLeases are the Leases of the CCMs NativeCCMs take over from as
+	// last seen (takeover.go).
+	previousLeases leaseSightings
 }
 
 // Options of the controller.

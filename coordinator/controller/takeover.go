@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/fluxcd/pkg/apis/meta"
@@ -14,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/safetext"
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 )
 
@@ -34,35 +37,50 @@ import (
 // of every CCM built on k8s.io/cloud-provider (component-base).
 const previousLeaseDuration = 15 * time.Second
 
-// previousCCM is the previous CCM as its Lease says.
+// maxHolderQuoted bounds the holderIdentity quoted in conditions and events:
+// the API server does not bound it (a pod's is <pod>_<uuid>).
+const maxHolderQuoted = 320
+
+// previousCCM is the previous CCM as its Lease says, and as the coordinator
+// saw that Lease change.
 type previousCCM struct {
 	// lease is spec.takeOver.lease, <namespace>/<name>.
 	lease string
 	// found: the Lease exists.
 	found bool
-	// holder is its holderIdentity ("" for none).
+	// holder is its holderIdentity ("" for none), clipped (maxHolderQuoted).
 	holder string
-	// renewed is its renewTime (zero for none).
+	// renewed is its renewTime (zero for none), by the holder's clock.
 	renewed time.Time
 	// duration is its leaseDurationSeconds (or previousLeaseDuration).
 	duration time.Duration
+	// seen is how the coordinator saw the Lease change.
+	seen leaseSighting
 }
 
-// expires is when the Lease runs out unless renewed again (zero: nobody
-// holds it).
+// expires is when the previous CCM counts as stopped unless its Lease
+// changes again (zero: it is not held). As client-go's leader election
+// judges a Lease it does not hold, by the coordinator's own clock: a held
+// Lease is live until it has been seen unchanged for its duration (a first
+// look counts as a change). Its renewTime, written by the holder's clock,
+// decides nothing: a holder whose clock is behind would look stopped while
+// it renews, one ahead (or a forged renewTime) live for as long as it is
+// ahead.
 func (p previousCCM) expires() time.Time {
-	if p.holder == "" || p.renewed.IsZero() {
+	if !p.seen.held {
 		return time.Time{}
 	}
-	return p.renewed.Add(p.duration)
+	return p.seen.since.Add(p.seen.duration)
 }
 
-// live: a holder renewed the Lease within its duration.
+// live: the previous CCM counts as running.
 func (p previousCCM) live(now time.Time) bool { return now.Before(p.expires()) }
 
 // describe says what the Lease says, for conditions and events.
 func (p previousCCM) describe(now time.Time) string {
 	switch {
+	case !p.found && p.seen.held:
+		return fmt.Sprintf("Lease %s was deleted while held by %q", p.lease, p.seen.holder)
 	case !p.found:
 		return fmt.Sprintf("Lease %s does not exist", p.lease)
 	case p.holder == "":
@@ -72,6 +90,56 @@ func (p previousCCM) describe(now time.Time) string {
 	}
 	return fmt.Sprintf("Lease %s is held by %q, renewed %s ago (lease duration %s)", p.lease, p.holder,
 		now.Sub(p.renewed).Round(time.Second), p.duration)
+}
+
+// leaseSightings are the previous CCMs' Leases as the coordinator last saw
+// them, by spec.takeOver.lease (shared by the NativeCCMs naming the same).
+type leaseSightings struct {
+	mu   sync.Mutex
+	seen map[string]leaseSighting
+}
+
+// leaseSighting is one Lease's record as last seen.
+type leaseSighting struct {
+	// record is what the Lease said ("" while it does not exist).
+	record string
+	// since is when the coordinator first saw it say that.
+	since time.Time
+	// held: it names a holder, or it was deleted while it did.
+	held bool
+	// holder and duration are the holder's and the Lease's duration (the last
+	// ones seen, for a deleted Lease).
+	holder   string
+	duration time.Duration
+	// changed: the record replaced another one the coordinator saw.
+	changed bool
+}
+
+// see records what the Lease says now and returns its sighting.
+func (s *leaseSightings) see(lease string, cur leaseSighting, now time.Time) leaseSighting {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.seen == nil {
+		s.seen = map[string]leaseSighting{}
+	}
+	prev, ok := s.seen[lease]
+	if ok && prev.record == cur.record {
+		return prev
+	}
+	if cur.record == "" && ok && prev.held {
+		// deleted while held: its holder may run still (it creates the Lease
+		// again); one more duration unchanged tells
+		cur.held, cur.holder, cur.duration = true, prev.holder, prev.duration
+	}
+	cur.since, cur.changed = now, ok
+	s.seen[lease] = cur
+	return cur
+}
+
+// ownLease: spec.takeOver.lease names a Lease of this NativeCCM's own
+// releases (its own or a member's).
+func (r *NativeCCMReconciler) ownLease(obj *v1.NativeCCM, ns, name string) bool {
+	return ns == r.Namespace && (name == obj.ReleaseName() || strings.HasPrefix(name, obj.ReleaseName()+"--"))
 }
 
 // observePreviousCCM reads the Lease spec.takeOver names (one GET, shared
@@ -84,18 +152,25 @@ func (r *NativeCCMReconciler) observePreviousCCM(ctx context.Context, obj *v1.Na
 		return p, &stallError{reason: v1.InvalidTakeOverReason,
 			err: fmt.Errorf("spec.takeOver.lease %q is not <namespace>/<name> of a Lease (e.g. kube-system/cloud-controller-manager)", p.lease)}
 	}
+	if r.ownLease(obj, ns, name) {
+		return p, &stallError{reason: v1.InvalidTakeOverReason,
+			err: fmt.Errorf("spec.takeOver.lease %q is the Lease of this NativeCCM's own CCM: name the Lease of the CCM it replaces (e.g. kube-system/cloud-controller-manager)", p.lease)}
+	}
 	var l coordinationv1.Lease
 	err := r.getLease(ctx, client.ObjectKey{Namespace: ns, Name: name}, &l)
 	switch {
 	case apierrors.IsNotFound(err):
+		p.seen = r.previousLeases.see(p.lease, leaseSighting{}, r.now())
 		return p, nil
 	case err != nil:
 		return p, err
 	}
 	p.found = true
 	s := l.Spec
+	var full string
 	if s.HolderIdentity != nil {
-		p.holder = *s.HolderIdentity
+		full = *s.HolderIdentity
+		p.holder = safetext.Clip(full, maxHolderQuoted)
 	}
 	if s.RenewTime != nil {
 		p.renewed = s.RenewTime.Time
@@ -103,6 +178,12 @@ func (r *NativeCCMReconciler) observePreviousCCM(ctx context.Context, obj *v1.Na
 	if s.LeaseDurationSeconds != nil && *s.LeaseDurationSeconds > 0 {
 		p.duration = time.Duration(*s.LeaseDurationSeconds) * time.Second
 	}
+	p.seen = r.previousLeases.see(p.lease, leaseSighting{
+		record:   fmt.Sprintf("%s|%q|%s|%s", l.ResourceVersion, full, p.renewed.Format(time.RFC3339Nano), p.duration),
+		held:     full != "",
+		holder:   p.holder,
+		duration: p.duration,
+	}, r.now())
 	return p, nil
 }
 
@@ -129,10 +210,13 @@ func (r *NativeCCMReconciler) waitForPreviousCCM(ctx context.Context, obj *v1.Na
 	if p.live(now) {
 		msg := fmt.Sprintf("waiting for the previous CCM to stop: %s (spec.takeOver.lease), so it still runs and would initialize and delete nodes and serve "+
 			"Services beside this one; uninstall it (docs/migrating-from-a-cloud-ccm.md): its Lease runs out %s after its last renewal, then %s is installed",
-			p.describe(now), p.duration, obj.ReleaseName())
+			p.describe(now), p.seen.duration, obj.ReleaseName())
 		wait := r.waitFor(obj, v1.WaitingForPreviousCCMReason, fmt.Errorf("%s", msg))
-		// looked at again when the Lease would run out unless renewed
-		wait.(*waitError).after = max(p.expires().Sub(now)+500*time.Millisecond, time.Second)
+		// looked at again when the Lease would run out unless renewed (seen
+		// unchanged for its duration), and at least every half duration: the
+		// last renewal is first seen at most half a duration late, so the
+		// Lease runs out at most one and a half durations after it
+		wait.(*waitError).after = max(min(p.expires().Sub(now), p.seen.duration/2)+500*time.Millisecond, time.Second)
 		return wait
 	}
 	if conditions.HasAnyReason(obj, meta.ReadyCondition, v1.WaitingForPreviousCCMReason, v1.PreviousCCMLeaseUnreadableReason) {
@@ -161,8 +245,17 @@ func (r *NativeCCMReconciler) previousCCMConflict(ctx context.Context, obj *v1.N
 		log.FromContext(ctx).V(1).Info("cannot read the previous CCM's Lease", "lease", p.lease, "error", err.Error())
 		return nil
 	}
-	if !p.live(now) {
+	// Renewed within its duration by the coordinator's clock (a renewTime
+	// ahead of it by more than a duration is not believed), or seen to change
+	// since the last look and not yet run out (a holder whose clock is behind).
+	// The first look after the coordinator starts is no change: a Lease left
+	// by a previous CCM long gone is not reported for one duration each time.
+	renewed := p.holder != "" && !p.renewed.IsZero() && p.renewed.After(now.Add(-p.duration)) && !p.renewed.After(now.Add(p.duration))
+	if !renewed && !(p.found && p.seen.changed && p.live(now)) {
 		return nil
 	}
-	return []Conflict{{v1.PreviousCCMLiveReason, fmt.Sprintf("%s: %s (spec.takeOver.lease); uninstall it", PreviousCCMLiveMessage, p.describe(now))}}
+	// Nothing in the message moves from look to look (no renew time): a new
+	// message is a status patch and a Warning event.
+	return []Conflict{{v1.PreviousCCMLiveReason, fmt.Sprintf("%s: Lease %s is held by %q and renewed within its lease duration (%s) (spec.takeOver.lease); uninstall it",
+		PreviousCCMLiveMessage, p.lease, p.holder, p.duration)}}
 }

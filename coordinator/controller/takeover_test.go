@@ -116,7 +116,7 @@ func TestTakeOverWaitsBeforeTheFirstMember(t *testing.T) {
 // spec.takeOver.lease that is not <namespace>/<name>, naming the field.
 func TestTakeOverLeaseMustNameNamespaceAndLease(t *testing.T) {
 	for _, lease := range []string{"cloud-controller-manager", "kube-system/", "/cloud-controller-manager", "Kube-System/ccm", "kube-system/ccm/x",
-		strings.Repeat("n", 64) + "/ccm"} {
+		strings.Repeat("n", 64) + "/ccm", "kube-system/" + strings.Repeat("a", 254)} {
 		obj := &v1.NativeCCM{
 			ObjectMeta: metav1.ObjectMeta{Name: "takeover-invalid"},
 			Spec:       v1.NativeCCMSpec{Platform: "takeover-invalid", TakeOver: &v1.TakeOver{Lease: lease}},

@@ -128,7 +128,7 @@ as JSON {namespace, name}; anything else fails naming the value's path and the
 form. dict: path (e.g. "takeOverLeases[0]"), lease. */}}
 {{- define "ccm-coordinator.takeOverLease" -}}
 {{- $lease := toString .lease -}}
-{{- if or (gt (len $lease) 317) (not (regexMatch "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$" $lease)) -}}
+{{- if or (gt (len $lease) 317) (gt (len (regexReplaceAll "^[^/]*/" $lease "")) 253) (not (regexMatch "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$" $lease)) -}}
 {{- fail (printf "%s %q: must be <namespace>/<name> of a Lease, e.g. kube-system/cloud-controller-manager (the previous CCM's leader-election Lease)" .path $lease) -}}
 {{- end -}}
 {{- $parts := splitList "/" $lease -}}

@@ -89,7 +89,7 @@ takes over from, as JSON {namespace, name}; anything else fails naming the
 value and the form. dict: name (the cloud), lease. */}}
 {{- define "hybrid-ccm.takeOverLease" -}}
 {{- $lease := toString .lease -}}
-{{- if or (gt (len $lease) 317) (not (regexMatch "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$" $lease)) -}}
+{{- if or (gt (len $lease) 317) (gt (len (regexReplaceAll "^[^/]*/" $lease "")) 253) (not (regexMatch "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$" $lease)) -}}
 {{- fail (printf "clouds.%s.takeOver.lease %q: must be <namespace>/<name> of a Lease, e.g. kube-system/cloud-controller-manager (the leader-election Lease of the CCM the NativeCCM %s takes over from)" .name $lease .name) -}}
 {{- end -}}
 {{- $parts := splitList "/" $lease -}}

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 const (
@@ -122,17 +123,20 @@ type TakeOver struct {
 	// +kubebuilder:validation:MinLength=3
 	// +kubebuilder:validation:MaxLength=317
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="spec.takeOver.lease must be <namespace>/<name> of a Lease, e.g. kube-system/cloud-controller-manager: a namespace (a DNS label of at most 63 characters), a slash, and a Lease name (a DNS subdomain)"
+	// +kubebuilder:validation:XValidation:rule="self.size() - self.indexOf('/') <= 254",message="spec.takeOver.lease must be <namespace>/<name> of a Lease: a Lease name is at most 253 characters"
 	Lease string `json:"lease"`
 }
 
 // LeaseKey splits spec.takeOver.lease into namespace and name; ok is false
-// when it is not <namespace>/<name> (the CRD refuses such a value).
+// when it is not <namespace>/<name> of a Lease: a namespace (a DNS label)
+// and a Lease name (a DNS subdomain, at most 253 characters, which the CRD's
+// rule does not bound; it refuses the rest).
 func (t *TakeOver) LeaseKey() (namespace, name string, ok bool) {
 	if t == nil {
 		return "", "", false
 	}
 	namespace, name, ok = strings.Cut(t.Lease, "/")
-	return namespace, name, ok && namespace != "" && name != "" && !strings.Contains(name, "/")
+	return namespace, name, ok && len(validation.IsDNS1123Label(namespace)) == 0 && len(validation.IsDNS1123Subdomain(name)) == 0
 }
 
 // Domain is the part of a platform's nodes one NativeCCM owns.

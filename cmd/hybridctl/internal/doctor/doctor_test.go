@@ -278,7 +278,7 @@ func TestDoctor(t *testing.T) {
 	apimeta.SetStatusCondition(&beside.Status.Conditions, metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: v1.InstallSucceededReason, Message: "installed"})
 	apimeta.SetStatusCondition(&beside.Status.Conditions, metav1.Condition{Type: v1.ConflictCondition, Status: metav1.ConditionTrue, Reason: v1.ForeignCloudNodeControllerReason,
 		Message: "DaemonSet/kube-system/aws-cloud-controller-manager (not managed by ccm-coordinator) runs the cloud-node controller (--controllers=*); " +
-			`the previous CCM runs again beside this one: Lease kube-system/cloud-controller-manager is held by "aws-cloud-controller-manager-x7k2p_5c1e", renewed 1s ago (lease duration 15s) (spec.takeOver.lease); uninstall it`})
+			`the previous CCM runs again beside this one: Lease kube-system/cloud-controller-manager is held by "aws-cloud-controller-manager-x7k2p_5c1e" and renewed within its lease duration (15s) (spec.takeOver.lease); uninstall it`})
 	for _, n := range []*v1.NativeCCM{waiting, beside} {
 		if err := c.Status().Update(ctx, n); err != nil {
 			t.Fatal(err)
