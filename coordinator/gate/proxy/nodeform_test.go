@@ -2,15 +2,18 @@ package proxy_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"k8s.io/client-go/rest"
 
@@ -209,4 +212,175 @@ func TestViewNodeRecreatedDuringOtherRead(t *testing.T) {
 			t.Errorf("Accept %s: %d %.300q, want the node recreated in the view (uid %s)", accept, got.code, got.body, n.UID)
 		}
 	}
+}
+
+// TestViewHeldAnswersMemory: the answers the gate holds whole (a held read
+// waits with its answer for the gate's read after it; a checked one until it
+// is written to the client) are bounded together, not only each (8 MiB):
+// a client's many reads of a large node at once never make the gate hold
+// more than its budget of answers; the reads beyond it are answered 429 with
+// Retry-After (client-go reads again), and the budget is whole again once
+// the answers are written. Without the bound, 12 held answers of 6 MiB made
+// the gate hold 72 MiB at once, above the gate container's memory limit
+// (64 MiB): a CCM took its gate down (OOM) with reads of a node of its own
+// view, made large (annotations, status) by writes it may make. A read
+// beyond the budget of a node that has left the view is the gate's 404, as
+// for a node that does not exist: a 429 would say that it still exists.
+func TestViewHeldAnswersMemory(t *testing.T) {
+	needEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const group = "memory"
+	platform := group + "-aws"
+	n := func(s string) string { return group + "-" + s }
+	fixture(t, group,
+		gatetest.NodeSpec{Name: n("a"), Platform: platform, ProviderID: "aws:///eu-west-1a/i-1", Labels: map[string]string{regionLabel: "eu-west-1"}},
+		gatetest.NodeSpec{Name: n("leaves"), Platform: platform, ProviderID: "aws:///eu-west-1a/i-2", Labels: map[string]string{regionLabel: "eu-west-1"}},
+	)
+	const (
+		reads = 12
+		size  = 6 << 20
+		// budget is the most the gate may hold of these answers at once
+		budget = 32 << 20
+	)
+	large := `{"kind":"Table","apiVersion":"meta.k8s.io/v1","rows":[],"x":"` + strings.Repeat("x", size) + `"}`
+	var (
+		mu sync.Mutex
+		// read: the client requests (by User-Agent) whose answer the gate
+		// has read whole; held, how many of them wait in the gate's read
+		// after the answer until release
+		read           = map[string]bool{}
+		held, mostHeld int
+		release        = make(chan struct{})
+		releaseOnce    sync.Once
+		heldNow        = make(chan struct{}, reads)
+		unblock        = func() { releaseOnce.Do(func() { close(release) }) }
+	)
+	defer unblock()
+	upstream := rest.CopyConfig(ccmConfig)
+	upstream.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if r.Method != http.MethodGet || !strings.HasPrefix(r.URL.Path, "/api/v1/nodes/"+group) {
+				return rt.RoundTrip(r)
+			}
+			ua := strings.TrimSuffix(r.Header.Get("User-Agent"), " (ccm-gate check)")
+			if r.Header.Get("Accept") != gateCheck {
+				if r.URL.Path == "/api/v1/nodes/"+n("leaves") {
+					// the node leaves the view before the API server answers
+					if _, err := env.Client.CoreV1().Nodes().Patch(r.Context(), n("leaves"), types.MergePatchType,
+						[]byte(`{"metadata":{"labels":{"`+regionLabel+`":"us-east-1"}}}`), metav1.PatchOptions{}); err != nil {
+						t.Error(err)
+					}
+				}
+				body := &eofReader{r: strings.NewReader(large), eof: func() {
+					mu.Lock()
+					read[ua] = true
+					mu.Unlock()
+				}}
+				return &http.Response{
+					StatusCode: http.StatusOK, Status: "200 OK", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+					Header: http.Header{"Content-Type": {"application/json"}}, Body: io.NopCloser(body),
+					ContentLength: int64(len(large)), Request: r,
+				}, nil
+			}
+			mu.Lock()
+			after := read[ua]
+			if after {
+				held++
+				mostHeld = max(mostHeld, held)
+			}
+			mu.Unlock()
+			if after {
+				heldNow <- struct{}{}
+				select {
+				case <-release:
+				case <-r.Context().Done():
+				}
+				mu.Lock()
+				held--
+				mu.Unlock()
+			}
+			return rt.RoundTrip(r)
+		})
+	}
+	g := startGate(t, platform, func(c *proxy.Config) {
+		c.Upstream = upstream
+		c.DomainSelector = regionLabel + "=eu-west-1"
+	})
+	get := func(name, ua string) nodeGet {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.url+"/api/v1/nodes/"+name, nil)
+		if err != nil {
+			t.Error(err)
+			return nodeGet{}
+		}
+		req.Header.Set("Accept", acceptTable)
+		req.Header.Set("User-Agent", ua)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nodeGet{body: err.Error()}
+		}
+		b, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		return nodeGet{code: resp.StatusCode, header: resp.Header, body: string(b[:min(len(b), 300)])}
+	}
+	codes := make(chan nodeGet, reads)
+	for i := range reads {
+		go func() { codes <- get(n("a"), fmt.Sprintf("read-%d", i)) }()
+	}
+	// every read is either held (its answer read whole, the gate's read
+	// after it waiting) or answered
+	var answered []nodeGet
+	for heldReads := 0; heldReads+len(answered) < reads; {
+		select {
+		case <-heldNow:
+			heldReads++
+		case a := <-codes:
+			answered = append(answered, a)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d reads held, %d answered, of %d", heldReads, len(answered), reads)
+		}
+	}
+	mu.Lock()
+	most := mostHeld
+	mu.Unlock()
+	if most*size > budget {
+		t.Errorf("the gate held %d answers of %d MiB at once: %d MiB, more than %d MiB", most, size>>20, most*size>>20, budget>>20)
+	}
+	for _, a := range answered {
+		if a.code != http.StatusTooManyRequests || a.header.Get("Retry-After") == "" {
+			t.Errorf("a read beyond the budget: %d %v %q, want 429 with Retry-After", a.code, a.header, a.body)
+		}
+	}
+	if len(answered) > 0 {
+		// the budget is taken: a node that leaves the view during its GET
+		// is 404 as one that does not exist
+		want := getNode(t, ctx, g, "/api/v1/nodes/"+n("nothere"), acceptTable).shape(n("nothere"))
+		if got := get(n("leaves"), "leaves").shape(n("leaves")); got != want {
+			t.Errorf("a node that left the view, its answer beyond the budget, is answered\n  %s\nbut one that does not exist\n  %s", got, want)
+		}
+	}
+	unblock()
+	for range reads - len(answered) {
+		if a := <-codes; a.code != http.StatusOK {
+			t.Errorf("a held read: %d %q, want 200", a.code, a.body)
+		}
+	}
+	if !proxy.AnswersIdle(g.proxy) {
+		t.Errorf("the gate still holds answers after all were written")
+	}
+}
+
+// eofReader calls eof once its last byte is read.
+type eofReader struct {
+	r    *strings.Reader
+	eof  func()
+	once sync.Once
+}
+
+func (e *eofReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if e.r.Len() == 0 {
+		e.once.Do(e.eof)
+	}
+	return n, err
 }
