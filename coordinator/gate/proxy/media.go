@@ -3,6 +3,7 @@ package proxy
 import (
 	"mime"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -121,7 +122,9 @@ func bestPlain(accept []string) (m mediaKind, q float64, ok bool) {
 //
 // The decision is the API server's reading of the header, not
 // mime.ParseMediaType's (serverAccept): the API server reads the first
-// Accept header only, compares types and parameter names as written, parses
+// Accept header only; answers 406 before it negotiates unless a clause names
+// */* or one of its media types exactly (its router's check: application/*
+// alone is a 406); compares types and parameter names as written; parses
 // q as a float32 (0 where it cannot), and sorts the clauses with a
 // comparison that puts a clause without wildcards before one with them
 // whatever their q-values. The clause it serves first must be plain; any
@@ -137,8 +140,8 @@ func plainPreferred(accept []string) (mediaKind, bool) {
 		return mediaNone, false // the API server reads the first one only
 	}
 	clauses, ok := serverAccept(accept[0])
-	if !ok {
-		return mediaNone, false
+	if !ok || !slices.ContainsFunc(clauses, func(c serverClause) bool { return c.routed }) {
+		return mediaNone, false // the API server's 406, or a read the gate is not sure of
 	}
 	sort.Sort(serverOrder(clauses))
 	for i, c := range clauses {
@@ -176,6 +179,9 @@ const (
 
 // serverClause is an Accept clause as the API server reads it.
 type serverClause struct {
+	// routed: the API server's router takes the clause for one of the
+	// media types it produces (*/* or an exact name, parameters aside).
+	routed       bool
 	typ, subtype string
 	q            float64
 	form         clauseForm
@@ -190,6 +196,11 @@ const maxServerClauses = 12
 // of them makes a clause another form (or one it skips).
 var serverMediaParams = map[string]bool{"as": true, "g": true, "v": true, "stream": true, "sv": true, "export": true, "pretty": true, "profile": true}
 
+// routedMediaTypes are media ranges the API server's router (go-restful)
+// accepts for a GET of a Node: */* and media types the API server surely
+// produces (CBOR only with a feature gate).
+var routedMediaTypes = map[string]bool{"*/*": true, contentTypeJSON: true, contentTypeProtobuf: true, "application/yaml": true}
+
 // serverAccept reads an Accept header as the API server does
 // (k8s.io/apiserver's negotiation): clauses split on ',', parameters on ';'
 // and '=', no quoting, only spaces trimmed, q a float32 (0 when it does not
@@ -202,7 +213,7 @@ func serverAccept(header string) (out []serverClause, ok bool) {
 	for part := range strings.SplitSeq(header, ",") {
 		part = trim(part)
 		rng, rawParams, _ := strings.Cut(part, ";")
-		c := serverClause{q: 1}
+		c := serverClause{q: 1, routed: routedMediaTypes[trim(rng)]}
 		typ, sub, slash := strings.Cut(rng, "/")
 		c.typ = trim(typ)
 		switch {

@@ -35,6 +35,8 @@ func TestPlainPreferredAsTheAPIServer(t *testing.T) {
 		{"a quoted q is 0", []string{`application/json;q="0.9", ` + table + ";q=0.5"}, mediaNone},
 		{"an unknown stream skips the clause", []string{"application/json;stream=x, " + table + ";q=0.5"}, mediaNone},
 		{"pretty=1 indents the answer", []string{"application/json;pretty=1"}, mediaNone},
+		{"application/* alone is a 406 of the API server's router", []string{"application/*"}, mediaNone},
+		{"so is application/json with a space inside", []string{"application/ json"}, mediaNone},
 		// still plain: what the API server answers as a plain Node
 		{"client-go's protobuf header", []string{"application/vnd.kubernetes.protobuf, */*"}, mediaProtobuf},
 		{"client-go's JSON header", []string{"application/json, */*"}, mediaJSON},

@@ -89,6 +89,8 @@ func TestViewNodeReadFormAsTheAPIServer(t *testing.T) {
 		{`application/json;q="0.9", ` + table + ";q=0.5"},
 		{"application/json;stream=x, " + table + ";q=0.5"},
 		{"application/json;pretty=1"},
+		{"application/*"},
+		{"application/*;q=0.1, text/html"},
 		// the gate's plain picks that are right
 		{"application/vnd.kubernetes.protobuf, */*"},
 		{"application/json, */*"},
