@@ -494,10 +494,12 @@ func (r *router) Destroy(context.Context, *cosiv1alpha1.DestroyRequest) (*cosiv1
 	return nil, status.Error(codes.PermissionDenied, "talosnode: resources are read-only through the API")
 }
 
-// T is what StartFor and ClientFor need of a test (a *testing.T or B): this
-// package is linked into the demo, which must not link package testing.
+// T is what this package's helpers (StartFor, ClientFor, ...) need of a test
+// (a *testing.T or B): this package is linked into the demo, which must not
+// link package testing.
 type T interface {
 	Helper()
+	Error(args ...any)
 	Fatal(args ...any)
 	Cleanup(func())
 	TempDir() string
