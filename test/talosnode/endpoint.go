@@ -520,7 +520,18 @@ func StartFor(t T) *Endpoint {
 // timeout), closed when the test ends.
 func (e *Endpoint) ClientFor(t T) *talos.Client {
 	t.Helper()
-	c, err := e.NewClient(t.TempDir(), talos.Options{Timeout: 5 * time.Second})
+	return e.ClientAs(t, "os:reader")
+}
+
+// ClientAs is ClientFor with a client certificate of role, its talosconfig
+// naming endpoints in place of the endpoint's own address (WriteClientConfig).
+func (e *Endpoint) ClientAs(t T, role string, endpoints ...string) *talos.Client {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "talosconfig")
+	if err := e.WriteClientConfig(path, role, endpoints...); err != nil {
+		t.Fatal(err)
+	}
+	c, err := talos.New(context.Background(), talos.Options{ConfigPath: path, Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,28 +42,9 @@ func hops(t *testing.T) (ep *talosnode.Endpoint, paths map[string]string, f *tal
 			Addresses: []talosnode.Address{{Link: "eth0", Prefix: ip + "/24"}, {Link: "external", Prefix: "198.51.100." + string(rune('1'+i)) + "/32"}}}); err != nil {
 			t.Fatal(err)
 		}
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		paths[name+"'s apid"] = lis.Addr().String()
-		go func() { _ = ep.ServeMachine(lis, name) }()
+		paths[name+"'s apid"] = serveMachine(t, ep, name)
 	}
-	creds, err := ep.ApidCredentials(net.IPv4(127, 0, 0, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err = talosnode.NewForwarder(creds, ep.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = f.Serve(lis) }()
-	t.Cleanup(f.Stop)
-	paths["a control plane's apid (Forwarder)"] = lis.Addr().String()
+	f, paths["a control plane's apid (Forwarder)"] = serveForwarder(t, apidCredentials(t, ep), ep.Addr())
 	return ep, paths, f
 }
 
@@ -242,10 +223,7 @@ func (s *standIn) requests() []machineSeen {
 // caller without a Talos role is refused before anything is forwarded.
 func TestForwarderPassesFramesThrough(t *testing.T) {
 	ep := talosnode.StartFor(t)
-	creds, err := ep.ApidCredentials(net.IPv4(127, 0, 0, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
+	creds := apidCredentials(t, ep)
 	// the stand-in machine: a server certificate of the cluster's CA
 	serverCert, err := tls.X509KeyPair(creds.ServerCert, creds.ServerKey)
 	if err != nil {
@@ -264,21 +242,12 @@ func TestForwarderPassesFramesThrough(t *testing.T) {
 	go func() { _ = srv.Serve(mlis) }()
 	t.Cleanup(srv.Stop)
 
-	f, err := talosnode.NewForwarder(creds, mlis.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = f.Serve(lis) }()
-	t.Cleanup(f.Stop)
+	f, addr := serveForwarder(t, creds, mlis.Addr().String())
 
 	request := [][]byte{{0xff, 0x00, 0xfe}, {}, bytes.Repeat([]byte{0x12}, 100000)}
 	for _, method := range []string{cosiv1alpha1.State_Get_FullMethodName, cosiv1alpha1.State_Watch_FullMethodName, "/machine.MachineService/Version"} {
 		before := len(machine.requests())
-		got := talosnode.RawCall{Conn: ep.DialFor(t, "os:operator", lis.Addr().String()), Method: method, Node: "w-9", Req: request,
+		got := talosnode.RawCall{Conn: ep.DialFor(t, "os:operator", addr), Method: method, Node: "w-9", Req: request,
 			MD: metadata.Pairs("talos-role", "os:admin")}.Do(t)
 		want := talosnode.RawAnswer{Header: standInMD, Trailer: standInTail, Frames: notProtobuf, Code: codes.DataLoss, Message: "w-9: done, and this status is the machine's"}
 		// what the caller's gRPC adds
@@ -310,7 +279,7 @@ func TestForwarderPassesFramesThrough(t *testing.T) {
 	}
 
 	// Refused before any forward.
-	got := talosnode.RawCall{Conn: ep.DialFor(t, "os:nobody", lis.Addr().String()), Method: cosiv1alpha1.State_Get_FullMethodName, Node: "w-9",
+	got := talosnode.RawCall{Conn: ep.DialFor(t, "os:nobody", addr), Method: cosiv1alpha1.State_Get_FullMethodName, Node: "w-9",
 		Req: request, MD: metadata.Pairs("talos-role", "os:admin")}.Do(t)
 	if got.Code != codes.PermissionDenied || len(got.Frames) != 0 {
 		t.Fatalf("a certificate without a Talos role: %v %q, %d frames; want PermissionDenied", got.Code, got.Message, len(got.Frames))
