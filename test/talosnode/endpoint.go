@@ -143,10 +143,7 @@ func (e *Endpoint) Stop() {
 // ClientConfig returns a talosconfig with a client certificate of the given role
 // (os:reader if empty), pointing at this endpoint.
 func (e *Endpoint) ClientConfig(role string) (*clientconfig.Config, error) {
-	if role == "" {
-		role = "os:reader"
-	}
-	crt, key, err := e.pki.issue("talos-ccm", []string{role}, false, nil, nil)
+	crt, key, err := e.clientCert(role)
 	if err != nil {
 		return nil, err
 	}
@@ -154,14 +151,20 @@ func (e *Endpoint) ClientConfig(role string) (*clientconfig.Config, error) {
 		&x509.PEMEncodedCertificateAndKey{Crt: crt, Key: key}), nil
 }
 
+// clientCert issues a client certificate (PEM) of the given role (os:reader
+// if empty).
+func (e *Endpoint) clientCert(role string) (crt, key []byte, err error) {
+	if role == "" {
+		role = "os:reader"
+	}
+	return e.pki.issue("talos-ccm", []string{role}, false, nil, nil)
+}
+
 // ClientTLS is a client's TLS configuration with a certificate of the given
 // role (os:reader if empty), trusting the endpoint's CA: for a test that
 // dials the Talos API itself rather than through talos-ccm's client.
 func (e *Endpoint) ClientTLS(role string) (*tls.Config, error) {
-	if role == "" {
-		role = "os:reader"
-	}
-	crt, key, err := e.pki.issue("talos-ccm", []string{role}, false, nil, nil)
+	crt, key, err := e.clientCert(role)
 	if err != nil {
 		return nil, err
 	}
