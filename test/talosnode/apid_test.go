@@ -2,15 +2,12 @@ package talosnode_test
 
 import (
 	"context"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 
-	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
 )
 
@@ -25,32 +22,10 @@ func TestMachineForwards(t *testing.T) {
 		if _, err := ep.AddNode(name, []string{"10.1.0." + map[string]string{"cp-1": "1", "w-1": "2"}[name]}, talosnode.Spec{Metadata: &md}); err != nil {
 			t.Fatal(err)
 		}
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addrs[name] = lis.Addr().String()
-		go func() { _ = ep.ServeMachine(lis, name) }()
+		addrs[name] = serveMachine(t, ep, name)
 	}
-	path := filepath.Join(t.TempDir(), "talosconfig")
-	if err := ep.WriteClientConfig(path, "os:reader", addrs["cp-1"]); err != nil {
-		t.Fatal(err)
-	}
-	c, err := talos.New(context.Background(), talos.Options{ConfigPath: path, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	ctx := context.Background()
-	for _, target := range []string{"w-1", "10.1.0.2", "cp-1"} {
-		md, err := c.PlatformMetadata(ctx, target)
-		if err != nil {
-			t.Fatalf("%s: %v", target, err)
-		}
-		if want := map[string]string{"w-1": "w-1", "10.1.0.2": "w-1", "cp-1": "cp-1"}[target]; md.Hostname != want {
-			t.Fatalf("%s answered as %s", target, md.Hostname)
-		}
-	}
+	c := ep.ClientAs(t, "os:reader", addrs["cp-1"])
+	readsAs(t, c, [][2]string{{"w-1", "w-1"}, {"10.1.0.2", "w-1"}, {"cp-1", "cp-1"}})
 	if got := ep.Forwarded("cp-1"); got != 2 {
 		t.Fatalf("cp-1 forwarded %d requests, want 2", got)
 	}
@@ -64,15 +39,8 @@ func TestMachineForwards(t *testing.T) {
 	}
 	// A caller without a Talos role is refused by cp-1's apid before any
 	// forward: w-1 hears nothing of it.
-	nobody := filepath.Join(t.TempDir(), "talosconfig")
-	if err := ep.WriteClientConfig(nobody, "os:nobody", addrs["cp-1"]); err != nil {
-		t.Fatal(err)
-	}
-	c2, err := talos.New(context.Background(), talos.Options{ConfigPath: nobody, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c2.Close() })
+	ctx := context.Background()
+	c2 := ep.ClientAs(t, "os:nobody", addrs["cp-1"])
 	if _, err := c2.PlatformMetadata(ctx, "w-1"); err == nil || !strings.Contains(err.Error(), "not allowed") {
 		t.Fatalf("a certificate without a Talos role: %v", err)
 	}
@@ -102,46 +70,17 @@ func TestForwarder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	creds, err := ep.ApidCredentials(net.IPv4(127, 0, 0, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
 	credsPath := filepath.Join(t.TempDir(), "apid.json")
-	if err := creds.WriteFile(credsPath); err != nil {
+	if err := apidCredentials(t, ep).WriteFile(credsPath); err != nil {
 		t.Fatal(err)
 	}
-	if creds, err = talosnode.ReadApidCredentials(credsPath); err != nil {
-		t.Fatal(err)
-	}
-	f, err := talosnode.NewForwarder(creds, ep.Addr())
+	creds, err := talosnode.ReadApidCredentials(credsPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = f.Serve(lis) }()
-	t.Cleanup(f.Stop)
-	path := filepath.Join(t.TempDir(), "talosconfig")
-	if err := ep.WriteClientConfig(path, "os:reader", lis.Addr().String()); err != nil {
-		t.Fatal(err)
-	}
-	c, err := talos.New(context.Background(), talos.Options{ConfigPath: path, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	ctx := context.Background()
-	for _, target := range []string{"w-1", "10.2.0.2", "w-1"} {
-		md, err := c.PlatformMetadata(ctx, target)
-		if err != nil {
-			t.Fatalf("%s: %v", target, err)
-		}
-		if want := map[string]string{"w-1": "w-1", "10.2.0.2": "w-2"}[target]; md.Hostname != want {
-			t.Fatalf("%s answered as %s", target, md.Hostname)
-		}
-	}
+	f, addr := serveForwarder(t, creds, ep.Addr())
+	c := ep.ClientAs(t, "os:reader", addr)
+	readsAs(t, c, [][2]string{{"w-1", "w-1"}, {"10.2.0.2", "w-2"}, {"w-1", "w-1"}})
 	if got := f.Forwarded(); got != 3 {
 		t.Fatalf("forwarded %d requests, want 3", got)
 	}
@@ -149,18 +88,12 @@ func TestForwarder(t *testing.T) {
 		t.Fatalf("the machines received %d requests, %d forwarded; want 3, 3", all, got)
 	}
 	// A machine nobody serves: the machines' apid says so through the hop.
+	ctx := context.Background()
 	if _, err := c.PlatformMetadata(ctx, "gone"); err == nil || !strings.Contains(err.Error(), "connection refused") {
 		t.Fatalf("unknown machine: %v", err)
 	}
 	// A client without a Talos role is refused by the forwarding apid.
-	if err := ep.WriteClientConfig(path, "os:nobody", lis.Addr().String()); err != nil {
-		t.Fatal(err)
-	}
-	c2, err := talos.New(context.Background(), talos.Options{ConfigPath: path, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c2.Close() })
+	c2 := ep.ClientAs(t, "os:nobody", addr)
 	if _, err := c2.PlatformMetadata(ctx, "w-1"); err == nil || !strings.Contains(err.Error(), "not allowed") {
 		t.Fatalf("a certificate without a Talos role: %v", err)
 	}

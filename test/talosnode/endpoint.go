@@ -143,10 +143,7 @@ func (e *Endpoint) Stop() {
 // ClientConfig returns a talosconfig with a client certificate of the given role
 // (os:reader if empty), pointing at this endpoint.
 func (e *Endpoint) ClientConfig(role string) (*clientconfig.Config, error) {
-	if role == "" {
-		role = "os:reader"
-	}
-	crt, key, err := e.pki.issue("talos-ccm", []string{role}, false, nil, nil)
+	crt, key, err := e.clientCert(role)
 	if err != nil {
 		return nil, err
 	}
@@ -154,14 +151,20 @@ func (e *Endpoint) ClientConfig(role string) (*clientconfig.Config, error) {
 		&x509.PEMEncodedCertificateAndKey{Crt: crt, Key: key}), nil
 }
 
+// clientCert issues a client certificate (PEM) of the given role (os:reader
+// if empty).
+func (e *Endpoint) clientCert(role string) (crt, key []byte, err error) {
+	if role == "" {
+		role = "os:reader"
+	}
+	return e.pki.issue("talos-ccm", []string{role}, false, nil, nil)
+}
+
 // ClientTLS is a client's TLS configuration with a certificate of the given
 // role (os:reader if empty), trusting the endpoint's CA: for a test that
 // dials the Talos API itself rather than through talos-ccm's client.
 func (e *Endpoint) ClientTLS(role string) (*tls.Config, error) {
-	if role == "" {
-		role = "os:reader"
-	}
-	crt, key, err := e.pki.issue("talos-ccm", []string{role}, false, nil, nil)
+	crt, key, err := e.clientCert(role)
 	if err != nil {
 		return nil, err
 	}
@@ -494,10 +497,12 @@ func (r *router) Destroy(context.Context, *cosiv1alpha1.DestroyRequest) (*cosiv1
 	return nil, status.Error(codes.PermissionDenied, "talosnode: resources are read-only through the API")
 }
 
-// T is what StartFor and ClientFor need of a test (a *testing.T or B): this
-// package is linked into the demo, which must not link package testing.
+// T is what this package's helpers (StartFor, ClientFor, ...) need of a test
+// (a *testing.T or B): this package is linked into the demo, which must not
+// link package testing.
 type T interface {
 	Helper()
+	Error(args ...any)
 	Fatal(args ...any)
 	Cleanup(func())
 	TempDir() string
@@ -518,7 +523,18 @@ func StartFor(t T) *Endpoint {
 // timeout), closed when the test ends.
 func (e *Endpoint) ClientFor(t T) *talos.Client {
 	t.Helper()
-	c, err := e.NewClient(t.TempDir(), talos.Options{Timeout: 5 * time.Second})
+	return e.ClientAs(t, "os:reader")
+}
+
+// ClientAs is ClientFor with a client certificate of role, its talosconfig
+// naming endpoints in place of the endpoint's own address (WriteClientConfig).
+func (e *Endpoint) ClientAs(t T, role string, endpoints ...string) *talos.Client {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "talosconfig")
+	if err := e.WriteClientConfig(path, role, endpoints...); err != nil {
+		t.Fatal(err)
+	}
+	c, err := talos.New(context.Background(), talos.Options{ConfigPath: path, Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -29,123 +28,6 @@ import (
 
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
 )
-
-// wire is one gRPC message as its bytes: the test sends and reads frames
-// without decoding them, to compare what each path answers byte for byte.
-type wire struct{ b []byte }
-
-type wireCodec struct{}
-
-func (wireCodec) Name() string { return "proto" }
-
-func (wireCodec) Marshal(v any) (mem.BufferSlice, error) {
-	return mem.BufferSlice{mem.SliceBuffer(v.(*wire).b)}, nil
-}
-
-func (wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	v.(*wire).b = data.Materialize()
-	return nil
-}
-
-// answer is everything a caller gets back for one request.
-type answer struct {
-	header, trailer metadata.MD
-	frames          [][]byte
-	code            codes.Code
-	message         string
-}
-
-// call is one request of frames req to method for node over conn, with md
-// beside the node; it reads the answer until the call ends or until done
-// (given the frames so far) says it has what it waits for.
-type call struct {
-	conn   *grpc.ClientConn
-	method string
-	node   string
-	req    [][]byte
-	md     metadata.MD
-}
-
-func (c call) open(ctx context.Context) (grpc.ClientStream, error) {
-	md := metadata.Join(metadata.Pairs("node", c.node), c.md)
-	cs, err := c.conn.NewStream(metadata.NewOutgoingContext(ctx, md), &grpc.StreamDesc{ClientStreams: true, ServerStreams: true},
-		c.method, grpc.ForceCodecV2(wireCodec{}))
-	if err != nil {
-		return nil, err
-	}
-	for _, b := range c.req {
-		if err := cs.SendMsg(&wire{b}); err != nil {
-			return nil, err
-		}
-	}
-	return cs, cs.CloseSend()
-}
-
-// read reads cs until the call ends, or until done says so (then the call is
-// cancelled and the answer has no status).
-func read(cs grpc.ClientStream, done func(frames [][]byte) bool) answer {
-	var a answer
-	for {
-		var w wire
-		err := cs.RecvMsg(&w)
-		if a.header == nil {
-			a.header, _ = cs.Header()
-		}
-		if err != nil {
-			a.trailer = cs.Trailer()
-			if !errors.Is(err, io.EOF) {
-				st := status.Convert(err)
-				a.code, a.message = st.Code(), st.Message()
-			}
-			break
-		}
-		a.frames = append(a.frames, w.b)
-		if done != nil && done(a.frames) {
-			break
-		}
-	}
-	if len(a.header) == 0 {
-		a.header = nil
-	}
-	if len(a.trailer) == 0 {
-		a.trailer = nil
-	}
-	return a
-}
-
-func (c call) do(t *testing.T) answer {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	cs, err := c.open(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return read(cs, nil)
-}
-
-func marshal(t *testing.T, m proto.Message) []byte {
-	t.Helper()
-	b, err := proto.Marshal(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-func dial(t *testing.T, ep *talosnode.Endpoint, role, addr string) *grpc.ClientConn {
-	t.Helper()
-	cfg, err := ep.ClientTLS(role)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return conn
-}
 
 // hops starts two machines, cp-1 and w-1, each its own apid (ServeMachine),
 // and a control plane's apid of its own (Forwarder) in front of the
@@ -160,28 +42,9 @@ func hops(t *testing.T) (ep *talosnode.Endpoint, paths map[string]string, f *tal
 			Addresses: []talosnode.Address{{Link: "eth0", Prefix: ip + "/24"}, {Link: "external", Prefix: "198.51.100." + string(rune('1'+i)) + "/32"}}}); err != nil {
 			t.Fatal(err)
 		}
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		paths[name+"'s apid"] = lis.Addr().String()
-		go func() { _ = ep.ServeMachine(lis, name) }()
+		paths[name+"'s apid"] = serveMachine(t, ep, name)
 	}
-	creds, err := ep.ApidCredentials(net.IPv4(127, 0, 0, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err = talosnode.NewForwarder(creds, ep.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = f.Serve(lis) }()
-	t.Cleanup(f.Stop)
-	paths["a control plane's apid (Forwarder)"] = lis.Addr().String()
+	f, paths["a control plane's apid (Forwarder)"] = serveForwarder(t, apidCredentials(t, ep), ep.Addr())
 	return ep, paths, f
 }
 
@@ -201,12 +64,12 @@ func TestForwardedAnswerIsTheMachines(t *testing.T) {
 	})
 	conns := map[string]*grpc.ClientConn{}
 	for _, p := range names {
-		conns[p] = dial(t, ep, "os:reader", paths[p])
+		conns[p] = ep.DialFor(t, "os:reader", paths[p])
 	}
-	same := func(what string, answers map[string]answer) {
+	same := func(what string, answers map[string]talosnode.RawAnswer) {
 		t.Helper()
 		want := answers["the endpoint"]
-		if len(want.frames) == 0 && want.code == codes.OK {
+		if len(want.Frames) == 0 && want.Code == codes.OK {
 			t.Fatalf("%s: the endpoint answered nothing", what)
 		}
 		for _, p := range names {
@@ -227,9 +90,9 @@ func TestForwardedAnswerIsTheMachines(t *testing.T) {
 		{"List AddressStatuses", cosiv1alpha1.State_List_FullMethodName, &cosiv1alpha1.ListRequest{Namespace: network.NamespaceName,
 			Type: network.AddressStatusType, Options: &cosiv1alpha1.ListOptions{}}},
 	} {
-		answers := map[string]answer{}
+		answers := map[string]talosnode.RawAnswer{}
 		for _, p := range names {
-			answers[p] = call{conn: conns[p], method: c.method, node: "w-1", req: [][]byte{marshal(t, c.req)}}.do(t)
+			answers[p] = talosnode.RawCall{Conn: conns[p], Method: c.method, Node: "w-1", Req: [][]byte{talosnode.Marshal(t, c.req)}}.Do(t)
 		}
 		same(c.what, answers)
 	}
@@ -240,51 +103,39 @@ func TestForwardedAnswerIsTheMachines(t *testing.T) {
 	// A Watch on every path at once: the bootstrap, then one event.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	watch := marshal(t, &cosiv1alpha1.WatchRequest{Namespace: network.NamespaceName, Type: network.AddressStatusType, ApiVersion: 1,
+	watch := talosnode.Marshal(t, &cosiv1alpha1.WatchRequest{Namespace: network.NamespaceName, Type: network.AddressStatusType, ApiVersion: 1,
 		Options: &cosiv1alpha1.WatchOptions{BootstrapContents: true}})
 	streams := map[string]grpc.ClientStream{}
 	for _, p := range names {
-		cs, err := call{conn: conns[p], method: cosiv1alpha1.State_Watch_FullMethodName, node: "w-1", req: [][]byte{watch}}.open(ctx)
+		cs, err := talosnode.RawCall{Conn: conns[p], Method: cosiv1alpha1.State_Watch_FullMethodName, Node: "w-1", Req: [][]byte{watch}}.Open(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		streams[p] = cs
 	}
-	lastIs := func(et cosiv1alpha1.EventType) func([][]byte) bool {
-		return func(frames [][]byte) bool {
-			var r cosiv1alpha1.WatchResponse
-			if err := proto.Unmarshal(frames[len(frames)-1], &r); err != nil {
-				t.Error(err)
-				return true
-			}
-			return len(r.Event) > 0 && r.Event[len(r.Event)-1].EventType == et
-		}
-	}
-	bootstrapped, created := map[string]answer{}, map[string]answer{}
+	bootstrapped, created := map[string]talosnode.RawAnswer{}, map[string]talosnode.RawAnswer{}
 	for _, p := range names {
-		a := read(streams[p], lastIs(cosiv1alpha1.EventType_BOOTSTRAPPED))
+		a := talosnode.ReadRaw(streams[p], talosnode.LastEventIs(t, cosiv1alpha1.EventType_BOOTSTRAPPED))
 		// The end of the bootstrap is a marker the machine makes when the
 		// watch starts (its metadata carries that time): each watch's
 		// differs. Every frame before it is compared byte for byte.
-		if len(a.frames) > 0 {
-			a.frames = a.frames[:len(a.frames)-1]
+		if len(a.Frames) > 0 {
+			a.Frames = a.Frames[:len(a.Frames)-1]
 		}
 		bootstrapped[p] = a
 	}
 	same("Watch AddressStatuses, bootstrapped", bootstrapped)
-	if n := len(bootstrapped["the endpoint"].frames); n < 2 {
+	if n := len(bootstrapped["the endpoint"].Frames); n < 2 {
 		t.Fatalf("the bootstrap of w-1's addresses is %d frames, want each address and the end", n)
 	}
-	as := network.NewAddressStatus(network.NamespaceName, network.AddressID("eth1", netip.MustParsePrefix("10.9.0.1/24")))
-	as.TypedSpec().Address, as.TypedSpec().LinkName = netip.MustParsePrefix("10.9.0.1/24"), "eth1"
-	if err := ep.Node("w-1").State().Create(ctx, as); err != nil {
+	if err := ep.Node("w-1").CreateAddress(ctx, "eth1", netip.MustParsePrefix("10.9.0.1/24")); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range names {
-		created[p] = read(streams[p], lastIs(cosiv1alpha1.EventType_CREATED))
+		created[p] = talosnode.ReadRaw(streams[p], talosnode.LastEventIs(t, cosiv1alpha1.EventType_CREATED))
 	}
 	same("Watch AddressStatuses, an address created", created)
-	if n := len(created["the endpoint"].frames); n != 1 {
+	if n := len(created["the endpoint"].Frames); n != 1 {
 		t.Fatalf("the creation is %d frames, want 1", n)
 	}
 
@@ -332,15 +183,15 @@ func (s *standIn) handle(_ any, ss grpc.ServerStream) error {
 		}
 	}
 	for {
-		var w wire
-		err := ss.RecvMsg(&w)
+		var f talosnode.RawFrame
+		err := ss.RecvMsg(&f)
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
 			return err
 		}
-		seen.frames = append(seen.frames, w.b)
+		seen.frames = append(seen.frames, f.Bytes)
 	}
 	s.mu.Lock()
 	s.seen = append(s.seen, seen)
@@ -349,7 +200,7 @@ func (s *standIn) handle(_ any, ss grpc.ServerStream) error {
 		return err
 	}
 	for _, b := range notProtobuf {
-		if err := ss.SendMsg(&wire{b}); err != nil {
+		if err := ss.SendMsg(&talosnode.RawFrame{Bytes: b}); err != nil {
 			return err
 		}
 	}
@@ -372,10 +223,7 @@ func (s *standIn) requests() []machineSeen {
 // caller without a Talos role is refused before anything is forwarded.
 func TestForwarderPassesFramesThrough(t *testing.T) {
 	ep := talosnode.StartFor(t)
-	creds, err := ep.ApidCredentials(net.IPv4(127, 0, 0, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
+	creds := apidCredentials(t, ep)
 	// the stand-in machine: a server certificate of the cluster's CA
 	serverCert, err := tls.X509KeyPair(creds.ServerCert, creds.ServerKey)
 	if err != nil {
@@ -386,7 +234,7 @@ func TestForwarderPassesFramesThrough(t *testing.T) {
 	machine := &standIn{}
 	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{serverCert},
 		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: roots, MinVersion: tls.VersionTLS13})),
-		grpc.ForceServerCodecV2(wireCodec{}), grpc.UnknownServiceHandler(machine.handle))
+		grpc.ForceServerCodecV2(talosnode.RawCodec{}), grpc.UnknownServiceHandler(machine.handle))
 	mlis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -394,31 +242,22 @@ func TestForwarderPassesFramesThrough(t *testing.T) {
 	go func() { _ = srv.Serve(mlis) }()
 	t.Cleanup(srv.Stop)
 
-	f, err := talosnode.NewForwarder(creds, mlis.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = f.Serve(lis) }()
-	t.Cleanup(f.Stop)
+	f, addr := serveForwarder(t, creds, mlis.Addr().String())
 
 	request := [][]byte{{0xff, 0x00, 0xfe}, {}, bytes.Repeat([]byte{0x12}, 100000)}
 	for _, method := range []string{cosiv1alpha1.State_Get_FullMethodName, cosiv1alpha1.State_Watch_FullMethodName, "/machine.MachineService/Version"} {
 		before := len(machine.requests())
-		got := call{conn: dial(t, ep, "os:operator", lis.Addr().String()), method: method, node: "w-9", req: request,
-			md: metadata.Pairs("talos-role", "os:admin")}.do(t)
-		want := answer{header: standInMD, trailer: standInTail, frames: notProtobuf, code: codes.DataLoss, message: "w-9: done, and this status is the machine's"}
+		got := talosnode.RawCall{Conn: ep.DialFor(t, "os:operator", addr), Method: method, Node: "w-9", Req: request,
+			MD: metadata.Pairs("talos-role", "os:admin")}.Do(t)
+		want := talosnode.RawAnswer{Header: standInMD, Trailer: standInTail, Frames: notProtobuf, Code: codes.DataLoss, Message: "w-9: done, and this status is the machine's"}
 		// what the caller's gRPC adds
-		delete(got.header, "content-type")
-		if !reflect.DeepEqual(got.header, want.header) || !reflect.DeepEqual(got.trailer, want.trailer) || got.code != want.code || got.message != want.message {
+		delete(got.Header, "content-type")
+		if !reflect.DeepEqual(got.Header, want.Header) || !reflect.DeepEqual(got.Trailer, want.Trailer) || got.Code != want.Code || got.Message != want.Message {
 			t.Fatalf("%s: the caller got header %v, trailer %v, status %v %q; the machine sent %v, %v, %v %q",
-				method, got.header, got.trailer, got.code, got.message, want.header, want.trailer, want.code, want.message)
+				method, got.Header, got.Trailer, got.Code, got.Message, want.Header, want.Trailer, want.Code, want.Message)
 		}
-		if !slices.EqualFunc(got.frames, want.frames, bytes.Equal) {
-			t.Fatalf("%s: the caller got %d frames, not the machine's %d frames as they were", method, len(got.frames), len(want.frames))
+		if !slices.EqualFunc(got.Frames, want.Frames, bytes.Equal) {
+			t.Fatalf("%s: the caller got %d frames, not the machine's %d frames as they were", method, len(got.Frames), len(want.Frames))
 		}
 		seen := machine.requests()
 		if len(seen) != before+1 {
@@ -440,10 +279,10 @@ func TestForwarderPassesFramesThrough(t *testing.T) {
 	}
 
 	// Refused before any forward.
-	got := call{conn: dial(t, ep, "os:nobody", lis.Addr().String()), method: cosiv1alpha1.State_Get_FullMethodName, node: "w-9",
-		req: request, md: metadata.Pairs("talos-role", "os:admin")}.do(t)
-	if got.code != codes.PermissionDenied || len(got.frames) != 0 {
-		t.Fatalf("a certificate without a Talos role: %v %q, %d frames; want PermissionDenied", got.code, got.message, len(got.frames))
+	got := talosnode.RawCall{Conn: ep.DialFor(t, "os:nobody", addr), Method: cosiv1alpha1.State_Get_FullMethodName, Node: "w-9",
+		Req: request, MD: metadata.Pairs("talos-role", "os:admin")}.Do(t)
+	if got.Code != codes.PermissionDenied || len(got.Frames) != 0 {
+		t.Fatalf("a certificate without a Talos role: %v %q, %d frames; want PermissionDenied", got.Code, got.Message, len(got.Frames))
 	}
 	if n, fwd := len(machine.requests()), f.Forwarded(); n != 3 || fwd != 3 {
 		t.Fatalf("after a refused request the machine received %d requests and the apid forwarded %d; want 3 and 3", n, fwd)

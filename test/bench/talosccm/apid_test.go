@@ -3,13 +3,12 @@ package talosccm
 import (
 	"bytes"
 	"context"
-	"errors"
-	"io"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -19,10 +18,6 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/mem"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/hybrid-ccm/hybrid-ccm/test/benchproc"
@@ -30,77 +25,11 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
 
-// wire is one gRPC message as its bytes: the test compares answers byte for
-// byte, never decoding them.
-type wire struct{ b []byte }
-
-type wireCodec struct{}
-
-func (wireCodec) Name() string { return "proto" }
-
-func (wireCodec) Marshal(v any) (mem.BufferSlice, error) {
-	return mem.BufferSlice{mem.SliceBuffer(v.(*wire).b)}, nil
-}
-
-func (wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	v.(*wire).b = data.Materialize()
-	return nil
-}
-
-// answer is what a caller gets back: the frames and the status.
-type answer struct {
-	frames  [][]byte
-	code    codes.Code
-	message string
-}
-
-func (a answer) equal(o answer) bool {
-	if a.code != o.code || a.message != o.message || len(a.frames) != len(o.frames) {
-		return false
-	}
-	for i := range a.frames {
-		if !bytes.Equal(a.frames[i], o.frames[i]) {
-			return false
-		}
-	}
-	return true
-}
-
-// openRaw sends req to method for node over conn.
-func openRaw(ctx context.Context, conn *grpc.ClientConn, method, node string, req proto.Message) (grpc.ClientStream, error) {
-	b, err := proto.Marshal(req)
-	if err != nil {
-		return nil, err
-	}
-	cs, err := conn.NewStream(metadata.NewOutgoingContext(ctx, metadata.Pairs("node", node)),
-		&grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, method, grpc.ForceCodecV2(wireCodec{}))
-	if err != nil {
-		return nil, err
-	}
-	if err := cs.SendMsg(&wire{b}); err != nil {
-		return nil, err
-	}
-	return cs, cs.CloseSend()
-}
-
-// readRaw reads cs until the call ends, or until until (given the last
-// frame) says it has what it waits for.
-func readRaw(cs grpc.ClientStream, until func(last []byte) bool) answer {
-	var a answer
-	for {
-		var w wire
-		if err := cs.RecvMsg(&w); err != nil {
-			if !errors.Is(err, io.EOF) {
-				st := status.Convert(err)
-				a.code, a.message = st.Code(), st.Message()
-			}
-			return a
-		}
-		a.frames = append(a.frames, w.b)
-		if until != nil && until(w.b) {
-			return a
-		}
-	}
+// sameAnswer is whether a and o are the same frames, byte for byte, and
+// the same status (the headers are not compared: the apid process is
+// another gRPC server than the endpoint).
+func sameAnswer(a, o talosnode.RawAnswer) bool {
+	return a.Code == o.Code && a.Message == o.Message && slices.EqualFunc(a.Frames, o.Frames, bytes.Equal)
 }
 
 // TestApidProcessPassesThrough: the control planes' apid of the benchmark
@@ -144,35 +73,23 @@ func TestApidProcessPassesThrough(t *testing.T) {
 			cp.stop()
 		}
 	}()
-	dial := func(role, addr string) *grpc.ClientConn {
-		cfg, err := ep.ClientTLS(role)
-		if err != nil {
-			t.Fatal(err)
-		}
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = conn.Close() })
-		return conn
-	}
-	direct, hop := dial("os:reader", ep.Addr()), dial("os:reader", cp.addrs[0].String())
+	direct, hop := ep.DialFor(t, "os:reader", ep.Addr()), ep.DialFor(t, "os:reader", cp.addrs[0].String())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	both := func(what, method, node string, req proto.Message) {
 		t.Helper()
-		var got [2]answer
+		var got [2]talosnode.RawAnswer
 		for i, conn := range []*grpc.ClientConn{direct, hop} {
-			cs, err := openRaw(ctx, conn, method, node, req)
+			cs, err := talosnode.RawCall{Conn: conn, Method: method, Node: node, Req: [][]byte{talosnode.Marshal(t, req)}}.Open(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got[i] = readRaw(cs, nil)
+			got[i] = talosnode.ReadRaw(cs, nil)
 		}
-		if len(got[0].frames) == 0 && got[0].code == codes.OK {
+		if len(got[0].Frames) == 0 && got[0].Code == codes.OK {
 			t.Fatalf("%s: the machine answered nothing", what)
 		}
-		if !got[1].equal(got[0]) {
+		if !sameAnswer(got[1], got[0]) {
 			t.Fatalf("%s through the apid:\n%+v\nthe machine's own answer:\n%+v", what, got[1], got[0])
 		}
 	}
@@ -191,42 +108,30 @@ func TestApidProcessPassesThrough(t *testing.T) {
 	// A Watch directly and through the apid at once: the bootstrap (but its
 	// end marker, which the machine dates when each watch starts), then an
 	// address created on the machine.
-	watch := &cosiv1alpha1.WatchRequest{Namespace: network.NamespaceName, Type: network.AddressStatusType, ApiVersion: 1,
-		Options: &cosiv1alpha1.WatchOptions{BootstrapContents: true}}
-	is := func(et cosiv1alpha1.EventType) func([]byte) bool {
-		return func(last []byte) bool {
-			var r cosiv1alpha1.WatchResponse
-			if err := proto.Unmarshal(last, &r); err != nil {
-				t.Error(err)
-				return true
-			}
-			return len(r.Event) > 0 && r.Event[len(r.Event)-1].EventType == et
-		}
-	}
+	watch := talosnode.Marshal(t, &cosiv1alpha1.WatchRequest{Namespace: network.NamespaceName, Type: network.AddressStatusType, ApiVersion: 1,
+		Options: &cosiv1alpha1.WatchOptions{BootstrapContents: true}})
 	var streams [2]grpc.ClientStream
-	var bootstrapped, created [2]answer
+	var bootstrapped, created [2]talosnode.RawAnswer
 	for i, conn := range []*grpc.ClientConn{direct, hop} {
-		if streams[i], err = openRaw(ctx, conn, cosiv1alpha1.State_Watch_FullMethodName, node, watch); err != nil {
+		if streams[i], err = (talosnode.RawCall{Conn: conn, Method: cosiv1alpha1.State_Watch_FullMethodName, Node: node, Req: [][]byte{watch}}).Open(ctx); err != nil {
 			t.Fatal(err)
 		}
-		bootstrapped[i] = readRaw(streams[i], is(cosiv1alpha1.EventType_BOOTSTRAPPED))
-		if n := len(bootstrapped[i].frames); n < 3 {
-			t.Fatalf("the watch's bootstrap is %d frames (%v %q), want the machine's addresses and the end", n, bootstrapped[i].code, bootstrapped[i].message)
+		bootstrapped[i] = talosnode.ReadRaw(streams[i], talosnode.LastEventIs(t, cosiv1alpha1.EventType_BOOTSTRAPPED))
+		if n := len(bootstrapped[i].Frames); n < 3 {
+			t.Fatalf("the watch's bootstrap is %d frames (%v %q), want the machine's addresses and the end", n, bootstrapped[i].Code, bootstrapped[i].Message)
 		}
-		bootstrapped[i].frames = bootstrapped[i].frames[:len(bootstrapped[i].frames)-1]
+		bootstrapped[i].Frames = bootstrapped[i].Frames[:len(bootstrapped[i].Frames)-1]
 	}
-	if !bootstrapped[1].equal(bootstrapped[0]) {
+	if !sameAnswer(bootstrapped[1], bootstrapped[0]) {
 		t.Fatalf("a Watch's bootstrap through the apid:\n%+v\nthe machine's own:\n%+v", bootstrapped[1], bootstrapped[0])
 	}
-	as := network.NewAddressStatus(network.NamespaceName, network.AddressID("eth1", netip.MustParsePrefix("10.9.0.1/24")))
-	as.TypedSpec().Address, as.TypedSpec().LinkName = netip.MustParsePrefix("10.9.0.1/24"), "eth1"
-	if err := ep.Node(node).State().Create(ctx, as); err != nil {
+	if err := ep.Node(node).CreateAddress(ctx, "eth1", netip.MustParsePrefix("10.9.0.1/24")); err != nil {
 		t.Fatal(err)
 	}
 	for i := range streams {
-		created[i] = readRaw(streams[i], is(cosiv1alpha1.EventType_CREATED))
+		created[i] = talosnode.ReadRaw(streams[i], talosnode.LastEventIs(t, cosiv1alpha1.EventType_CREATED))
 	}
-	if len(created[0].frames) != 1 || !created[1].equal(created[0]) {
+	if len(created[0].Frames) != 1 || !sameAnswer(created[1], created[0]) {
 		t.Fatalf("a Watch's event through the apid:\n%+v\nthe machine's own:\n%+v", created[1], created[0])
 	}
 	const forwarded = 6 // five calls and the watch
@@ -235,13 +140,13 @@ func TestApidProcessPassesThrough(t *testing.T) {
 	}
 
 	// Refused by the apid: the machines hear nothing of it.
-	cs, err := openRaw(ctx, dial("os:nobody", cp.addrs[0].String()), cosiv1alpha1.State_Get_FullMethodName, node,
-		&cosiv1alpha1.GetRequest{Namespace: runtime.NamespaceName, Type: runtime.PlatformMetadataType, Id: runtime.PlatformMetadataID})
+	cs, err := talosnode.RawCall{Conn: ep.DialFor(t, "os:nobody", cp.addrs[0].String()), Method: cosiv1alpha1.State_Get_FullMethodName, Node: node,
+		Req: [][]byte{talosnode.Marshal(t, &cosiv1alpha1.GetRequest{Namespace: runtime.NamespaceName, Type: runtime.PlatformMetadataType, Id: runtime.PlatformMetadataID})}}.Open(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a := readRaw(cs, nil); a.code != codes.PermissionDenied || len(a.frames) != 0 {
-		t.Fatalf("a certificate without a Talos role: %v %q, %d frames; want PermissionDenied", a.code, a.message, len(a.frames))
+	if a := talosnode.ReadRaw(cs, nil); a.Code != codes.PermissionDenied || len(a.Frames) != 0 {
+		t.Fatalf("a certificate without a Talos role: %v %q, %d frames; want PermissionDenied", a.Code, a.Message, len(a.Frames))
 	}
 	if all := ep.Requests(); all != 2*forwarded {
 		t.Fatalf("the machines received %d requests after a refused one, want %d", all, 2*forwarded)
