@@ -32,7 +32,7 @@ SHIPFLAGS = $(if $(REGISTRY),--registry=$(REGISTRY)) $(if $(VERSION),--version=$
 
 BINARIES := talos-ccm ccm-coordinator ccm-gate hybridctl
 
-.PHONY: test-oldest all build test unit fuzz bench bench-10k lint demo control-plane cluster aws-ccm kubectl cosign clean generate verify-generated images release manifests
+.PHONY: test-oldest all build test unit fuzz bench bench-10k lint demo control-plane cluster aws-ccm coredns kubectl cosign clean generate verify-generated images release manifests
 
 all: build
 
@@ -52,6 +52,12 @@ cluster:
 # profiles/aws.yaml names (test/aws and the demo run it).
 aws-ccm:
 	@hack/aws-ccm.sh >/dev/null
+
+# Builds (or reuses from the cache) CoreDNS with the plugins of Talos' Corefile
+# (hack/coredns): the fleet (test/fleet) and the demo run cluster DNS as Talos
+# deploys it.
+coredns:
+	@hack/coredns.sh >/dev/null
 
 # Builds (or reuses from the cache) kubectl at KUBE_VERSION: test/doccommands runs
 # the docs' kubectl lines with it.
@@ -81,7 +87,7 @@ lint:
 # hack/test.sh: the commands and their release images built once for the run
 # (test/testbin), the packages without a real cluster, then those that run one
 # (test/cluster and its users), one at a time.
-test: control-plane cluster aws-ccm kubectl lint
+test: control-plane cluster aws-ccm coredns kubectl lint
 	KUBEBUILDER_ASSETS=$$(hack/control-plane.sh) HYBRID_CCM_CLUSTER_BINARIES=$$(hack/cluster-binaries.sh) GO_TEST_FLAGS="$(TEST_FLAGS)" hack/test.sh
 	$(MAKE) fuzz
 
@@ -108,7 +114,7 @@ bench: control-plane
 bench-10k:
 	HYBRID_CCM_BENCH_NODES=1000,5000,10000 $(MAKE) bench
 
-demo: control-plane cluster aws-ccm build
+demo: control-plane cluster aws-ccm coredns build
 	KUBEBUILDER_ASSETS=$$(hack/control-plane.sh) HYBRID_CCM_CLUSTER_BINARIES=$$(hack/cluster-binaries.sh) bin/hybridctl demo
 
 # Images of talos-ccm, ccm-coordinator, ccm-gate, hybridctl without a Docker

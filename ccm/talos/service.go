@@ -48,8 +48,9 @@ func IsServiceHost(host string) bool {
 // serviceResolver answers the gRPC "dns" scheme for the Talos Service's
 // names from its EndpointSlices, read through the API server, and passes
 // every other name to gRPC's DNS resolver. talos-ccm runs on the host network
-// and initializes nodes before anything else can run on them: cluster DNS
-// may not answer yet (CoreDNS needs a node with a pod network), the API
+// and initializes the nodes of a fresh cluster: cluster DNS may not answer
+// yet (CoreDNS is a pod: it needs a node with a pod network,
+// whose pod CIDR talos-ccm's node IPAM may be the one to give), the API
 // server always does. The connection keeps the name as its authority, so TLS
 // still checks apid's certificate for talos.default.
 type serviceResolver struct {

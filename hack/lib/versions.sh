@@ -11,3 +11,8 @@ ETCD_VERSION="${ETCD_VERSION:-3.7.0}"
 # suites against this kube-apiserver (hack/test-oldest.sh).
 OLDEST_KUBE_VERSION="${OLDEST_KUBE_VERSION:-1.36.3}"
 OLDEST_ETCD_VERSION="${OLDEST_ETCD_VERSION:-3.6.8}"
+
+# CoreDNS of the test cluster's cluster DNS (hack/coredns.sh builds it from
+# hack/coredns; test/fleet runs it as Talos deploys it). hack/coredns/go.mod
+# requires this version; another one is resolved at build time.
+COREDNS_VERSION="${COREDNS_VERSION:-1.15.0}"

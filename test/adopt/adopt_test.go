@@ -2,14 +2,17 @@ package adopt
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,13 +20,17 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/yaml"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
 	"github.com/hybrid-ccm/hybrid-ccm/charts/test/chartstest"
 	"github.com/hybrid-ccm/hybrid-ccm/hack/ship"
 	"github.com/hybrid-ccm/hybrid-ccm/hack/ship/publish"
+	"github.com/hybrid-ccm/hybrid-ccm/test/cluster"
 	"github.com/hybrid-ccm/hybrid-ccm/test/fleet"
 	"github.com/hybrid-ccm/hybrid-ccm/test/fleet/fleetcheck"
 	"github.com/hybrid-ccm/hybrid-ccm/test/fleet/fleethelm"
@@ -46,8 +53,12 @@ var nativeCCMs = []string{"aws", "hcloud"}
 //
 //  1. the static manifests of docs/deploy, applied as they are, the way Talos
 //     applies cluster.externalCloudProvider.manifests (server-side apply),
-//     with the images of this tree's release under their published names;
-//     the machines join under them and are initialized;
+//     with the images of this tree's release under their published names,
+//     together with Talos' own cluster DNS (CoreDNS) as Talos deploys it; on
+//     machines that are all uninitialized, the machines are initialized
+//     (talos-ccm finds the Talos API through the API server, whether or not
+//     cluster DNS answers yet: which one came first is recorded), and then
+//     cluster DNS answers a pod for the Talos Service;
 //  2. `helm install hybrid-ccm oci://…/charts/hybrid-ccm -n kube-system` with
 //     the platform team's values (a talos-ccm standby, two clouds) while three
 //     more machines join — what the Flux layout's HelmRelease does with the
@@ -82,7 +93,25 @@ func TestBootstrapThenHelm(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = clouds.Close() })
 
-	// 1. Bootstrap: the static manifests as Talos applies them.
+	// Cold: no node is initialized before talos-ccm runs, and nothing but
+	// the API server tells talos-ccm where the Talos API is.
+	nodes, err := f.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		if fleetcheck.Initialized(&n) {
+			t.Fatalf("node %s is initialized before talos-ccm was deployed", n.Name)
+		}
+	}
+	first := recordFirstInitialized(t, ctx)
+
+	// 1. Bootstrap, as Talos does it in one pass: its own bootstrap
+	// manifests (here: cluster DNS, CoreDNS behind kube-dns) and the static
+	// manifests of cluster.externalCloudProvider.manifests.
+	if err := f.DeployClusterDNS(ctx); err != nil {
+		t.Fatal(err)
+	}
 	var static []*unstructured.Unstructured
 	for _, m := range publish.StaticManifests {
 		data, err := os.ReadFile(filepath.Join(root, "docs", "deploy", m.File()))
@@ -115,7 +144,8 @@ func TestBootstrapThenHelm(t *testing.T) {
 	}
 	t.Logf("bootstrapped from docs/deploy: %d objects, %d nodes initialized", len(before), len(machines))
 	// No address was given to talos-ccm by hand: its talosconfig names only
-	// the Talos Service (talos.default), the cluster runs no DNS server, and
+	// the Talos Service (talos.default), which talos-ccm resolves through
+	// the API server (the Service's EndpointSlices), not cluster DNS, and
 	// every other machine's facts came through a control plane's apid.
 	var forwarded int64
 	for _, m := range machines {
@@ -127,6 +157,46 @@ func TestBootstrapThenHelm(t *testing.T) {
 		t.Fatal("no request reached a machine through a control plane's apid")
 	}
 	t.Logf("the control planes' apids forwarded %d requests", forwarded)
+
+	// Cluster DNS came up as on Talos, beside talos-ccm: whether it answered
+	// before the first node was initialized is a race of the two (CoreDNS
+	// needs a node with a pod network; here kube-controller-manager gives
+	// the pod CIDRs, so it may win). What held this time is recorded;
+	// talos-ccm needed no DNS either way (test/oncluster runs without any).
+	rec := first.get()
+	if rec.node == "" {
+		t.Fatal("no node was seen being initialized")
+	}
+	when := "only after it"
+	if len(rec.dnsReady) > 0 {
+		when = "before it"
+	}
+	t.Logf("first node initialized: %s at %s; kube-dns then had %d ready endpoints %v: cluster DNS answered %s",
+		rec.node, rec.at.Format("15:04:05.000"), len(rec.dnsReady), rec.dnsReady, when)
+	dns := fleetcheck.WaitClusterDNS(t, ctx, f)
+	t.Logf("kube-dns ready endpoints after the bootstrap: %v", dns)
+	// A pod (on a worker, through the kubelet's clusterDNS and kube-proxy)
+	// resolves the Talos Service, and that name leads to a control plane's
+	// apid: DNS is really there, now.
+	talosSvc, err := f.Client.CoreV1().Services(talos.ServiceNamespace).Get(ctx, talos.ServiceName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var controlPlanes []string
+	for _, m := range machines {
+		if m.ControlPlane {
+			controlPlanes = append(controlPlanes, f.Node(m.Name).IP.String())
+		}
+	}
+	fleetcheck.WaitServingCSR(t, ctx, f, "aws-1")
+	probe := fleetcheck.StartProbe(t, ctx, f, "dns-probe", "aws-1")
+	name := talos.ServiceName + "." + talos.ServiceNamespace + ".svc." + cluster.ClusterDomain
+	if got, err := fleetcheck.Probe(ctx, f, probe, "lookup", name); err != nil || !slices.Equal(got, []string{talosSvc.Spec.ClusterIP}) {
+		t.Errorf("a pod resolves %s to %v (%v), want the Service's ClusterIP %s", name, got, err, talosSvc.Spec.ClusterIP)
+	}
+	if ips, err := fleetcheck.Probe(ctx, f, probe, "cert", fmt.Sprintf("%s:%d", name, fleet.TalosPort)); err != nil || len(ips) == 0 || !slices.Contains(controlPlanes, ips[0]) {
+		t.Errorf("%s:%d from a pod presents a certificate for %v (%v), want a control plane's apid (%v)", name, fleet.TalosPort, ips, err, controlPlanes)
+	}
 
 	if err := fleetcheck.CredentialsSecrets(ctx, f, clouds, ccmNamespace, false); err != nil {
 		t.Fatal(err)
@@ -252,6 +322,66 @@ func TestBootstrapThenHelm(t *testing.T) {
 
 // values are testdata/values.yaml with the stand-in hcloud CCM pointed at
 // its fake cloud.
+// initRecord is what recordFirstInitialized saw.
+type initRecord struct {
+	node     string
+	at       time.Time
+	dnsReady []string // kube-dns's ready endpoints then
+}
+
+// firstInitialized records the first node that becomes initialized.
+type firstInitialized struct {
+	mu  sync.Mutex
+	rec initRecord
+}
+
+func (r *firstInitialized) get() initRecord {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.rec
+}
+
+// recordFirstInitialized watches Nodes and kube-dns's EndpointSlices until
+// the test ends and records, when it sees the first node initialized,
+// which ready endpoints kube-dns had in its view of them at that moment.
+func recordFirstInitialized(t *testing.T, ctx context.Context) *firstInitialized {
+	t.Helper()
+	r := &firstInitialized{}
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	nodes := informers.NewSharedInformerFactory(f.Client, 0)
+	dns := informers.NewSharedInformerFactoryWithOptions(f.Client, 0, informers.WithNamespace(fleet.DNSNamespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = discoveryv1.LabelServiceName + "=" + fleet.DNSService }))
+	dnsSlices := dns.Discovery().V1().EndpointSlices()
+	seen := func(obj any) {
+		n, ok := obj.(*corev1.Node)
+		if !ok || !fleetcheck.Initialized(n) {
+			return
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.rec.node != "" {
+			return
+		}
+		var current []discoveryv1.EndpointSlice
+		for _, o := range dnsSlices.Informer().GetStore().List() {
+			current = append(current, *o.(*discoveryv1.EndpointSlice))
+		}
+		r.rec = initRecord{node: n.Name, at: time.Now(), dnsReady: fleet.ReadyAddresses(current)}
+	}
+	dnsSlices.Informer() // registered before Start
+	if _, err := nodes.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: seen, UpdateFunc: func(_, o any) { seen(o) },
+	}); err != nil {
+		t.Fatal(err)
+	}
+	dns.Start(stop)
+	dns.WaitForCacheSync(stop)
+	nodes.Start(stop)
+	nodes.WaitForCacheSync(stop)
+	return r
+}
+
 func values(t *testing.T, cloudURL string) map[string]any {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("testdata", "values.yaml"))

@@ -36,10 +36,12 @@ var joining = []fleet.Machine{
 
 func TestMain(m *testing.M) {
 	// kube-controller-manager allocates pod CIDRs, as Talos runs it by
-	// default: the static manifests' talos-ccm does not.
+	// default: the static manifests' talos-ccm does not. Cluster DNS
+	// (CoreDNS as Talos deploys it) is created by the test, together with
+	// the static manifests, as Talos applies both at bootstrap.
 	fleetcheck.Main(m, fleetcheck.Package{
 		Name:      "adopt",
-		Options:   fleet.Options{Machines: machines, AllocateNodeCIDRs: true},
+		Options:   fleet.Options{Machines: machines, AllocateNodeCIDRs: true, DeferClusterDNS: true},
 		Platforms: []string{"aws", "hcloud"},
 	}, func(fl *fleet.Fleet) { f = fl })
 }

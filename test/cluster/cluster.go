@@ -59,8 +59,24 @@ const (
 	// ClusterCIDR is the pod network; ServiceCIDR the Services'.
 	ClusterCIDR = "10.244.0.0/16"
 	ServiceCIDR = "10.96.0.0/16"
-	apiPort     = 6443
+	// ClusterDomain is the cluster's DNS domain, Talos' default
+	// (cluster.network.dnsDomain).
+	ClusterDomain = "cluster.local"
+	apiPort       = 6443
 )
+
+// DNSServiceIP is where pods find cluster DNS: the tenth address of
+// ServiceCIDR, as Talos chooses it. Every kubelet names it (clusterDNS,
+// with clusterDomain ClusterDomain) as Talos configures kubelets, whether or
+// not a DNS server runs: the cluster runs none of its own; test/fleet
+// deploys CoreDNS at this address as Talos does.
+var DNSServiceIP = func() netip.Addr {
+	a := netip.MustParsePrefix(ServiceCIDR).Addr()
+	for range 10 {
+		a = a.Next()
+	}
+	return a
+}()
 
 // NodeOptions describe one node.
 type NodeOptions struct {

@@ -164,6 +164,22 @@ func TestCluster(t *testing.T) {
 		}
 	}
 
+	// The kubelet gives a pod cluster DNS as Talos configures kubelets: the
+	// DNS Service's address and the cluster domain's search path (nothing
+	// answers there in this cluster: test/fleet deploys CoreDNS).
+	resolv, err := os.ReadFile(fmt.Sprintf("/proc/%d/root/etc/resolv.conf", procs[0].PID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"nameserver " + cluster.DNSServiceIP.String(), "search default.svc." + cluster.ClusterDomain + " svc." + cluster.ClusterDomain + " " + cluster.ClusterDomain} {
+		if !slices.Contains(strings.Split(string(resolv), "\n"), want) {
+			t.Errorf("resolv.conf of probe-n2 has no line %q:\n%s", want, resolv)
+		}
+	}
+	if cluster.DNSServiceIP.String() != "10.96.0.10" {
+		t.Errorf("DNS Service address %s, want the tenth of %s, 10.96.0.10, as Talos chooses it", cluster.DNSServiceIP, cluster.ServiceCIDR)
+	}
+
 	// A rebooted node comes back; its pod runs again.
 	n3 := c.Node("n3")
 	if err := n3.Reboot(ctx); err != nil {

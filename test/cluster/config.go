@@ -103,7 +103,8 @@ port: 10250
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
 healthzPort: 10248
-clusterDomain: cluster.local
+clusterDomain: %s
+clusterDNS: [%q]
 resolvConf: %q
 failSwapOn: false
 volumePluginDir: /var/lib/kubelet/volumeplugins
@@ -113,7 +114,7 @@ evictionHard: {memory.available: 100Mi, nodefs.available: 1%%, imagefs.available
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 nodeStatusUpdateFrequency: 2s
-`, n.cgroup, c.pki.CAFile(), n.IP, filepath.Join(c.work, "resolv.conf"))
+`, n.cgroup, c.pki.CAFile(), n.IP, ClusterDomain, DNSServiceIP, filepath.Join(c.work, "resolv.conf"))
 	if err := os.WriteFile(filepath.Join(n.dir, "kubelet.yaml"), []byte(kubelet), 0o644); err != nil {
 		return err
 	}

@@ -3,9 +3,11 @@
 // on its own address, port 50000 (the simulated endpoint of test/talosnode,
 // with the node's platform metadata), and the cluster pulls its images from a
 // registry the fleet runs (test/registry) the way users' clusters do: the
-// pause image and the upstream CCMs' images under their upstream names
-// (host-mapped), and the product's images and charts once Release has run
-// `make release` into it.
+// pause image, CoreDNS and the upstream CCMs' images under their upstream
+// names (host-mapped), and the product's images and charts once Release has
+// run `make release` into it. Like Talos at bootstrap, it deploys cluster
+// DNS (CoreDNS behind the Service kube-dns) unless told not to, and keeps
+// the Service Talos keeps for its API (talos.default).
 //
 // It owns the outside world of an install: machines, their Talos API, the
 // registry. Installing the product is the caller's (Helm from the registry,
@@ -82,8 +84,20 @@ type Options struct {
 	// TalosAPIByAddress writes the control planes' own addresses into the
 	// talosconfig instead of the Talos Service (talos.default): for a
 	// talos-ccm release that resolves the Service only through cluster DNS,
-	// which the fleet does not run (test/upgrade's previous release).
+	// which may not answer before talos-ccm has initialized nodes
+	// (test/upgrade's previous release).
 	TalosAPIByAddress bool
+	// NoClusterDNS leaves cluster DNS out, as on a Talos cluster with
+	// cluster.coreDNS.disabled: the kubelets still name the DNS Service's
+	// address, and nothing answers there. By default the fleet deploys
+	// CoreDNS as Talos does (hack/coredns.sh builds it once into its cache;
+	// `make coredns`).
+	NoClusterDNS bool
+	// DeferClusterDNS pushes CoreDNS's image but leaves creating cluster
+	// DNS to the caller (DeployClusterDNS): a test that applies the
+	// manifests Talos applies at bootstrap (cluster.externalCloudProvider.
+	// manifests) applies Talos' own with them, in one go, as Talos does.
+	DeferClusterDNS bool
 }
 
 // Fleet is a running fleet.
@@ -98,15 +112,25 @@ type Fleet struct {
 	clouds []*Clouds // StartClouds's: machines that join become their instances
 
 	talosByAddress bool
+	coreDNSImage   string // pushed by Up; "" without cluster DNS
 }
 
 // Up brings the cluster up with one node per machine, starts the registry
 // on the cluster's gateway (port 5000) and pushes the pause image and
-// opts.Images to it, and makes every machine answer the Talos API. On error
+// opts.Images to it, deploys cluster DNS (unless opts.NoClusterDNS or
+// DeferClusterDNS; it does not wait for it), and makes every machine answer
+// the Talos API. On error
 // everything started is stopped.
 func Up(ctx context.Context, opts Options) (_ *Fleet, err error) {
 	if opts.Log == nil {
 		opts.Log = io.Discard
+	}
+	var coreDNS string
+	if !opts.NoClusterDNS {
+		// Before anything starts: a missing build fails at once.
+		if coreDNS, err = BuildCoreDNS(ctx, testenv.RepoRoot()); err != nil {
+			return nil, err
+		}
 	}
 	work, err := os.MkdirTemp("", "hybrid-ccm-fleet-")
 	if err != nil {
@@ -150,6 +174,16 @@ func Up(ctx context.Context, opts Options) (_ *Fleet, err error) {
 	for ref, bin := range opts.Images {
 		if _, err := f.Registry.PushBinary(ctx, ref, bin, registry.ImageOptions{}); err != nil {
 			return nil, fmt.Errorf("fleet: %w", err)
+		}
+	}
+	if coreDNS != "" {
+		if err := f.pushCoreDNS(ctx, coreDNS); err != nil {
+			return nil, err
+		}
+		if !opts.DeferClusterDNS {
+			if err := f.DeployClusterDNS(ctx); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if f.Talos, err = talosnode.Start(); err != nil {

@@ -14,6 +14,7 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -181,6 +182,27 @@ func TestInstallAsDocumented(t *testing.T) {
 	// A pod on every node: logs and exec through the API server (they need
 	// the kubelet's approved serving certificate), and the pod network.
 	probes := runProbes(t, ctx)
+
+	// No DNS answered anyone meanwhile (NoClusterDNS): no kube-dns Service,
+	// and a pod cannot resolve the Talos Service's name. talos-ccm found
+	// the Talos API without it (its talosconfig names only talos.default),
+	// through the Service's EndpointSlices, and the control planes' apids
+	// forwarded its requests to every machine.
+	if _, err := f.Client.CoreV1().Services(fleet.DNSNamespace).Get(ctx, fleet.DNSService, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("Service %s/%s: %v, want none (no cluster DNS)", fleet.DNSNamespace, fleet.DNSService, err)
+	}
+	if out, _, err := f.Exec(ctx, "default", "probe-"+machines[0].Name, "probe", "/probe", "lookup", "talos.default"); err == nil {
+		t.Errorf("a pod resolves talos.default to %q with no cluster DNS", out)
+	}
+	var forwarded int64
+	for _, m := range machines {
+		if m.ControlPlane {
+			forwarded += f.Talos.Forwarded(m.Name)
+		}
+	}
+	if forwarded == 0 {
+		t.Error("no request reached a machine through a control plane's apid (talos.default)")
+	}
 	for _, m := range machines {
 		pod := "probe-" + m.Name
 		logs, err := f.PodLogs(ctx, "default", pod, "probe")

@@ -68,8 +68,11 @@ func TestMain(m *testing.M) {
 	fleetcheck.Main(m, fleetcheck.Package{
 		Name: "oncluster",
 		// The release goes to a private registry: its repositories need
-		// credentials (TestPrivateRegistry).
-		Options: fleet.Options{Machines: machines, ReleaseCredentials: &releaseCredentials},
+		// credentials (TestPrivateRegistry). No cluster DNS, as on a Talos
+		// cluster with cluster.coreDNS.disabled: talos-ccm must initialize
+		// every node through the Talos Service (talos.default) with nothing
+		// answering DNS (TestInstallAsDocumented); test/adopt runs CoreDNS.
+		Options: fleet.Options{Machines: machines, ReleaseCredentials: &releaseCredentials, NoClusterDNS: true},
 		// Every built-in profile's CCM image: the real AWS CCM for aws,
 		// test/testccm for the others.
 		Setup: func(ctx context.Context, fl *fleet.Fleet) (err error) {

@@ -3,12 +3,15 @@ package registry
 import (
 	"archive/tar"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -40,6 +43,40 @@ type ImageOptions struct {
 	// Created is the time of the image config and of every file in the
 	// layer. Zero: the Unix epoch.
 	Created time.Time
+	// Capabilities are file capabilities of the binary, permitted and
+	// effective, as `setcap <name>=+ep` gives them (capabilities(7) names,
+	// e.g. CAP_NET_BIND_SERVICE): how a server image that runs as a
+	// non-root user binds a port below 1024 (CoreDNS's on 53). The
+	// container must still be allowed the capability (its securityContext
+	// adds it to the bounding set).
+	Capabilities []string
+}
+
+// fileCapabilities are the capabilities ImageOptions.Capabilities may name,
+// by their bit.
+var fileCapabilities = map[string]uint{
+	"CAP_NET_BIND_SERVICE": 10,
+}
+
+// capabilityXattr is the value of the security.capability extended
+// attribute (VFS_CAP_REVISION_2, little endian) that makes caps the file's
+// permitted and effective capabilities.
+func capabilityXattr(caps []string) (string, error) {
+	var permitted [2]uint32
+	for _, c := range caps {
+		bit, ok := fileCapabilities[c]
+		if !ok {
+			return "", fmt.Errorf("file capability %q: want one of %v", c, slices.Sorted(maps.Keys(fileCapabilities)))
+		}
+		permitted[bit/32] |= 1 << (bit % 32)
+	}
+	const revision2, effective = 0x02000000, 0x000001
+	b := binary.LittleEndian.AppendUint32(nil, revision2|effective)
+	for _, p := range permitted {
+		b = binary.LittleEndian.AppendUint32(b, p) // permitted
+		b = binary.LittleEndian.AppendUint32(b, 0) // inheritable
+	}
+	return string(b), nil
 }
 
 // PushBinary pushes an image of one static binary for this machine's
@@ -96,12 +133,22 @@ func binaryImage(binary string, opts ImageOptions) (v1.Image, error) {
 		created = time.Unix(0, 0)
 	}
 	created = created.UTC().Truncate(time.Second)
+	var xattrs map[string]string
+	if len(opts.Capabilities) > 0 {
+		v, err := capabilityXattr(opts.Capabilities)
+		if err != nil {
+			return nil, err
+		}
+		// What containerd sets on the unpacked file (a PAX record of the
+		// layer's tar, as tar --xattrs writes it).
+		xattrs = map[string]string{"SCHILY.xattr.security.capability": v}
+	}
 
 	// The layer is written again from the binary whenever it is read
 	// (digest, then upload): no copy of a 100 MB binary on disk or in memory.
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		pr, pw := io.Pipe()
-		go func() { pw.CloseWithError(writeLayer(pw, binary, fi.Size(), p, created)) }()
+		go func() { pw.CloseWithError(writeLayer(pw, binary, fi.Size(), p, created, xattrs)) }()
 		return pr, nil
 	}, tarball.WithMediaType(types.OCILayer))
 	if err != nil {
@@ -137,8 +184,9 @@ func binaryImage(binary string, opts ImageOptions) (v1.Image, error) {
 }
 
 // writeLayer writes the uncompressed layer: the parent directories of p and
-// the binary at p, owned by 0:0, modified at mtime.
-func writeLayer(w io.Writer, binary string, size int64, p string, mtime time.Time) error {
+// the binary at p, owned by 0:0, modified at mtime, with the PAX records
+// pax (nil: none).
+func writeLayer(w io.Writer, binary string, size int64, p string, mtime time.Time, pax map[string]string) error {
 	f, err := os.Open(binary)
 	if err != nil {
 		return err
@@ -153,7 +201,7 @@ func writeLayer(w io.Writer, binary string, size int64, p string, mtime time.Tim
 			return err
 		}
 	}
-	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: rel, Mode: 0o555, Size: size, ModTime: mtime}); err != nil {
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: rel, Mode: 0o555, Size: size, ModTime: mtime, PAXRecords: pax}); err != nil {
 		return err
 	}
 	n, err := io.Copy(tw, io.LimitReader(f, size))

@@ -4,13 +4,17 @@ import (
 	"archive/tar"
 	"bytes"
 	"crypto/rand"
+	"encoding/binary"
 	"io"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -208,5 +212,70 @@ func TestPushBinaryErrors(t *testing.T) {
 		} else {
 			t.Logf("PushBinary(%q, %q, path %q): %v", tc.ref, tc.bin, tc.path, err)
 		}
+	}
+}
+
+// Capabilities: the binary carries them as the security.capability extended
+// attribute of the layer's entry (what containerd sets when it unpacks the
+// layer), in the kernel's format: permitted and effective, nothing
+// inheritable. As root, the kernel takes the value on a file of its own.
+func TestPushBinaryCapabilities(t *testing.T) {
+	r := start(t)
+	bin, _ := writeBinary(t, 1000)
+	digest, err := r.PushBinary(t.Context(), "registry.k8s.io/coredns/coredns:v1.15.0", bin, ImageOptions{Path: "/coredns", Capabilities: []string{"CAP_NET_BIND_SERVICE"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, _ := name.ParseReference(r.Host() + "/registry.k8s.io/coredns/coredns:v1.15.0")
+	img, err := remote.Image(ref, remote.WithTransport(r.HTTPClient().Transport))
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, err := img.Layers()
+	if err != nil || len(layers) != 1 {
+		t.Fatalf("layers %d, %v", len(layers), err)
+	}
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	h, err := tar.NewReader(rc).Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, ok := h.PAXRecords["SCHILY.xattr.security.capability"]
+	if h.Name != "coredns" || !ok {
+		t.Fatalf("entry %s, PAX records %q: want coredns with security.capability", h.Name, h.PAXRecords)
+	}
+	b := []byte(v)
+	if len(b) != 20 {
+		t.Fatalf("security.capability is %d bytes, want 20 (VFS_CAP_REVISION_2)", len(b))
+	}
+	word := func(i int) uint32 { return binary.LittleEndian.Uint32(b[4*i:]) }
+	if magic := word(0); magic&0xff000000 != 0x02000000 || magic&1 != 1 {
+		t.Errorf("magic %#x, want revision 2 with the effective flag", magic)
+	}
+	if perm, inh := uint64(word(1))|uint64(word(3))<<32, uint64(word(2))|uint64(word(4))<<32; perm != 1<<unix.CAP_NET_BIND_SERVICE || inh != 0 {
+		t.Errorf("permitted %#x inheritable %#x, want only CAP_NET_BIND_SERVICE permitted", perm, inh)
+	}
+	if os.Geteuid() == 0 {
+		f := filepath.Join(t.TempDir(), "coredns")
+		if err := os.WriteFile(f, nil, 0o555); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Setxattr(f, "security.capability", b, 0); err != nil {
+			t.Errorf("the kernel refuses the value: %v", err)
+		}
+	}
+	plain, err := r.PushBinary(t.Context(), r.Host()+"/elsewhere/coredns:1", bin, ImageOptions{Path: "/coredns"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain == digest {
+		t.Error("an image without capabilities has the same digest")
+	}
+	if _, err := r.PushBinary(t.Context(), r.Host()+"/elsewhere/coredns:2", bin, ImageOptions{Capabilities: []string{"CAP_SYS_ADMIN"}}); err == nil || !strings.Contains(err.Error(), "CAP_SYS_ADMIN") {
+		t.Errorf("an unknown capability: %v, want a refusal naming it", err)
 	}
 }

@@ -1,6 +1,7 @@
 // Package fleetcheck holds what the tests that operate the product on a
 // fleet (test/upgrade, test/adopt) assert alike: nodes initialized and Ready,
-// serving certificates issued, Deployments rolled out to a release, and a
+// serving certificates issued, Deployments rolled out to a release, cluster
+// DNS ready and answering a pod (a probe pod runs commands for that), and a
 // watch of what must never happen meanwhile.
 package fleetcheck
 

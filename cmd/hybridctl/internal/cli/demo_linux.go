@@ -31,7 +31,8 @@ func newDemoCommand() *cobra.Command {
 		Long: "demo brings up a real cluster on this machine (test/fleet): etcd and kube-apiserver from\n" +
 			"$KUBEBUILDER_ASSETS, kube-controller-manager, kube-scheduler, and nine Talos machines (metal, aws,\n" +
 			"hcloud, gcp) as real nodes from $HYBRID_CCM_CLUSTER_BINARIES: kubelet, containerd and kube-proxy\n" +
-			"each, answering the Talos API on its own address (`make demo` builds and sets both). It runs\n" +
+			"each, answering the Talos API on its own address (`make demo` builds and sets both), and cluster\n" +
+			"DNS as Talos deploys it (CoreDNS, which `make demo` builds with hack/coredns.sh). It runs\n" +
 			"`make release` into a registry the nodes pull from, applies docs/deploy/talos-ccm.yaml and\n" +
 			"docs/deploy/ccm-coordinator.yaml as Talos applies them, and creates NativeCCMs for aws (the real\n" +
 			"upstream AWS CCM, against a fake EC2), hcloud and gcp (test/testccm, against a fake cloud API).\n" +

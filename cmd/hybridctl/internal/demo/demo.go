@@ -258,7 +258,8 @@ func Run(ctx context.Context, o Options) (err error) {
 		fms = append(fms, m.Machine)
 	}
 	v.step(fmt.Sprintf("starting a real cluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) and %d Talos machines as real nodes "+
-		"(kubelet, containerd, kube-proxy; each answers the Talos API on its own address), a registry with the upstream CCM images", len(ms)))
+		"(kubelet, containerd, kube-proxy; each answers the Talos API on its own address), a registry with the upstream CCM images, "+
+		"and cluster DNS as Talos deploys it (CoreDNS: its pods wait for a node with a pod network, which talos-ccm's node IPAM gives here)", len(ms)))
 	waiting := time.AfterFunc(3*time.Second, log.waiting)
 	f, err := fleet.Up(ctx, fleet.Options{Machines: fms, Images: images, Log: log})
 	waiting.Stop()
@@ -451,7 +452,8 @@ func productLogs(ctx context.Context, f *fleet.Fleet) string {
 	defer cancel()
 	var b strings.Builder
 	for _, ns := range []string{talosCCMNamespace, nativeNamespace} {
-		pods, err := f.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		// Not Talos' CoreDNS (in kube-system too): not the product.
+		pods, err := f.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "!k8s-app"})
 		if err != nil {
 			fmt.Fprintf(&b, "pods of %s: %v\n", ns, err)
 			continue

@@ -37,8 +37,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// binaries builds hybridctl once, and the upstream AWS CCM the demo runs into
-// its cache (hack/aws-ccm.sh, as `make demo` does; a no-op once built).
+// binaries builds hybridctl once, and the upstream AWS CCM and CoreDNS the
+// demo runs into their caches (hack/aws-ccm.sh, hack/coredns.sh, as `make
+// demo` does; no-ops once built).
 func binaries(t *testing.T) string {
 	t.Helper()
 	build.Do(func() {
@@ -46,9 +47,12 @@ func binaries(t *testing.T) string {
 		if binDir, buildErr = testbin.DevDirectory(binDir, "hybridctl"); buildErr != nil {
 			return
 		}
-		cmd := exec.Command(filepath.Join(testenv.RepoRoot(), "hack", "aws-ccm.sh"))
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("hack/aws-ccm.sh: %v\n%s", err, out)
+		for _, script := range []string{"aws-ccm.sh", "coredns.sh"} {
+			cmd := exec.Command(filepath.Join(testenv.RepoRoot(), "hack", script))
+			if out, err := cmd.CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("hack/%s: %v\n%s", script, err, out)
+				return
+			}
 		}
 	})
 	if buildErr != nil {
