@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/semaphore"
@@ -131,6 +132,117 @@ func bodyRefused(w http.ResponseWriter, err error) metav1.Status {
 // check it (one Node, one Service) is larger than the gate holds.
 var errAnswerTooLarge = errors.New("the API server's answer is too large for the gate to check")
 
+const (
+	// answerBudget bounds the bytes of all the Node answers the gate checks
+	// or holds at once, from the first byte read until the last is written
+	// to the client (or the answer is dropped). Each is bounded too
+	// (maxNodeAnswer); together with the request bodies (bodyBudget) they
+	// stay well within the gate container's memory limit (64 MiB), however
+	// many reads of however large a Node its client makes at once. A read
+	// beyond the budget is answered 429 only when the Node is in the view
+	// (budgetRefused): the refusal of an answer showing a Node outside the
+	// view, or of a larger answer than a Node that is gone has, would tell
+	// the two apart.
+	answerBudget = 24 << 20
+	// answerChunk is the least share of the budget an answer of unknown
+	// length takes at a time.
+	answerChunk = 64 << 10
+)
+
+// errAnswerBudget: the answers the gate holds take answerBudget already.
+var errAnswerBudget = errors.New("too many answers of the API server in flight")
+
+// newAnswerBudget is the budget of a proxy.
+func newAnswerBudget() *semaphore.Weighted { return semaphore.NewWeighted(answerBudget) }
+
+// answer is an answer of the API server read whole, holding its share of
+// the answer budget until release.
+type answer struct {
+	body   []byte
+	budget *semaphore.Weighted
+	share  int64
+	once   sync.Once
+}
+
+// release returns the answer's share of the budget (once; later calls do
+// nothing).
+func (a *answer) release() {
+	a.once.Do(func() {
+		if a.share > 0 {
+			a.budget.Release(a.share)
+		}
+	})
+}
+
+// take adds n bytes to the answer's share of the budget.
+func (a *answer) take(n int64) error {
+	if !a.budget.TryAcquire(n) {
+		return fmt.Errorf("%w: the gate holds %d MiB of answers at most", errAnswerBudget, answerBudget>>20)
+	}
+	a.share += n
+	return nil
+}
+
+// readWhole reads body whole (at most limit bytes; length is its declared
+// length, -1 for unknown), every byte within the answer budget: an answer of
+// known length takes its share at once, one of unknown length as its buffer
+// grows. On an error nothing is held.
+func readWhole(budget *semaphore.Weighted, body io.Reader, length int64, limit int) (*answer, error) {
+	a := &answer{budget: budget}
+	if length > int64(limit) {
+		return nil, fmt.Errorf("%w: %d bytes, more than %d MiB", errAnswerTooLarge, length, limit>>20)
+	}
+	if length >= 0 {
+		if err := a.take(max(length, 1)); err != nil {
+			return nil, err
+		}
+		a.body = make([]byte, length)
+		if _, err := io.ReadFull(body, a.body); err != nil {
+			a.release()
+			return nil, fmt.Errorf("read the API server's answer: %w", err)
+		}
+		return a, nil
+	}
+	var b []byte
+	for {
+		if len(b) == cap(b) {
+			if len(b) > limit {
+				a.release()
+				return nil, fmt.Errorf("%w: more than %d MiB", errAnswerTooLarge, limit>>20)
+			}
+			grow := min(max(cap(b), answerChunk), limit+1-cap(b))
+			if err := a.take(int64(grow)); err != nil {
+				a.release()
+				return nil, err
+			}
+			nb := make([]byte, len(b), cap(b)+grow)
+			copy(nb, b)
+			b = nb
+		}
+		n, err := body.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			a.release()
+			return nil, fmt.Errorf("read the API server's answer: %w", err)
+		}
+	}
+	if len(b) > limit {
+		a.release()
+		return nil, fmt.Errorf("%w: more than %d MiB", errAnswerTooLarge, limit>>20)
+	}
+	if spare := cap(b) - len(b); spare >= answerChunk/16 {
+		// the buffer grew by doubling: keep what the answer needs
+		b = append(make([]byte, 0, max(len(b), 1)), b...)
+		a.budget.Release(int64(spare))
+		a.share -= int64(spare)
+	}
+	a.body = b
+	return a, nil
+}
+
 // readAnswer reads (and closes) an answer of the API server that the gate
 // holds whole: at most limit bytes.
 func readAnswer(body io.ReadCloser, limit int) ([]byte, error) {
@@ -145,9 +257,38 @@ func readAnswer(body io.ReadCloser, limit int) ([]byte, error) {
 	return b, nil
 }
 
-// setAnswerBody makes body, read whole, the answer's body.
-func setAnswerBody(resp *http.Response, body []byte) {
-	resp.Body = io.NopCloser(bytes.NewReader(body))
+// readNodeAnswer reads (and closes) a Node answer that the gate checks or
+// holds: at most maxNodeAnswer bytes, within the answer budget. The caller
+// releases it, or hands it to setAnswerBody.
+func (p *Proxy) readNodeAnswer(resp *http.Response) (*answer, error) {
+	a, err := readWhole(p.answers, resp.Body, resp.ContentLength, maxNodeAnswer)
+	_ = resp.Body.Close()
+	return a, err
+}
+
+// setAnswerBody makes body, read whole, the answer's body; a's share of the
+// answer budget returns when the body is closed (the reverse proxy closes it
+// once written, or on failing to).
+func setAnswerBody(resp *http.Response, body []byte, a *answer) {
+	resp.Body = &answerBody{Reader: bytes.NewReader(body), a: a}
 	resp.ContentLength = int64(len(body))
 	resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
+}
+
+type answerBody struct {
+	*bytes.Reader
+	a *answer
+}
+
+func (b *answerBody) Close() error {
+	b.a.release()
+	return nil
+}
+
+// tooManyAnswers answers a request whose answer the gate would hold beyond
+// answerBudget: the client reads again (client-go does, after Retry-After).
+func tooManyAnswers(w http.ResponseWriter, err error) metav1.Status {
+	w.Header().Set("Retry-After", "1")
+	return metav1.Status{Code: http.StatusTooManyRequests, Reason: metav1.StatusReasonTooManyRequests, Message: "ccm-gate: " + err.Error(),
+		Details: &metav1.StatusDetails{RetryAfterSeconds: 1}}
 }

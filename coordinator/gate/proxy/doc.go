@@ -51,7 +51,10 @@
 // PATCH or PUT: none when the node cache holds the Node in the view, else
 // one read; a DELETE: one read. A checked or held answer is read whole, at
 // most 8 MiB; a larger one, or one the gate cannot decode, is a 502 that
-// says so.
+// says so. All the checked and held answers the gate holds at once are
+// bounded too (24 MiB, until written to the client): beyond that, a read of
+// a Node in the view is a 429 with Retry-After (one more read of the Node
+// decides), of one outside it the gate's 404.
 //
 // The proxy adds no privilege: by default it forwards the caller's own
 // Authorization and impersonation headers and authenticates with nothing of its

@@ -15,3 +15,13 @@ func SetCachedNode(p *Proxy, name string, labels map[string]string) error {
 func DropCachedNode(p *Proxy, name string) error {
 	return p.cache.informer.GetStore().Delete(&metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name}})
 }
+
+// AnswersIdle says whether p holds no answer of the API server against its
+// budget of answers.
+func AnswersIdle(p *Proxy) bool {
+	if !p.answers.TryAcquire(answerBudget) {
+		return false
+	}
+	p.answers.Release(answerBudget)
+	return true
+}

@@ -3,8 +3,10 @@ package proxy
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"k8s.io/apimachinery/pkg/labels"
@@ -45,6 +47,8 @@ const (
 // nodeAnswer travels with a GET of a Node (or its status) to ModifyResponse.
 type nodeAnswer struct {
 	rt route
+	// in holds the client's credentials (for the gate's reads of the Node).
+	in http.Header
 	// media is the encoding the gate reads (checkAnswer).
 	media mediaKind
 	// held is set for a held answer (checkHeld).
@@ -73,7 +77,7 @@ func nodeReadOf(r *http.Request, rt route) (nodeReadCheck, mediaKind) {
 // check of its answer.
 func (p *Proxy) forwardChecked(w http.ResponseWriter, r *http.Request, rt route, media mediaKind) {
 	prepareAnswerRequest(r, media)
-	a := &nodeAnswer{media: media, rt: rt}
+	a := &nodeAnswer{media: media, rt: rt, in: r.Header}
 	p.log.V(5).Info("forwarding", "method", r.Method, "path", r.URL.Path, "query", r.URL.RawQuery, "decision", "checked")
 	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), nodeAnswerKey{}, a)))
 }
@@ -90,20 +94,25 @@ func (p *Proxy) checkNodeAnswer(resp *http.Response, a *nodeAnswer) error {
 	if got := mediaOf(resp.Header.Get("Content-Type")); got != a.media {
 		return fmt.Errorf("%w: node %s: Content-Type %q where %q was asked for", errUndecodedAnswer, a.rt.name, resp.Header.Get("Content-Type"), a.media.contentType())
 	}
-	body, err := readAnswer(resp.Body, maxNodeAnswer)
+	body, err := p.readNodeAnswer(resp)
+	if errors.Is(err, errAnswerBudget) {
+		return p.budgetRefused(resp, a, err)
+	}
 	if err != nil {
 		return fmt.Errorf("node %s: %w", a.rt.name, err)
 	}
-	l, err := nodeLabels(a.media, body)
+	l, err := nodeLabels(a.media, body.body)
 	if err != nil {
+		body.release()
 		return fmt.Errorf("%w: node %s: %w", errUndecodedAnswer, a.rt.name, err)
 	}
 	if !p.selector.Matches(labels.Set(l)) {
+		body.release()
 		p.hideNodeAnswer(resp, a)
 		return nil
 	}
 	p.metrics.requests.WithLabelValues(a.rt.kind.String(), decisionForwarded).Inc()
-	setAnswerBody(resp, body)
+	setAnswerBody(resp, body.body, body)
 	return nil
 }
 
@@ -132,6 +141,26 @@ func (p *Proxy) nodeErrorAnswer(resp *http.Response, a *nodeAnswer) (done bool, 
 		// Neither a Node the gate checks nor an error: not relayed raw.
 		return true, fmt.Errorf("%w: node %s: %s to a GET", errUndecodedAnswer, a.rt.name, resp.Status)
 	}
+}
+
+// budgetRefused answers a GET of a Node whose answer the gate cannot hold
+// within the answer budget: 429 (errAnswerBudget) when a read of the Node
+// shows it in the view, and the gate's 404 otherwise, as the answer would
+// have been. A 429 for an answer showing the Node outside the view would
+// tell its client that the Node still exists (a Node that is gone is the API
+// server's 404, which the gate does not read), and something of its size.
+func (p *Proxy) budgetRefused(resp *http.Response, a *nodeAnswer, refused error) error {
+	start := time.Now()
+	m, found, err := p.readNode(resp.Request.Context(), a.in, a.rt.name)
+	p.metrics.checks.WithLabelValues(sourceAPI).Observe(since(start))
+	if err != nil {
+		return err
+	}
+	if !found || !p.inView(m) {
+		p.hideNodeAnswer(resp, a)
+		return nil
+	}
+	return fmt.Errorf("node %s: %w", a.rt.name, refused)
 }
 
 // hideNodeAnswer replaces an answer that shows a Node outside the view with

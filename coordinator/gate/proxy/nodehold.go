@@ -45,8 +45,6 @@ var errNodeChanged = errors.New("node changed during the read")
 
 // heldRead is the state of one attempt of a held read.
 type heldRead struct {
-	// in holds the client's credentials (for the reads of the Node).
-	in http.Header
 	// before is the Node as read before the GET was forwarded (in the view).
 	before nodeMeta
 	// changed says that the Node changed during the attempt but is still in
@@ -85,8 +83,8 @@ func (p *Proxy) forwardHeld(w http.ResponseWriter, r *http.Request, rt route) {
 				return
 			}
 		}
-		h := &heldRead{in: r.Header, before: before}
-		a := &nodeAnswer{rt: rt, held: h}
+		h := &heldRead{before: before}
+		a := &nodeAnswer{rt: rt, in: r.Header, held: h}
 		p.log.V(5).Info("forwarding", "method", r.Method, "path", r.URL.Path, "query", r.URL.RawQuery, "decision", "held", "attempt", attempt)
 		p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), nodeAnswerKey{}, a)))
 		if !h.changed {
@@ -116,26 +114,32 @@ func (p *Proxy) holdNodeAnswer(resp *http.Response, a *nodeAnswer) error {
 	if done, err := p.nodeErrorAnswer(resp, a); done {
 		return err
 	}
-	body, err := readAnswer(resp.Body, maxNodeAnswer)
+	body, err := p.readNodeAnswer(resp)
+	if errors.Is(err, errAnswerBudget) {
+		return p.budgetRefused(resp, a, err)
+	}
 	if err != nil {
 		return fmt.Errorf("node %s: %w", a.rt.name, err)
 	}
 	h := a.held
 	start := time.Now()
-	after, found, err := p.readNode(resp.Request.Context(), h.in, a.rt.name)
+	after, found, err := p.readNode(resp.Request.Context(), a.in, a.rt.name)
 	p.metrics.checks.WithLabelValues(sourceAPI).Observe(since(start))
 	if err != nil {
+		body.release()
 		return err
 	}
 	if !found || !p.inView(after) {
+		body.release()
 		p.hideNodeAnswer(resp, a)
 		return nil
 	}
 	if after.UID != h.before.UID || after.ResourceVersion != h.before.ResourceVersion {
+		body.release()
 		h.changed, h.after = true, after
 		return errNodeChanged
 	}
 	p.metrics.requests.WithLabelValues(a.rt.kind.String(), decisionForwarded).Inc()
-	setAnswerBody(resp, body)
+	setAnswerBody(resp, body.body, body)
 	return nil
 }

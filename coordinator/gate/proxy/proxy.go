@@ -101,6 +101,9 @@ type Proxy struct {
 	access       *accessGate
 	// bodies is the budget of the request bodies the gate holds at once.
 	bodies *semaphore.Weighted
+	// answers is the budget of the API server's answers the gate holds
+	// whole at once.
+	answers *semaphore.Weighted
 }
 
 var _ http.Handler = (*Proxy)(nil)
@@ -164,6 +167,7 @@ func New(cfg Config) (*Proxy, error) {
 		serviceView:  view,
 		metrics:      newMetrics(cfg.Registerer),
 		bodies:       newBodyBudget(),
+		answers:      newAnswerBudget(),
 	}
 	if p.access, err = newAccessGate(cfg.Upstream, cfg.StartupAccess); err != nil {
 		return nil, fmt.Errorf("%s: startup access: %w", op, err)
@@ -485,6 +489,11 @@ func (p *Proxy) lookupFailed(w http.ResponseWriter, r *http.Request, rt route, e
 		relayUpstreamError(w, ue)
 		return
 	}
+	if errors.Is(err, errAnswerBudget) {
+		p.log.Info("refused a request: too many answers in flight", "node", rt.name, "method", r.Method)
+		writeStatus(w, tooManyAnswers(w, err))
+		return
+	}
 	if r.Context().Err() == nil {
 		p.log.Error(err, "node check failed", "node", rt.name, "method", r.Method)
 	}
@@ -505,6 +514,9 @@ func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, err error
 		// The API server's own answer to the gate's read of a Node after a
 		// held answer (401, 403, 429, ...), as for its read before.
 		relayUpstreamError(w, ue)
+	case errors.Is(err, errAnswerBudget):
+		p.log.Info("refused a request: too many answers in flight", "method", r.Method, "path", r.URL.Path)
+		writeStatus(w, tooManyAnswers(w, err))
 	case errors.Is(err, errUndecodedAnswer), errors.Is(err, errAnswerTooLarge):
 		p.log.Info("refused the API server's answer", "method", r.Method, "path", r.URL.Path, "reason", err.Error())
 		writeStatus(w, refusedAnswer(err))

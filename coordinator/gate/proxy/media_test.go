@@ -1,0 +1,65 @@
+package proxy
+
+import "testing"
+
+// TestPlainPreferredAsTheAPIServer: Accept headers that the API server reads
+// otherwise than mime.ParseMediaType does. For each, the gate used to decide
+// on a plain Node (and ask the API server for exactly that), while the API
+// server, asked with the client's header, answers another form (a Table,
+// mostly) or another encoding: the client got what it had not asked for
+// (TestViewNodeReadFormAsTheAPIServer shows it against the API server). The
+// API server (k8s.io/apiserver negotiation) reads the first Accept header
+// only; splits clauses and parameters on ',', ';' and '=' without quoting,
+// trimming spaces only, and compares type, subtype and parameter names as
+// written; parses q as a float32, with an unparsable q read as 0; and sorts
+// the clauses with a comparison that puts a clause without wildcards before
+// one with them whatever their q-values. Held is always right (the header
+// goes to the API server as sent); a plain pick must be the API server's.
+func TestPlainPreferredAsTheAPIServer(t *testing.T) {
+	const table = "application/json;as=Table;g=meta.k8s.io;v=v1"
+	tests := []struct {
+		why    string
+		accept []string
+		want   mediaKind // mediaNone: held
+	}{
+		{"a Table sorts before a wildcard of higher q", []string{"*/*, " + table + ";q=0.5"}, mediaNone},
+		{"a Table sorts before application/* of higher q", []string{"application/*, " + table + ";q=0.5"}, mediaNone},
+		{"protobuf sorts before a wildcard of higher q", []string{"*/*;q=1, application/vnd.kubernetes.protobuf;q=0.5"}, mediaProtobuf},
+		{"the type is compared as written", []string{"Application/JSON, " + table + ";q=0.5"}, mediaNone},
+		{"a parameter name is compared as written", []string{table + ";Q=0.1, application/json;q=0.5"}, mediaNone},
+		{"a tab is not trimmed", []string{table + ";q=0.5,\tapplication/json"}, mediaNone},
+		{"only the first Accept header is read", []string{table + ";q=0.5", "application/json"}, mediaNone},
+		{"q is a float32", []string{table + ";q=0.5, application/json;q=0.50000001"}, mediaNone},
+		{"q=NaN", []string{table + ";q=NaN, application/json;q=0.5"}, mediaNone},
+		{"a space in q makes it 0", []string{"application/json;q= 0.9, " + table + ";q=0.5"}, mediaNone},
+		{"a quoted q is 0", []string{`application/json;q="0.9", ` + table + ";q=0.5"}, mediaNone},
+		{"an unknown stream skips the clause", []string{"application/json;stream=x, " + table + ";q=0.5"}, mediaNone},
+		{"pretty=1 indents the answer", []string{"application/json;pretty=1"}, mediaNone},
+		{"application/* alone is a 406 of the API server's router", []string{"application/*"}, mediaNone},
+		{"so is application/json with a space inside", []string{"application/ json"}, mediaNone},
+		// still plain: what the API server answers as a plain Node
+		{"client-go's protobuf header", []string{"application/vnd.kubernetes.protobuf, */*"}, mediaProtobuf},
+		{"client-go's JSON header", []string{"application/json, */*"}, mediaJSON},
+		{"an unknown parameter", []string{"application/json;charset=utf-8, " + table + ";q=0.5"}, mediaJSON},
+		{"q=1.000 over q=0.0001", []string{"application/json;q=1.000, " + table + ";q=0.0001"}, mediaJSON},
+		{"spaces around a parameter", []string{"application/json ; q=1, " + table + ";q=0.5"}, mediaJSON},
+		{"no Accept header", nil, mediaJSON},
+	}
+	for _, tc := range tests {
+		got, ok := plainPreferred(tc.accept)
+		if got != tc.want || ok != (tc.want != mediaNone) {
+			t.Errorf("%s: Accept %q: got %v %v, want %v", tc.why, tc.accept, got, ok, tc.want)
+		}
+	}
+}
+
+// FuzzPlainPreferred: no Accept header makes plainPreferred panic.
+func FuzzPlainPreferred(f *testing.F) {
+	f.Add("application/json;as=Table;g=meta.k8s.io;v=v1;q=0.5, */*")
+	f.Add("application/vnd.kubernetes.protobuf, */*")
+	f.Add("*/*;q=NaN,\tapplication/json;q=\"1\";;=,")
+	f.Fuzz(func(t *testing.T, accept string) {
+		plainPreferred([]string{accept})
+		plainPreferred([]string{accept, accept})
+	})
+}
