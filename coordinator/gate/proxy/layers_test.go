@@ -19,8 +19,7 @@ import (
 // the emission, to HTTP. A file may use what the files before it declare,
 // never what a file after it does.
 var serviceViewLayers = []string{
-	// wire: bytes of JSON and protobuf, nothing of Services
-	"wire.go", "wirejson.go", "wireproto.go", "media.go",
+	// (wire: package wire, below them all)
 	// object: a Service read from the wire, the readers of lists and
 	// watches, the history's source, and the PUT body with its class back
 	"service.go", "servicereader.go", "servicesource.go", "servicewrite.go",

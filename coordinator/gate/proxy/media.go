@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/wire"
 	"mime"
 	"net/http"
 	"slices"
@@ -9,47 +10,11 @@ import (
 	"strings"
 )
 
-// mediaKind is an encoding the Service view can read and edit.
-type mediaKind int
-
-const (
-	mediaNone mediaKind = iota
-	mediaJSON
-	mediaProtobuf
-)
-
-const (
-	contentTypeJSON     = "application/json"
-	contentTypeProtobuf = "application/vnd.kubernetes.protobuf"
-)
-
-func (m mediaKind) contentType() string {
-	if m == mediaProtobuf {
-		return contentTypeProtobuf
-	}
-	return contentTypeJSON
-}
-
-// mediaOf reads a Content-Type header.
-func mediaOf(contentType string) mediaKind {
-	t, _, err := mime.ParseMediaType(contentType)
-	if err != nil {
-		return mediaNone
-	}
-	switch t {
-	case contentTypeJSON:
-		return mediaJSON
-	case contentTypeProtobuf:
-		return mediaProtobuf
-	}
-	return mediaNone
-}
-
 // acceptClause is one media range of an Accept header.
 type acceptClause struct {
 	// kind is the plain object encoding the clause asks for: mediaNone for
 	// any other form (Table, PartialObjectMetadata, YAML, CBOR, ...).
-	kind mediaKind
+	kind wire.Media
 	q    float64
 	// valid is false for a clause the gate cannot parse, or whose q-value
 	// is not one (the API server reads such a clause its own way).
@@ -77,10 +42,10 @@ func acceptClauses(accept []string) []acceptClause {
 		}
 		if params["as"] == "" && params["g"] == "" && params["v"] == "" {
 			switch t {
-			case contentTypeJSON, "*/*", "application/*":
-				c.kind = mediaJSON
-			case contentTypeProtobuf:
-				c.kind = mediaProtobuf
+			case wire.ContentTypeJSON, "*/*", "application/*":
+				c.kind = wire.MediaJSON
+			case wire.ContentTypeProtobuf:
+				c.kind = wire.MediaProtobuf
 			}
 		}
 		out = append(out, c)
@@ -95,23 +60,23 @@ func acceptClauses(accept []string) []acceptClause {
 // as=PartialObjectMetadata, ...) are skipped: the view filters Services, and
 // a table or metadata-only answer would not show it what it filters on.
 // ok is false when nothing acceptable remains (406).
-func negotiateMedia(accept []string) (m mediaKind, ok bool) {
+func negotiateMedia(accept []string) (m wire.Media, ok bool) {
 	m, _, ok = bestPlain(accept)
 	return m, ok
 }
 
 // bestPlain is negotiateMedia with the q-value of the clause it picked.
-func bestPlain(accept []string) (m mediaKind, q float64, ok bool) {
+func bestPlain(accept []string) (m wire.Media, q float64, ok bool) {
 	if strings.TrimSpace(strings.Join(accept, ",")) == "" {
-		return mediaJSON, 1, true
+		return wire.MediaJSON, 1, true
 	}
-	best, bestQ := mediaNone, -1.0
+	best, bestQ := wire.MediaNone, -1.0
 	for _, c := range acceptClauses(accept) {
-		if c.valid && c.q > 0 && c.kind != mediaNone && c.q > bestQ {
+		if c.valid && c.q > 0 && c.kind != wire.MediaNone && c.q > bestQ {
 			best, bestQ = c.kind, c.q
 		}
 	}
-	return best, bestQ, best != mediaNone
+	return best, bestQ, best != wire.MediaNone
 }
 
 // plainPreferred says whether the API server answers a GET of a Node with
@@ -132,16 +97,16 @@ func bestPlain(accept []string) (m mediaKind, q float64, ok bool) {
 // server's comparison (a tie is another form: kubectl's fallbacks are tied),
 // and the plain clause must have a q-value above 0. A header whose clauses
 // the two parsers read differently is held.
-func plainPreferred(accept []string) (mediaKind, bool) {
+func plainPreferred(accept []string) (wire.Media, bool) {
 	switch {
 	case len(accept) == 0 || (len(accept) == 1 && accept[0] == ""):
-		return mediaJSON, true // the API server's default
+		return wire.MediaJSON, true // the API server's default
 	case len(accept) > 1:
-		return mediaNone, false // the API server reads the first one only
+		return wire.MediaNone, false // the API server reads the first one only
 	}
 	clauses, ok := serverAccept(accept[0])
 	if !ok || !slices.ContainsFunc(clauses, func(c serverClause) bool { return c.routed }) {
-		return mediaNone, false // the API server's 406, or a read the gate is not sure of
+		return wire.MediaNone, false // the API server's 406, or a read the gate is not sure of
 	}
 	sort.Sort(serverOrder(clauses))
 	for i, c := range clauses {
@@ -149,19 +114,19 @@ func plainPreferred(accept []string) (mediaKind, bool) {
 		case formNever:
 			continue
 		case formOther:
-			return mediaNone, false
+			return wire.MediaNone, false
 		}
 		if !(c.q > 0) {
-			return mediaNone, false
+			return wire.MediaNone, false
 		}
 		for _, o := range clauses[i+1:] {
 			if o.form == formOther && !(serverBefore(c, o) && !serverBefore(o, c)) {
-				return mediaNone, false
+				return wire.MediaNone, false
 			}
 		}
 		return c.kind, true
 	}
-	return mediaNone, false
+	return wire.MediaNone, false
 }
 
 // clauseForm is what the API server may answer for an Accept clause.
@@ -185,7 +150,7 @@ type serverClause struct {
 	typ, subtype string
 	q            float64
 	form         clauseForm
-	kind         mediaKind
+	kind         wire.Media
 }
 
 // maxServerClauses bounds the clauses plainPreferred decides on: up to that
@@ -199,7 +164,7 @@ var serverMediaParams = map[string]bool{"as": true, "g": true, "v": true, "strea
 // routedMediaTypes are media ranges the API server's router (go-restful)
 // accepts for a GET of a Node: */* and media types the API server surely
 // produces (CBOR only with a feature gate).
-var routedMediaTypes = map[string]bool{"*/*": true, contentTypeJSON: true, contentTypeProtobuf: true, "application/yaml": true}
+var routedMediaTypes = map[string]bool{"*/*": true, wire.ContentTypeJSON: true, wire.ContentTypeProtobuf: true, "application/yaml": true}
 
 // serverAccept reads an Accept header as the API server does
 // (k8s.io/apiserver's negotiation): clauses split on ',', parameters on ';'
@@ -269,9 +234,9 @@ func serverAccept(header string) (out []serverClause, ok bool) {
 			c.form = formNever
 		case transforms:
 		case c.subtype == "*", c.subtype == "json":
-			c.form, c.kind = formPlain, mediaJSON
+			c.form, c.kind = formPlain, wire.MediaJSON
 		case c.subtype == "vnd.kubernetes.protobuf":
-			c.form, c.kind = formPlain, mediaProtobuf
+			c.form, c.kind = formPlain, wire.MediaProtobuf
 		}
 		if out = append(out, c); len(out) > maxServerClauses {
 			return nil, false
@@ -300,8 +265,8 @@ func (s serverOrder) Swap(i, j int)      { s[i], s[j] = s[j], s[i] }
 // gzip, the gate's transport asks for it and unpacks it (the link to the API
 // server carries what it would have carried for the client); where it does
 // not, the gate does not either.
-func prepareAnswerRequest(r *http.Request, media mediaKind) {
-	r.Header.Set("Accept", media.contentType())
+func prepareAnswerRequest(r *http.Request, media wire.Media) {
+	r.Header.Set("Accept", media.ContentType())
 	if strings.Contains(strings.ToLower(strings.Join(r.Header.Values("Accept-Encoding"), ",")), "gzip") {
 		r.Header.Del("Accept-Encoding")
 	} else {

@@ -1,6 +1,9 @@
 package proxy
 
-import "testing"
+import (
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/wire"
+	"testing"
+)
 
 // TestPlainPreferredAsTheAPIServer: Accept headers that the API server reads
 // otherwise than mime.ParseMediaType does. For each, the gate used to decide
@@ -20,34 +23,34 @@ func TestPlainPreferredAsTheAPIServer(t *testing.T) {
 	tests := []struct {
 		why    string
 		accept []string
-		want   mediaKind // mediaNone: held
+		want   wire.Media // mediaNone: held
 	}{
-		{"a Table sorts before a wildcard of higher q", []string{"*/*, " + table + ";q=0.5"}, mediaNone},
-		{"a Table sorts before application/* of higher q", []string{"application/*, " + table + ";q=0.5"}, mediaNone},
-		{"protobuf sorts before a wildcard of higher q", []string{"*/*;q=1, application/vnd.kubernetes.protobuf;q=0.5"}, mediaProtobuf},
-		{"the type is compared as written", []string{"Application/JSON, " + table + ";q=0.5"}, mediaNone},
-		{"a parameter name is compared as written", []string{table + ";Q=0.1, application/json;q=0.5"}, mediaNone},
-		{"a tab is not trimmed", []string{table + ";q=0.5,\tapplication/json"}, mediaNone},
-		{"only the first Accept header is read", []string{table + ";q=0.5", "application/json"}, mediaNone},
-		{"q is a float32", []string{table + ";q=0.5, application/json;q=0.50000001"}, mediaNone},
-		{"q=NaN", []string{table + ";q=NaN, application/json;q=0.5"}, mediaNone},
-		{"a space in q makes it 0", []string{"application/json;q= 0.9, " + table + ";q=0.5"}, mediaNone},
-		{"a quoted q is 0", []string{`application/json;q="0.9", ` + table + ";q=0.5"}, mediaNone},
-		{"an unknown stream skips the clause", []string{"application/json;stream=x, " + table + ";q=0.5"}, mediaNone},
-		{"pretty=1 indents the answer", []string{"application/json;pretty=1"}, mediaNone},
-		{"application/* alone is a 406 of the API server's router", []string{"application/*"}, mediaNone},
-		{"so is application/json with a space inside", []string{"application/ json"}, mediaNone},
+		{"a Table sorts before a wildcard of higher q", []string{"*/*, " + table + ";q=0.5"}, wire.MediaNone},
+		{"a Table sorts before application/* of higher q", []string{"application/*, " + table + ";q=0.5"}, wire.MediaNone},
+		{"protobuf sorts before a wildcard of higher q", []string{"*/*;q=1, application/vnd.kubernetes.protobuf;q=0.5"}, wire.MediaProtobuf},
+		{"the type is compared as written", []string{"Application/JSON, " + table + ";q=0.5"}, wire.MediaNone},
+		{"a parameter name is compared as written", []string{table + ";Q=0.1, application/json;q=0.5"}, wire.MediaNone},
+		{"a tab is not trimmed", []string{table + ";q=0.5,\tapplication/json"}, wire.MediaNone},
+		{"only the first Accept header is read", []string{table + ";q=0.5", "application/json"}, wire.MediaNone},
+		{"q is a float32", []string{table + ";q=0.5, application/json;q=0.50000001"}, wire.MediaNone},
+		{"q=NaN", []string{table + ";q=NaN, application/json;q=0.5"}, wire.MediaNone},
+		{"a space in q makes it 0", []string{"application/json;q= 0.9, " + table + ";q=0.5"}, wire.MediaNone},
+		{"a quoted q is 0", []string{`application/json;q="0.9", ` + table + ";q=0.5"}, wire.MediaNone},
+		{"an unknown stream skips the clause", []string{"application/json;stream=x, " + table + ";q=0.5"}, wire.MediaNone},
+		{"pretty=1 indents the answer", []string{"application/json;pretty=1"}, wire.MediaNone},
+		{"application/* alone is a 406 of the API server's router", []string{"application/*"}, wire.MediaNone},
+		{"so is application/json with a space inside", []string{"application/ json"}, wire.MediaNone},
 		// still plain: what the API server answers as a plain Node
-		{"client-go's protobuf header", []string{"application/vnd.kubernetes.protobuf, */*"}, mediaProtobuf},
-		{"client-go's JSON header", []string{"application/json, */*"}, mediaJSON},
-		{"an unknown parameter", []string{"application/json;charset=utf-8, " + table + ";q=0.5"}, mediaJSON},
-		{"q=1.000 over q=0.0001", []string{"application/json;q=1.000, " + table + ";q=0.0001"}, mediaJSON},
-		{"spaces around a parameter", []string{"application/json ; q=1, " + table + ";q=0.5"}, mediaJSON},
-		{"no Accept header", nil, mediaJSON},
+		{"client-go's protobuf header", []string{"application/vnd.kubernetes.protobuf, */*"}, wire.MediaProtobuf},
+		{"client-go's JSON header", []string{"application/json, */*"}, wire.MediaJSON},
+		{"an unknown parameter", []string{"application/json;charset=utf-8, " + table + ";q=0.5"}, wire.MediaJSON},
+		{"q=1.000 over q=0.0001", []string{"application/json;q=1.000, " + table + ";q=0.0001"}, wire.MediaJSON},
+		{"spaces around a parameter", []string{"application/json ; q=1, " + table + ";q=0.5"}, wire.MediaJSON},
+		{"no Accept header", nil, wire.MediaJSON},
 	}
 	for _, tc := range tests {
 		got, ok := plainPreferred(tc.accept)
-		if got != tc.want || ok != (tc.want != mediaNone) {
+		if got != tc.want || ok != (tc.want != wire.MediaNone) {
 			t.Errorf("%s: Accept %q: got %v %v, want %v", tc.why, tc.accept, got, ok, tc.want)
 		}
 	}

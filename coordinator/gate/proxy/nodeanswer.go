@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/wire"
 	"google.golang.org/protobuf/encoding/protowire"
 	"k8s.io/apimachinery/pkg/labels"
 )
@@ -50,7 +51,7 @@ type nodeAnswer struct {
 	// in holds the client's credentials (for the gate's reads of the Node).
 	in http.Header
 	// media is the encoding the gate reads (checkAnswer).
-	media mediaKind
+	media wire.Media
 	// held is set for a held answer (checkHeld).
 	held *heldRead
 }
@@ -63,19 +64,19 @@ const maxNodeAnswer = 8 << 20
 
 // nodeReadOf says how a request for one Node is checked when it is a read,
 // and for checkAnswer in which encoding the gate asks for the answer.
-func nodeReadOf(r *http.Request, rt route) (nodeReadCheck, mediaKind) {
+func nodeReadOf(r *http.Request, rt route) (nodeReadCheck, wire.Media) {
 	if r.Method != http.MethodGet || (rt.subresource != "" && rt.subresource != "status") {
-		return checkBefore, mediaNone
+		return checkBefore, wire.MediaNone
 	}
 	if m, ok := plainPreferred(r.Header.Values("Accept")); ok {
 		return checkAnswer, m
 	}
-	return checkHeld, mediaNone
+	return checkHeld, wire.MediaNone
 }
 
 // forwardChecked forwards a GET of a Node or its status (checkAnswer) with the
 // check of its answer.
-func (p *Proxy) forwardChecked(w http.ResponseWriter, r *http.Request, rt route, media mediaKind) {
+func (p *Proxy) forwardChecked(w http.ResponseWriter, r *http.Request, rt route, media wire.Media) {
 	prepareAnswerRequest(r, media)
 	a := &nodeAnswer{media: media, rt: rt, in: r.Header}
 	p.log.V(5).Info("forwarding", "method", r.Method, "path", r.URL.Path, "query", r.URL.RawQuery, "decision", "checked")
@@ -91,8 +92,8 @@ func (p *Proxy) checkNodeAnswer(resp *http.Response, a *nodeAnswer) error {
 	if done, err := p.nodeErrorAnswer(resp, a); done {
 		return err
 	}
-	if got := mediaOf(resp.Header.Get("Content-Type")); got != a.media {
-		return fmt.Errorf("%w: node %s: Content-Type %q where %q was asked for", errUndecodedAnswer, a.rt.name, resp.Header.Get("Content-Type"), a.media.contentType())
+	if got := wire.MediaOf(resp.Header.Get("Content-Type")); got != a.media {
+		return fmt.Errorf("%w: node %s: Content-Type %q where %q was asked for", errUndecodedAnswer, a.rt.name, resp.Header.Get("Content-Type"), a.media.ContentType())
 	}
 	body, err := p.readNodeAnswer(resp)
 	if errors.Is(err, errAnswerBudget) {
@@ -176,33 +177,33 @@ func (p *Proxy) hideNodeAnswer(resp *http.Response, a *nodeAnswer) {
 const pbNodeMetadata protowire.Number = 1
 
 // nodeLabels reads the labels of a Node: JSON, or protobuf in its envelope.
-func nodeLabels(media mediaKind, body []byte) (map[string]string, error) {
-	if media == mediaProtobuf {
-		o, err := readProtoObject(body)
+func nodeLabels(media wire.Media, body []byte) (map[string]string, error) {
+	if media == wire.MediaProtobuf {
+		o, err := wire.ReadProtoObject(body)
 		if err != nil {
 			return nil, err
 		}
-		if o.kind != "Node" {
-			return nil, fmt.Errorf("a %q, not a Node", o.kind)
+		if o.Kind != "Node" {
+			return nil, fmt.Errorf("a %q, not a Node", o.Kind)
 		}
 		l := map[string]string{}
-		err = protoFields(o.raw, func(f protoField) error {
-			if f.num != pbNodeMetadata || f.typ != protowire.BytesType {
+		err = wire.ProtoFields(o.Raw, func(f wire.ProtoField) error {
+			if f.Num != pbNodeMetadata || f.Type != protowire.BytesType {
 				return nil
 			}
-			return protoFields(f.value, func(m protoField) error {
-				if m.num != pbMetaLabels || m.typ != protowire.BytesType {
+			return wire.ProtoFields(f.Value, func(m wire.ProtoField) error {
+				if m.Num != wire.PbMetaLabels || m.Type != protowire.BytesType {
 					return nil
 				}
 				// A map entry: 1: key, 2: value.
 				var key, value []byte
-				err := protoFields(m.value, func(e protoField) error {
+				err := wire.ProtoFields(m.Value, func(e wire.ProtoField) error {
 					switch {
-					case e.typ != protowire.BytesType:
-					case e.num == 1:
-						key = e.value
-					case e.num == 2:
-						value = e.value
+					case e.Type != protowire.BytesType:
+					case e.Num == 1:
+						key = e.Value
+					case e.Num == 2:
+						value = e.Value
 					}
 					return nil
 				})

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/wire"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,19 +26,19 @@ import (
 // codec is the client side of an encoding, as client-go has it.
 type codec struct {
 	name  string
-	media mediaKind
+	media wire.Media
 	info  runtime.SerializerInfo
 }
 
 func codecs(t testing.TB) []codec {
 	t.Helper()
 	var out []codec
-	for _, m := range []mediaKind{mediaJSON, mediaProtobuf} {
-		info, ok := runtime.SerializerInfoForMediaType(scheme.Codecs.SupportedMediaTypes(), m.contentType())
+	for _, m := range []wire.Media{wire.MediaJSON, wire.MediaProtobuf} {
+		info, ok := runtime.SerializerInfoForMediaType(scheme.Codecs.SupportedMediaTypes(), m.ContentType())
 		if !ok {
-			t.Fatalf("no serializer for %s", m.contentType())
+			t.Fatalf("no serializer for %s", m.ContentType())
 		}
-		out = append(out, codec{name: map[mediaKind]string{mediaJSON: "json", mediaProtobuf: "protobuf"}[m], media: m, info: info})
+		out = append(out, codec{name: map[wire.Media]string{wire.MediaJSON: "json", wire.MediaProtobuf: "protobuf"}[m], media: m, info: info})
 	}
 	return out
 }
@@ -72,7 +73,7 @@ func (c codec) scan(t testing.TB, b []byte) *service {
 }
 
 // scanService reads an encoded Service: JSON, or protobuf in its envelope.
-func scanService(media mediaKind, b []byte) (*service, error) { return readOne(media, b, "") }
+func scanService(media wire.Media, b []byte) (*service, error) { return readOne(media, b, "") }
 
 // watchStream encodes events as the API server streams them.
 func (c codec) watchStream(t testing.TB, events ...watch.Event) []byte {
@@ -212,7 +213,7 @@ func TestServiceWithoutClass(t *testing.T) {
 		`{"spec":{"a":1 , "loadBalancerClass":"x" , "b":2}}`,
 		`{"spec":{"lo\u0061dBalancerClass":"x"}}`,
 	} {
-		out := singleAnswer(mediaJSON, mustScanJSON(t, in))
+		out := singleAnswer(wire.MediaJSON, mustScanJSON(t, in))
 		f := mustScanJSON(t, string(out))
 		if f.hasClass || !isJSON(out) {
 			t.Fatalf("%s -> %s: %+v", in, out, f)
@@ -227,7 +228,7 @@ func TestServiceWithoutClass(t *testing.T) {
 		`{"metadata":{},"metadata":{"finalizers":[]}}`,
 		`{"metadata":{"finalizers":[],"finalizers":["x"]}}`,
 	} {
-		if _, err := scanService(mediaJSON, []byte(in)); !errors.Is(err, errRepeated) {
+		if _, err := scanService(wire.MediaJSON, []byte(in)); !errors.Is(err, errRepeated) {
 			t.Errorf("%s: %v, want errRepeated", in, err)
 		}
 	}
@@ -235,7 +236,7 @@ func TestServiceWithoutClass(t *testing.T) {
 
 func mustScanJSON(t *testing.T, in string) *service {
 	t.Helper()
-	s, err := scanService(mediaJSON, []byte(in))
+	s, err := scanService(wire.MediaJSON, []byte(in))
 	if err != nil {
 		t.Fatalf("%s: %v", in, err)
 	}
@@ -243,8 +244,8 @@ func mustScanJSON(t *testing.T, in string) *service {
 }
 
 func isJSON(b []byte) bool {
-	end, err := jsonValueEnd(b, skipJSONSpace(b, 0))
-	return err == nil && skipJSONSpace(b, end) == len(b) && bytes.Count(b, []byte("{")) >= 1
+	end, err := wire.JSONValueEnd(b, wire.SkipJSONSpace(b, 0))
+	return err == nil && wire.SkipJSONSpace(b, end) == len(b) && bytes.Count(b, []byte("{")) >= 1
 }
 
 func TestServiceForWrite(t *testing.T) {
@@ -281,11 +282,11 @@ func TestServiceForWrite(t *testing.T) {
 					if tc.hasClass {
 						storedClass = class
 					}
-					if c.media == mediaProtobuf {
-						o, _ := readProtoObject(b)
+					if c.media == wire.MediaProtobuf {
+						o, _ := wire.ReadProtoObject(b)
 						var raw []byte
-						if raw, err = protoServiceForWrite(o.raw, storedClass, tc.hasClass, "42"); err == nil {
-							out, err = rewrapProtoObject(b, raw)
+						if raw, err = protoServiceForWrite(o.Raw, storedClass, tc.hasClass, "42"); err == nil {
+							out, err = wire.RewrapProtoObject(b, raw)
 						}
 					} else {
 						out, err = jsonServiceForWrite(b, storedClass, tc.hasClass, "42")
@@ -614,25 +615,25 @@ func rv(v string) map[string][]string { return map[string][]string{"resourceVers
 func TestNegotiateMedia(t *testing.T) {
 	tests := []struct {
 		accept string
-		want   mediaKind
+		want   wire.Media
 	}{
-		{accept: "", want: mediaJSON},
-		{accept: "application/json", want: mediaJSON},
-		{accept: "application/vnd.kubernetes.protobuf, */*", want: mediaProtobuf},
-		{accept: "application/vnd.kubernetes.protobuf;stream=watch", want: mediaProtobuf},
-		{accept: "application/json;as=Table;v=v1;g=meta.k8s.io,application/json", want: mediaJSON},
+		{accept: "", want: wire.MediaJSON},
+		{accept: "application/json", want: wire.MediaJSON},
+		{accept: "application/vnd.kubernetes.protobuf, */*", want: wire.MediaProtobuf},
+		{accept: "application/vnd.kubernetes.protobuf;stream=watch", want: wire.MediaProtobuf},
+		{accept: "application/json;as=Table;v=v1;g=meta.k8s.io,application/json", want: wire.MediaJSON},
 		{accept: "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"},
 		{accept: "application/cbor"},
-		{accept: "application/cbor, application/json;q=0.9", want: mediaJSON},
-		{accept: "application/json;q=0.5, application/vnd.kubernetes.protobuf", want: mediaProtobuf},
-		{accept: "application/json;q=0", want: mediaNone},
-		{accept: "*/*", want: mediaJSON},
-		{accept: "text/html", want: mediaNone},
-		{accept: ";;;,", want: mediaNone},
+		{accept: "application/cbor, application/json;q=0.9", want: wire.MediaJSON},
+		{accept: "application/json;q=0.5, application/vnd.kubernetes.protobuf", want: wire.MediaProtobuf},
+		{accept: "application/json;q=0", want: wire.MediaNone},
+		{accept: "*/*", want: wire.MediaJSON},
+		{accept: "text/html", want: wire.MediaNone},
+		{accept: ";;;,", want: wire.MediaNone},
 	}
 	for _, tc := range tests {
 		got, ok := negotiateMedia([]string{tc.accept})
-		if got != tc.want || ok != (tc.want != mediaNone) {
+		if got != tc.want || ok != (tc.want != wire.MediaNone) {
 			t.Errorf("Accept %q: got %v %v, want %v", tc.accept, got, ok, tc.want)
 		}
 	}
@@ -644,16 +645,16 @@ func TestNegotiateMedia(t *testing.T) {
 func TestPlainPreferred(t *testing.T) {
 	tests := []struct {
 		accept string
-		want   mediaKind // mediaNone: held
+		want   wire.Media // mediaNone: held
 	}{
-		{accept: "", want: mediaJSON},
-		{accept: "application/json", want: mediaJSON},
-		{accept: "application/vnd.kubernetes.protobuf,application/json", want: mediaProtobuf},
-		{accept: "application/vnd.kubernetes.protobuf, */*", want: mediaProtobuf},
-		{accept: "*/*", want: mediaJSON},
-		{accept: "application/json, application/yaml;q=0.5", want: mediaJSON},
-		{accept: "application/json;q=0.9, application/json;as=Table;v=v1;g=meta.k8s.io;q=0.8", want: mediaJSON},
-		{accept: "application/json, application/cbor;q=0", want: mediaJSON},
+		{accept: "", want: wire.MediaJSON},
+		{accept: "application/json", want: wire.MediaJSON},
+		{accept: "application/vnd.kubernetes.protobuf,application/json", want: wire.MediaProtobuf},
+		{accept: "application/vnd.kubernetes.protobuf, */*", want: wire.MediaProtobuf},
+		{accept: "*/*", want: wire.MediaJSON},
+		{accept: "application/json, application/yaml;q=0.5", want: wire.MediaJSON},
+		{accept: "application/json;q=0.9, application/json;as=Table;v=v1;g=meta.k8s.io;q=0.8", want: wire.MediaJSON},
+		{accept: "application/json, application/cbor;q=0", want: wire.MediaJSON},
 		// kubectl get node, client-go's metadata client
 		{accept: "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"},
 		{accept: "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"},
@@ -675,7 +676,7 @@ func TestPlainPreferred(t *testing.T) {
 	}
 	for _, tc := range tests {
 		got, ok := plainPreferred([]string{tc.accept})
-		if got != tc.want || ok != (tc.want != mediaNone) {
+		if got != tc.want || ok != (tc.want != wire.MediaNone) {
 			t.Errorf("Accept %q: got %v %v, want %v", tc.accept, got, ok, tc.want)
 		}
 	}
@@ -690,9 +691,9 @@ func FuzzServiceWire(f *testing.F) {
 	for _, c := range codecs(f) {
 		s := svc("a", "LoadBalancer", ptr.To("x.io/a"), LoadBalancerCleanupFinalizer)
 		b := c.encode(f, s)
-		if c.media == mediaProtobuf {
-			o, _ := readProtoObject(b)
-			f.Add(o.raw)
+		if c.media == wire.MediaProtobuf {
+			o, _ := wire.ReadProtoObject(b)
+			f.Add(o.Raw)
 		}
 		f.Add(b)
 		f.Add(c.encode(f, &corev1.ServiceList{Items: []corev1.Service{*s}}))
@@ -705,10 +706,10 @@ func FuzzServiceWire(f *testing.F) {
 		p := testProxy(t, "x.io/a", true)
 		_, _ = jsonServiceForWrite(b, "x.io/a", true, "1")
 		_, _ = protoServiceForWrite(b, "x.io/a", true, "1")
-		if o, err := readProtoObject(b); err == nil {
-			_, _ = rewrapProtoObject(b, o.raw)
+		if o, err := wire.ReadProtoObject(b); err == nil {
+			_, _ = wire.RewrapProtoObject(b, o.Raw)
 		}
-		for _, media := range []mediaKind{mediaJSON, mediaProtobuf} {
+		for _, media := range []wire.Media{wire.MediaJSON, wire.MediaProtobuf} {
 			_ = p.filterList(media, bytes.NewReader(b), bufio.NewWriter(io.Discard))
 			for _, q := range []url.Values{nil, {"sendInitialEvents": {"true"}}, {"resourceVersion": {"5"}}} {
 				_ = filterWatch(media, p.watchState(q), bytes.NewReader(b), bufio.NewWriter(io.Discard))
@@ -763,7 +764,7 @@ func TestFilterWatchJSONMemberOrder(t *testing.T) {
 	s := testProxy(t, own, false).watchState(map[string][]string{"resourceVersion": {"0"}})
 	var out bytes.Buffer
 	w := bufio.NewWriter(&out)
-	if err := filterWatch(mediaJSON, s, strings.NewReader(in), w); err != nil {
+	if err := filterWatch(wire.MediaJSON, s, strings.NewReader(in), w); err != nil {
 		t.Fatal(err)
 	}
 	_ = w.Flush()
@@ -786,8 +787,8 @@ func TestProtoPadding(t *testing.T) {
 		if uint64(out.Len()) != n {
 			t.Fatalf("padding of %d is %d bytes", n, out.Len())
 		}
-		if err := protoFields(out.Bytes(), func(f protoField) error {
-			if f.num != pbListPadding {
+		if err := wire.ProtoFields(out.Bytes(), func(f wire.ProtoField) error {
+			if f.Num != pbListPadding {
 				return errors.New("not the padding field")
 			}
 			return nil

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/wire"
 	"google.golang.org/protobuf/encoding/protowire"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,8 +38,8 @@ type listWriter interface {
 	end() error
 }
 
-func newListWriter(media mediaKind, out *bufio.Writer) listWriter {
-	if media == mediaProtobuf {
+func newListWriter(media wire.Media, out *bufio.Writer) listWriter {
+	if media == wire.MediaProtobuf {
 		return &protoListWriter{out: out}
 	}
 	return &jsonListWriter{out: out}
@@ -147,8 +148,8 @@ type protoListWriter struct {
 func (w *protoListWriter) begin(length uint64) error {
 	w.length = length
 	w.buf = make([]byte, 0, min(length, uint64(protoListBuffer)))
-	_, _ = w.out.Write(protoMagic)
-	_, err := w.out.Write(appendProtoTypeMeta(nil, "ServiceList"))
+	_, _ = w.out.Write(wire.ProtoMagic)
+	_, err := w.out.Write(wire.AppendProtoTypeMeta(nil, "ServiceList"))
 	return err
 }
 
@@ -182,7 +183,7 @@ func (w *protoListWriter) emit(b []byte) error {
 		return nil
 	}
 	w.streaming = true
-	_, _ = w.out.Write(protowire.AppendVarint(protowire.AppendTag(nil, pbUnknownRaw, protowire.BytesType), w.length))
+	_, _ = w.out.Write(protowire.AppendVarint(protowire.AppendTag(nil, wire.PbUnknownRaw, protowire.BytesType), w.length))
 	b, w.buf = w.buf, nil
 	w.written = uint64(len(b))
 	if w.written > w.length {
@@ -194,7 +195,7 @@ func (w *protoListWriter) emit(b []byte) error {
 
 func (w *protoListWriter) end() error {
 	if !w.streaming {
-		_, _ = w.out.Write(protowire.AppendVarint(protowire.AppendTag(nil, pbUnknownRaw, protowire.BytesType), uint64(len(w.buf))))
+		_, _ = w.out.Write(protowire.AppendVarint(protowire.AppendTag(nil, wire.PbUnknownRaw, protowire.BytesType), uint64(len(w.buf))))
 		_, err := w.out.Write(w.buf)
 		return err
 	}
@@ -235,8 +236,8 @@ type eventWriter interface {
 	write(s send) error
 }
 
-func newEventWriter(media mediaKind, out *bufio.Writer) eventWriter {
-	if media == mediaProtobuf {
+func newEventWriter(media wire.Media, out *bufio.Writer) eventWriter {
+	if media == wire.MediaProtobuf {
 		return &protoEventWriter{out: out}
 	}
 	return &jsonEventWriter{out: out}
@@ -278,11 +279,11 @@ func (w *protoEventWriter) write(s send) error {
 	if s.kind == sendNothing {
 		return nil
 	}
-	obj := append(w.object[:0], protoMagic...)
+	obj := append(w.object[:0], wire.ProtoMagic...)
 	switch s.kind {
 	case sendService:
-		obj = appendProtoTypeMeta(obj, "Service")
-		obj = protowire.AppendVarint(protowire.AppendTag(obj, pbUnknownRaw, protowire.BytesType), uint64(s.svc.withoutClassLen()))
+		obj = wire.AppendProtoTypeMeta(obj, "Service")
+		obj = protowire.AppendVarint(protowire.AppendTag(obj, wire.PbUnknownRaw, protowire.BytesType), uint64(s.svc.withoutClassLen()))
 		obj = s.svc.appendWithoutClass(obj)
 	default:
 		o, kind := constructed(s)
@@ -290,11 +291,11 @@ func (w *protoEventWriter) write(s send) error {
 		if err != nil {
 			return err
 		}
-		obj = appendProtoTypeMeta(obj, kind)
-		obj = protowire.AppendBytes(protowire.AppendTag(obj, pbUnknownRaw, protowire.BytesType), raw)
+		obj = wire.AppendProtoTypeMeta(obj, kind)
+		obj = protowire.AppendBytes(protowire.AppendTag(obj, wire.PbUnknownRaw, protowire.BytesType), raw)
 	}
 	w.object = obj
-	w.message = appendProtoWatchEvent(w.message[:0], s.typ, obj)
+	w.message = wire.AppendProtoWatchEvent(w.message[:0], s.typ, obj)
 	var l [4]byte
 	binary.BigEndian.PutUint32(l[:], uint32(len(w.message)))
 	_, _ = w.out.Write(l[:])
@@ -333,10 +334,10 @@ func constructed(s send) (obj constructedObject, kind string) {
 
 // singleAnswer is the answer to a get or a write of one Service in the view:
 // the Service without its class.
-func singleAnswer(media mediaKind, s *service) []byte {
-	if media == mediaProtobuf {
-		b := appendProtoTypeMeta(append([]byte(nil), protoMagic...), "Service")
-		b = protowire.AppendVarint(protowire.AppendTag(b, pbUnknownRaw, protowire.BytesType), uint64(s.withoutClassLen()))
+func singleAnswer(media wire.Media, s *service) []byte {
+	if media == wire.MediaProtobuf {
+		b := wire.AppendProtoTypeMeta(append([]byte(nil), wire.ProtoMagic...), "Service")
+		b = protowire.AppendVarint(protowire.AppendTag(b, wire.PbUnknownRaw, protowire.BytesType), uint64(s.withoutClassLen()))
 		return s.appendWithoutClass(b)
 	}
 	return s.appendWithoutClass(make([]byte, 0, s.withoutClassLen()))
@@ -344,15 +345,15 @@ func singleAnswer(media mediaKind, s *service) []byte {
 
 // tombstoneAnswer is the answer to a write whose Service left the view with
 // it: the Service's namespace, name, uid and new resourceVersion.
-func tombstoneAnswer(media mediaKind, f serviceFacts) ([]byte, error) {
+func tombstoneAnswer(media wire.Media, f serviceFacts) ([]byte, error) {
 	obj, kind := constructed(send{kind: sendTombstone, meta: serviceFacts{namespace: f.namespace, name: f.name, uid: f.uid, resourceVersion: f.resourceVersion}})
-	if media != mediaProtobuf {
+	if media != wire.MediaProtobuf {
 		return json.Marshal(obj)
 	}
 	raw, err := obj.Marshal()
 	if err != nil {
 		return nil, err
 	}
-	b := appendProtoTypeMeta(append([]byte(nil), protoMagic...), kind)
-	return protowire.AppendBytes(protowire.AppendTag(b, pbUnknownRaw, protowire.BytesType), raw), nil
+	b := wire.AppendProtoTypeMeta(append([]byte(nil), wire.ProtoMagic...), kind)
+	return protowire.AppendBytes(protowire.AppendTag(b, wire.PbUnknownRaw, protowire.BytesType), raw), nil
 }

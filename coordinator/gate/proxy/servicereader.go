@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/wire"
 	"google.golang.org/protobuf/encoding/protowire"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -25,14 +26,14 @@ const (
 )
 
 // readOne reads a single Service: JSON, or protobuf in its envelope.
-func readOne(media mediaKind, body []byte, class string) (*service, error) {
-	if media == mediaProtobuf {
-		o, err := readProtoObject(body)
+func readOne(media wire.Media, body []byte, class string) (*service, error) {
+	if media == wire.MediaProtobuf {
+		o, err := wire.ReadProtoObject(body)
 		if err != nil {
 			return nil, err
 		}
 		sc := protoServiceScanner{meta: true, class: class}
-		return sc.scan(o.raw)
+		return sc.scan(o.Raw)
 	}
 	sc := jsonServiceScanner{meta: true, class: class}
 	return sc.scan(body)
@@ -62,44 +63,44 @@ const (
 
 // readList reads a ServiceList in media from in. meta is set on the
 // scanner: true reads the Services' names and versions too.
-func readList(media mediaKind, in io.Reader, class string, meta bool, v listVisit) error {
-	if media == mediaProtobuf {
+func readList(media wire.Media, in io.Reader, class string, meta bool, v listVisit) error {
+	if media == wire.MediaProtobuf {
 		return readProtoList(in, &protoServiceScanner{class: class, meta: meta}, v)
 	}
 	return readJSONList(in, &jsonServiceScanner{class: class, meta: meta}, v)
 }
 
 func readJSONList(in io.Reader, sc *jsonServiceScanner, v listVisit) error {
-	s := newJSONStream(in, maxServiceValue)
+	s := wire.NewJSONStream(in, maxServiceValue)
 	if err := v.begin(0); err != nil {
 		return err
 	}
-	if err := s.expect('{'); err != nil {
+	if err := s.Expect('{'); err != nil {
 		return err
 	}
 	for n := 0; ; n++ {
-		c, err := s.peek()
+		c, err := s.Peek()
 		if err != nil {
-			return noEOF(err)
+			return wire.NoEOF(err)
 		}
 		if c == '}' {
-			s.off++
-			return s.end()
+			s.Off++
+			return s.End()
 		}
 		if n > 0 {
-			if err := s.expect(','); err != nil {
+			if err := s.Expect(','); err != nil {
 				return err
 			}
 		}
-		k, err := s.value()
+		k, err := s.Value()
 		if err != nil {
 			return err
 		}
-		key, err := jsonUnquote(k)
+		key, err := wire.JSONUnquote(k)
 		if err != nil {
 			return err
 		}
-		if err := s.expect(':'); err != nil {
+		if err := s.Expect(':'); err != nil {
 			return err
 		}
 		switch key {
@@ -107,14 +108,14 @@ func readJSONList(in io.Reader, sc *jsonServiceScanner, v listVisit) error {
 			err = readJSONItems(s, sc, v)
 		case "metadata":
 			var b []byte
-			if b, err = s.value(); err == nil {
+			if b, err = s.Value(); err == nil {
 				var m listMeta
 				if m, err = jsonListMeta(b); err == nil {
 					err = v.meta(m)
 				}
 			}
 		default:
-			_, err = s.value()
+			_, err = s.Value()
 		}
 		if err != nil {
 			return err
@@ -127,45 +128,45 @@ func jsonListMeta(b []byte) (listMeta, error) {
 	if len(b) == 0 || b[0] != '{' {
 		return m, nil // null
 	}
-	_, err := jsonObjectMembers(b, 0, func(mm jsonMember) error {
+	_, err := wire.JSONObjectMembers(b, 0, func(mm wire.JSONMember) error {
 		var err error
-		switch mm.key {
+		switch mm.Key {
 		case "resourceVersion":
-			m.resourceVersion, _, err = jsonOptionalString(b[mm.valueStart:mm.valueEnd])
+			m.resourceVersion, _, err = wire.JSONOptionalString(b[mm.ValueStart:mm.ValueEnd])
 		case "continue":
-			m.continueToken, _, err = jsonOptionalString(b[mm.valueStart:mm.valueEnd])
+			m.continueToken, _, err = wire.JSONOptionalString(b[mm.ValueStart:mm.ValueEnd])
 		}
 		return err
 	})
 	return m, err
 }
 
-func readJSONItems(s *jsonStream, sc *jsonServiceScanner, v listVisit) error {
-	c, err := s.peek()
+func readJSONItems(s *wire.JSONStream, sc *jsonServiceScanner, v listVisit) error {
+	c, err := s.Peek()
 	if err != nil {
-		return noEOF(err)
+		return wire.NoEOF(err)
 	}
 	if c != '[' {
-		_, err := s.value() // null
+		_, err := s.Value() // null
 		return err
 	}
-	s.off++
+	s.Off++
 	for n := 0; ; n++ {
-		c, err := s.peek()
+		c, err := s.Peek()
 		if err != nil {
-			return noEOF(err)
+			return wire.NoEOF(err)
 		}
 		if c == ']' {
-			s.off++
+			s.Off++
 			return nil
 		}
 		if n > 0 {
-			if err := s.expect(','); err != nil {
+			if err := s.Expect(','); err != nil {
 				return err
 			}
 		}
 		var svc *service
-		if _, err := s.scanValue(func(b []byte) (end int, err error) {
+		if _, err := s.ScanValue(func(b []byte) (end int, err error) {
 			svc, end, err = sc.scanAt(b, 0)
 			return end, err
 		}); err != nil {
@@ -178,16 +179,16 @@ func readJSONItems(s *jsonStream, sc *jsonServiceScanner, v listVisit) error {
 }
 
 func readProtoList(in io.Reader, sc *protoServiceScanner, v listVisit) error {
-	s := newProtoStream(in, maxServiceValue)
-	if err := s.magic(); err != nil {
+	s := wire.NewProtoStream(in, maxServiceValue)
+	if err := s.Magic(); err != nil {
 		return err
 	}
 	listSeen := false
 	for {
-		num, typ, length, _, err := s.header()
+		num, typ, length, _, err := s.Header()
 		if errors.Is(err, io.EOF) {
 			if !listSeen {
-				return fmt.Errorf("%w: no list in the envelope", errProto)
+				return fmt.Errorf("%w: no list in the envelope", wire.ErrProto)
 			}
 			return nil
 		}
@@ -196,16 +197,16 @@ func readProtoList(in io.Reader, sc *protoServiceScanner, v listVisit) error {
 		}
 		switch {
 		case typ != protowire.BytesType:
-			_, err = s.skip(typ)
-		case num == pbUnknownRaw && !listSeen:
+			_, err = s.Skip(typ)
+		case num == wire.PbUnknownRaw && !listSeen:
 			listSeen = true
 			if err = v.begin(length); err == nil {
 				err = readProtoListMessage(s, length, sc, v)
 			}
-		case num == pbUnknownRaw:
-			err = fmt.Errorf("%w: two lists in the envelope", errProto)
+		case num == wire.PbUnknownRaw:
+			err = fmt.Errorf("%w: two lists in the envelope", wire.ErrProto)
 		default:
-			_, err = s.bytes(length) // type meta, content encoding and type
+			_, err = s.Bytes(length) // type meta, content encoding and type
 		}
 		if err != nil {
 			return err
@@ -214,22 +215,22 @@ func readProtoList(in io.Reader, sc *protoServiceScanner, v listVisit) error {
 }
 
 // readProtoListMessage reads the ServiceList message of length bytes.
-func readProtoListMessage(s *protoStream, length uint64, sc *protoServiceScanner, v listVisit) error {
+func readProtoListMessage(s *wire.ProtoStream, length uint64, sc *protoServiceScanner, v listVisit) error {
 	for read := uint64(0); read < length; {
-		num, typ, l, n, err := s.header()
+		num, typ, l, n, err := s.Header()
 		if err != nil {
-			return noEOF(err)
+			return wire.NoEOF(err)
 		}
 		read += uint64(n)
 		if typ != protowire.BytesType {
-			return fmt.Errorf("%w: ServiceList field %d of wire type %d", errProto, num, typ)
+			return fmt.Errorf("%w: ServiceList field %d of wire type %d", wire.ErrProto, num, typ)
 		}
-		b, err := s.bytes(l)
+		b, err := s.Bytes(l)
 		if err != nil {
 			return err
 		}
 		if read += l; read > length {
-			return fmt.Errorf("%w: ServiceList field %d past the end of the list", errProto, num)
+			return fmt.Errorf("%w: ServiceList field %d past the end of the list", wire.ErrProto, num)
 		}
 		switch num {
 		case pbListItems:
@@ -239,13 +240,13 @@ func readProtoListMessage(s *protoStream, length uint64, sc *protoServiceScanner
 			}
 		case pbListMeta:
 			var m listMeta
-			err = protoFields(b, func(f protoField) error {
+			err = wire.ProtoFields(b, func(f wire.ProtoField) error {
 				switch {
-				case f.typ != protowire.BytesType:
-				case f.num == pbListMetaResourceVersion:
-					m.resourceVersion = string(f.value)
-				case f.num == pbListMetaContinue:
-					m.continueToken = string(f.value)
+				case f.Type != protowire.BytesType:
+				case f.Num == pbListMetaResourceVersion:
+					m.resourceVersion = string(f.Value)
+				case f.Num == pbListMetaContinue:
+					m.continueToken = string(f.Value)
 				}
 				return nil
 			})
@@ -287,67 +288,67 @@ type eventReader interface {
 	next() (watchEvent, error)
 }
 
-func newEventReader(media mediaKind, in io.Reader, class string) eventReader {
-	if media == mediaProtobuf {
-		return &protoEventReader{s: newProtoStream(in, maxServiceValue), sc: protoServiceScanner{meta: true, class: class}}
+func newEventReader(media wire.Media, in io.Reader, class string) eventReader {
+	if media == wire.MediaProtobuf {
+		return &protoEventReader{s: wire.NewProtoStream(in, maxServiceValue), sc: protoServiceScanner{meta: true, class: class}}
 	}
-	return &jsonEventReader{s: newJSONStream(in, maxServiceValue), sc: jsonServiceScanner{meta: true, class: class}}
+	return &jsonEventReader{s: wire.NewJSONStream(in, maxServiceValue), sc: jsonServiceScanner{meta: true, class: class}}
 }
 
 // jsonEventReader reads a JSON watch: one {"type":…,"object":…} after another.
 type jsonEventReader struct {
-	s  *jsonStream
+	s  *wire.JSONStream
 	sc jsonServiceScanner
 }
 
 func (r *jsonEventReader) next() (watchEvent, error) {
-	if _, err := r.s.peek(); err != nil {
+	if _, err := r.s.Peek(); err != nil {
 		return watchEvent{}, err // io.EOF at the end
 	}
 	// One pass over the event when its type comes first (the API server
 	// writes it first): the object is scanned as a Service as it is found.
 	var ev watchEvent
-	var obj span
-	ev2, err := r.s.scanValue(func(b []byte) (int, error) {
-		ev, obj = watchEvent{}, span{-1, -1}
-		return jsonEachMember(b, 0, func(key []byte, _, vs int) (int, error) {
+	var obj wire.Span
+	ev2, err := r.s.ScanValue(func(b []byte) (int, error) {
+		ev, obj = watchEvent{}, wire.Span{Start: -1, End: -1}
+		return wire.JSONEachMember(b, 0, func(key []byte, _, vs int) (int, error) {
 			switch {
-			case jsonStringIs(key, "type"):
+			case wire.JSONStringIs(key, "type"):
 				if ev.typ != "" {
-					return vs, fmt.Errorf("%w: type given twice", errJSONSyntax)
+					return vs, fmt.Errorf("%w: type given twice", wire.ErrJSONSyntax)
 				}
-				ve, err := jsonValueEnd(b, vs)
+				ve, err := wire.JSONValueEnd(b, vs)
 				if err != nil {
 					return ve, err
 				}
 				var ok bool
-				if ev.typ, ok = interned(jsonPlainString(b[vs:ve]), watchEventTypes...); !ok {
-					ev.typ, _, err = jsonOptionalString(b[vs:ve])
+				if ev.typ, ok = wire.Interned(wire.JSONPlainString(b[vs:ve]), watchEventTypes...); !ok {
+					ev.typ, _, err = wire.JSONOptionalString(b[vs:ve])
 				}
 				return ve, err
-			case jsonStringIs(key, "object"):
-				if obj.start >= 0 {
-					return vs, fmt.Errorf("%w: object given twice", errJSONSyntax)
+			case wire.JSONStringIs(key, "object"):
+				if obj.Start >= 0 {
+					return vs, fmt.Errorf("%w: object given twice", wire.ErrJSONSyntax)
 				}
 				if ev.typ != "" && ev.typ != eventError && b[vs] == '{' {
 					svc, ve, err := r.sc.scanAt(b, vs)
-					ev.svc, obj = svc, span{vs, ve}
+					ev.svc, obj = svc, wire.Span{Start: vs, End: ve}
 					return ve, err
 				}
-				ve, err := jsonValueEnd(b, vs)
-				obj = span{vs, ve}
+				ve, err := wire.JSONValueEnd(b, vs)
+				obj = wire.Span{Start: vs, End: ve}
 				return ve, err
 			}
-			return jsonValueEnd(b, vs)
+			return wire.JSONValueEnd(b, vs)
 		})
 	})
 	if err != nil {
-		return watchEvent{}, fmt.Errorf("watch event: %w", noEOF(err))
+		return watchEvent{}, fmt.Errorf("watch event: %w", wire.NoEOF(err))
 	}
-	if ev.typ == "" || obj.start < 0 {
-		return watchEvent{}, fmt.Errorf("%w: watch event without type or object", errJSONSyntax)
+	if ev.typ == "" || obj.Start < 0 {
+		return watchEvent{}, fmt.Errorf("%w: watch event without type or object", wire.ErrJSONSyntax)
 	}
-	b := ev2[obj.start:obj.end]
+	b := ev2[obj.Start:obj.End]
 	switch {
 	case ev.typ == eventError:
 		ev.status = &metav1.Status{}
@@ -366,29 +367,29 @@ func (r *jsonEventReader) next() (watchEvent, error) {
 // protoEventReader reads a protobuf watch: frames of a 4-byte length and a
 // WatchEvent{1: type, 2: RawExtension{1: the enveloped object}}.
 type protoEventReader struct {
-	s  *protoStream
+	s  *wire.ProtoStream
 	sc protoServiceScanner
 }
 
 func (r *protoEventReader) next() (watchEvent, error) {
-	frame, err := r.s.frame()
+	frame, err := r.s.Frame()
 	if err != nil {
 		return watchEvent{}, err // io.EOF at the end
 	}
 	var ev watchEvent
 	var object []byte
-	if err := protoFields(frame, func(f protoField) error {
+	if err := wire.ProtoFields(frame, func(f wire.ProtoField) error {
 		switch {
-		case f.typ != protowire.BytesType:
-		case f.num == pbWatchEventType:
+		case f.Type != protowire.BytesType:
+		case f.Num == wire.PbWatchEventType:
 			var ok bool
-			if ev.typ, ok = interned(f.value, watchEventTypes...); !ok {
-				ev.typ = string(f.value)
+			if ev.typ, ok = wire.Interned(f.Value, watchEventTypes...); !ok {
+				ev.typ = string(f.Value)
 			}
-		case f.num == pbWatchEventObject:
-			return protoFields(f.value, func(r protoField) error {
-				if r.num == pbRawExtensionRaw && r.typ == protowire.BytesType {
-					object = r.value
+		case f.Num == wire.PbWatchEventObject:
+			return wire.ProtoFields(f.Value, func(r wire.ProtoField) error {
+				if r.Num == wire.PbRawExtensionRaw && r.Type == protowire.BytesType {
+					object = r.Value
 				}
 				return nil
 			})
@@ -397,18 +398,18 @@ func (r *protoEventReader) next() (watchEvent, error) {
 	}); err != nil {
 		return watchEvent{}, fmt.Errorf("watch event: %w", err)
 	}
-	o, err := readProtoObject(object)
+	o, err := wire.ReadProtoObject(object)
 	if err != nil {
 		return watchEvent{}, fmt.Errorf("%s event: %w", ev.typ, err)
 	}
 	if ev.typ == eventError {
 		ev.status = &metav1.Status{}
-		if err := ev.status.Unmarshal(o.raw); err != nil {
+		if err := ev.status.Unmarshal(o.Raw); err != nil {
 			return watchEvent{}, fmt.Errorf("ERROR event: %w", err)
 		}
 		return ev, nil
 	}
-	if ev.svc, err = r.sc.scan(o.raw); err != nil {
+	if ev.svc, err = r.sc.scan(o.Raw); err != nil {
 		return watchEvent{}, fmt.Errorf("%s event: %w", ev.typ, err)
 	}
 	return ev, nil

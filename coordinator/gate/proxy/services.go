@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/wire"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -31,7 +32,7 @@ const (
 // serviceAnswer travels with a forwarded Service request to ModifyResponse.
 type serviceAnswer struct {
 	mode  serviceMode
-	media mediaKind
+	media wire.Media
 	rt    route
 	watch *watchState
 }
@@ -173,8 +174,8 @@ func (p *Proxy) restoreClass(r *http.Request, stored serviceFacts) error {
 	if len(body) > maxServiceBody {
 		return errors.New("body too large")
 	}
-	media := mediaOf(r.Header.Get("Content-Type"))
-	if media == mediaNone {
+	media := wire.MediaOf(r.Header.Get("Content-Type"))
+	if media == wire.MediaNone {
 		return &refusal{status: unsupportedMediaType(r.Header.Get("Content-Type"))}
 	}
 	out, err := serviceForWrite(media, body, stored)
@@ -227,8 +228,8 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 		}
 		return nil // the API server's own error answer
 	}
-	if got := mediaOf(resp.Header.Get("Content-Type")); got != a.media {
-		return fmt.Errorf("%w: %s: Content-Type %q where %q was asked for", errUndecodedAnswer, a.rt, resp.Header.Get("Content-Type"), a.media.contentType())
+	if got := wire.MediaOf(resp.Header.Get("Content-Type")); got != a.media {
+		return fmt.Errorf("%w: %s: Content-Type %q where %q was asked for", errUndecodedAnswer, a.rt, resp.Header.Get("Content-Type"), a.media.ContentType())
 	}
 	resp.Header.Del("Content-Length")
 	resp.ContentLength = -1
@@ -254,7 +255,7 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 
 // filterList copies a ServiceList with only the Services in the view, each
 // without its class, and of its metadata only the resourceVersion.
-func (p *Proxy) filterList(media mediaKind, in io.Reader, out *bufio.Writer) error {
+func (p *Proxy) filterList(media wire.Media, in io.Reader, out *bufio.Writer) error {
 	w := newListWriter(media, out)
 	err := readList(media, in, p.serviceView.class, false, listVisit{
 		begin: w.begin,
@@ -274,7 +275,7 @@ func (p *Proxy) filterList(media mediaKind, in io.Reader, out *bufio.Writer) err
 
 // filterWatch sends, for every event of the API server, what the watch's
 // state decides, until the API server or the decision ends the watch.
-func filterWatch(media mediaKind, state *watchState, in io.Reader, out *bufio.Writer) error {
+func filterWatch(media wire.Media, state *watchState, in io.Reader, out *bufio.Writer) error {
 	events, w := newEventReader(media, in, state.view.class), newEventWriter(media, out)
 	for {
 		ev, err := events.next()
@@ -385,7 +386,7 @@ func (p *Proxy) readService(ctx context.Context, in http.Header, namespace, name
 	u := *p.base
 	u.Path = joinPath(p.base.Path, "/api/v1/namespaces/"+url.PathEscape(namespace)+"/services/"+url.PathEscape(name))
 	u.RawPath = ""
-	body, found, err := p.read(ctx, in, u.String(), contentTypeJSON, maxServiceBody)
+	body, found, err := p.read(ctx, in, u.String(), wire.ContentTypeJSON, maxServiceBody)
 	if err != nil || !found {
 		return serviceFacts{}, false, err
 	}

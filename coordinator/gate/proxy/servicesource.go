@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/wire"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -90,7 +91,7 @@ func (s *serviceSource) request(ctx context.Context, o metav1.ListOptions, watch
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Accept", contentTypeProtobuf)
+	req.Header.Set("Accept", wire.ContentTypeProtobuf)
 	req.Header.Set("User-Agent", s.userAgent)
 	resp, err := s.client.Do(req)
 	if err != nil {
@@ -100,7 +101,7 @@ func (s *serviceSource) request(ctx context.Context, o metav1.ListOptions, watch
 		defer func() { _ = resp.Body.Close() }()
 		return nil, statusError(resp)
 	}
-	if mediaOf(resp.Header.Get("Content-Type")) != mediaProtobuf {
+	if wire.MediaOf(resp.Header.Get("Content-Type")) != wire.MediaProtobuf {
 		_ = resp.Body.Close()
 		return nil, fmt.Errorf("the API server answered %q to a request for protobuf", resp.Header.Get("Content-Type"))
 	}
@@ -112,8 +113,8 @@ func (s *serviceSource) request(ctx context.Context, o metav1.ListOptions, watch
 func statusError(resp *http.Response) error {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	var st metav1.Status
-	if b := body; len(b) > len(protoMagic) && string(b[:len(protoMagic)]) == string(protoMagic) {
-		if o, err := readProtoObject(b); err == nil && o.kind == "Status" && st.Unmarshal(o.raw) == nil && st.Code != 0 {
+	if b := body; len(b) > len(wire.ProtoMagic) && string(b[:len(wire.ProtoMagic)]) == string(wire.ProtoMagic) {
+		if o, err := wire.ReadProtoObject(b); err == nil && o.Kind == "Status" && st.Unmarshal(o.Raw) == nil && st.Code != 0 {
 			return &apierrors.StatusError{ErrStatus: st}
 		}
 	}
@@ -128,7 +129,7 @@ func (s *serviceSource) list(ctx context.Context, o metav1.ListOptions) (runtime
 	}
 	defer func() { _ = resp.Body.Close() }()
 	list := &historyServiceList{}
-	err = readList(mediaProtobuf, resp.Body, "", true, listVisit{
+	err = readList(wire.MediaProtobuf, resp.Body, "", true, listVisit{
 		begin: func(uint64) error { return nil },
 		meta: func(m listMeta) error {
 			list.ResourceVersion, list.Continue = m.resourceVersion, m.continueToken
@@ -151,7 +152,7 @@ func (s *serviceSource) watch(ctx context.Context, o metav1.ListOptions) (watch.
 	if err != nil {
 		return nil, err
 	}
-	d := &historyDecoder{body: resp.Body, events: newEventReader(mediaProtobuf, resp.Body, "")}
+	d := &historyDecoder{body: resp.Body, events: newEventReader(wire.MediaProtobuf, resp.Body, "")}
 	return watch.NewStreamWatcher(d, apierrors.NewClientErrorReporter(http.StatusInternalServerError, http.MethodGet, "ClientWatchDecoding")), nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/wire"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -45,7 +46,7 @@ const (
 
 // fuzzRequest is a request's parameters, read from two bytes.
 type fuzzRequest struct {
-	media mediaKind
+	media wire.Media
 	// list: a list (at the state after floor+start events), not a watch.
 	list      bool
 	initial   string // sendInitialEvents: "", "true" or "false"
@@ -60,7 +61,7 @@ type fuzzRequest struct {
 func readFuzzRequest(p uint16) fuzzRequest {
 	pick := func(n int, vs ...string) string { return vs[n%len(vs)] }
 	return fuzzRequest{
-		media:      []mediaKind{mediaJSON, mediaProtobuf}[p&1],
+		media:      []wire.Media{wire.MediaJSON, wire.MediaProtobuf}[p&1],
 		list:       p>>1&1 == 1,
 		initial:    pick(int(p>>2&3), "", "true", "false", ""),
 		rv:         pick(int(p>>4&3), "", "0", "old", "current"),
@@ -73,7 +74,7 @@ func readFuzzRequest(p uint16) fuzzRequest {
 
 func (r fuzzRequest) encode() uint16 {
 	var p uint16
-	if r.media == mediaProtobuf {
+	if r.media == wire.MediaProtobuf {
 		p |= 1
 	}
 	if r.list {
@@ -204,7 +205,7 @@ func FuzzServiceView(f *testing.F) {
 	// and without an ERROR at the end.
 	places := [][3]uint8{{2, 4, 1}, {6, 3, 5}, {0, 0, 0}, {9, 2, 10}}
 	n := 0
-	for _, media := range []mediaKind{mediaJSON, mediaProtobuf} {
+	for _, media := range []wire.Media{wire.MediaJSON, wire.MediaProtobuf} {
 		for _, list := range []bool{false, true} {
 			for _, initial := range []string{"", "true", "false"} {
 				for _, rv := range []string{"", "0", "old", "current"} {
@@ -243,7 +244,7 @@ func checkView(t *testing.T, r fuzzRequest, events []fuzzEvent, floorAt, startAt
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := codecs(t)[map[mediaKind]int{mediaJSON: 0, mediaProtobuf: 1}[r.media]]
+	c := codecs(t)[map[wire.Media]int{wire.MediaJSON: 0, wire.MediaProtobuf: 1}[r.media]]
 	rvOf := func(n int) string { return strconv.Itoa(fuzzFirstRV + n) }
 	shows := func(s *corev1.Service) bool { return view.shows(factsOf(s)) }
 
