@@ -33,8 +33,8 @@
 //     Services its client holds: one leaving the view is DELETED as a
 //     tombstone, one entering it ADDED, nothing else of a Service outside
 //     the view is sent; a PUT gets the stored class back. The Service code
-//     is layered wire -> object -> decision -> emission -> HTTP (see
-//     serviceViewLayers in layers_test.go). Without a class the CCM sees no
+//     is layered in packages: wire -> service (object) -> serviceview
+//     (decision, emission) -> this one (HTTP). Without a class the CCM sees no
 //     Service;
 //   - everything else (leases, events, discovery, /healthz, other resources) is
 //     forwarded unchanged, and responses are streamed, never buffered (a

@@ -1,13 +1,14 @@
 package proxy
 
 import (
-	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/wire"
 	"mime"
 	"net/http"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/wire"
 )
 
 // acceptClause is one media range of an Accept header.

@@ -8,9 +8,10 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/wire"
 	"google.golang.org/protobuf/encoding/protowire"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/wire"
 )
 
 // A GET of a Node (or its status) is shown only when what it shows is the

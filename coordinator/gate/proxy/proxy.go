@@ -24,6 +24,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/serviceview"
 )
 
 // CredentialMode says whose credentials reach the API server.
@@ -94,8 +95,8 @@ type Proxy struct {
 	requirements labels.Requirements
 	selector     labels.Selector
 	cache        *nodeCache
-	serviceView  serviceView
-	history      *serviceHistory
+	serviceView  serviceview.View
+	history      *serviceview.History
 	rp           *httputil.ReverseProxy
 	metrics      *metrics
 	access       *accessGate
@@ -140,7 +141,7 @@ func New(cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	view, err := newServiceView(cfg.LoadBalancerClass, cfg.DefaultLoadBalancerClass)
+	view, err := serviceview.NewView(cfg.LoadBalancerClass, cfg.DefaultLoadBalancerClass)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
@@ -177,10 +178,10 @@ func New(cfg Config) (*Proxy, error) {
 			return nil, fmt.Errorf("%s: node cache: %w", op, err)
 		}
 	}
-	if !view.showsNone {
+	if !view.ShowsNone {
 		// Not a cache: without it a watch could not tell which Services its
 		// client holds.
-		if p.history, err = newServiceHistory(cfg.Upstream, base, view); err != nil {
+		if p.history, err = serviceview.NewHistory(cfg.Upstream, base, view); err != nil {
 			return nil, fmt.Errorf("%s: service history: %w", op, err)
 		}
 	}
@@ -219,7 +220,7 @@ func upstreamURL(cfg *rest.Config) (*url.URL, error) {
 func (p *Proxy) Start(ctx context.Context) error {
 	go p.access.run(ctx, p)
 	if p.history != nil {
-		go p.history.run(ctx)
+		go p.history.Run(ctx)
 	}
 	if p.cache != nil {
 		go p.cache.run(ctx)
@@ -229,7 +230,7 @@ func (p *Proxy) Start(ctx context.Context) error {
 		p.log.Info("node cache synced")
 	}
 	if p.history != nil {
-		if !p.history.waitSynced(ctx) {
+		if !p.history.WaitSynced(ctx) {
 			return fmt.Errorf("proxy.Start: Service history not synced: %w", ctx.Err())
 		}
 		p.log.Info("Service history synced")
@@ -241,7 +242,7 @@ func (p *Proxy) Start(ctx context.Context) error {
 // synced) and the CCM may start: its identity has been allowed everything of
 // Config.StartupAccess.
 func (p *Proxy) Ready() bool {
-	return (p.cache == nil || p.cache.synced()) && (p.history == nil || p.history.synced()) && p.access.ready.Load()
+	return (p.cache == nil || p.cache.synced()) && (p.history == nil || p.history.Synced()) && p.access.ready.Load()
 }
 
 // ServeHTTP implements http.Handler.

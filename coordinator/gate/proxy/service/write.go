@@ -1,28 +1,29 @@
-package proxy
+package service
 
 import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/wire"
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/wire"
 )
 
 // The write path: a PUT carries a whole Service as the CCM saw it, without
 // its class; the gate puts the stored class back before it forwards it.
 
-// serviceForWrite returns a PUT body (JSON, or protobuf in its envelope)
+// ForWrite returns a PUT body (JSON, or protobuf in its envelope)
 // with the stored Service's class put back, and its resourceVersion when the
 // body has none.
-func serviceForWrite(media wire.Media, body []byte, stored serviceFacts) ([]byte, error) {
+func ForWrite(media wire.Media, body []byte, stored Facts) ([]byte, error) {
 	if media != wire.MediaProtobuf {
-		return jsonServiceForWrite(body, stored.class, stored.hasClass, stored.resourceVersion)
+		return jsonServiceForWrite(body, stored.Class, stored.HasClass, stored.ResourceVersion)
 	}
 	o, err := wire.ReadProtoObject(body)
 	if err != nil {
 		return nil, err
 	}
-	raw, err := protoServiceForWrite(o.Raw, stored.class, stored.hasClass, stored.resourceVersion)
+	raw, err := protoServiceForWrite(o.Raw, stored.Class, stored.HasClass, stored.ResourceVersion)
 	if err != nil {
 		return nil, err
 	}
@@ -42,14 +43,14 @@ func protoServiceForWrite(msg []byte, class string, hasClass bool, rv string) ([
 		return nil, err
 	}
 	out := msg
-	if hasClass && !sent.hasClass {
+	if hasClass && !sent.HasClass {
 		// Without a spec the Service becomes a ClusterIP, and the API server
 		// drops the class itself.
 		if out, err = protoAppendToLast(out, pbServiceSpec, pbSpecLoadBalancerClass, class); err != nil {
 			return nil, err
 		}
 	}
-	if sent.resourceVersion == "" && rv != "" {
+	if sent.ResourceVersion == "" && rv != "" {
 		if out, err = protoAppendToLast(out, pbServiceMetadata, wire.PbMetaResourceVersion, rv); err != nil {
 			return nil, err
 		}
@@ -83,17 +84,17 @@ func protoAppendToLast(msg []byte, field, num protowire.Number, value string) ([
 // checkSentClass refuses a Service body that sets a class other than the
 // stored one: the view never shows a class, so a CCM that sends one is not
 // writing what it was shown.
-func checkSentClass(sent *service, class string, hasClass bool) error {
-	if sent.hasClass && (!hasClass || sent.class != class) {
-		return &classError{sent: sent.class}
+func checkSentClass(sent *Service, class string, hasClass bool) error {
+	if sent.HasClass && (!hasClass || sent.Class != class) {
+		return &ClassError{sent: sent.Class}
 	}
 	return nil
 }
 
-// classError is a write that would set or change spec.loadBalancerClass.
-type classError struct{ sent string }
+// ClassError is a write that would set or change spec.loadBalancerClass.
+type ClassError struct{ sent string }
 
-func (e *classError) Error() string {
+func (e *ClassError) Error() string {
 	return fmt.Sprintf("spec.loadBalancerClass %q: the view hides the class, and a native CCM may not set or change it", e.sent)
 }
 
@@ -179,7 +180,7 @@ func jsonServiceForWrite(b []byte, class string, hasClass bool, rv string) ([]by
 			}); err != nil {
 				return err
 			}
-			if hasClass && !sent.hasClass {
+			if hasClass && !sent.HasClass {
 				edits = append(edits, insert(m.ValueStart, "loadBalancerClass", quotedClass, classMember))
 			}
 		}

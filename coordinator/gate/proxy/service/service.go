@@ -1,51 +1,53 @@
-package proxy
+package service
 
 import (
 	"fmt"
 	"io"
 
-	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/wire"
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/wire"
 )
 
-// The object layer: one Service as the view reads it from the wire. A scanner
-// reads a Service's bytes once, JSON object or protobuf message, into a
-// service: the facts the view decides on, the bytes as the API server sent
-// them, and the edits that write those bytes without spec.loadBalancerClass.
-// Nothing here decides what the CCM sees (serviceview.go does) and nothing
-// here writes an answer (serviceemit.go does).
+// One Service as the view reads it from the wire. A scanner reads a
+// Service's bytes once, JSON object or protobuf message, into a Service: the
+// facts the view decides on, the bytes as the API server sent them, and the
+// edits that write those bytes without spec.loadBalancerClass. Nothing here
+// decides what the CCM sees (package serviceview does) and nothing here
+// writes an answer (serviceview's emission does).
 
 // LoadBalancerCleanupFinalizer is the finalizer the service controller of
 // k8s.io/cloud-provider puts on a Service before it creates its load balancer
 // and removes once the load balancer is gone.
 const LoadBalancerCleanupFinalizer = "service.kubernetes.io/load-balancer-cleanup"
 
-const serviceTypeLoadBalancer = "LoadBalancer"
+// TypeLoadBalancer is the spec.type of a Service with a load balancer.
+const TypeLoadBalancer = "LoadBalancer"
 
 // initialEventsEndAnnotation marks the bookmark that ends a WatchList's
 // initial events (metav1.InitialEventsAnnotationKey).
 const initialEventsEndAnnotation = "k8s.io/initial-events-end"
 
-// serviceFacts is what the view reads of a Service.
-type serviceFacts struct {
-	namespace, name, uid, resourceVersion string
+// Facts is what the view reads of a Service.
+type Facts struct {
+	Namespace, Name, UID, ResourceVersion string
 	// typ is spec.type ("" means ClusterIP).
-	typ string
+	Type string
 	// class is spec.loadBalancerClass, hasClass whether it is set.
-	class    string
-	hasClass bool
+	Class    string
+	HasClass bool
 	// cleanup: metadata.finalizers holds LoadBalancerCleanupFinalizer.
-	cleanup bool
+	Cleanup bool
 	// initialEventsEnd: metadata.annotations holds
 	// k8s.io/initial-events-end=true (a WatchList's last initial bookmark).
-	initialEventsEnd bool
+	InitialEventsEnd bool
 }
 
-func (f serviceFacts) key() string { return f.namespace + "/" + f.name }
+func (f Facts) Key() string { return f.Namespace + "/" + f.Name }
 
-// service is one Service read from the wire.
-type service struct {
-	serviceFacts
+// Service is one Service read from the wire.
+type Service struct {
+	Facts
 	// raw is the Service as the API server encoded it: a JSON object, or a
 	// protobuf Service message (without its envelope).
 	raw []byte
@@ -53,16 +55,16 @@ type service struct {
 	edits []wire.Edit
 }
 
-// withoutClassLen is the length of the Service without its class.
-func (s *service) withoutClassLen() int { return wire.EditedLen(s.raw, s.edits) }
+// WithoutClassLen is the length of the Service without its class.
+func (s *Service) WithoutClassLen() int { return wire.EditedLen(s.raw, s.edits) }
 
-// appendWithoutClass appends the Service without its class to dst.
-func (s *service) appendWithoutClass(dst []byte) []byte {
+// AppendWithoutClass appends the Service without its class to dst.
+func (s *Service) AppendWithoutClass(dst []byte) []byte {
 	return wire.AppendEdited(dst, s.raw, s.edits)
 }
 
-// writeWithoutClass writes the Service without its class.
-func (s *service) writeWithoutClass(w io.Writer) error { return wire.WriteEdited(w, s.raw, s.edits) }
+// WriteWithoutClass writes the Service without its class.
+func (s *Service) WriteWithoutClass(w io.Writer) error { return wire.WriteEdited(w, s.raw, s.edits) }
 
 // jsonServiceScanner reads JSON Services, one after the other; the service it
 // returns is valid until the next scan.
@@ -72,7 +74,7 @@ type jsonServiceScanner struct {
 	meta bool
 	// class is the view's class, kept without allocating when it matches.
 	class string
-	s     service
+	s     Service
 	// seen are the members a Service may hold only once that it holds.
 	seen member
 }
@@ -94,7 +96,7 @@ const (
 var errRepeated = fmt.Errorf("%w: repeated member", wire.ErrJSONSyntax)
 
 // scan reads the Service object b (nothing but spaces around it).
-func (sc *jsonServiceScanner) scan(b []byte) (*service, error) {
+func (sc *jsonServiceScanner) scan(b []byte) (*Service, error) {
 	start := wire.SkipJSONSpace(b, 0)
 	end, err := sc.scanObject(b, start)
 	if err != nil {
@@ -108,7 +110,7 @@ func (sc *jsonServiceScanner) scan(b []byte) (*service, error) {
 
 // scanAt reads the Service object that starts at b[start] and returns it and
 // the index just past it (errJSONIncomplete: b ends inside it).
-func (sc *jsonServiceScanner) scanAt(b []byte, start int) (*service, int, error) {
+func (sc *jsonServiceScanner) scanAt(b []byte, start int) (*Service, int, error) {
 	end, err := sc.scanObject(b, start)
 	if err != nil {
 		return nil, end, err
@@ -117,7 +119,7 @@ func (sc *jsonServiceScanner) scanAt(b []byte, start int) (*service, int, error)
 }
 
 // done sets raw to b[start:end] and moves the edits into it.
-func (sc *jsonServiceScanner) done(b []byte, start, end int) *service {
+func (sc *jsonServiceScanner) done(b []byte, start, end int) *Service {
 	sc.s.raw = b[start:end]
 	for i := range sc.s.edits {
 		sc.s.edits[i].Start -= start
@@ -135,7 +137,7 @@ func (sc *jsonServiceScanner) once(m member, name string) error {
 }
 
 func (sc *jsonServiceScanner) scanObject(b []byte, start int) (int, error) {
-	sc.s.serviceFacts = serviceFacts{}
+	sc.s.Facts = Facts{}
 	sc.s.edits = sc.s.edits[:0]
 	sc.seen = 0
 	return wire.JSONEachMember(b, start, func(key []byte, _, vs int) (int, error) {
@@ -173,7 +175,7 @@ func (sc *jsonServiceScanner) metadata(b []byte, start int) (int, error) {
 			}
 			return wire.JSONArrayElements(b, vs, func(s, e int) error {
 				if wire.JSONStringIs(b[s:e], LoadBalancerCleanupFinalizer) {
-					sc.s.cleanup = true
+					sc.s.Cleanup = true
 				}
 				return nil
 			})
@@ -186,18 +188,18 @@ func (sc *jsonServiceScanner) metadata(b []byte, start int) (int, error) {
 			return wire.JSONEachMember(b, vs, func(k []byte, _, avs int) (int, error) {
 				ave, err := wire.JSONValueEnd(b, avs)
 				if err == nil && wire.JSONStringIs(k, initialEventsEndAnnotation) {
-					sc.s.initialEventsEnd = wire.JSONStringIs(b[avs:ave], "true")
+					sc.s.InitialEventsEnd = wire.JSONStringIs(b[avs:ave], "true")
 				}
 				return ave, err
 			})
 		case wire.JSONStringIs(key, "name"):
-			field = &sc.s.name
+			field = &sc.s.Name
 		case wire.JSONStringIs(key, "namespace"):
-			field = &sc.s.namespace
+			field = &sc.s.Namespace
 		case wire.JSONStringIs(key, "uid"):
-			field = &sc.s.uid
+			field = &sc.s.UID
 		case wire.JSONStringIs(key, "resourceVersion"):
-			field = &sc.s.resourceVersion
+			field = &sc.s.ResourceVersion
 		default:
 			return wire.JSONValueEnd(b, vs)
 		}
@@ -236,19 +238,19 @@ func (sc *jsonServiceScanner) spec(b []byte, start int) (int, error) {
 				cut, first = wire.Span{Start: ks, End: ve}, true // `"loadBalancerClass":"x"` and the comma after it
 			}
 			if s, ok := wire.Interned(wire.JSONPlainString(v), sc.class); ok {
-				sc.s.class, sc.s.hasClass = s, true
+				sc.s.Class, sc.s.HasClass = s, true
 				break
 			}
-			sc.s.class, sc.s.hasClass, err = wire.JSONOptionalString(v)
+			sc.s.Class, sc.s.HasClass, err = wire.JSONOptionalString(v)
 		case wire.JSONStringIs(key, "type"):
 			if err := sc.once(memberType, "spec.type"); err != nil {
 				return ve, err
 			}
-			if s, ok := wire.Interned(wire.JSONPlainString(v), serviceTypeLoadBalancer, "ClusterIP", "NodePort"); ok {
-				sc.s.typ = s
+			if s, ok := wire.Interned(wire.JSONPlainString(v), TypeLoadBalancer, "ClusterIP", "NodePort"); ok {
+				sc.s.Type = s
 				break
 			}
-			sc.s.typ, _, err = wire.JSONOptionalString(v)
+			sc.s.Type, _, err = wire.JSONOptionalString(v)
 		}
 		prevEnd = ve
 		return ve, err
@@ -276,7 +278,7 @@ const (
 type protoServiceScanner struct {
 	meta  bool
 	class string
-	s     service
+	s     Service
 	// prefixes holds the rewritten spec field headers the edits point to;
 	// headers and cuts are scratch space.
 	prefixes []byte
@@ -290,8 +292,8 @@ type protoSpecHeader struct{ edit, from, to int }
 
 // scan reads a Service message. Repeated embedded messages merge and the
 // last scalar wins, as protobuf decoding does; every class field is cut.
-func (sc *protoServiceScanner) scan(msg []byte) (*service, error) {
-	sc.s = service{raw: msg, edits: sc.s.edits[:0]}
+func (sc *protoServiceScanner) scan(msg []byte) (*Service, error) {
+	sc.s = Service{raw: msg, edits: sc.s.edits[:0]}
 	// The edits point into prefixes, which may grow: collect the headers'
 	// offsets first and attach them once the message is read.
 	sc.prefixes, sc.headers = sc.prefixes[:0], sc.headers[:0]
@@ -312,21 +314,21 @@ func (sc *protoServiceScanner) scan(msg []byte) (*service, error) {
 					if s.Type != protowire.BytesType {
 						return fmt.Errorf("%w: spec.type", wire.ErrProto)
 					}
-					if t, ok := wire.Interned(s.Value, serviceTypeLoadBalancer, "ClusterIP", "NodePort"); ok {
-						sc.s.typ = t
+					if t, ok := wire.Interned(s.Value, TypeLoadBalancer, "ClusterIP", "NodePort"); ok {
+						sc.s.Type = t
 					} else {
-						sc.s.typ = string(s.Value)
+						sc.s.Type = string(s.Value)
 					}
 				case pbSpecLoadBalancerClass:
 					if s.Type != protowire.BytesType {
 						return fmt.Errorf("%w: spec.loadBalancerClass", wire.ErrProto)
 					}
 					if c, ok := wire.Interned(s.Value, sc.class); ok {
-						sc.s.class = c
+						sc.s.Class = c
 					} else {
-						sc.s.class = string(s.Value)
+						sc.s.Class = string(s.Value)
 					}
-					sc.s.hasClass = true
+					sc.s.HasClass = true
 					cuts = append(cuts, wire.Span{Start: valueStart + s.Start, End: valueStart + s.End})
 					cut += s.End - s.Start
 				}
@@ -366,7 +368,7 @@ func (sc *protoServiceScanner) metadataField(m wire.ProtoField) error {
 	switch m.Num {
 	case wire.PbMetaFinalizers:
 		if string(m.Value) == LoadBalancerCleanupFinalizer {
-			sc.s.cleanup = true
+			sc.s.Cleanup = true
 		}
 		return nil
 	case wire.PbMetaAnnotations:
@@ -386,17 +388,17 @@ func (sc *protoServiceScanner) metadataField(m wire.ProtoField) error {
 			return nil
 		})
 		if string(key) == initialEventsEndAnnotation {
-			sc.s.initialEventsEnd = string(value) == "true"
+			sc.s.InitialEventsEnd = string(value) == "true"
 		}
 		return err
 	case wire.PbMetaName:
-		field = &sc.s.name
+		field = &sc.s.Name
 	case wire.PbMetaNamespace:
-		field = &sc.s.namespace
+		field = &sc.s.Namespace
 	case wire.PbMetaUID:
-		field = &sc.s.uid
+		field = &sc.s.UID
 	case wire.PbMetaResourceVersion:
-		field = &sc.s.resourceVersion
+		field = &sc.s.ResourceVersion
 	default:
 		return nil
 	}

@@ -1,4 +1,4 @@
-package proxy
+package serviceview
 
 import (
 	"bufio"
@@ -6,18 +6,21 @@ import (
 	"encoding/json"
 	"errors"
 
-	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/wire"
 	"google.golang.org/protobuf/encoding/protowire"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/service"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/wire"
 )
 
-// The emission layer: the only code that writes Services to the CCM. It
-// writes what the decision layer decided and nothing else:
+// The emission: the only code that writes Services to the CCM. It writes
+// what the decision (view.go, history.go, watch.go) decided and nothing
+// else:
 //
 //   - a Service in the view: the API server's bytes without
-//     spec.loadBalancerClass (service.writeWithoutClass);
+//     spec.loadBalancerClass (service.Service.WriteWithoutClass);
 //   - a tombstone: a Service of namespace, name, uid and resourceVersion;
 //   - a bookmark: a Service of resourceVersion and the initial-events-end
 //     annotation;
@@ -32,8 +35,8 @@ import (
 type listWriter interface {
 	// begin gets the length of the API server's list message (protobuf).
 	begin(length uint64) error
-	meta(m listMeta) error
-	item(s *service) error
+	meta(m service.ListMeta) error
+	item(s *service.Service) error
 	// end completes the list.
 	end() error
 }
@@ -61,7 +64,7 @@ func (w *jsonListWriter) begin(uint64) error {
 	return err
 }
 
-func (w *jsonListWriter) meta(m listMeta) error {
+func (w *jsonListWriter) meta(m service.ListMeta) error {
 	if w.metaDone {
 		return errors.New("list metadata given twice")
 	}
@@ -69,7 +72,7 @@ func (w *jsonListWriter) meta(m listMeta) error {
 	if err := w.closeItems(); err != nil {
 		return err
 	}
-	b, err := json.Marshal(metav1.ListMeta{ResourceVersion: m.resourceVersion})
+	b, err := json.Marshal(metav1.ListMeta{ResourceVersion: m.ResourceVersion})
 	if err != nil {
 		return err
 	}
@@ -78,7 +81,7 @@ func (w *jsonListWriter) meta(m listMeta) error {
 	return err
 }
 
-func (w *jsonListWriter) item(s *service) error {
+func (w *jsonListWriter) item(s *service.Service) error {
 	switch {
 	case w.itemsOpen == 0:
 		w.itemsOpen = 1
@@ -89,7 +92,7 @@ func (w *jsonListWriter) item(s *service) error {
 		_ = w.out.WriteByte(',')
 	}
 	w.itemsN++
-	return s.writeWithoutClass(w.out)
+	return s.WriteWithoutClass(w.out)
 }
 
 // closeItems ends the items array if one is open.
@@ -153,19 +156,19 @@ func (w *protoListWriter) begin(length uint64) error {
 	return err
 }
 
-func (w *protoListWriter) meta(m listMeta) error {
-	lm := metav1.ListMeta{ResourceVersion: m.resourceVersion}
+func (w *protoListWriter) meta(m service.ListMeta) error {
+	lm := metav1.ListMeta{ResourceVersion: m.ResourceVersion}
 	b, err := lm.Marshal()
 	if err != nil {
 		return err
 	}
-	return w.emit(protowire.AppendBytes(protowire.AppendTag(w.field[:0], pbListMeta, protowire.BytesType), b))
+	return w.emit(protowire.AppendBytes(protowire.AppendTag(w.field[:0], service.PbListMeta, protowire.BytesType), b))
 }
 
-func (w *protoListWriter) item(s *service) error {
-	f := protowire.AppendTag(w.field[:0], pbListItems, protowire.BytesType)
-	f = protowire.AppendVarint(f, uint64(s.withoutClassLen()))
-	w.field = s.appendWithoutClass(f)
+func (w *protoListWriter) item(s *service.Service) error {
+	f := protowire.AppendTag(w.field[:0], service.PbListItems, protowire.BytesType)
+	f = protowire.AppendVarint(f, uint64(s.WithoutClassLen()))
+	w.field = s.AppendWithoutClass(f)
 	return w.emit(w.field)
 }
 
@@ -253,7 +256,7 @@ func (w *jsonEventWriter) write(s send) error {
 	_, _ = w.out.WriteString(`{"type":"` + s.typ + `","object":`)
 	var err error
 	if s.kind == sendService {
-		err = s.svc.writeWithoutClass(w.out)
+		err = s.svc.WriteWithoutClass(w.out)
 	} else {
 		obj, _ := constructed(s)
 		var b []byte
@@ -283,8 +286,8 @@ func (w *protoEventWriter) write(s send) error {
 	switch s.kind {
 	case sendService:
 		obj = wire.AppendProtoTypeMeta(obj, "Service")
-		obj = protowire.AppendVarint(protowire.AppendTag(obj, wire.PbUnknownRaw, protowire.BytesType), uint64(s.svc.withoutClassLen()))
-		obj = s.svc.appendWithoutClass(obj)
+		obj = protowire.AppendVarint(protowire.AppendTag(obj, wire.PbUnknownRaw, protowire.BytesType), uint64(s.svc.WithoutClassLen()))
+		obj = s.svc.AppendWithoutClass(obj)
 	default:
 		o, kind := constructed(s)
 		raw, err := o.Marshal()
@@ -317,11 +320,11 @@ func constructed(s send) (obj constructedObject, kind string) {
 	case sendTombstone:
 		return &corev1.Service{
 			TypeMeta:   metav1.TypeMeta{Kind: "Service", APIVersion: "v1"},
-			ObjectMeta: metav1.ObjectMeta{Namespace: s.meta.namespace, Name: s.meta.name, UID: types.UID(s.meta.uid), ResourceVersion: s.meta.resourceVersion},
+			ObjectMeta: metav1.ObjectMeta{Namespace: s.meta.Namespace, Name: s.meta.Name, UID: types.UID(s.meta.UID), ResourceVersion: s.meta.ResourceVersion},
 		}, "Service"
 	case sendBookmark:
-		b := &corev1.Service{TypeMeta: metav1.TypeMeta{Kind: "Service", APIVersion: "v1"}, ObjectMeta: metav1.ObjectMeta{ResourceVersion: s.meta.resourceVersion}}
-		if s.meta.initialEventsEnd {
+		b := &corev1.Service{TypeMeta: metav1.TypeMeta{Kind: "Service", APIVersion: "v1"}, ObjectMeta: metav1.ObjectMeta{ResourceVersion: s.meta.ResourceVersion}}
+		if s.meta.InitialEventsEnd {
 			b.Annotations = map[string]string{metav1.InitialEventsAnnotationKey: "true"}
 		}
 		return b, "Service"
@@ -332,21 +335,21 @@ func constructed(s send) (obj constructedObject, kind string) {
 	}
 }
 
-// singleAnswer is the answer to a get or a write of one Service in the view:
+// SingleAnswer is the answer to a get or a write of one Service in the view:
 // the Service without its class.
-func singleAnswer(media wire.Media, s *service) []byte {
+func SingleAnswer(media wire.Media, s *service.Service) []byte {
 	if media == wire.MediaProtobuf {
 		b := wire.AppendProtoTypeMeta(append([]byte(nil), wire.ProtoMagic...), "Service")
-		b = protowire.AppendVarint(protowire.AppendTag(b, wire.PbUnknownRaw, protowire.BytesType), uint64(s.withoutClassLen()))
-		return s.appendWithoutClass(b)
+		b = protowire.AppendVarint(protowire.AppendTag(b, wire.PbUnknownRaw, protowire.BytesType), uint64(s.WithoutClassLen()))
+		return s.AppendWithoutClass(b)
 	}
-	return s.appendWithoutClass(make([]byte, 0, s.withoutClassLen()))
+	return s.AppendWithoutClass(make([]byte, 0, s.WithoutClassLen()))
 }
 
-// tombstoneAnswer is the answer to a write whose Service left the view with
+// TombstoneAnswer is the answer to a write whose Service left the view with
 // it: the Service's namespace, name, uid and new resourceVersion.
-func tombstoneAnswer(media wire.Media, f serviceFacts) ([]byte, error) {
-	obj, kind := constructed(send{kind: sendTombstone, meta: serviceFacts{namespace: f.namespace, name: f.name, uid: f.uid, resourceVersion: f.resourceVersion}})
+func TombstoneAnswer(media wire.Media, f service.Facts) ([]byte, error) {
+	obj, kind := constructed(send{kind: sendTombstone, meta: service.Facts{Namespace: f.Namespace, Name: f.Name, UID: f.UID, ResourceVersion: f.ResourceVersion}})
 	if media != wire.MediaProtobuf {
 		return json.Marshal(obj)
 	}

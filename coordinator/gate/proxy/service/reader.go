@@ -1,4 +1,4 @@
-package proxy
+package service
 
 import (
 	"encoding/json"
@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/wire"
 	"google.golang.org/protobuf/encoding/protowire"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/wire"
 )
 
 // The readers turn the API server's answers into objects, one at a time: a
@@ -21,12 +22,12 @@ const (
 	// maxServiceValue bounds one Service (or one watch event); the API
 	// server's own limit for an object is far lower.
 	maxServiceValue = 32 << 20
-	// maxServiceBody bounds a PUT body and a single-Service answer.
-	maxServiceBody = 8 << 20
+	// MaxBody bounds a PUT body and a single-Service answer.
+	MaxBody = 8 << 20
 )
 
-// readOne reads a single Service: JSON, or protobuf in its envelope.
-func readOne(media wire.Media, body []byte, class string) (*service, error) {
+// ReadOne reads a single Service: JSON, or protobuf in its envelope.
+func ReadOne(media wire.Media, body []byte, class string) (*Service, error) {
 	if media == wire.MediaProtobuf {
 		o, err := wire.ReadProtoObject(body)
 		if err != nil {
@@ -39,40 +40,40 @@ func readOne(media wire.Media, body []byte, class string) (*service, error) {
 	return sc.scan(body)
 }
 
-// listMeta is what the readers take from a list's metadata.
-type listMeta struct{ resourceVersion, continueToken string }
+// ListMeta is what the readers take from a list's metadata.
+type ListMeta struct{ ResourceVersion, ContinueToken string }
 
-// listVisit receives a ServiceList as it is read.
-type listVisit struct {
+// ListVisit receives a ServiceList as it is read.
+type ListVisit struct {
 	// begin gets the length of the list message (protobuf; 0 for JSON),
 	// before anything else.
-	begin func(length uint64) error
+	Begin func(length uint64) error
 	// meta gets the list's metadata, item each Service, in the order the API
 	// server wrote them.
-	meta func(listMeta) error
-	item func(*service) error
+	Meta func(ListMeta) error
+	Item func(*Service) error
 }
 
 // Field numbers of ServiceList and ListMeta.
 const (
-	pbListMeta                protowire.Number = 1
-	pbListItems               protowire.Number = 2
+	PbListMeta                protowire.Number = 1
+	PbListItems               protowire.Number = 2
 	pbListMetaResourceVersion protowire.Number = 2
 	pbListMetaContinue        protowire.Number = 3
 )
 
-// readList reads a ServiceList in media from in. meta is set on the
+// ReadList reads a ServiceList in media from in. meta is set on the
 // scanner: true reads the Services' names and versions too.
-func readList(media wire.Media, in io.Reader, class string, meta bool, v listVisit) error {
+func ReadList(media wire.Media, in io.Reader, class string, meta bool, v ListVisit) error {
 	if media == wire.MediaProtobuf {
 		return readProtoList(in, &protoServiceScanner{class: class, meta: meta}, v)
 	}
 	return readJSONList(in, &jsonServiceScanner{class: class, meta: meta}, v)
 }
 
-func readJSONList(in io.Reader, sc *jsonServiceScanner, v listVisit) error {
+func readJSONList(in io.Reader, sc *jsonServiceScanner, v ListVisit) error {
 	s := wire.NewJSONStream(in, maxServiceValue)
-	if err := v.begin(0); err != nil {
+	if err := v.Begin(0); err != nil {
 		return err
 	}
 	if err := s.Expect('{'); err != nil {
@@ -109,9 +110,9 @@ func readJSONList(in io.Reader, sc *jsonServiceScanner, v listVisit) error {
 		case "metadata":
 			var b []byte
 			if b, err = s.Value(); err == nil {
-				var m listMeta
+				var m ListMeta
 				if m, err = jsonListMeta(b); err == nil {
-					err = v.meta(m)
+					err = v.Meta(m)
 				}
 			}
 		default:
@@ -123,8 +124,8 @@ func readJSONList(in io.Reader, sc *jsonServiceScanner, v listVisit) error {
 	}
 }
 
-func jsonListMeta(b []byte) (listMeta, error) {
-	var m listMeta
+func jsonListMeta(b []byte) (ListMeta, error) {
+	var m ListMeta
 	if len(b) == 0 || b[0] != '{' {
 		return m, nil // null
 	}
@@ -132,16 +133,16 @@ func jsonListMeta(b []byte) (listMeta, error) {
 		var err error
 		switch mm.Key {
 		case "resourceVersion":
-			m.resourceVersion, _, err = wire.JSONOptionalString(b[mm.ValueStart:mm.ValueEnd])
+			m.ResourceVersion, _, err = wire.JSONOptionalString(b[mm.ValueStart:mm.ValueEnd])
 		case "continue":
-			m.continueToken, _, err = wire.JSONOptionalString(b[mm.ValueStart:mm.ValueEnd])
+			m.ContinueToken, _, err = wire.JSONOptionalString(b[mm.ValueStart:mm.ValueEnd])
 		}
 		return err
 	})
 	return m, err
 }
 
-func readJSONItems(s *wire.JSONStream, sc *jsonServiceScanner, v listVisit) error {
+func readJSONItems(s *wire.JSONStream, sc *jsonServiceScanner, v ListVisit) error {
 	c, err := s.Peek()
 	if err != nil {
 		return wire.NoEOF(err)
@@ -165,20 +166,20 @@ func readJSONItems(s *wire.JSONStream, sc *jsonServiceScanner, v listVisit) erro
 				return err
 			}
 		}
-		var svc *service
+		var svc *Service
 		if _, err := s.ScanValue(func(b []byte) (end int, err error) {
 			svc, end, err = sc.scanAt(b, 0)
 			return end, err
 		}); err != nil {
 			return fmt.Errorf("Service %d of the list: %w", n, err)
 		}
-		if err := v.item(svc); err != nil {
+		if err := v.Item(svc); err != nil {
 			return err
 		}
 	}
 }
 
-func readProtoList(in io.Reader, sc *protoServiceScanner, v listVisit) error {
+func readProtoList(in io.Reader, sc *protoServiceScanner, v ListVisit) error {
 	s := wire.NewProtoStream(in, maxServiceValue)
 	if err := s.Magic(); err != nil {
 		return err
@@ -200,7 +201,7 @@ func readProtoList(in io.Reader, sc *protoServiceScanner, v listVisit) error {
 			_, err = s.Skip(typ)
 		case num == wire.PbUnknownRaw && !listSeen:
 			listSeen = true
-			if err = v.begin(length); err == nil {
+			if err = v.Begin(length); err == nil {
 				err = readProtoListMessage(s, length, sc, v)
 			}
 		case num == wire.PbUnknownRaw:
@@ -215,7 +216,7 @@ func readProtoList(in io.Reader, sc *protoServiceScanner, v listVisit) error {
 }
 
 // readProtoListMessage reads the ServiceList message of length bytes.
-func readProtoListMessage(s *wire.ProtoStream, length uint64, sc *protoServiceScanner, v listVisit) error {
+func readProtoListMessage(s *wire.ProtoStream, length uint64, sc *protoServiceScanner, v ListVisit) error {
 	for read := uint64(0); read < length; {
 		num, typ, l, n, err := s.Header()
 		if err != nil {
@@ -233,25 +234,25 @@ func readProtoListMessage(s *wire.ProtoStream, length uint64, sc *protoServiceSc
 			return fmt.Errorf("%w: ServiceList field %d past the end of the list", wire.ErrProto, num)
 		}
 		switch num {
-		case pbListItems:
-			var svc *service
+		case PbListItems:
+			var svc *Service
 			if svc, err = sc.scan(b); err == nil {
-				err = v.item(svc)
+				err = v.Item(svc)
 			}
-		case pbListMeta:
-			var m listMeta
+		case PbListMeta:
+			var m ListMeta
 			err = wire.ProtoFields(b, func(f wire.ProtoField) error {
 				switch {
 				case f.Type != protowire.BytesType:
 				case f.Num == pbListMetaResourceVersion:
-					m.resourceVersion = string(f.Value)
+					m.ResourceVersion = string(f.Value)
 				case f.Num == pbListMetaContinue:
-					m.continueToken = string(f.Value)
+					m.ContinueToken = string(f.Value)
 				}
 				return nil
 			})
 			if err == nil {
-				err = v.meta(m)
+				err = v.Meta(m)
 			}
 		}
 		if err != nil {
@@ -263,32 +264,32 @@ func readProtoListMessage(s *wire.ProtoStream, length uint64, sc *protoServiceSc
 
 // Watch event types.
 const (
-	eventAdded    = "ADDED"
-	eventModified = "MODIFIED"
-	eventDeleted  = "DELETED"
-	eventBookmark = "BOOKMARK"
-	eventError    = "ERROR"
+	EventAdded    = "ADDED"
+	EventModified = "MODIFIED"
+	EventDeleted  = "DELETED"
+	EventBookmark = "BOOKMARK"
+	EventError    = "ERROR"
 )
 
-var watchEventTypes = []string{eventAdded, eventModified, eventDeleted, eventBookmark, eventError}
+var watchEventTypes = []string{EventAdded, EventModified, EventDeleted, EventBookmark, EventError}
 
-// watchEvent is one event of a watch as the API server sent it.
-type watchEvent struct {
-	typ string
+// WatchEvent is one event of a watch as the API server sent it.
+type WatchEvent struct {
+	Type string
 	// svc is the object read as a Service (every type but ERROR); valid
 	// until the next event is read.
-	svc *service
+	Service *Service
 	// status is an ERROR's object.
-	status *metav1.Status
+	Status *metav1.Status
 }
 
-// eventReader reads a watch of Services event by event.
-type eventReader interface {
-	// next returns the next event; io.EOF at the clean end of the stream.
-	next() (watchEvent, error)
+// EventReader reads a watch of Services event by event.
+type EventReader interface {
+	// Next returns the next event; io.EOF at the clean end of the stream.
+	Next() (WatchEvent, error)
 }
 
-func newEventReader(media wire.Media, in io.Reader, class string) eventReader {
+func NewEventReader(media wire.Media, in io.Reader, class string) EventReader {
 	if media == wire.MediaProtobuf {
 		return &protoEventReader{s: wire.NewProtoStream(in, maxServiceValue), sc: protoServiceScanner{meta: true, class: class}}
 	}
@@ -301,20 +302,20 @@ type jsonEventReader struct {
 	sc jsonServiceScanner
 }
 
-func (r *jsonEventReader) next() (watchEvent, error) {
+func (r *jsonEventReader) Next() (WatchEvent, error) {
 	if _, err := r.s.Peek(); err != nil {
-		return watchEvent{}, err // io.EOF at the end
+		return WatchEvent{}, err // io.EOF at the end
 	}
 	// One pass over the event when its type comes first (the API server
 	// writes it first): the object is scanned as a Service as it is found.
-	var ev watchEvent
+	var ev WatchEvent
 	var obj wire.Span
 	ev2, err := r.s.ScanValue(func(b []byte) (int, error) {
-		ev, obj = watchEvent{}, wire.Span{Start: -1, End: -1}
+		ev, obj = WatchEvent{}, wire.Span{Start: -1, End: -1}
 		return wire.JSONEachMember(b, 0, func(key []byte, _, vs int) (int, error) {
 			switch {
 			case wire.JSONStringIs(key, "type"):
-				if ev.typ != "" {
+				if ev.Type != "" {
 					return vs, fmt.Errorf("%w: type given twice", wire.ErrJSONSyntax)
 				}
 				ve, err := wire.JSONValueEnd(b, vs)
@@ -322,17 +323,17 @@ func (r *jsonEventReader) next() (watchEvent, error) {
 					return ve, err
 				}
 				var ok bool
-				if ev.typ, ok = wire.Interned(wire.JSONPlainString(b[vs:ve]), watchEventTypes...); !ok {
-					ev.typ, _, err = wire.JSONOptionalString(b[vs:ve])
+				if ev.Type, ok = wire.Interned(wire.JSONPlainString(b[vs:ve]), watchEventTypes...); !ok {
+					ev.Type, _, err = wire.JSONOptionalString(b[vs:ve])
 				}
 				return ve, err
 			case wire.JSONStringIs(key, "object"):
 				if obj.Start >= 0 {
 					return vs, fmt.Errorf("%w: object given twice", wire.ErrJSONSyntax)
 				}
-				if ev.typ != "" && ev.typ != eventError && b[vs] == '{' {
+				if ev.Type != "" && ev.Type != EventError && b[vs] == '{' {
 					svc, ve, err := r.sc.scanAt(b, vs)
-					ev.svc, obj = svc, wire.Span{Start: vs, End: ve}
+					ev.Service, obj = svc, wire.Span{Start: vs, End: ve}
 					return ve, err
 				}
 				ve, err := wire.JSONValueEnd(b, vs)
@@ -343,22 +344,22 @@ func (r *jsonEventReader) next() (watchEvent, error) {
 		})
 	})
 	if err != nil {
-		return watchEvent{}, fmt.Errorf("watch event: %w", wire.NoEOF(err))
+		return WatchEvent{}, fmt.Errorf("watch event: %w", wire.NoEOF(err))
 	}
-	if ev.typ == "" || obj.Start < 0 {
-		return watchEvent{}, fmt.Errorf("%w: watch event without type or object", wire.ErrJSONSyntax)
+	if ev.Type == "" || obj.Start < 0 {
+		return WatchEvent{}, fmt.Errorf("%w: watch event without type or object", wire.ErrJSONSyntax)
 	}
 	b := ev2[obj.Start:obj.End]
 	switch {
-	case ev.typ == eventError:
-		ev.status = &metav1.Status{}
-		if err := json.Unmarshal(b, ev.status); err != nil {
-			return watchEvent{}, fmt.Errorf("ERROR event: %w", err)
+	case ev.Type == EventError:
+		ev.Status = &metav1.Status{}
+		if err := json.Unmarshal(b, ev.Status); err != nil {
+			return WatchEvent{}, fmt.Errorf("ERROR event: %w", err)
 		}
-	case ev.svc == nil:
+	case ev.Service == nil:
 		// The type came after the object: scan it now.
-		if ev.svc, err = r.sc.scan(b); err != nil {
-			return watchEvent{}, fmt.Errorf("%s event: %w", ev.typ, err)
+		if ev.Service, err = r.sc.scan(b); err != nil {
+			return WatchEvent{}, fmt.Errorf("%s event: %w", ev.Type, err)
 		}
 	}
 	return ev, nil
@@ -371,20 +372,20 @@ type protoEventReader struct {
 	sc protoServiceScanner
 }
 
-func (r *protoEventReader) next() (watchEvent, error) {
+func (r *protoEventReader) Next() (WatchEvent, error) {
 	frame, err := r.s.Frame()
 	if err != nil {
-		return watchEvent{}, err // io.EOF at the end
+		return WatchEvent{}, err // io.EOF at the end
 	}
-	var ev watchEvent
+	var ev WatchEvent
 	var object []byte
 	if err := wire.ProtoFields(frame, func(f wire.ProtoField) error {
 		switch {
 		case f.Type != protowire.BytesType:
 		case f.Num == wire.PbWatchEventType:
 			var ok bool
-			if ev.typ, ok = wire.Interned(f.Value, watchEventTypes...); !ok {
-				ev.typ = string(f.Value)
+			if ev.Type, ok = wire.Interned(f.Value, watchEventTypes...); !ok {
+				ev.Type = string(f.Value)
 			}
 		case f.Num == wire.PbWatchEventObject:
 			return wire.ProtoFields(f.Value, func(r wire.ProtoField) error {
@@ -396,21 +397,21 @@ func (r *protoEventReader) next() (watchEvent, error) {
 		}
 		return nil
 	}); err != nil {
-		return watchEvent{}, fmt.Errorf("watch event: %w", err)
+		return WatchEvent{}, fmt.Errorf("watch event: %w", err)
 	}
 	o, err := wire.ReadProtoObject(object)
 	if err != nil {
-		return watchEvent{}, fmt.Errorf("%s event: %w", ev.typ, err)
+		return WatchEvent{}, fmt.Errorf("%s event: %w", ev.Type, err)
 	}
-	if ev.typ == eventError {
-		ev.status = &metav1.Status{}
-		if err := ev.status.Unmarshal(o.Raw); err != nil {
-			return watchEvent{}, fmt.Errorf("ERROR event: %w", err)
+	if ev.Type == EventError {
+		ev.Status = &metav1.Status{}
+		if err := ev.Status.Unmarshal(o.Raw); err != nil {
+			return WatchEvent{}, fmt.Errorf("ERROR event: %w", err)
 		}
 		return ev, nil
 	}
-	if ev.svc, err = r.sc.scan(o.Raw); err != nil {
-		return watchEvent{}, fmt.Errorf("%s event: %w", ev.typ, err)
+	if ev.Service, err = r.sc.scan(o.Raw); err != nil {
+		return WatchEvent{}, fmt.Errorf("%s event: %w", ev.Type, err)
 	}
 	return ev, nil
 }
