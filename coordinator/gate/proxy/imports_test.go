@@ -41,7 +41,7 @@ var importRules = map[string]importRule{
 	},
 	"coordinator/gate/proxy/nodeview": {
 		module: []string{"coordinator/gate/proxy/wire"},
-		never:  []string{"k8s.io/client-go/", "net/http"},
+		never:  []string{"k8s.io/client-go/", "net/http/httputil"},
 	},
 	"coordinator/gate/proxy/internal/servicetest": {
 		module: []string{"coordinator/gate/proxy/wire", "coordinator/gate/proxy/service"},

@@ -24,6 +24,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/nodeview"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/serviceview"
 )
 
@@ -137,7 +138,7 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.Log.GetSink() == nil {
 		cfg.Log = klog.Background()
 	}
-	reqs, err := viewRequirements(cfg.PlatformLabel, cfg.Platform, cfg.DomainSelector)
+	reqs, err := nodeview.ViewRequirements(cfg.PlatformLabel, cfg.Platform, cfg.DomainSelector)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
@@ -310,7 +311,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // filter injects the view's selector (platform and domain) into a list or watch and forwards it.
 func (p *Proxy) filter(w http.ResponseWriter, r *http.Request, rt route) {
-	q, err := viewSelector(r.URL.Query(), p.requirements)
+	q, err := nodeview.ViewSelector(r.URL.Query(), p.requirements)
 	if err != nil {
 		p.refuse(w, r, rt, badRequest(err))
 		return
@@ -335,12 +336,12 @@ func (p *Proxy) filter(w http.ResponseWriter, r *http.Request, rt route) {
 // nodes/status, say). A write is checked with the cache; the fence, in the
 // API server, decides on the Node as it is stored.
 func (p *Proxy) single(w http.ResponseWriter, r *http.Request, rt route) {
-	check, media := nodeReadOf(r, rt)
+	check, media := nodeview.ReadCheckOf(r.Method, rt.subresource, r.Header.Values("Accept"))
 	switch check {
-	case checkHeld:
+	case nodeview.CheckHeld:
 		p.forwardHeld(w, r, rt)
 		return
-	case checkAnswer:
+	case nodeview.CheckAnswer:
 		if _, ok := p.cachedInView(rt.name); ok {
 			p.forwardChecked(w, r, rt, media)
 			return
@@ -356,7 +357,7 @@ func (p *Proxy) single(w http.ResponseWriter, r *http.Request, rt route) {
 		p.hide(w, r, rt)
 		return
 	}
-	if check == checkAnswer {
+	if check == nodeview.CheckAnswer {
 		// The Node may leave the view between the read and the GET.
 		p.forwardChecked(w, r, rt, media)
 		return

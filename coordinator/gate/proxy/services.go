@@ -80,7 +80,7 @@ func (p *Proxy) services(w http.ResponseWriter, r *http.Request, rt route) {
 
 // serviceRead forwards a list, watch or get of Services and filters the answer.
 func (p *Proxy) serviceRead(w http.ResponseWriter, r *http.Request, rt route) {
-	media, ok := negotiateMedia(r.Header.Values("Accept"))
+	media, ok := serviceview.NegotiateMedia(r.Header.Values("Accept"))
 	if !ok {
 		p.refuse(w, r, rt, notAcceptable(r.Header.Get("Accept")))
 		return
@@ -132,7 +132,7 @@ func (p *Proxy) serviceRead(w http.ResponseWriter, r *http.Request, rt route) {
 // class; it passes unchanged (the API server refuses to change the class of
 // a LoadBalancer Service anyway).
 func (p *Proxy) serviceWrite(w http.ResponseWriter, r *http.Request, rt route) {
-	media, ok := negotiateMedia(r.Header.Values("Accept"))
+	media, ok := serviceview.NegotiateMedia(r.Header.Values("Accept"))
 	if !ok {
 		p.refuse(w, r, rt, notAcceptable(r.Header.Get("Accept")))
 		return

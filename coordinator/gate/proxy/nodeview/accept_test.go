@@ -1,4 +1,4 @@
-package proxy
+package nodeview
 
 import (
 	"testing"
@@ -50,54 +50,27 @@ func TestPlainPreferredAsTheAPIServer(t *testing.T) {
 		{"no Accept header", nil, wire.MediaJSON},
 	}
 	for _, tc := range tests {
-		got, ok := plainPreferred(tc.accept)
+		got, ok := PlainPreferred(tc.accept)
 		if got != tc.want || ok != (tc.want != wire.MediaNone) {
 			t.Errorf("%s: Accept %q: got %v %v, want %v", tc.why, tc.accept, got, ok, tc.want)
 		}
 	}
 }
 
-// FuzzPlainPreferred: no Accept header makes plainPreferred panic.
+// FuzzPlainPreferred: no Accept header makes PlainPreferred panic.
 func FuzzPlainPreferred(f *testing.F) {
 	f.Add("application/json;as=Table;g=meta.k8s.io;v=v1;q=0.5, */*")
 	f.Add("application/vnd.kubernetes.protobuf, */*")
 	f.Add("*/*;q=NaN,\tapplication/json;q=\"1\";;=,")
 	f.Fuzz(func(t *testing.T, accept string) {
-		plainPreferred([]string{accept})
-		plainPreferred([]string{accept, accept})
+		PlainPreferred([]string{accept})
+		PlainPreferred([]string{accept, accept})
 	})
-}
-
-func TestNegotiateMedia(t *testing.T) {
-	tests := []struct {
-		accept string
-		want   wire.Media
-	}{
-		{accept: "", want: wire.MediaJSON},
-		{accept: "application/json", want: wire.MediaJSON},
-		{accept: "application/vnd.kubernetes.protobuf, */*", want: wire.MediaProtobuf},
-		{accept: "application/vnd.kubernetes.protobuf;stream=watch", want: wire.MediaProtobuf},
-		{accept: "application/json;as=Table;v=v1;g=meta.k8s.io,application/json", want: wire.MediaJSON},
-		{accept: "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"},
-		{accept: "application/cbor"},
-		{accept: "application/cbor, application/json;q=0.9", want: wire.MediaJSON},
-		{accept: "application/json;q=0.5, application/vnd.kubernetes.protobuf", want: wire.MediaProtobuf},
-		{accept: "application/json;q=0", want: wire.MediaNone},
-		{accept: "*/*", want: wire.MediaJSON},
-		{accept: "text/html", want: wire.MediaNone},
-		{accept: ";;;,", want: wire.MediaNone},
-	}
-	for _, tc := range tests {
-		got, ok := negotiateMedia([]string{tc.accept})
-		if got != tc.want || ok != (tc.want != wire.MediaNone) {
-			t.Errorf("Accept %q: got %v %v, want %v", tc.accept, got, ok, tc.want)
-		}
-	}
 }
 
 // TestPlainPreferred: a GET of a Node is checked by its answer only when the
 // API server would answer it as a plain Node anyway; any header with which it
-// might answer in another form is held (nodehold.go) and forwarded as sent.
+// might answer in another form is held (package proxy, nodehold.go) and forwarded as sent.
 func TestPlainPreferred(t *testing.T) {
 	tests := []struct {
 		accept string
@@ -131,7 +104,7 @@ func TestPlainPreferred(t *testing.T) {
 		{accept: "text/html"},
 	}
 	for _, tc := range tests {
-		got, ok := plainPreferred([]string{tc.accept})
+		got, ok := PlainPreferred([]string{tc.accept})
 		if got != tc.want || ok != (tc.want != wire.MediaNone) {
 			t.Errorf("Accept %q: got %v %v, want %v", tc.accept, got, ok, tc.want)
 		}
