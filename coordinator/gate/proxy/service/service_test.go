@@ -21,18 +21,10 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/wire"
 )
 
-// The tests of the object layer use the fixture of every Service test.
-var (
-	codecs      = servicetest.Codecs
-	svc         = servicetest.Svc
-	factsOf     = servicetest.FactsOf
-	scanService = servicetest.ScanService
-)
-
 func TestServiceWithoutClass(t *testing.T) {
-	for _, c := range codecs(t) {
+	for _, c := range servicetest.Codecs(t) {
 		t.Run(c.Name, func(t *testing.T) {
-			for _, in := range []*corev1.Service{svc("a", "LoadBalancer", ptr.To("x.io/a")), svc("b", "LoadBalancer", nil)} {
+			for _, in := range []*corev1.Service{servicetest.Svc("a", "LoadBalancer", ptr.To("x.io/a")), servicetest.Svc("b", "LoadBalancer", nil)} {
 				out := serviceview.SingleAnswer(c.Media, c.Scan(t, c.Encode(t, in)))
 				var got corev1.Service
 				c.Decode(t, out, &got)
@@ -68,7 +60,7 @@ func TestServiceWithoutClass(t *testing.T) {
 		`{"metadata":{},"metadata":{"finalizers":[]}}`,
 		`{"metadata":{"finalizers":[],"finalizers":["x"]}}`,
 	} {
-		if _, err := scanService(wire.MediaJSON, []byte(in)); !errors.Is(err, service.ErrRepeated) {
+		if _, err := servicetest.ScanService(wire.MediaJSON, []byte(in)); !errors.Is(err, service.ErrRepeated) {
 			t.Errorf("%s: %v, want errRepeated", in, err)
 		}
 	}
@@ -76,7 +68,7 @@ func TestServiceWithoutClass(t *testing.T) {
 
 func mustScanJSON(t *testing.T, in string) *service.Service {
 	t.Helper()
-	s, err := scanService(wire.MediaJSON, []byte(in))
+	s, err := servicetest.ScanService(wire.MediaJSON, []byte(in))
 	if err != nil {
 		t.Fatalf("%s: %v", in, err)
 	}
@@ -90,7 +82,7 @@ func isJSON(b []byte) bool {
 
 func TestServiceForWrite(t *testing.T) {
 	const class = "hybridccm.io/hcloud"
-	for _, c := range codecs(t) {
+	for _, c := range servicetest.Codecs(t) {
 		t.Run(c.Name, func(t *testing.T) {
 			tests := []struct {
 				name string
@@ -102,16 +94,16 @@ func TestServiceForWrite(t *testing.T) {
 				// refused: the gate answers 403.
 				refused bool
 			}{
-				{name: "class restored, resourceVersion kept", sent: svc("a", "LoadBalancer", nil), hasClass: true, wantRV: "7"},
-				{name: "classless Service stays classless", sent: svc("a", "LoadBalancer", nil), wantRV: "7"},
+				{name: "class restored, resourceVersion kept", sent: servicetest.Svc("a", "LoadBalancer", nil), hasClass: true, wantRV: "7"},
+				{name: "classless Service stays classless", sent: servicetest.Svc("a", "LoadBalancer", nil), wantRV: "7"},
 				{name: "unconditional PUT made conditional", sent: func() *corev1.Service {
-					s := svc("a", "LoadBalancer", nil)
+					s := servicetest.Svc("a", "LoadBalancer", nil)
 					s.ResourceVersion = ""
 					return s
 				}(), hasClass: true, wantRV: "42"},
-				{name: "the stored class may be sent back", sent: svc("a", "LoadBalancer", ptr.To(class)), hasClass: true, wantRV: "7"},
-				{name: "another class is refused", sent: svc("a", "LoadBalancer", ptr.To("x.io/other")), hasClass: true, refused: true},
-				{name: "a class on a classless Service is refused", sent: svc("a", "LoadBalancer", ptr.To(class)), refused: true},
+				{name: "the stored class may be sent back", sent: servicetest.Svc("a", "LoadBalancer", ptr.To(class)), hasClass: true, wantRV: "7"},
+				{name: "another class is refused", sent: servicetest.Svc("a", "LoadBalancer", ptr.To("x.io/other")), hasClass: true, refused: true},
+				{name: "a class on a classless Service is refused", sent: servicetest.Svc("a", "LoadBalancer", ptr.To(class)), refused: true},
 			}
 			for _, tc := range tests {
 				t.Run(tc.name, func(t *testing.T) {
@@ -181,8 +173,8 @@ func TestServiceForWrite(t *testing.T) {
 // Service it writes without its class must decode to the same Service
 // without its class.
 func FuzzServiceWire(f *testing.F) {
-	for _, c := range codecs(f) {
-		s := svc("a", "LoadBalancer", ptr.To("x.io/a"), service.LoadBalancerCleanupFinalizer)
+	for _, c := range servicetest.Codecs(f) {
+		s := servicetest.Svc("a", "LoadBalancer", ptr.To("x.io/a"), service.LoadBalancerCleanupFinalizer)
 		b := c.Encode(f, s)
 		if c.Media == wire.MediaProtobuf {
 			o, _ := wire.ReadProtoObject(b)
@@ -232,7 +224,7 @@ func FuzzServiceWire(f *testing.F) {
 // decodes: the facts, and the Service written without its class.
 func checkScanned(t *testing.T, what string, svc *service.Service, want *corev1.Service, decode func([]byte, *corev1.Service) error) {
 	t.Helper()
-	f := factsOf(want)
+	f := servicetest.FactsOf(want)
 	f.InitialEventsEnd = want.Annotations[metav1.InitialEventsAnnotationKey] == "true"
 	if svc.Facts != f {
 		t.Fatalf("%s: the view read %+v, the client decodes %+v", what, svc.Facts, f)
