@@ -10,7 +10,7 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/wire"
 )
 
-// PlainPreferred says whether the API server answers a GET of a Node with
+// plainPreferred says whether the API server answers a GET of a Node with
 // these Accept headers as a plain object in JSON or protobuf, and in which:
 // the gate then asks for exactly that and checks the answer (CheckAnswer);
 // for any other header it holds the read (nodehold.go in package proxy), which is sound for
@@ -28,7 +28,7 @@ import (
 // server's comparison (a tie is another form: kubectl's fallbacks are tied),
 // and the plain clause must have a q-value above 0. A header whose clauses
 // the two parsers read differently is held.
-func PlainPreferred(accept []string) (wire.Media, bool) {
+func plainPreferred(accept []string) (wire.Media, bool) {
 	switch {
 	case len(accept) == 0 || (len(accept) == 1 && accept[0] == ""):
 		return wire.MediaJSON, true // the API server's default
@@ -84,7 +84,7 @@ type serverClause struct {
 	kind         wire.Media
 }
 
-// maxServerClauses bounds the clauses PlainPreferred decides on: up to that
+// maxServerClauses bounds the clauses plainPreferred decides on: up to that
 // many, Go's sort is an insertion sort, whose order the gate reproduces.
 const maxServerClauses = 12
 

@@ -50,7 +50,7 @@ func TestPlainPreferredAsTheAPIServer(t *testing.T) {
 		{"no Accept header", nil, wire.MediaJSON},
 	}
 	for _, tc := range tests {
-		got, ok := PlainPreferred(tc.accept)
+		got, ok := plainPreferred(tc.accept)
 		if got != tc.want || ok != (tc.want != wire.MediaNone) {
 			t.Errorf("%s: Accept %q: got %v %v, want %v", tc.why, tc.accept, got, ok, tc.want)
 		}
@@ -63,8 +63,8 @@ func FuzzPlainPreferred(f *testing.F) {
 	f.Add("application/vnd.kubernetes.protobuf, */*")
 	f.Add("*/*;q=NaN,\tapplication/json;q=\"1\";;=,")
 	f.Fuzz(func(t *testing.T, accept string) {
-		PlainPreferred([]string{accept})
-		PlainPreferred([]string{accept, accept})
+		plainPreferred([]string{accept})
+		plainPreferred([]string{accept, accept})
 	})
 }
 
@@ -104,7 +104,7 @@ func TestPlainPreferred(t *testing.T) {
 		{accept: "text/html"},
 	}
 	for _, tc := range tests {
-		got, ok := PlainPreferred([]string{tc.accept})
+		got, ok := plainPreferred([]string{tc.accept})
 		if got != tc.want || ok != (tc.want != wire.MediaNone) {
 			t.Errorf("Accept %q: got %v %v, want %v", tc.accept, got, ok, tc.want)
 		}

@@ -30,7 +30,7 @@ func ReadCheckOf(method, subresource string, accept []string) (ReadCheck, wire.M
 	if method != http.MethodGet || (subresource != "" && subresource != "status") {
 		return CheckBefore, wire.MediaNone
 	}
-	if m, ok := PlainPreferred(accept); ok {
+	if m, ok := plainPreferred(accept); ok {
 		return CheckAnswer, m
 	}
 	return CheckHeld, wire.MediaNone

@@ -10,7 +10,7 @@
 //     answer until reads of the Node before and after it agree;
 //   - accept.go: whether the API server answers a GET of a Node as a plain
 //     object in JSON or protobuf, and in which, reading the Accept header as
-//     the API server does (PlainPreferred).
+//     the API server does (plainPreferred).
 //
 // What it must not do:
 //
