@@ -57,7 +57,7 @@ func TestPlainPreferredAsTheAPIServer(t *testing.T) {
 	}
 }
 
-// FuzzPlainPreferred: no Accept header makes PlainPreferred panic.
+// FuzzPlainPreferred: no Accept header makes plainPreferred panic.
 func FuzzPlainPreferred(f *testing.F) {
 	f.Add("application/json;as=Table;g=meta.k8s.io;v=v1;q=0.5, */*")
 	f.Add("application/vnd.kubernetes.protobuf, */*")
