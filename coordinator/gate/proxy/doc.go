@@ -2,7 +2,8 @@
 // native CCM uses as its API server and that shows it only the Nodes of its own
 // platform.
 //
-// It owns the gate's HTTP proxying and nothing else:
+// It owns the gate's HTTP proxying and nothing else (the packages below it
+// read the wire and decide; see Packages):
 //
 //   - Node list and watch requests (/api/v1/nodes, /api/v1/watch/nodes[/{name}])
 //     get the platform requirement added to their labelSelector, combined with
@@ -33,8 +34,8 @@
 //     Services its client holds: one leaving the view is DELETED as a
 //     tombstone, one entering it ADDED, nothing else of a Service outside
 //     the view is sent; a PUT gets the stored class back. The Service code
-//     is layered wire -> object -> decision -> emission -> HTTP (see
-//     serviceViewLayers in layers_test.go). Without a class the CCM sees no
+//     is layered in packages: wire -> service (object) -> serviceview
+//     (decision, emission) -> this one (HTTP). Without a class the CCM sees no
 //     Service;
 //   - everything else (leases, events, discovery, /healthz, other resources) is
 //     forwarded unchanged, and responses are streamed, never buffered (a
@@ -65,4 +66,36 @@
 // It must not decide policy beyond the view: what a CCM may change is enforced
 // by the API server through the admission policy that coordinator/gate renders
 // (the fence). The view narrows what the CCM sees; the fence is the guarantee.
+//
+// # Packages
+//
+// The gate's proxy is five packages, layered in one direction: from the
+// wire to the views to HTTP.
+//
+//	wire         the API server's JSON and protobuf at the level of bytes,
+//	             and which of the two a Content-Type names
+//	service      a Service read from the wire (the object layer): its facts,
+//	             the readers of lists and watches, the Service history's
+//	             source, a PUT body with its class put back
+//	serviceview  which Services the CCM sees and what it gets of them: the
+//	             view, the history, a watch's decisions, the emission (the
+//	             only writer of Services to the CCM), the filters, and the
+//	             encoding of a Service answer
+//	nodeview     which Nodes the CCM sees and how a read of one is checked:
+//	             the selector, the read checks, a Node's labels in an answer,
+//	             the API server's reading of an Accept header
+//	proxy        this package, the HTTP layer: the server and its listeners,
+//	             routing, the node cache and the reads of a Node or Service,
+//	             request bodies and the answers' budget, the checked and held
+//	             answers of a Node (nodeanswer.go, nodehold.go), the Service
+//	             requests (services.go), and the wiring of the rest
+//
+// wire imports nothing of the gate; service imports wire; serviceview
+// imports service and wire; nodeview imports wire; this package imports them
+// all, and none of them imports it. The compiler keeps the direction: a
+// package cannot import one that imports it. TestImportRules keeps each
+// package to the imports within the module it is meant to have (no sideways
+// import between the views, nothing of this package below it), and wire free
+// of the Kubernetes API and of HTTP. Each package's doc says what it must not
+// do.
 package proxy

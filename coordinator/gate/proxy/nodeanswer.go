@@ -2,14 +2,15 @@ package proxy
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protowire"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/nodeview"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/wire"
 )
 
 // A GET of a Node (or its status) is shown only when what it shows is the
@@ -31,27 +32,14 @@ import (
 // proxy subresource, the kubelet's answer) are checked with a read of the
 // Node before they are forwarded only.
 
-// nodeReadCheck is how the view checks a read of one Node.
-type nodeReadCheck int
-
-const (
-	// checkBefore: a read of the Node before the request is forwarded.
-	checkBefore nodeReadCheck = iota
-	// checkAnswer: the Node in the answer (JSON or protobuf).
-	checkAnswer
-	// checkHeld: reads of the Node before and after the answer, which is
-	// held until they agree.
-	checkHeld
-)
-
 // nodeAnswer travels with a GET of a Node (or its status) to ModifyResponse.
 type nodeAnswer struct {
 	rt route
 	// in holds the client's credentials (for the gate's reads of the Node).
 	in http.Header
-	// media is the encoding the gate reads (checkAnswer).
-	media mediaKind
-	// held is set for a held answer (checkHeld).
+	// media is the encoding the gate reads (nodeview.CheckAnswer).
+	media wire.Media
+	// held is set for a held answer (nodeview.CheckHeld).
 	held *heldRead
 }
 
@@ -61,21 +49,9 @@ type nodeAnswerKey struct{}
 // server's own limit for an object is far lower).
 const maxNodeAnswer = 8 << 20
 
-// nodeReadOf says how a request for one Node is checked when it is a read,
-// and for checkAnswer in which encoding the gate asks for the answer.
-func nodeReadOf(r *http.Request, rt route) (nodeReadCheck, mediaKind) {
-	if r.Method != http.MethodGet || (rt.subresource != "" && rt.subresource != "status") {
-		return checkBefore, mediaNone
-	}
-	if m, ok := plainPreferred(r.Header.Values("Accept")); ok {
-		return checkAnswer, m
-	}
-	return checkHeld, mediaNone
-}
-
-// forwardChecked forwards a GET of a Node or its status (checkAnswer) with the
+// forwardChecked forwards a GET of a Node or its status (nodeview.CheckAnswer) with the
 // check of its answer.
-func (p *Proxy) forwardChecked(w http.ResponseWriter, r *http.Request, rt route, media mediaKind) {
+func (p *Proxy) forwardChecked(w http.ResponseWriter, r *http.Request, rt route, media wire.Media) {
 	prepareAnswerRequest(r, media)
 	a := &nodeAnswer{media: media, rt: rt, in: r.Header}
 	p.log.V(5).Info("forwarding", "method", r.Method, "path", r.URL.Path, "query", r.URL.RawQuery, "decision", "checked")
@@ -91,8 +67,8 @@ func (p *Proxy) checkNodeAnswer(resp *http.Response, a *nodeAnswer) error {
 	if done, err := p.nodeErrorAnswer(resp, a); done {
 		return err
 	}
-	if got := mediaOf(resp.Header.Get("Content-Type")); got != a.media {
-		return fmt.Errorf("%w: node %s: Content-Type %q where %q was asked for", errUndecodedAnswer, a.rt.name, resp.Header.Get("Content-Type"), a.media.contentType())
+	if got := wire.MediaOf(resp.Header.Get("Content-Type")); got != a.media {
+		return fmt.Errorf("%w: node %s: Content-Type %q where %q was asked for", errUndecodedAnswer, a.rt.name, resp.Header.Get("Content-Type"), a.media.ContentType())
 	}
 	body, err := p.readNodeAnswer(resp)
 	if errors.Is(err, errAnswerBudget) {
@@ -101,7 +77,7 @@ func (p *Proxy) checkNodeAnswer(resp *http.Response, a *nodeAnswer) error {
 	if err != nil {
 		return fmt.Errorf("node %s: %w", a.rt.name, err)
 	}
-	l, err := nodeLabels(a.media, body.body)
+	l, err := nodeview.Labels(a.media, body.body)
 	if err != nil {
 		body.release()
 		return fmt.Errorf("%w: node %s: %w", errUndecodedAnswer, a.rt.name, err)
@@ -170,59 +146,4 @@ func (p *Proxy) hideNodeAnswer(resp *http.Response, a *nodeAnswer) {
 	p.metrics.requests.WithLabelValues(a.rt.kind.String(), decisionHidden).Inc()
 	p.log.V(2).Info("node outside the view", "node", a.rt.name, "subresource", a.rt.subresource)
 	hideAnswer(resp, notFound(nodesResource, a.rt.name))
-}
-
-// pbNodeMetadata is the field number of Node's metadata.
-const pbNodeMetadata protowire.Number = 1
-
-// nodeLabels reads the labels of a Node: JSON, or protobuf in its envelope.
-func nodeLabels(media mediaKind, body []byte) (map[string]string, error) {
-	if media == mediaProtobuf {
-		o, err := readProtoObject(body)
-		if err != nil {
-			return nil, err
-		}
-		if o.kind != "Node" {
-			return nil, fmt.Errorf("a %q, not a Node", o.kind)
-		}
-		l := map[string]string{}
-		err = protoFields(o.raw, func(f protoField) error {
-			if f.num != pbNodeMetadata || f.typ != protowire.BytesType {
-				return nil
-			}
-			return protoFields(f.value, func(m protoField) error {
-				if m.num != pbMetaLabels || m.typ != protowire.BytesType {
-					return nil
-				}
-				// A map entry: 1: key, 2: value.
-				var key, value []byte
-				err := protoFields(m.value, func(e protoField) error {
-					switch {
-					case e.typ != protowire.BytesType:
-					case e.num == 1:
-						key = e.value
-					case e.num == 2:
-						value = e.value
-					}
-					return nil
-				})
-				l[string(key)] = string(value)
-				return err
-			})
-		})
-		return l, err
-	}
-	var n struct {
-		Kind     string `json:"kind"`
-		Metadata struct {
-			Labels map[string]string `json:"labels"`
-		} `json:"metadata"`
-	}
-	if err := json.Unmarshal(body, &n); err != nil {
-		return nil, err
-	}
-	if n.Kind != "Node" {
-		return nil, fmt.Errorf("a %q, not a Node", n.Kind)
-	}
-	return n.Metadata.Labels, nil
 }

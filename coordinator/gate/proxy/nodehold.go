@@ -55,7 +55,7 @@ type heldRead struct {
 }
 
 // forwardHeld forwards a GET of a Node or its status whose answer the gate
-// does not decode (checkHeld), and shows the answer only when the reads of
+// does not decode (nodeview.CheckHeld), and shows the answer only when the reads of
 // the Node before and after it agree.
 func (p *Proxy) forwardHeld(w http.ResponseWriter, r *http.Request, rt route) {
 	before, ok, err := p.lookup(r, rt.name, false)
@@ -106,7 +106,7 @@ func (p *Proxy) forwardHeld(w http.ResponseWriter, r *http.Request, rt route) {
 	}
 }
 
-// holdNodeAnswer holds the answer to a GET of a Node (checkHeld) and reads
+// holdNodeAnswer holds the answer to a GET of a Node (nodeview.CheckHeld) and reads
 // the Node again: the answer is released when the Node is unchanged since
 // the read before the GET, replaced by the gate's 404 when it is no longer in
 // the view, and dropped (errNodeChanged) when it changed otherwise.

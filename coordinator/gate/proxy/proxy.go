@@ -24,6 +24,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/nodeview"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/serviceview"
 )
 
 // CredentialMode says whose credentials reach the API server.
@@ -94,8 +96,8 @@ type Proxy struct {
 	requirements labels.Requirements
 	selector     labels.Selector
 	cache        *nodeCache
-	serviceView  serviceView
-	history      *serviceHistory
+	serviceView  serviceview.View
+	history      *serviceview.History
 	rp           *httputil.ReverseProxy
 	metrics      *metrics
 	access       *accessGate
@@ -136,11 +138,11 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.Log.GetSink() == nil {
 		cfg.Log = klog.Background()
 	}
-	reqs, err := viewRequirements(cfg.PlatformLabel, cfg.Platform, cfg.DomainSelector)
+	reqs, err := nodeview.ViewRequirements(cfg.PlatformLabel, cfg.Platform, cfg.DomainSelector)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	view, err := newServiceView(cfg.LoadBalancerClass, cfg.DefaultLoadBalancerClass)
+	view, err := serviceview.NewView(cfg.LoadBalancerClass, cfg.DefaultLoadBalancerClass)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
@@ -177,10 +179,10 @@ func New(cfg Config) (*Proxy, error) {
 			return nil, fmt.Errorf("%s: node cache: %w", op, err)
 		}
 	}
-	if !view.showsNone {
+	if !view.ShowsNone {
 		// Not a cache: without it a watch could not tell which Services its
 		// client holds.
-		if p.history, err = newServiceHistory(cfg.Upstream, base, view); err != nil {
+		if p.history, err = serviceview.NewHistory(cfg.Upstream, base, view); err != nil {
 			return nil, fmt.Errorf("%s: service history: %w", op, err)
 		}
 	}
@@ -219,7 +221,7 @@ func upstreamURL(cfg *rest.Config) (*url.URL, error) {
 func (p *Proxy) Start(ctx context.Context) error {
 	go p.access.run(ctx, p)
 	if p.history != nil {
-		go p.history.run(ctx)
+		go p.history.Run(ctx)
 	}
 	if p.cache != nil {
 		go p.cache.run(ctx)
@@ -229,7 +231,7 @@ func (p *Proxy) Start(ctx context.Context) error {
 		p.log.Info("node cache synced")
 	}
 	if p.history != nil {
-		if !p.history.waitSynced(ctx) {
+		if !p.history.WaitSynced(ctx) {
 			return fmt.Errorf("proxy.Start: Service history not synced: %w", ctx.Err())
 		}
 		p.log.Info("Service history synced")
@@ -241,7 +243,7 @@ func (p *Proxy) Start(ctx context.Context) error {
 // synced) and the CCM may start: its identity has been allowed everything of
 // Config.StartupAccess.
 func (p *Proxy) Ready() bool {
-	return (p.cache == nil || p.cache.synced()) && (p.history == nil || p.history.synced()) && p.access.ready.Load()
+	return (p.cache == nil || p.cache.synced()) && (p.history == nil || p.history.Synced()) && p.access.ready.Load()
 }
 
 // ServeHTTP implements http.Handler.
@@ -309,7 +311,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // filter injects the view's selector (platform and domain) into a list or watch and forwards it.
 func (p *Proxy) filter(w http.ResponseWriter, r *http.Request, rt route) {
-	q, err := viewSelector(r.URL.Query(), p.requirements)
+	q, err := nodeview.ViewSelector(r.URL.Query(), p.requirements)
 	if err != nil {
 		p.refuse(w, r, rt, badRequest(err))
 		return
@@ -334,12 +336,12 @@ func (p *Proxy) filter(w http.ResponseWriter, r *http.Request, rt route) {
 // nodes/status, say). A write is checked with the cache; the fence, in the
 // API server, decides on the Node as it is stored.
 func (p *Proxy) single(w http.ResponseWriter, r *http.Request, rt route) {
-	check, media := nodeReadOf(r, rt)
+	check, media := nodeview.ReadCheckOf(r.Method, rt.subresource, r.Header.Values("Accept"))
 	switch check {
-	case checkHeld:
+	case nodeview.CheckHeld:
 		p.forwardHeld(w, r, rt)
 		return
-	case checkAnswer:
+	case nodeview.CheckAnswer:
 		if _, ok := p.cachedInView(rt.name); ok {
 			p.forwardChecked(w, r, rt, media)
 			return
@@ -355,7 +357,7 @@ func (p *Proxy) single(w http.ResponseWriter, r *http.Request, rt route) {
 		p.hide(w, r, rt)
 		return
 	}
-	if check == checkAnswer {
+	if check == nodeview.CheckAnswer {
 		// The Node may leave the view between the read and the GET.
 		p.forwardChecked(w, r, rt, media)
 		return

@@ -168,16 +168,6 @@ func classify(u *url.URL) (route, error) {
 	return route{kind: routeOther}, nil
 }
 
-// queryBool reads a boolean query parameter as the API server does: absent,
-// "0" or "false" is false, anything else (even empty) true.
-func queryBool(q url.Values, k string) bool {
-	v, ok := q[k]
-	if !ok || len(v) == 0 {
-		return false
-	}
-	return v[0] != "0" && !strings.EqualFold(v[0], "false")
-}
-
 // joinPath joins a base path and an absolute path.
 func joinPath(a, b string) string {
 	return strings.TrimSuffix(a, "/") + b

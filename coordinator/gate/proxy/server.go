@@ -187,7 +187,7 @@ func Serve(ctx context.Context, o ServerOptions, ready func(proxyURL, healthAddr
 		scheme = "https"
 	}
 	go func() { errs <- ignoreClosed(ps.Serve(ln)) }()
-	log.Info("ccm-gate serving", "address", scheme+"://"+ln.Addr().String(), "health", healthAddr, "metrics", metricsAddr, "platform", o.Platform, "services", p.serviceView.description, "credentials", o.Credentials, "clientToken", o.ClientTokenFile != "", "upstream", upstream.Host)
+	log.Info("ccm-gate serving", "address", scheme+"://"+ln.Addr().String(), "health", healthAddr, "metrics", metricsAddr, "platform", o.Platform, "services", p.serviceView.Description, "credentials", o.Credentials, "clientToken", o.ClientTokenFile != "", "upstream", upstream.Host)
 	if ready != nil {
 		ready(scheme+"://"+ln.Addr().String(), healthAddr, metricsAddr)
 	}

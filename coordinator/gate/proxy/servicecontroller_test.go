@@ -23,6 +23,7 @@ import (
 
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/gatetest"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/service"
 )
 
 // lbCloud is a cloud with load balancers and nothing else: each load balancer
@@ -279,7 +280,7 @@ func TestServiceControllerBehindGates(t *testing.T) {
 			hosts, _ := cloud.hosts(ns + "/" + name)
 			ingress := s.Status.LoadBalancer.Ingress
 			ok := len(ingress) == 1 && len(ingress[0].IP) > len(cloud.prefix) && ingress[0].IP[:len(cloud.prefix)] == cloud.prefix &&
-				slices.Contains(s.Finalizers, proxy.LoadBalancerCleanupFinalizer) && slices.Equal(hosts, wantHosts)
+				slices.Contains(s.Finalizers, service.LoadBalancerCleanupFinalizer) && slices.Equal(hosts, wantHosts)
 			return ok, fmt.Sprintf("ingress %v, finalizers %v, hosts %v (want %v)", ingress, s.Finalizers, hosts, wantHosts)
 		})
 		s, _ := admin.Get(ctx, name, metav1.GetOptions{})

@@ -12,6 +12,10 @@ import (
 	"strconv"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/service"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/serviceview"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/wire"
 )
 
 // serviceMode is what the gate does with the API server's answer.
@@ -31,9 +35,9 @@ const (
 // serviceAnswer travels with a forwarded Service request to ModifyResponse.
 type serviceAnswer struct {
 	mode  serviceMode
-	media mediaKind
+	media wire.Media
 	rt    route
-	watch *watchState
+	watch *serviceview.WatchState
 }
 
 type serviceAnswerKey struct{}
@@ -76,7 +80,7 @@ func (p *Proxy) services(w http.ResponseWriter, r *http.Request, rt route) {
 
 // serviceRead forwards a list, watch or get of Services and filters the answer.
 func (p *Proxy) serviceRead(w http.ResponseWriter, r *http.Request, rt route) {
-	media, ok := negotiateMedia(r.Header.Values("Accept"))
+	media, ok := serviceview.NegotiateMedia(r.Header.Values("Accept"))
 	if !ok {
 		p.refuse(w, r, rt, notAcceptable(r.Header.Get("Accept")))
 		return
@@ -92,9 +96,9 @@ func (p *Proxy) serviceRead(w http.ResponseWriter, r *http.Request, rt route) {
 	switch {
 	case rt.kind == routeService:
 		a.mode = serviceGet
-	case rt.kind == routeWatchServices || queryBool(q, "watch"):
+	case rt.kind == routeWatchServices || serviceview.QueryBool(q, "watch"):
 		a.mode = serviceWatch
-		a.watch = newWatchState(p.serviceView, p.history, q)
+		a.watch = serviceview.NewWatchState(p.serviceView, p.history, q)
 	default:
 		a.mode = serviceList
 		// One page: a continue token names the key the next page starts
@@ -128,7 +132,7 @@ func (p *Proxy) serviceRead(w http.ResponseWriter, r *http.Request, rt route) {
 // class; it passes unchanged (the API server refuses to change the class of
 // a LoadBalancer Service anyway).
 func (p *Proxy) serviceWrite(w http.ResponseWriter, r *http.Request, rt route) {
-	media, ok := negotiateMedia(r.Header.Values("Accept"))
+	media, ok := serviceview.NegotiateMedia(r.Header.Values("Accept"))
 	if !ok {
 		p.refuse(w, r, rt, notAcceptable(r.Header.Get("Accept")))
 		return
@@ -138,7 +142,7 @@ func (p *Proxy) serviceWrite(w http.ResponseWriter, r *http.Request, rt route) {
 		p.lookupFailed(w, r, rt, err)
 		return
 	}
-	if !found || !p.serviceView.shows(f) {
+	if !found || !p.serviceView.Shows(f) {
 		p.hide(w, r, rt)
 		return
 	}
@@ -165,22 +169,22 @@ func (e *refusal) Error() string { return e.status.Message }
 
 // restoreClass rewrites a PUT body: the stored class back in, and the
 // resourceVersion the gate checked when the CCM sent none.
-func (p *Proxy) restoreClass(r *http.Request, stored serviceFacts) error {
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxServiceBody+1))
+func (p *Proxy) restoreClass(r *http.Request, stored service.Facts) error {
+	body, err := io.ReadAll(io.LimitReader(r.Body, service.MaxBody+1))
 	if err != nil {
 		return fmt.Errorf("read body: %w", err)
 	}
-	if len(body) > maxServiceBody {
+	if len(body) > service.MaxBody {
 		return errors.New("body too large")
 	}
-	media := mediaOf(r.Header.Get("Content-Type"))
-	if media == mediaNone {
+	media := wire.MediaOf(r.Header.Get("Content-Type"))
+	if media == wire.MediaNone {
 		return &refusal{status: unsupportedMediaType(r.Header.Get("Content-Type"))}
 	}
-	out, err := serviceForWrite(media, body, stored)
-	var classErr *classError
+	out, err := service.ForWrite(media, body, stored)
+	var classErr *service.ClassError
 	if errors.As(err, &classErr) {
-		return &refusal{status: forbidden(servicesResource, "update", stored.name, err)}
+		return &refusal{status: forbidden(servicesResource, "update", stored.Name, err)}
 	}
 	if err != nil {
 		return err
@@ -227,21 +231,21 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 		}
 		return nil // the API server's own error answer
 	}
-	if got := mediaOf(resp.Header.Get("Content-Type")); got != a.media {
-		return fmt.Errorf("%w: %s: Content-Type %q where %q was asked for", errUndecodedAnswer, a.rt, resp.Header.Get("Content-Type"), a.media.contentType())
+	if got := wire.MediaOf(resp.Header.Get("Content-Type")); got != a.media {
+		return fmt.Errorf("%w: %s: Content-Type %q where %q was asked for", errUndecodedAnswer, a.rt, resp.Header.Get("Content-Type"), a.media.ContentType())
 	}
 	resp.Header.Del("Content-Length")
 	resp.ContentLength = -1
 	switch a.mode {
 	case serviceList:
 		resp.Body = p.filterBody(resp.Body, a, func(in io.Reader, out *bufio.Writer) error {
-			return p.filterList(a.media, in, out)
+			return serviceview.FilterList(a.media, p.serviceView, in, out)
 		})
 	case serviceWatch:
 		resp.Body = p.filterBody(resp.Body, a, func(in io.Reader, out *bufio.Writer) error {
 			// Whatever is filtered goes out before the gate waits for more.
-			err := filterWatch(a.media, a.watch, &flushBeforeRead{r: in, w: out}, out)
-			if a.watch.ended {
+			err := serviceview.FilterWatch(a.media, a.watch, &flushBeforeRead{r: in, w: out}, out)
+			if a.watch.Ended {
 				p.log.V(1).Info("ended a Service watch with 410: the Service history cannot tell what its client holds", "path", a.rt.String())
 			}
 			return err
@@ -252,60 +256,18 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 	return nil
 }
 
-// filterList copies a ServiceList with only the Services in the view, each
-// without its class, and of its metadata only the resourceVersion.
-func (p *Proxy) filterList(media mediaKind, in io.Reader, out *bufio.Writer) error {
-	w := newListWriter(media, out)
-	err := readList(media, in, p.serviceView.class, false, listVisit{
-		begin: w.begin,
-		meta:  w.meta,
-		item: func(s *service) error {
-			if !p.serviceView.shows(s.serviceFacts) {
-				return nil
-			}
-			return w.item(s)
-		},
-	})
-	if err != nil {
-		return err
-	}
-	return w.end()
-}
-
-// filterWatch sends, for every event of the API server, what the watch's
-// state decides, until the API server or the decision ends the watch.
-func filterWatch(media mediaKind, state *watchState, in io.Reader, out *bufio.Writer) error {
-	events, w := newEventReader(media, in, state.view.class), newEventWriter(media, out)
-	for {
-		ev, err := events.next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		s, err := state.decide(ev)
-		if err != nil {
-			return err
-		}
-		if err := w.write(s); err != nil || s.last {
-			return err
-		}
-	}
-}
-
 // filterOne reads a single Service answer: hidden (404) outside the view for a
 // get, and without its class.
 func (p *Proxy) filterOne(resp *http.Response, a *serviceAnswer) error {
-	body, err := readAnswer(resp.Body, maxServiceBody)
+	body, err := readAnswer(resp.Body, service.MaxBody)
 	if err != nil {
 		return fmt.Errorf("%s: %w", a.rt, err)
 	}
-	svc, err := readOne(a.media, body, p.serviceView.class)
+	svc, err := service.ReadOne(a.media, body, p.serviceView.Class)
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", errUndecodedAnswer, a.rt, err)
 	}
-	shown := p.serviceView.shows(svc.serviceFacts)
+	shown := p.serviceView.Shows(svc.Facts)
 	switch {
 	case a.mode == serviceGet && !shown:
 		p.metrics.requests.WithLabelValues(a.rt.kind.String(), decisionHidden).Inc()
@@ -314,13 +276,13 @@ func (p *Proxy) filterOne(resp *http.Response, a *serviceAnswer) error {
 		return nil
 	case a.mode == serviceGet:
 		p.metrics.requests.WithLabelValues(a.rt.kind.String(), decisionForwarded).Inc()
-		body = singleAnswer(a.media, svc)
+		body = serviceview.SingleAnswer(a.media, svc)
 	case shown:
-		body = singleAnswer(a.media, svc)
+		body = serviceview.SingleAnswer(a.media, svc)
 	default:
 		// The write took the Service out of the view: the CCM learns that
 		// it is gone, not what it became.
-		if body, err = tombstoneAnswer(a.media, svc.serviceFacts); err != nil {
+		if body, err = serviceview.TombstoneAnswer(a.media, svc.Facts); err != nil {
 			return err
 		}
 	}
@@ -380,19 +342,18 @@ func (f *flushBeforeRead) Read(p []byte) (int, error) {
 
 // readService reads a Service (a quorum read) with the credentials of the
 // request being checked. found is false on 404.
-func (p *Proxy) readService(ctx context.Context, in http.Header, namespace, name string) (serviceFacts, bool, error) {
+func (p *Proxy) readService(ctx context.Context, in http.Header, namespace, name string) (service.Facts, bool, error) {
 	const op = "proxy/Proxy.readService"
 	u := *p.base
 	u.Path = joinPath(p.base.Path, "/api/v1/namespaces/"+url.PathEscape(namespace)+"/services/"+url.PathEscape(name))
 	u.RawPath = ""
-	body, found, err := p.read(ctx, in, u.String(), contentTypeJSON, maxServiceBody)
+	body, found, err := p.read(ctx, in, u.String(), wire.ContentTypeJSON, service.MaxBody)
 	if err != nil || !found {
-		return serviceFacts{}, false, err
+		return service.Facts{}, false, err
 	}
-	sc := jsonServiceScanner{meta: true}
-	svc, err := sc.scan(body)
+	svc, err := service.ReadOne(wire.MediaJSON, body, "")
 	if err != nil {
-		return serviceFacts{}, false, fmt.Errorf("%s: decode service %s/%s: %w", op, namespace, name, err)
+		return service.Facts{}, false, fmt.Errorf("%s: decode service %s/%s: %w", op, namespace, name, err)
 	}
-	return svc.serviceFacts, true, nil
+	return svc.Facts, true, nil
 }

@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/service"
 )
 
 const (
@@ -63,7 +64,7 @@ func (s svcSpec) service(ns string) *corev1.Service {
 		svc.Labels[k] = v
 	}
 	if s.cleanup {
-		svc.Finalizers = []string{proxy.LoadBalancerCleanupFinalizer}
+		svc.Finalizers = []string{service.LoadBalancerCleanupFinalizer}
 	}
 	return svc
 }
@@ -753,7 +754,7 @@ func TestServiceViewWrites(t *testing.T) {
 			t.Run("the service controller's status and finalizer patches", func(t *testing.T) {
 				s := view()
 				withFinalizer := s.DeepCopy()
-				withFinalizer.Finalizers = append(withFinalizer.Finalizers, proxy.LoadBalancerCleanupFinalizer)
+				withFinalizer.Finalizers = append(withFinalizer.Finalizers, service.LoadBalancerCleanupFinalizer)
 				if _, err := servicehelper.PatchService(cs.CoreV1(), s, withFinalizer); err != nil {
 					t.Fatal(err)
 				}
@@ -764,7 +765,7 @@ func TestServiceViewWrites(t *testing.T) {
 					t.Fatal(err)
 				}
 				got := keepsClass("own", ownClass)
-				if !slices.Contains(got.Finalizers, proxy.LoadBalancerCleanupFinalizer) || got.Status.LoadBalancer.Ingress[0].IP != "192.0.2.20" {
+				if !slices.Contains(got.Finalizers, service.LoadBalancerCleanupFinalizer) || got.Status.LoadBalancer.Ingress[0].IP != "192.0.2.20" {
 					t.Fatalf("finalizers %v, status %+v", got.Finalizers, got.Status)
 				}
 				s = view()
@@ -806,7 +807,7 @@ func TestServiceViewWrites(t *testing.T) {
 			t.Run("Services outside the view are not found", func(t *testing.T) {
 				for _, name := range []string{"aws", "classless"} {
 					before := stored(name)
-					_, err := svcs.Patch(ctx, name, types.StrategicMergePatchType, []byte(`{"metadata":{"finalizers":["`+proxy.LoadBalancerCleanupFinalizer+`"]}}`), metav1.PatchOptions{}, "status")
+					_, err := svcs.Patch(ctx, name, types.StrategicMergePatchType, []byte(`{"metadata":{"finalizers":["`+service.LoadBalancerCleanupFinalizer+`"]}}`), metav1.PatchOptions{}, "status")
 					if !apierrors.IsNotFound(err) {
 						t.Fatalf("patch status of %s: want NotFound, got %v", name, err)
 					}

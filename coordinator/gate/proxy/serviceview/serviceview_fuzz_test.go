@@ -1,4 +1,4 @@
-package proxy
+package serviceview
 
 import (
 	"bufio"
@@ -17,6 +17,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
+
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/service"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/wire"
 )
 
 // The view, checked against a model: a script of changes to a few Services
@@ -45,7 +48,7 @@ const (
 
 // fuzzRequest is a request's parameters, read from two bytes.
 type fuzzRequest struct {
-	media mediaKind
+	media wire.Media
 	// list: a list (at the state after floor+start events), not a watch.
 	list      bool
 	initial   string // sendInitialEvents: "", "true" or "false"
@@ -60,7 +63,7 @@ type fuzzRequest struct {
 func readFuzzRequest(p uint16) fuzzRequest {
 	pick := func(n int, vs ...string) string { return vs[n%len(vs)] }
 	return fuzzRequest{
-		media:      []mediaKind{mediaJSON, mediaProtobuf}[p&1],
+		media:      []wire.Media{wire.MediaJSON, wire.MediaProtobuf}[p&1],
 		list:       p>>1&1 == 1,
 		initial:    pick(int(p>>2&3), "", "true", "false", ""),
 		rv:         pick(int(p>>4&3), "", "0", "old", "current"),
@@ -73,7 +76,7 @@ func readFuzzRequest(p uint16) fuzzRequest {
 
 func (r fuzzRequest) encode() uint16 {
 	var p uint16
-	if r.media == mediaProtobuf {
+	if r.media == wire.MediaProtobuf {
 		p |= 1
 	}
 	if r.list {
@@ -138,7 +141,7 @@ func playScript(script []byte) []fuzzEvent {
 			}
 		}
 		if b>>4&1 == 1 {
-			s.Finalizers = []string{LoadBalancerCleanupFinalizer}
+			s.Finalizers = []string{service.LoadBalancerCleanupFinalizer}
 		}
 		typ := watch.Modified
 		if old == nil {
@@ -204,7 +207,7 @@ func FuzzServiceView(f *testing.F) {
 	// and without an ERROR at the end.
 	places := [][3]uint8{{2, 4, 1}, {6, 3, 5}, {0, 0, 0}, {9, 2, 10}}
 	n := 0
-	for _, media := range []mediaKind{mediaJSON, mediaProtobuf} {
+	for _, media := range []wire.Media{wire.MediaJSON, wire.MediaProtobuf} {
 		for _, list := range []bool{false, true} {
 			for _, initial := range []string{"", "true", "false"} {
 				for _, rv := range []string{"", "0", "old", "current"} {
@@ -239,13 +242,13 @@ func FuzzServiceView(f *testing.F) {
 // watches resume after resumeAt (older than the history when it is below
 // floorAt).
 func checkView(t *testing.T, r fuzzRequest, events []fuzzEvent, floorAt, startAt, resumeAt int) {
-	view, err := newServiceView(fuzzOwnClass, r.defaultLBs)
+	view, err := NewView(fuzzOwnClass, r.defaultLBs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := codecs(t)[map[mediaKind]int{mediaJSON: 0, mediaProtobuf: 1}[r.media]]
+	c := codecs(t)[map[wire.Media]int{wire.MediaJSON: 0, wire.MediaProtobuf: 1}[r.media]]
 	rvOf := func(n int) string { return strconv.Itoa(fuzzFirstRV + n) }
-	shows := func(s *corev1.Service) bool { return view.shows(factsOf(s)) }
+	shows := func(s *corev1.Service) bool { return view.Shows(factsOf(s)) }
 
 	if r.list {
 		state := stateAfter(events, startAt)
@@ -262,15 +265,15 @@ func checkView(t *testing.T, r fuzzRequest, events []fuzzEvent, floorAt, startAt
 				want = append(want, *w)
 			}
 		}
-		p := &Proxy{serviceView: view}
+		p := &testGate{view: view}
 		var out bytes.Buffer
 		w := bufio.NewWriter(&out)
-		if err := p.filterList(r.media, bytes.NewReader(c.encode(t, list)), w); err != nil {
+		if err := p.filterList(r.media, bytes.NewReader(c.Encode(t, list)), w); err != nil {
 			t.Fatal(err)
 		}
 		_ = w.Flush()
 		var got corev1.ServiceList
-		c.decode(t, out.Bytes(), &got)
+		c.Decode(t, out.Bytes(), &got)
 		if !apiequality.Semantic.DeepEqual(got.Items, want) && len(got.Items)+len(want) > 0 {
 			t.Fatalf("list: got %v, want %v", got.Items, want)
 		}
@@ -281,17 +284,17 @@ func checkView(t *testing.T, r fuzzRequest, events []fuzzEvent, floorAt, startAt
 	}
 
 	// The history: listed after floorAt events, then every event since.
-	h := &serviceHistory{view: view, passages: map[string][]passage{}, advanced: make(chan struct{})}
+	h := &History{view: view, passages: map[string][]passage{}, advanced: make(chan struct{})}
 	var items []any
 	for _, s := range sortedServices(stateAfter(events, floorAt)) {
-		hs := newHistoryService(factsOf(s))
+		hs := service.NewHistoryService(factsOf(s))
 		items = append(items, &hs)
 	}
 	if err := h.Replace(items, rvOf(floorAt)); err != nil {
 		t.Fatal(err)
 	}
 	for _, ev := range events[floorAt:] {
-		hs := newHistoryService(factsOf(ev.svc))
+		hs := service.NewHistoryService(factsOf(ev.svc))
 		if ev.typ == watch.Deleted {
 			_ = h.Delete(&hs)
 		} else {
@@ -368,12 +371,12 @@ func checkView(t *testing.T, r fuzzRequest, events []fuzzEvent, floorAt, startAt
 
 	var out bytes.Buffer
 	w := bufio.NewWriter(&out)
-	if err := filterWatch(r.media, newWatchState(view, h, q), bytes.NewReader(c.watchStream(t, in...)), w); err != nil {
+	if err := FilterWatch(r.media, NewWatchState(view, h, q), bytes.NewReader(c.WatchStream(t, in...)), w); err != nil {
 		t.Fatal(err)
 	}
 	_ = w.Flush()
 	ended := false
-	for i, ev := range c.readWatch(t, out.Bytes()) {
+	for i, ev := range c.ReadWatch(t, out.Bytes()) {
 		if ended {
 			t.Fatalf("event %d after the view ended the watch", i)
 		}
@@ -407,7 +410,7 @@ func checkView(t *testing.T, r fuzzRequest, events []fuzzEvent, floorAt, startAt
 		}
 	}
 	if !maps.Equal(holds, want) {
-		t.Fatalf("the client holds %v, the view is %v\nin:  %v\nout: %v", holds, want, in, c.readWatch(t, out.Bytes()))
+		t.Fatalf("the client holds %v, the view is %v\nin:  %v\nout: %v", holds, want, in, c.ReadWatch(t, out.Bytes()))
 	}
 }
 

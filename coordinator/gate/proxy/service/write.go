@@ -1,31 +1,33 @@
-package proxy
+package service
 
 import (
 	"encoding/json"
 	"fmt"
 
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/wire"
 )
 
 // The write path: a PUT carries a whole Service as the CCM saw it, without
 // its class; the gate puts the stored class back before it forwards it.
 
-// serviceForWrite returns a PUT body (JSON, or protobuf in its envelope)
+// ForWrite returns a PUT body (JSON, or protobuf in its envelope)
 // with the stored Service's class put back, and its resourceVersion when the
 // body has none.
-func serviceForWrite(media mediaKind, body []byte, stored serviceFacts) ([]byte, error) {
-	if media != mediaProtobuf {
-		return jsonServiceForWrite(body, stored.class, stored.hasClass, stored.resourceVersion)
+func ForWrite(media wire.Media, body []byte, stored Facts) ([]byte, error) {
+	if media != wire.MediaProtobuf {
+		return jsonServiceForWrite(body, stored.Class, stored.HasClass, stored.ResourceVersion)
 	}
-	o, err := readProtoObject(body)
+	o, err := wire.ReadProtoObject(body)
 	if err != nil {
 		return nil, err
 	}
-	raw, err := protoServiceForWrite(o.raw, stored.class, stored.hasClass, stored.resourceVersion)
+	raw, err := protoServiceForWrite(o.Raw, stored.Class, stored.HasClass, stored.ResourceVersion)
 	if err != nil {
 		return nil, err
 	}
-	return rewrapProtoObject(body, raw)
+	return wire.RewrapProtoObject(body, raw)
 }
 
 // protoServiceForWrite returns a Service message as the CCM sent it in a PUT,
@@ -41,15 +43,15 @@ func protoServiceForWrite(msg []byte, class string, hasClass bool, rv string) ([
 		return nil, err
 	}
 	out := msg
-	if hasClass && !sent.hasClass {
+	if hasClass && !sent.HasClass {
 		// Without a spec the Service becomes a ClusterIP, and the API server
 		// drops the class itself.
 		if out, err = protoAppendToLast(out, pbServiceSpec, pbSpecLoadBalancerClass, class); err != nil {
 			return nil, err
 		}
 	}
-	if sent.resourceVersion == "" && rv != "" {
-		if out, err = protoAppendToLast(out, pbServiceMetadata, pbMetaResourceVersion, rv); err != nil {
+	if sent.ResourceVersion == "" && rv != "" {
+		if out, err = protoAppendToLast(out, pbServiceMetadata, wire.PbMetaResourceVersion, rv); err != nil {
 			return nil, err
 		}
 	}
@@ -61,8 +63,8 @@ func protoServiceForWrite(msg []byte, class string, hasClass bool, rv string) ([
 // last occurrence of a scalar wins, so this one counts.
 func protoAppendToLast(msg []byte, field, num protowire.Number, value string) ([]byte, error) {
 	count := 0
-	if err := protoFields(msg, func(f protoField) error {
-		if f.num == field && f.typ == protowire.BytesType {
+	if err := wire.ProtoFields(msg, func(f wire.ProtoField) error {
+		if f.Num == field && f.Type == protowire.BytesType {
 			count++
 		}
 		return nil
@@ -70,7 +72,7 @@ func protoAppendToLast(msg []byte, field, num protowire.Number, value string) ([
 		return nil, err
 	}
 	seen := 0
-	return protoEdit(msg, field, func(v []byte) ([]byte, bool, bool, error) {
+	return wire.ProtoEdit(msg, field, func(v []byte) ([]byte, bool, bool, error) {
 		if seen++; seen < count {
 			return v, false, false, nil
 		}
@@ -82,17 +84,17 @@ func protoAppendToLast(msg []byte, field, num protowire.Number, value string) ([
 // checkSentClass refuses a Service body that sets a class other than the
 // stored one: the view never shows a class, so a CCM that sends one is not
 // writing what it was shown.
-func checkSentClass(sent *service, class string, hasClass bool) error {
-	if sent.hasClass && (!hasClass || sent.class != class) {
-		return &classError{sent: sent.class}
+func checkSentClass(sent *Service, class string, hasClass bool) error {
+	if sent.HasClass && (!hasClass || sent.Class != class) {
+		return &ClassError{sent: sent.Class}
 	}
 	return nil
 }
 
-// classError is a write that would set or change spec.loadBalancerClass.
-type classError struct{ sent string }
+// ClassError is a write that would set or change spec.loadBalancerClass.
+type ClassError struct{ sent string }
 
-func (e *classError) Error() string {
+func (e *ClassError) Error() string {
 	return fmt.Sprintf("spec.loadBalancerClass %q: the view hides the class, and a native CCM may not set or change it", e.sent)
 }
 
@@ -108,7 +110,7 @@ func jsonServiceForWrite(b []byte, class string, hasClass bool, rv string) ([]by
 	if err := checkSentClass(sent, class, hasClass); err != nil {
 		return nil, err
 	}
-	var edits []edit
+	var edits []wire.Edit
 	seen := map[string]bool{}
 	once := func(name string) error {
 		if seen[name] {
@@ -119,35 +121,35 @@ func jsonServiceForWrite(b []byte, class string, hasClass bool, rv string) ([]by
 	}
 	// insert adds `"key":value` to the object at b[start] ('{'), or sets a
 	// null member's value.
-	insert := func(start int, key string, value []byte, null *jsonMember) edit {
+	insert := func(start int, key string, value []byte, null *wire.JSONMember) wire.Edit {
 		if null != nil {
-			return edit{start: null.valueStart, end: null.valueEnd, with: value}
+			return wire.Edit{Start: null.ValueStart, End: null.ValueEnd, With: value}
 		}
 		member := append(append([]byte(`"`+key+`":`), value...), ',')
-		if j := skipJSONSpace(b, start+1); j < len(b) && b[j] == '}' {
+		if j := wire.SkipJSONSpace(b, start+1); j < len(b) && b[j] == '}' {
 			member = member[:len(member)-1]
 		}
-		return edit{start: start + 1, end: start + 1, with: member}
+		return wire.Edit{Start: start + 1, End: start + 1, With: member}
 	}
 	quotedClass, _ := json.Marshal(class)
 	quotedRV, _ := json.Marshal(rv)
-	i := skipJSONSpace(b, 0)
-	_, err = jsonObjectMembers(b, i, func(m jsonMember) error {
-		switch m.key {
+	i := wire.SkipJSONSpace(b, 0)
+	_, err = wire.JSONObjectMembers(b, i, func(m wire.JSONMember) error {
+		switch m.Key {
 		case "metadata":
-			if err := once("metadata"); err != nil || b[m.valueStart] != '{' {
+			if err := once("metadata"); err != nil || b[m.ValueStart] != '{' {
 				return err
 			}
-			var rvMember *jsonMember
+			var rvMember *wire.JSONMember
 			rvSet := false
-			if _, err := jsonObjectMembers(b, m.valueStart, func(mm jsonMember) error {
-				if mm.key != "resourceVersion" {
+			if _, err := wire.JSONObjectMembers(b, m.ValueStart, func(mm wire.JSONMember) error {
+				if mm.Key != "resourceVersion" {
 					return nil
 				}
 				if err := once("metadata.resourceVersion"); err != nil {
 					return err
 				}
-				if v := string(b[mm.valueStart:mm.valueEnd]); v == "null" || v == `""` {
+				if v := string(b[mm.ValueStart:mm.ValueEnd]); v == "null" || v == `""` {
 					rvMember = &mm
 				} else {
 					rvSet = true
@@ -157,29 +159,29 @@ func jsonServiceForWrite(b []byte, class string, hasClass bool, rv string) ([]by
 				return err
 			}
 			if !rvSet && rv != "" {
-				edits = append(edits, insert(m.valueStart, "resourceVersion", quotedRV, rvMember))
+				edits = append(edits, insert(m.ValueStart, "resourceVersion", quotedRV, rvMember))
 			}
 		case "spec":
-			if err := once("spec"); err != nil || b[m.valueStart] != '{' {
+			if err := once("spec"); err != nil || b[m.ValueStart] != '{' {
 				return err
 			}
-			var classMember *jsonMember
-			if _, err := jsonObjectMembers(b, m.valueStart, func(sm jsonMember) error {
-				if sm.key != "loadBalancerClass" {
+			var classMember *wire.JSONMember
+			if _, err := wire.JSONObjectMembers(b, m.ValueStart, func(sm wire.JSONMember) error {
+				if sm.Key != "loadBalancerClass" {
 					return nil
 				}
 				if err := once("spec.loadBalancerClass"); err != nil {
 					return err
 				}
-				if string(b[sm.valueStart:sm.valueEnd]) == "null" {
+				if string(b[sm.ValueStart:sm.ValueEnd]) == "null" {
 					classMember = &sm
 				}
 				return nil
 			}); err != nil {
 				return err
 			}
-			if hasClass && !sent.hasClass {
-				edits = append(edits, insert(m.valueStart, "loadBalancerClass", quotedClass, classMember))
+			if hasClass && !sent.HasClass {
+				edits = append(edits, insert(m.ValueStart, "loadBalancerClass", quotedClass, classMember))
 			}
 		}
 		return nil
@@ -190,5 +192,5 @@ func jsonServiceForWrite(b []byte, class string, hasClass bool, rv string) ([]by
 	if !seen["metadata"] && rv != "" {
 		return nil, fmt.Errorf("no metadata")
 	}
-	return appendEdited(make([]byte, 0, editedLen(b, edits)), b, edits), nil
+	return wire.AppendEdited(make([]byte, 0, wire.EditedLen(b, edits)), b, edits), nil
 }

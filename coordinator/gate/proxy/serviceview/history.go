@@ -1,4 +1,4 @@
-package proxy
+package serviceview
 
 import (
 	"context"
@@ -11,9 +11,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/service"
 )
 
-// serviceHistory follows every Service with the gate's own credentials and
+// History follows every Service with the gate's own credentials and
 // remembers when each Service entered and left the view, so that a watch can
 // answer, on the first event it gets about a Service, whether its client may
 // hold that Service from before the watch began: it does exactly when the
@@ -24,8 +26,8 @@ import (
 // It holds, per Service that has been in the view, its passages through it:
 // about a hundred bytes each. Passages that ended longer than forgetAfter ago
 // are forgotten.
-type serviceHistory struct {
-	view serviceView
+type History struct {
+	view View
 
 	mu sync.Mutex
 	// isSynced after the first list.
@@ -66,41 +68,45 @@ const forgetAfter = 30 * time.Minute
 // event it decides on (the history's own watch brings the same event).
 const historyWait = 2 * time.Second
 
-var _ cache.Store = (*serviceHistory)(nil)
-var _ cache.ResourceVersionUpdater = (*serviceHistory)(nil)
+// historyPageSize bounds how many Services a page of the history's list
+// holds (the node cache's pages are as large).
+const historyPageSize = 250
 
-func newServiceHistory(cfg *rest.Config, base *url.URL, view serviceView) (*serviceHistory, error) {
+var _ cache.Store = (*History)(nil)
+var _ cache.ResourceVersionUpdater = (*History)(nil)
+
+func NewHistory(cfg *rest.Config, base *url.URL, view View) (*History, error) {
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, err
 	}
-	src := &serviceSource{base: base, client: hc, userAgent: rest.DefaultKubernetesUserAgent() + " (ccm-gate Service history)"}
-	h := &serviceHistory{view: view, passages: map[string][]passage{}, advanced: make(chan struct{})}
+	src := &service.Source{Base: base, Client: hc, UserAgent: rest.DefaultKubernetesUserAgent() + " (ccm-gate Service history)"}
+	h := &History{view: view, passages: map[string][]passage{}, advanced: make(chan struct{})}
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			// A consistent read in pages.
 			o.ResourceVersion, o.ResourceVersionMatch = "", ""
-			if o.Limit == 0 || o.Limit > cachePageSize {
-				o.Limit = cachePageSize
+			if o.Limit == 0 || o.Limit > historyPageSize {
+				o.Limit = historyPageSize
 			}
-			return src.list(ctx, o)
+			return src.List(ctx, o)
 		},
-		WatchFuncWithContext: src.watch,
+		WatchFuncWithContext: src.Watch,
 	}
-	h.reflector = cache.NewReflectorWithOptions(lw, &historyService{}, h, cache.ReflectorOptions{Name: "ccm-gate Service history"})
+	h.reflector = cache.NewReflectorWithOptions(lw, &service.HistoryService{}, h, cache.ReflectorOptions{Name: "ccm-gate Service history"})
 	return h, nil
 }
 
-func (h *serviceHistory) run(ctx context.Context) { h.reflector.RunWithContext(ctx) }
+func (h *History) Run(ctx context.Context) { h.reflector.RunWithContext(ctx) }
 
-func (h *serviceHistory) synced() bool {
+func (h *History) Synced() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.isSynced
 }
 
-// waitSynced waits for the first list.
-func (h *serviceHistory) waitSynced(ctx context.Context) bool {
+// WaitSynced waits for the first list.
+func (h *History) WaitSynced(ctx context.Context) bool {
 	for {
 		h.mu.Lock()
 		synced, advanced := h.isSynced, h.advanced
@@ -121,7 +127,7 @@ func (h *serviceHistory) waitSynced(ctx context.Context) bool {
 // has seen everything before at. known is false when the history cannot
 // tell: at is older than what it knows exactly, or it did not catch up in
 // time.
-func (h *serviceHistory) inViewBefore(key string, at uint64) (in bool, uid string, known bool) {
+func (h *History) inViewBefore(key string, at uint64) (in bool, uid string, known bool) {
 	if at == 0 {
 		return false, "", false
 	}
@@ -155,7 +161,7 @@ func (h *serviceHistory) inViewBefore(key string, at uint64) (in bool, uid strin
 }
 
 // advance moves the horizon; called with h.mu held.
-func (h *serviceHistory) advance(rv uint64) {
+func (h *History) advance(rv uint64) {
 	if rv > h.horizon {
 		h.horizon = rv
 		close(h.advanced)
@@ -165,21 +171,21 @@ func (h *serviceHistory) advance(rv uint64) {
 
 // record notes one version of a Service (deleted: its deletion); called with
 // h.mu held.
-func (h *serviceHistory) record(obj any, deleted bool) {
-	s, ok := obj.(*historyService)
+func (h *History) record(obj any, deleted bool) {
+	s, ok := obj.(*service.HistoryService)
 	if !ok {
 		return
 	}
-	f := s.facts
-	rv, _ := parseResourceVersion(f.resourceVersion)
+	f := s.Facts
+	rv, _ := parseResourceVersion(f.ResourceVersion)
 	h.advance(rv)
-	h.note(f.key(), f.uid, !deleted && h.view.shows(f), rv)
+	h.note(f.Key(), f.UID, !deleted && h.view.Shows(f), rv)
 	h.forget()
 }
 
 // note records that the Service key is (in) or is not in the view from rv
 // on; called with h.mu held.
-func (h *serviceHistory) note(key, uid string, in bool, rv uint64) {
+func (h *History) note(key, uid string, in bool, rv uint64) {
 	ps := h.passages[key]
 	open := len(ps) > 0 && ps[len(ps)-1].to == 0
 	switch {
@@ -198,7 +204,7 @@ func (h *serviceHistory) note(key, uid string, in bool, rv uint64) {
 
 // forget drops passages that ended longer than forgetAfter ago and raises
 // the floor past them; called with h.mu held.
-func (h *serviceHistory) forget() {
+func (h *History) forget() {
 	now := time.Now()
 	if now.Sub(h.lastForget) < time.Minute {
 		return
@@ -223,7 +229,7 @@ func (h *serviceHistory) forget() {
 }
 
 // Add implements cache.Store.
-func (h *serviceHistory) Add(obj any) error {
+func (h *History) Add(obj any) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.record(obj, false)
@@ -231,10 +237,10 @@ func (h *serviceHistory) Add(obj any) error {
 }
 
 // Update implements cache.Store.
-func (h *serviceHistory) Update(obj any) error { return h.Add(obj) }
+func (h *History) Update(obj any) error { return h.Add(obj) }
 
 // Delete implements cache.Store.
-func (h *serviceHistory) Delete(obj any) error {
+func (h *History) Delete(obj any) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.record(obj, true)
@@ -244,21 +250,21 @@ func (h *serviceHistory) Delete(obj any) error {
 // Replace implements cache.Store: the first list, or a relist after the watch
 // lost events. The history is exact only from the list on: what happened
 // in between is unknown.
-func (h *serviceHistory) Replace(items []any, resourceVersion string) error {
+func (h *History) Replace(items []any, resourceVersion string) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	rv, _ := parseResourceVersion(resourceVersion)
 	listed := map[string]bool{}
 	for _, obj := range items {
-		s, ok := obj.(*historyService)
+		s, ok := obj.(*service.HistoryService)
 		if !ok {
 			continue
 		}
-		f := s.facts
-		at, _ := parseResourceVersion(f.resourceVersion)
-		in := h.view.shows(f)
-		listed[f.key()] = in
-		h.note(f.key(), f.uid, in, at)
+		f := s.Facts
+		at, _ := parseResourceVersion(f.ResourceVersion)
+		in := h.view.Shows(f)
+		listed[f.Key()] = in
+		h.note(f.Key(), f.UID, in, at)
 	}
 	for key, ps := range h.passages {
 		if in := listed[key]; !in && ps[len(ps)-1].to == 0 {
@@ -276,7 +282,7 @@ func (h *serviceHistory) Replace(items []any, resourceVersion string) error {
 }
 
 // UpdateResourceVersion implements cache.ResourceVersionUpdater (bookmarks).
-func (h *serviceHistory) UpdateResourceVersion(resourceVersion string) {
+func (h *History) UpdateResourceVersion(resourceVersion string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	rv, _ := parseResourceVersion(resourceVersion)
@@ -286,10 +292,10 @@ func (h *serviceHistory) UpdateResourceVersion(resourceVersion string) {
 // Bookmark implements cache.Store. The reflector also hands every bookmark's
 // resourceVersion to UpdateResourceVersion, which moves the horizon; nothing
 // more to do here.
-func (h *serviceHistory) Bookmark(string) {}
+func (h *History) Bookmark(string) {}
 
 // LastStoreSyncResourceVersion implements cache.Store: the horizon.
-func (h *serviceHistory) LastStoreSyncResourceVersion() string {
+func (h *History) LastStoreSyncResourceVersion() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.horizon == 0 {
@@ -301,19 +307,19 @@ func (h *serviceHistory) LastStoreSyncResourceVersion() string {
 // The reflector never reads the store back.
 
 // List implements cache.Store.
-func (h *serviceHistory) List() []any { return nil }
+func (h *History) List() []any { return nil }
 
 // ListKeys implements cache.Store.
-func (h *serviceHistory) ListKeys() []string { return nil }
+func (h *History) ListKeys() []string { return nil }
 
 // Get implements cache.Store.
-func (h *serviceHistory) Get(any) (any, bool, error) { return nil, false, nil }
+func (h *History) Get(any) (any, bool, error) { return nil, false, nil }
 
 // GetByKey implements cache.Store.
-func (h *serviceHistory) GetByKey(string) (any, bool, error) { return nil, false, nil }
+func (h *History) GetByKey(string) (any, bool, error) { return nil, false, nil }
 
 // Resync implements cache.Store.
-func (h *serviceHistory) Resync() error { return nil }
+func (h *History) Resync() error { return nil }
 
 // parseResourceVersion reads a resourceVersion as the API server writes them
 // (etcd revisions); ok is false for anything that is not a positive number.

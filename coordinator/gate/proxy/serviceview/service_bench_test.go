@@ -1,4 +1,4 @@
-package proxy
+package serviceview
 
 import (
 	"bufio"
@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
+
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/service"
 )
 
 // benchList is 5000 Services as the API server lists them for the service
@@ -22,7 +24,7 @@ func benchList() *corev1.ServiceList {
 	now := metav1.NewTime(time.Date(2026, 11, 24, 1, 2, 3, 0, time.UTC))
 	fields := []byte(`{"f:metadata":{"f:finalizers":{".":{},"v:\"service.kubernetes.io/load-balancer-cleanup\"":{}},"f:labels":{".":{},"f:app":{},"f:tier":{}}},"f:spec":{"f:allocateLoadBalancerNodePorts":{},"f:externalTrafficPolicy":{},"f:internalTrafficPolicy":{},"f:loadBalancerClass":{},"f:ports":{".":{},"k:{\"port\":443,\"protocol\":\"TCP\"}":{".":{},"f:name":{},"f:port":{},"f:protocol":{},"f:targetPort":{}}},"f:selector":{},"f:sessionAffinity":{},"f:type":{}}}`)
 	for i := range 5000 {
-		s := svc(fmt.Sprintf("svc-%05d", i), "LoadBalancer", ptr.To("hybridccm.io/hcloud"), LoadBalancerCleanupFinalizer)
+		s := svc(fmt.Sprintf("svc-%05d", i), "LoadBalancer", ptr.To("hybridccm.io/hcloud"), service.LoadBalancerCleanupFinalizer)
 		s.TypeMeta = metav1.TypeMeta{}
 		s.UID = "0b5c9812-ebf4-4303-905d-40b1e3c9bc27"
 		s.CreationTimestamp = now
@@ -43,9 +45,9 @@ func benchList() *corev1.ServiceList {
 func BenchmarkFilterServiceList(b *testing.B) {
 	l := benchList()
 	for _, c := range codecs(b) {
-		b.Run(c.name, func(b *testing.B) {
-			in := c.encode(b, l)
-			filter := c.listFilter(testProxy(b, "hybridccm.io/hcloud", false))
+		b.Run(c.Name, func(b *testing.B) {
+			in := c.Encode(b, l)
+			filter := listFilter(c, testProxy(b, "hybridccm.io/hcloud", false))
 			b.SetBytes(int64(len(in)))
 			b.ReportAllocs()
 			for b.Loop() {
@@ -69,13 +71,13 @@ func BenchmarkFilterServiceWatch(b *testing.B) {
 		events = append(events, watch.Event{Type: watch.Added, Object: &s})
 	}
 	for _, c := range codecs(b) {
-		b.Run(c.name, func(b *testing.B) {
-			in := c.watchStream(b, events...)
+		b.Run(c.Name, func(b *testing.B) {
+			in := c.WatchStream(b, events...)
 			p := testProxy(b, "hybridccm.io/hcloud", false)
 			b.SetBytes(int64(len(in)))
 			b.ReportAllocs()
 			for b.Loop() {
-				filter := c.watchFilter(p.watchState(map[string][]string{"sendInitialEvents": {"true"}}))
+				filter := watchFilter(c, p.watchState(map[string][]string{"sendInitialEvents": {"true"}}))
 				w := bufio.NewWriterSize(io.Discard, 32<<10)
 				if err := filter(bytes.NewReader(in), w); err != nil {
 					b.Fatal(err)

@@ -1,4 +1,4 @@
-package proxy
+package nodeview
 
 import (
 	"fmt"
@@ -6,11 +6,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
-
-	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
 
-// viewSelector adds the view's requirements (platform=<value> and the
+// ViewSelector adds the view's requirements (platform=<value> and the
 // domain's) to the labelSelector of a list or watch query and returns the new
 // raw query. The result is the AND of the client's selector and the view's: a
 // client asking for another platform or domain gets nothing, a client asking
@@ -18,7 +16,7 @@ import (
 //
 // A selector the gate cannot parse is an error (400), never forwarded: the
 // combined selector must mean exactly what the gate intends.
-func viewSelector(query url.Values, requirements labels.Requirements) (string, error) {
+func ViewSelector(query url.Values, requirements labels.Requirements) (string, error) {
 	q := url.Values{}
 	for k, v := range query {
 		q[k] = append([]string(nil), v...)
@@ -39,12 +37,12 @@ func viewSelector(query url.Values, requirements labels.Requirements) (string, e
 	return q.Encode(), nil
 }
 
-// viewRequirements are label=platform and the requirements of the domain
+// ViewRequirements are label=platform and the requirements of the domain
 // selector. The domain may only narrow the view: equality (=, ==) and set
 // membership (in) on keys other than the platform label; a selector that
 // could widen it or that the fence cannot enforce (!=, notin, exists, !key,
 // gt, lt) is refused.
-func viewRequirements(label, platform, domain string) (labels.Requirements, error) {
+func ViewRequirements(label, platform, domain string) (labels.Requirements, error) {
 	req, err := platformRequirement(label, platform)
 	if err != nil {
 		return nil, fmt.Errorf("platform %q: %w", platform, err)
@@ -76,11 +74,4 @@ func platformRequirement(label, platform string) (labels.Requirement, error) {
 		return labels.Requirement{}, err
 	}
 	return *r, nil
-}
-
-// ValidateDomainSelector reports whether ccm-gate would take domain as its
-// --domain-selector.
-func ValidateDomainSelector(domain string) error {
-	_, err := viewRequirements(names.PlatformLabel, "platform", domain)
-	return err
 }

@@ -1,11 +1,14 @@
-package proxy
+package serviceview
 
 import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/service"
 )
 
 // sendKind is what a watch sends its client for one event of the API server.
@@ -34,22 +37,22 @@ type send struct {
 	kind sendKind
 	typ  string
 	// svc is the Service of sendService.
-	svc *service
+	svc *service.Service
 	// meta holds the few fields of a tombstone or bookmark.
-	meta serviceFacts
+	meta service.Facts
 	// status is sendStatus's.
 	status metav1.Status
 	// last: the watch ends after this (the view cannot go on).
 	last bool
 }
 
-// watchState decides, event by event, what one watch sends its client: it
+// WatchState decides, event by event, what one watch sends its client: it
 // follows which Services the client holds, so that a Service that leaves the
 // view is DELETED for the client, one that enters it ADDED, and nothing about
 // a Service outside the view reaches the client unless the client holds it,
 // and then only its tombstone.
-type watchState struct {
-	view serviceView
+type WatchState struct {
+	view View
 	// complete: the watch starts with the whole state (sendInitialEvents,
 	// or no sendInitialEvents and resourceVersion "" or "0"), so the client
 	// holds exactly what this watch has sent it. Otherwise it continues what
@@ -57,7 +60,7 @@ type watchState struct {
 	// false): on the first event about a Service the history says whether
 	// the Service was in the view just before.
 	complete bool
-	history  *serviceHistory
+	history  *History
 	// holds are the Services the client holds, by key: the uid of the one
 	// it holds.
 	holds map[string]string
@@ -66,54 +69,54 @@ type watchState struct {
 	decided map[string]struct{}
 	// ended: the view ended the watch (it could not tell what the client
 	// holds).
-	ended bool
+	Ended bool
 }
 
-// newWatchState starts the state of a watch with the query q.
-func newWatchState(view serviceView, history *serviceHistory, q url.Values) *watchState {
+// NewWatchState starts the state of a watch with the query q.
+func NewWatchState(view View, history *History, q url.Values) *WatchState {
 	_, initialSet := q["sendInitialEvents"]
 	rv := q.Get("resourceVersion")
-	return &watchState{
+	return &WatchState{
 		view:     view,
 		history:  history,
-		complete: queryBool(q, "sendInitialEvents") || (!initialSet && (rv == "" || rv == "0")),
+		complete: QueryBool(q, "sendInitialEvents") || (!initialSet && (rv == "" || rv == "0")),
 		holds:    map[string]string{},
 		decided:  map[string]struct{}{},
 	}
 }
 
 // decide maps one event of the API server to what the client gets.
-func (w *watchState) decide(ev watchEvent) (send, error) {
-	switch ev.typ {
-	case eventBookmark:
-		return send{kind: sendBookmark, typ: eventBookmark, meta: serviceFacts{
-			resourceVersion: ev.svc.resourceVersion, initialEventsEnd: ev.svc.initialEventsEnd}}, nil
-	case eventError:
-		return send{kind: sendStatus, typ: eventError, status: metav1.Status{
-			Status: metav1.StatusFailure, Code: ev.status.Code, Reason: ev.status.Reason, Message: ev.status.Message}}, nil
-	case eventAdded, eventModified, eventDeleted:
+func (w *WatchState) decide(ev service.WatchEvent) (send, error) {
+	switch ev.Type {
+	case service.EventBookmark:
+		return send{kind: sendBookmark, typ: service.EventBookmark, meta: service.Facts{
+			ResourceVersion: ev.Service.ResourceVersion, InitialEventsEnd: ev.Service.InitialEventsEnd}}, nil
+	case service.EventError:
+		return send{kind: sendStatus, typ: service.EventError, status: metav1.Status{
+			Status: metav1.StatusFailure, Code: ev.Status.Code, Reason: ev.Status.Reason, Message: ev.Status.Message}}, nil
+	case service.EventAdded, service.EventModified, service.EventDeleted:
 	default:
-		return send{}, fmt.Errorf("watch event of type %q", ev.typ)
+		return send{}, fmt.Errorf("watch event of type %q", ev.Type)
 	}
-	svc := ev.svc
-	key := svc.key()
+	svc := ev.Service
+	key := svc.Key()
 	uid, held := w.holds[key]
 	_, notHeld := w.decided[key]
 	known := held || notHeld || w.complete
 
-	if w.view.shows(svc.serviceFacts) {
-		if ev.typ == eventDeleted {
+	if w.view.Shows(svc.Facts) {
+		if ev.Type == service.EventDeleted {
 			w.forget(key)
 			if known && !held {
 				return send{}, nil
 			}
-			return send{kind: sendService, typ: eventDeleted, svc: svc}, nil
+			return send{kind: sendService, typ: service.EventDeleted, svc: svc}, nil
 		}
-		w.holds[key] = svc.uid
+		w.holds[key] = svc.UID
 		delete(w.decided, key)
-		typ := ev.typ
+		typ := ev.Type
 		if known && !held {
-			typ = eventAdded // it entered the view
+			typ = service.EventAdded // it entered the view
 		}
 		return send{kind: sendService, typ: typ, svc: svc}, nil
 	}
@@ -122,9 +125,9 @@ func (w *watchState) decide(ev watchEvent) (send, error) {
 	// is gone.
 	if !known {
 		var in, ok bool
-		if in, uid, ok = w.heldBefore(key, svc.resourceVersion); !ok {
-			w.ended = true
-			return send{kind: sendStatus, typ: eventError, last: true, status: metav1.Status{
+		if in, uid, ok = w.heldBefore(key, svc.ResourceVersion); !ok {
+			w.Ended = true
+			return send{kind: sendStatus, typ: service.EventError, last: true, status: metav1.Status{
 				Status: metav1.StatusFailure, Code: http.StatusGone, Reason: metav1.StatusReasonExpired,
 				Message: "ccm-gate: the view cannot tell what this watch's client holds from before its resourceVersion; list again",
 			}}, nil
@@ -135,16 +138,16 @@ func (w *watchState) decide(ev watchEvent) (send, error) {
 	if !held {
 		return send{}, nil
 	}
-	return send{kind: sendTombstone, typ: eventDeleted, meta: serviceFacts{
-		namespace: svc.namespace, name: svc.name, uid: uid, resourceVersion: svc.resourceVersion}}, nil
+	return send{kind: sendTombstone, typ: service.EventDeleted, meta: service.Facts{
+		Namespace: svc.Namespace, Name: svc.Name, UID: uid, ResourceVersion: svc.ResourceVersion}}, nil
 }
 
 // heldBefore says whether the client of a continuing watch holds the
 // Service key on the watch's first event about it, at resourceVersion rv:
 // it does when the Service was in the view just before. ok is false when
 // that cannot be told.
-func (w *watchState) heldBefore(key, rv string) (held bool, uid string, ok bool) {
-	if w.view.showsNone {
+func (w *WatchState) heldBefore(key, rv string) (held bool, uid string, ok bool) {
+	if w.view.ShowsNone {
 		return false, "", true // no Service is ever in the view
 	}
 	at, valid := parseResourceVersion(rv)
@@ -155,9 +158,19 @@ func (w *watchState) heldBefore(key, rv string) (held bool, uid string, ok bool)
 }
 
 // forget records that the client does not hold the Service key.
-func (w *watchState) forget(key string) {
+func (w *WatchState) forget(key string) {
 	delete(w.holds, key)
 	if !w.complete {
 		w.decided[key] = struct{}{}
 	}
+}
+
+// QueryBool reads a boolean query parameter as the API server does: absent,
+// "0" or "false" is false, anything else (even empty) true.
+func QueryBool(q url.Values, k string) bool {
+	v, ok := q[k]
+	if !ok || len(v) == 0 {
+		return false
+	}
+	return v[0] != "0" && !strings.EqualFold(v[0], "false")
 }

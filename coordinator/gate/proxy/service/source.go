@@ -1,4 +1,4 @@
-package proxy
+package service
 
 import (
 	"context"
@@ -6,30 +6,34 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/wire"
 )
 
 // The Service history's source lists and watches all Services with the
 // gate's own credentials, read by the same readers as the view's answers
-// (servicereader.go): a Service becomes a historyService (its key,
+// (reader.go): a Service becomes a HistoryService (its key,
 // resourceVersion and the view's facts) without ever being decoded, and
 // ccm-gate carries no generated client for the Kubernetes API groups.
 
-// historyService is what the history keeps of one Service.
-type historyService struct {
+// HistoryService is what the history keeps of one Service.
+type HistoryService struct {
 	metav1.TypeMeta
 	// ObjectMeta holds name, namespace, resourceVersion, and on a bookmark
 	// the initial-events-end annotation.
 	metav1.ObjectMeta
-	facts serviceFacts
+	Facts Facts
 }
 
 // DeepCopyObject implements runtime.Object.
-func (s *historyService) DeepCopyObject() runtime.Object {
+func (s *HistoryService) DeepCopyObject() runtime.Object {
 	c := *s
 	c.ObjectMeta = *s.ObjectMeta.DeepCopy()
 	return &c
@@ -39,14 +43,14 @@ func (s *historyService) DeepCopyObject() runtime.Object {
 type historyServiceList struct {
 	metav1.TypeMeta
 	metav1.ListMeta
-	Items []historyService
+	Items []HistoryService
 }
 
 // DeepCopyObject implements runtime.Object.
 func (l *historyServiceList) DeepCopyObject() runtime.Object {
 	c := *l
 	c.ListMeta = *l.ListMeta.DeepCopy()
-	c.Items = append([]historyService(nil), l.Items...)
+	c.Items = append([]HistoryService(nil), l.Items...)
 	for i := range c.Items {
 		c.Items[i].ObjectMeta = *l.Items[i].ObjectMeta.DeepCopy()
 	}
@@ -54,45 +58,45 @@ func (l *historyServiceList) DeepCopyObject() runtime.Object {
 }
 
 var (
-	_ runtime.Object = (*historyService)(nil)
+	_ runtime.Object = (*HistoryService)(nil)
 	_ runtime.Object = (*historyServiceList)(nil)
 )
 
-func newHistoryService(f serviceFacts) historyService {
-	s := historyService{
-		ObjectMeta: metav1.ObjectMeta{Name: f.name, Namespace: f.namespace, ResourceVersion: f.resourceVersion},
-		facts:      f,
+func NewHistoryService(f Facts) HistoryService {
+	s := HistoryService{
+		ObjectMeta: metav1.ObjectMeta{Name: f.Name, Namespace: f.Namespace, ResourceVersion: f.ResourceVersion},
+		Facts:      f,
 	}
-	if f.initialEventsEnd {
+	if f.InitialEventsEnd {
 		s.Annotations = map[string]string{metav1.InitialEventsAnnotationKey: "true"}
 	}
 	return s
 }
 
-// serviceSource lists and watches all Services as protobuf, with the gate's
+// Source lists and watches all Services as protobuf, with the gate's
 // own credentials.
-type serviceSource struct {
-	base      *url.URL
-	client    *http.Client
-	userAgent string
+type Source struct {
+	Base      *url.URL
+	Client    *http.Client
+	UserAgent string
 }
 
-func (s *serviceSource) request(ctx context.Context, o metav1.ListOptions, watching bool) (*http.Response, error) {
+func (s *Source) request(ctx context.Context, o metav1.ListOptions, watching bool) (*http.Response, error) {
 	o.Watch = watching
 	q, err := metav1.ParameterCodec.EncodeParameters(&o, metav1.SchemeGroupVersion)
 	if err != nil {
 		return nil, err
 	}
-	u := *s.base
-	u.Path = joinPath(s.base.Path, "/api/v1/services")
+	u := *s.Base
+	u.Path = strings.TrimSuffix(s.Base.Path, "/") + "/api/v1/services"
 	u.RawQuery = q.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Accept", contentTypeProtobuf)
-	req.Header.Set("User-Agent", s.userAgent)
-	resp, err := s.client.Do(req)
+	req.Header.Set("Accept", wire.ContentTypeProtobuf)
+	req.Header.Set("User-Agent", s.UserAgent)
+	resp, err := s.Client.Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +104,7 @@ func (s *serviceSource) request(ctx context.Context, o metav1.ListOptions, watch
 		defer func() { _ = resp.Body.Close() }()
 		return nil, statusError(resp)
 	}
-	if mediaOf(resp.Header.Get("Content-Type")) != mediaProtobuf {
+	if wire.MediaOf(resp.Header.Get("Content-Type")) != wire.MediaProtobuf {
 		_ = resp.Body.Close()
 		return nil, fmt.Errorf("the API server answered %q to a request for protobuf", resp.Header.Get("Content-Type"))
 	}
@@ -112,30 +116,30 @@ func (s *serviceSource) request(ctx context.Context, o metav1.ListOptions, watch
 func statusError(resp *http.Response) error {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	var st metav1.Status
-	if b := body; len(b) > len(protoMagic) && string(b[:len(protoMagic)]) == string(protoMagic) {
-		if o, err := readProtoObject(b); err == nil && o.kind == "Status" && st.Unmarshal(o.raw) == nil && st.Code != 0 {
+	if b := body; len(b) > len(wire.ProtoMagic) && string(b[:len(wire.ProtoMagic)]) == string(wire.ProtoMagic) {
+		if o, err := wire.ReadProtoObject(b); err == nil && o.Kind == "Status" && st.Unmarshal(o.Raw) == nil && st.Code != 0 {
 			return &apierrors.StatusError{ErrStatus: st}
 		}
 	}
-	return apierrors.NewGenericServerResponse(resp.StatusCode, http.MethodGet, servicesResource, "", string(body), 0, false)
+	return apierrors.NewGenericServerResponse(resp.StatusCode, http.MethodGet, schema.GroupResource{Resource: "services"}, "", string(body), 0, false)
 }
 
-// list reads one page of Services.
-func (s *serviceSource) list(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+// List reads one page of Services.
+func (s *Source) List(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 	resp, err := s.request(ctx, o, false)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	list := &historyServiceList{}
-	err = readList(mediaProtobuf, resp.Body, "", true, listVisit{
-		begin: func(uint64) error { return nil },
-		meta: func(m listMeta) error {
-			list.ResourceVersion, list.Continue = m.resourceVersion, m.continueToken
+	err = ReadList(wire.MediaProtobuf, resp.Body, "", true, ListVisit{
+		Begin: func(uint64) error { return nil },
+		Meta: func(m ListMeta) error {
+			list.ResourceVersion, list.Continue = m.ResourceVersion, m.ContinueToken
 			return nil
 		},
-		item: func(svc *service) error {
-			list.Items = append(list.Items, newHistoryService(svc.serviceFacts))
+		Item: func(svc *Service) error {
+			list.Items = append(list.Items, NewHistoryService(svc.Facts))
 			return nil
 		},
 	})
@@ -145,13 +149,13 @@ func (s *serviceSource) list(ctx context.Context, o metav1.ListOptions) (runtime
 	return list, nil
 }
 
-// watch opens a watch of Services.
-func (s *serviceSource) watch(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+// Watch opens a watch of Services.
+func (s *Source) Watch(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 	resp, err := s.request(ctx, o, true)
 	if err != nil {
 		return nil, err
 	}
-	d := &historyDecoder{body: resp.Body, events: newEventReader(mediaProtobuf, resp.Body, "")}
+	d := &historyDecoder{body: resp.Body, events: NewEventReader(wire.MediaProtobuf, resp.Body, "")}
 	return watch.NewStreamWatcher(d, apierrors.NewClientErrorReporter(http.StatusInternalServerError, http.MethodGet, "ClientWatchDecoding")), nil
 }
 
@@ -159,20 +163,20 @@ func (s *serviceSource) watch(ctx context.Context, o metav1.ListOptions) (watch.
 // historyServices (and the Status of an ERROR).
 type historyDecoder struct {
 	body   io.Closer
-	events eventReader
+	events EventReader
 }
 
 // Decode implements watch.Decoder.
 func (d *historyDecoder) Decode() (watch.EventType, runtime.Object, error) {
-	ev, err := d.events.next()
+	ev, err := d.events.Next()
 	if err != nil {
 		return "", nil, err
 	}
-	if ev.status != nil {
-		return watch.Error, ev.status, nil
+	if ev.Status != nil {
+		return watch.Error, ev.Status, nil
 	}
-	s := newHistoryService(ev.svc.serviceFacts)
-	return watch.EventType(ev.typ), &s, nil
+	s := NewHistoryService(ev.Service.Facts)
+	return watch.EventType(ev.Type), &s, nil
 }
 
 // Close implements watch.Decoder.

@@ -1,4 +1,4 @@
-package proxy
+package serviceview
 
 import (
 	"bufio"
@@ -10,13 +10,17 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/service"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/gate/proxy/wire"
 )
 
-// The emission layer: the only code that writes Services to the CCM. It
-// writes what the decision layer decided and nothing else:
+// The emission: the only code that writes Services to the CCM. It writes
+// what the decision (view.go, history.go, watch.go) decided and nothing
+// else:
 //
 //   - a Service in the view: the API server's bytes without
-//     spec.loadBalancerClass (service.writeWithoutClass);
+//     spec.loadBalancerClass (service.Service.WriteWithoutClass);
 //   - a tombstone: a Service of namespace, name, uid and resourceVersion;
 //   - a bookmark: a Service of resourceVersion and the initial-events-end
 //     annotation;
@@ -31,14 +35,14 @@ import (
 type listWriter interface {
 	// begin gets the length of the API server's list message (protobuf).
 	begin(length uint64) error
-	meta(m listMeta) error
-	item(s *service) error
+	meta(m service.ListMeta) error
+	item(s *service.Service) error
 	// end completes the list.
 	end() error
 }
 
-func newListWriter(media mediaKind, out *bufio.Writer) listWriter {
-	if media == mediaProtobuf {
+func newListWriter(media wire.Media, out *bufio.Writer) listWriter {
+	if media == wire.MediaProtobuf {
 		return &protoListWriter{out: out}
 	}
 	return &jsonListWriter{out: out}
@@ -60,7 +64,7 @@ func (w *jsonListWriter) begin(uint64) error {
 	return err
 }
 
-func (w *jsonListWriter) meta(m listMeta) error {
+func (w *jsonListWriter) meta(m service.ListMeta) error {
 	if w.metaDone {
 		return errors.New("list metadata given twice")
 	}
@@ -68,7 +72,7 @@ func (w *jsonListWriter) meta(m listMeta) error {
 	if err := w.closeItems(); err != nil {
 		return err
 	}
-	b, err := json.Marshal(metav1.ListMeta{ResourceVersion: m.resourceVersion})
+	b, err := json.Marshal(metav1.ListMeta{ResourceVersion: m.ResourceVersion})
 	if err != nil {
 		return err
 	}
@@ -77,7 +81,7 @@ func (w *jsonListWriter) meta(m listMeta) error {
 	return err
 }
 
-func (w *jsonListWriter) item(s *service) error {
+func (w *jsonListWriter) item(s *service.Service) error {
 	switch {
 	case w.itemsOpen == 0:
 		w.itemsOpen = 1
@@ -88,7 +92,7 @@ func (w *jsonListWriter) item(s *service) error {
 		_ = w.out.WriteByte(',')
 	}
 	w.itemsN++
-	return s.writeWithoutClass(w.out)
+	return s.WriteWithoutClass(w.out)
 }
 
 // closeItems ends the items array if one is open.
@@ -147,24 +151,24 @@ type protoListWriter struct {
 func (w *protoListWriter) begin(length uint64) error {
 	w.length = length
 	w.buf = make([]byte, 0, min(length, uint64(protoListBuffer)))
-	_, _ = w.out.Write(protoMagic)
-	_, err := w.out.Write(appendProtoTypeMeta(nil, "ServiceList"))
+	_, _ = w.out.Write(wire.ProtoMagic)
+	_, err := w.out.Write(wire.AppendProtoTypeMeta(nil, "ServiceList"))
 	return err
 }
 
-func (w *protoListWriter) meta(m listMeta) error {
-	lm := metav1.ListMeta{ResourceVersion: m.resourceVersion}
+func (w *protoListWriter) meta(m service.ListMeta) error {
+	lm := metav1.ListMeta{ResourceVersion: m.ResourceVersion}
 	b, err := lm.Marshal()
 	if err != nil {
 		return err
 	}
-	return w.emit(protowire.AppendBytes(protowire.AppendTag(w.field[:0], pbListMeta, protowire.BytesType), b))
+	return w.emit(protowire.AppendBytes(protowire.AppendTag(w.field[:0], service.PbListMeta, protowire.BytesType), b))
 }
 
-func (w *protoListWriter) item(s *service) error {
-	f := protowire.AppendTag(w.field[:0], pbListItems, protowire.BytesType)
-	f = protowire.AppendVarint(f, uint64(s.withoutClassLen()))
-	w.field = s.appendWithoutClass(f)
+func (w *protoListWriter) item(s *service.Service) error {
+	f := protowire.AppendTag(w.field[:0], service.PbListItems, protowire.BytesType)
+	f = protowire.AppendVarint(f, uint64(s.WithoutClassLen()))
+	w.field = s.AppendWithoutClass(f)
 	return w.emit(w.field)
 }
 
@@ -182,7 +186,7 @@ func (w *protoListWriter) emit(b []byte) error {
 		return nil
 	}
 	w.streaming = true
-	_, _ = w.out.Write(protowire.AppendVarint(protowire.AppendTag(nil, pbUnknownRaw, protowire.BytesType), w.length))
+	_, _ = w.out.Write(protowire.AppendVarint(protowire.AppendTag(nil, wire.PbUnknownRaw, protowire.BytesType), w.length))
 	b, w.buf = w.buf, nil
 	w.written = uint64(len(b))
 	if w.written > w.length {
@@ -194,7 +198,7 @@ func (w *protoListWriter) emit(b []byte) error {
 
 func (w *protoListWriter) end() error {
 	if !w.streaming {
-		_, _ = w.out.Write(protowire.AppendVarint(protowire.AppendTag(nil, pbUnknownRaw, protowire.BytesType), uint64(len(w.buf))))
+		_, _ = w.out.Write(protowire.AppendVarint(protowire.AppendTag(nil, wire.PbUnknownRaw, protowire.BytesType), uint64(len(w.buf))))
 		_, err := w.out.Write(w.buf)
 		return err
 	}
@@ -235,8 +239,8 @@ type eventWriter interface {
 	write(s send) error
 }
 
-func newEventWriter(media mediaKind, out *bufio.Writer) eventWriter {
-	if media == mediaProtobuf {
+func newEventWriter(media wire.Media, out *bufio.Writer) eventWriter {
+	if media == wire.MediaProtobuf {
 		return &protoEventWriter{out: out}
 	}
 	return &jsonEventWriter{out: out}
@@ -252,7 +256,7 @@ func (w *jsonEventWriter) write(s send) error {
 	_, _ = w.out.WriteString(`{"type":"` + s.typ + `","object":`)
 	var err error
 	if s.kind == sendService {
-		err = s.svc.writeWithoutClass(w.out)
+		err = s.svc.WriteWithoutClass(w.out)
 	} else {
 		obj, _ := constructed(s)
 		var b []byte
@@ -278,23 +282,23 @@ func (w *protoEventWriter) write(s send) error {
 	if s.kind == sendNothing {
 		return nil
 	}
-	obj := append(w.object[:0], protoMagic...)
+	obj := append(w.object[:0], wire.ProtoMagic...)
 	switch s.kind {
 	case sendService:
-		obj = appendProtoTypeMeta(obj, "Service")
-		obj = protowire.AppendVarint(protowire.AppendTag(obj, pbUnknownRaw, protowire.BytesType), uint64(s.svc.withoutClassLen()))
-		obj = s.svc.appendWithoutClass(obj)
+		obj = wire.AppendProtoTypeMeta(obj, "Service")
+		obj = protowire.AppendVarint(protowire.AppendTag(obj, wire.PbUnknownRaw, protowire.BytesType), uint64(s.svc.WithoutClassLen()))
+		obj = s.svc.AppendWithoutClass(obj)
 	default:
 		o, kind := constructed(s)
 		raw, err := o.Marshal()
 		if err != nil {
 			return err
 		}
-		obj = appendProtoTypeMeta(obj, kind)
-		obj = protowire.AppendBytes(protowire.AppendTag(obj, pbUnknownRaw, protowire.BytesType), raw)
+		obj = wire.AppendProtoTypeMeta(obj, kind)
+		obj = protowire.AppendBytes(protowire.AppendTag(obj, wire.PbUnknownRaw, protowire.BytesType), raw)
 	}
 	w.object = obj
-	w.message = appendProtoWatchEvent(w.message[:0], s.typ, obj)
+	w.message = wire.AppendProtoWatchEvent(w.message[:0], s.typ, obj)
 	var l [4]byte
 	binary.BigEndian.PutUint32(l[:], uint32(len(w.message)))
 	_, _ = w.out.Write(l[:])
@@ -316,11 +320,11 @@ func constructed(s send) (obj constructedObject, kind string) {
 	case sendTombstone:
 		return &corev1.Service{
 			TypeMeta:   metav1.TypeMeta{Kind: "Service", APIVersion: "v1"},
-			ObjectMeta: metav1.ObjectMeta{Namespace: s.meta.namespace, Name: s.meta.name, UID: types.UID(s.meta.uid), ResourceVersion: s.meta.resourceVersion},
+			ObjectMeta: metav1.ObjectMeta{Namespace: s.meta.Namespace, Name: s.meta.Name, UID: types.UID(s.meta.UID), ResourceVersion: s.meta.ResourceVersion},
 		}, "Service"
 	case sendBookmark:
-		b := &corev1.Service{TypeMeta: metav1.TypeMeta{Kind: "Service", APIVersion: "v1"}, ObjectMeta: metav1.ObjectMeta{ResourceVersion: s.meta.resourceVersion}}
-		if s.meta.initialEventsEnd {
+		b := &corev1.Service{TypeMeta: metav1.TypeMeta{Kind: "Service", APIVersion: "v1"}, ObjectMeta: metav1.ObjectMeta{ResourceVersion: s.meta.ResourceVersion}}
+		if s.meta.InitialEventsEnd {
 			b.Annotations = map[string]string{metav1.InitialEventsAnnotationKey: "true"}
 		}
 		return b, "Service"
@@ -331,28 +335,28 @@ func constructed(s send) (obj constructedObject, kind string) {
 	}
 }
 
-// singleAnswer is the answer to a get or a write of one Service in the view:
+// SingleAnswer is the answer to a get or a write of one Service in the view:
 // the Service without its class.
-func singleAnswer(media mediaKind, s *service) []byte {
-	if media == mediaProtobuf {
-		b := appendProtoTypeMeta(append([]byte(nil), protoMagic...), "Service")
-		b = protowire.AppendVarint(protowire.AppendTag(b, pbUnknownRaw, protowire.BytesType), uint64(s.withoutClassLen()))
-		return s.appendWithoutClass(b)
+func SingleAnswer(media wire.Media, s *service.Service) []byte {
+	if media == wire.MediaProtobuf {
+		b := wire.AppendProtoTypeMeta(append([]byte(nil), wire.ProtoMagic...), "Service")
+		b = protowire.AppendVarint(protowire.AppendTag(b, wire.PbUnknownRaw, protowire.BytesType), uint64(s.WithoutClassLen()))
+		return s.AppendWithoutClass(b)
 	}
-	return s.appendWithoutClass(make([]byte, 0, s.withoutClassLen()))
+	return s.AppendWithoutClass(make([]byte, 0, s.WithoutClassLen()))
 }
 
-// tombstoneAnswer is the answer to a write whose Service left the view with
+// TombstoneAnswer is the answer to a write whose Service left the view with
 // it: the Service's namespace, name, uid and new resourceVersion.
-func tombstoneAnswer(media mediaKind, f serviceFacts) ([]byte, error) {
-	obj, kind := constructed(send{kind: sendTombstone, meta: serviceFacts{namespace: f.namespace, name: f.name, uid: f.uid, resourceVersion: f.resourceVersion}})
-	if media != mediaProtobuf {
+func TombstoneAnswer(media wire.Media, f service.Facts) ([]byte, error) {
+	obj, kind := constructed(send{kind: sendTombstone, meta: service.Facts{Namespace: f.Namespace, Name: f.Name, UID: f.UID, ResourceVersion: f.ResourceVersion}})
+	if media != wire.MediaProtobuf {
 		return json.Marshal(obj)
 	}
 	raw, err := obj.Marshal()
 	if err != nil {
 		return nil, err
 	}
-	b := appendProtoTypeMeta(append([]byte(nil), protoMagic...), kind)
-	return protowire.AppendBytes(protowire.AppendTag(b, pbUnknownRaw, protowire.BytesType), raw), nil
+	b := wire.AppendProtoTypeMeta(append([]byte(nil), wire.ProtoMagic...), kind)
+	return protowire.AppendBytes(protowire.AppendTag(b, wire.PbUnknownRaw, protowire.BytesType), raw), nil
 }

@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import (
 	"bytes"
@@ -10,28 +10,28 @@ import (
 
 // JSON at the wire level: the end of a value, the members of an object, the
 // elements of an array, and a stream of consecutive values. Nothing is
-// decoded into objects; service.go finds the few members the view decides on
-// and copies everything else byte for byte.
+// decoded into objects; the Service view (package service) finds the few
+// members it decides on and copies everything else byte for byte.
 
 var (
 	// errJSONIncomplete: the bytes end inside a value (read more).
 	errJSONIncomplete = errors.New("JSON value incomplete")
-	// errJSONSyntax: the bytes are not the JSON the view expects.
-	errJSONSyntax = errors.New("malformed JSON")
+	// ErrJSONSyntax: the bytes are not the JSON the view expects.
+	ErrJSONSyntax = errors.New("malformed JSON")
 )
 
 func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
-// skipJSONSpace returns the index of the first non-space byte at or after i.
-func skipJSONSpace(b []byte, i int) int {
+// SkipJSONSpace returns the index of the first non-space byte at or after i.
+func SkipJSONSpace(b []byte, i int) int {
 	for i < len(b) && isJSONSpace(b[i]) {
 		i++
 	}
 	return i
 }
 
-// jsonValueEnd returns the index just past the JSON value that starts at b[i].
-func jsonValueEnd(b []byte, i int) (int, error) {
+// JSONValueEnd returns the index just past the JSON value that starts at b[i].
+func JSONValueEnd(b []byte, i int) (int, error) {
 	if i >= len(b) {
 		return len(b), errJSONIncomplete
 	}
@@ -82,7 +82,7 @@ func jsonCompositeEnd(b []byte, i int) (int, error) {
 				return j + 1, nil
 			}
 			if depth < 0 {
-				return j, errJSONSyntax
+				return j, ErrJSONSyntax
 			}
 		}
 	}
@@ -95,30 +95,30 @@ func jsonLiteralEnd(b []byte, i int) (int, error) {
 	switch c := b[i]; {
 	case c == '-' || (c >= '0' && c <= '9') || c == 't' || c == 'f' || c == 'n':
 	default:
-		return i, errJSONSyntax
+		return i, ErrJSONSyntax
 	}
 	for j := i + 1; j < len(b); j++ {
 		switch c := b[j]; {
 		case c == ',' || c == '}' || c == ']' || isJSONSpace(c):
 			return j, nil
 		case c == '"' || c == '{' || c == '[' || c == ':':
-			return j, errJSONSyntax
+			return j, ErrJSONSyntax
 		}
 	}
 	return len(b), errJSONIncomplete
 }
 
-// jsonEachMember calls fn for every member of the object that starts at b[i]
+// JSONEachMember calls fn for every member of the object that starts at b[i]
 // ('{') with the raw key (quotes included) and the start of the value; fn
 // returns the end of the value. It returns the index just past the object.
-func jsonEachMember(b []byte, i int, fn func(key []byte, keyStart, valueStart int) (int, error)) (int, error) {
+func JSONEachMember(b []byte, i int, fn func(key []byte, keyStart, valueStart int) (int, error)) (int, error) {
 	if i >= len(b) {
 		return len(b), errJSONIncomplete
 	}
 	if b[i] != '{' {
-		return i, errJSONSyntax
+		return i, ErrJSONSyntax
 	}
-	j := skipJSONSpace(b, i+1)
+	j := SkipJSONSpace(b, i+1)
 	if j < len(b) && b[j] == '}' {
 		return j + 1, nil
 	}
@@ -127,20 +127,20 @@ func jsonEachMember(b []byte, i int, fn func(key []byte, keyStart, valueStart in
 			return len(b), errJSONIncomplete
 		}
 		if b[j] != '"' {
-			return j, errJSONSyntax
+			return j, ErrJSONSyntax
 		}
 		keyEnd, err := jsonStringEnd(b, j)
 		if err != nil {
 			return keyEnd, err
 		}
-		k := skipJSONSpace(b, keyEnd)
+		k := SkipJSONSpace(b, keyEnd)
 		if k >= len(b) {
 			return len(b), errJSONIncomplete
 		}
 		if b[k] != ':' {
-			return k, errJSONSyntax
+			return k, ErrJSONSyntax
 		}
-		vs := skipJSONSpace(b, k+1)
+		vs := SkipJSONSpace(b, k+1)
 		if vs >= len(b) {
 			return len(b), errJSONIncomplete
 		}
@@ -148,132 +148,132 @@ func jsonEachMember(b []byte, i int, fn func(key []byte, keyStart, valueStart in
 		if err != nil {
 			return ve, err
 		}
-		j = skipJSONSpace(b, ve)
+		j = SkipJSONSpace(b, ve)
 		if j >= len(b) {
 			return len(b), errJSONIncomplete
 		}
 		switch b[j] {
 		case ',':
-			j = skipJSONSpace(b, j+1)
+			j = SkipJSONSpace(b, j+1)
 		case '}':
 			return j + 1, nil
 		default:
-			return j, errJSONSyntax
+			return j, ErrJSONSyntax
 		}
 	}
 }
 
-// jsonPlainString returns what a string literal without escapes holds, and
+// JSONPlainString returns what a string literal without escapes holds, and
 // nil for anything else.
-func jsonPlainString(lit []byte) []byte {
+func JSONPlainString(lit []byte) []byte {
 	if len(lit) < 2 || lit[0] != '"' || lit[len(lit)-1] != '"' || bytes.IndexByte(lit, '\\') >= 0 {
 		return nil
 	}
 	return lit[1 : len(lit)-1]
 }
 
-// jsonStringIs reports whether the JSON string literal lit means s.
-func jsonStringIs(lit []byte, s string) bool {
+// JSONStringIs reports whether the JSON string literal lit means s.
+func JSONStringIs(lit []byte, s string) bool {
 	if len(lit) >= 2 && lit[0] == '"' && bytes.IndexByte(lit, '\\') < 0 {
 		return string(lit[1:len(lit)-1]) == s
 	}
-	u, err := jsonUnquote(lit)
+	u, err := JSONUnquote(lit)
 	return err == nil && u == s
 }
 
-// jsonMember is one member of an object: b[keyStart:valueEnd] is `"key":value`.
-type jsonMember struct {
+// JSONMember is one member of an object: b[keyStart:valueEnd] is `"key":value`.
+type JSONMember struct {
 	// key is the member's name, unescaped.
-	key                            string
-	keyStart, valueStart, valueEnd int
+	Key                            string
+	KeyStart, ValueStart, ValueEnd int
 }
 
-// jsonObjectMembers calls fn for every member of the object that starts at
+// JSONObjectMembers calls fn for every member of the object that starts at
 // b[i] ('{'), in order, and returns the index just past the object.
-func jsonObjectMembers(b []byte, i int, fn func(m jsonMember) error) (int, error) {
-	return jsonEachMember(b, i, func(raw []byte, keyStart, valueStart int) (int, error) {
-		key, err := jsonUnquote(raw)
+func JSONObjectMembers(b []byte, i int, fn func(m JSONMember) error) (int, error) {
+	return JSONEachMember(b, i, func(raw []byte, keyStart, valueStart int) (int, error) {
+		key, err := JSONUnquote(raw)
 		if err != nil {
 			return keyStart, err
 		}
-		valueEnd, err := jsonValueEnd(b, valueStart)
+		valueEnd, err := JSONValueEnd(b, valueStart)
 		if err != nil {
 			return valueEnd, err
 		}
-		return valueEnd, fn(jsonMember{key: key, keyStart: keyStart, valueStart: valueStart, valueEnd: valueEnd})
+		return valueEnd, fn(JSONMember{Key: key, KeyStart: keyStart, ValueStart: valueStart, ValueEnd: valueEnd})
 	})
 }
 
-// jsonArrayElements calls fn for the bounds of every element of the array that
+// JSONArrayElements calls fn for the bounds of every element of the array that
 // starts at b[i] ('['), and returns the index just past the array.
-func jsonArrayElements(b []byte, i int, fn func(start, end int) error) (int, error) {
+func JSONArrayElements(b []byte, i int, fn func(start, end int) error) (int, error) {
 	if i >= len(b) {
 		return len(b), errJSONIncomplete
 	}
 	if b[i] != '[' {
-		return i, errJSONSyntax
+		return i, ErrJSONSyntax
 	}
-	j := skipJSONSpace(b, i+1)
+	j := SkipJSONSpace(b, i+1)
 	if j < len(b) && b[j] == ']' {
 		return j + 1, nil
 	}
 	for {
-		end, err := jsonValueEnd(b, j)
+		end, err := JSONValueEnd(b, j)
 		if err != nil {
 			return end, err
 		}
 		if err := fn(j, end); err != nil {
 			return end, err
 		}
-		j = skipJSONSpace(b, end)
+		j = SkipJSONSpace(b, end)
 		if j >= len(b) {
 			return len(b), errJSONIncomplete
 		}
 		switch b[j] {
 		case ',':
-			j = skipJSONSpace(b, j+1)
+			j = SkipJSONSpace(b, j+1)
 		case ']':
 			return j + 1, nil
 		default:
-			return j, errJSONSyntax
+			return j, ErrJSONSyntax
 		}
 	}
 }
 
-// jsonUnquote returns the string a JSON string literal (with its quotes) means.
-func jsonUnquote(lit []byte) (string, error) {
+// JSONUnquote returns the string a JSON string literal (with its quotes) means.
+func JSONUnquote(lit []byte) (string, error) {
 	if len(lit) < 2 || lit[0] != '"' || lit[len(lit)-1] != '"' {
-		return "", errJSONSyntax
+		return "", ErrJSONSyntax
 	}
 	if bytes.IndexByte(lit, '\\') < 0 {
 		return string(lit[1 : len(lit)-1]), nil
 	}
 	var s string
 	if err := json.Unmarshal(lit, &s); err != nil {
-		return "", fmt.Errorf("%w: %v", errJSONSyntax, err)
+		return "", fmt.Errorf("%w: %v", ErrJSONSyntax, err)
 	}
 	return s, nil
 }
 
-// jsonOptionalString reads a value that is a string or null.
-func jsonOptionalString(v []byte) (s string, set bool, err error) {
+// JSONOptionalString reads a value that is a string or null.
+func JSONOptionalString(v []byte) (s string, set bool, err error) {
 	if bytes.Equal(v, []byte("null")) {
 		return "", false, nil
 	}
 	if len(v) == 0 || v[0] != '"' {
-		return "", false, errJSONSyntax
+		return "", false, ErrJSONSyntax
 	}
-	s, err = jsonUnquote(v)
+	s, err = JSONUnquote(v)
 	return s, err == nil, err
 }
 
-// jsonStream reads consecutive JSON values (and the punctuation between them)
+// JSONStream reads consecutive JSON values (and the punctuation between them)
 // from a stream, holding at most one value in memory.
-type jsonStream struct {
+type JSONStream struct {
 	r   io.Reader
 	buf []byte
 	// off is the start of the unread bytes in buf.
-	off int
+	Off int
 	// eof is set once r has ended (err is its error).
 	eof bool
 	err error
@@ -281,22 +281,22 @@ type jsonStream struct {
 	max int
 }
 
-func newJSONStream(r io.Reader, max int) *jsonStream {
-	return &jsonStream{r: r, buf: make([]byte, 0, 64<<10), max: max}
+func NewJSONStream(r io.Reader, max int) *JSONStream {
+	return &JSONStream{r: r, buf: make([]byte, 0, 64<<10), max: max}
 }
 
 // fill reads more bytes; it returns an error at the end of the stream.
-func (s *jsonStream) fill() error {
+func (s *JSONStream) fill() error {
 	if s.eof {
 		if s.err != nil {
 			return s.err
 		}
 		return io.ErrUnexpectedEOF
 	}
-	if s.off > 0 {
-		n := copy(s.buf, s.buf[s.off:])
+	if s.Off > 0 {
+		n := copy(s.buf, s.buf[s.Off:])
 		s.buf = s.buf[:n]
-		s.off = 0
+		s.Off = 0
 	}
 	if len(s.buf) >= s.max {
 		return fmt.Errorf("a JSON value of more than %d bytes", s.max)
@@ -317,13 +317,13 @@ func (s *jsonStream) fill() error {
 	return nil
 }
 
-// peek skips spaces and returns the next byte without consuming it; at the
+// Peek skips spaces and returns the next byte without consuming it; at the
 // clean end of the stream it returns io.EOF.
-func (s *jsonStream) peek() (byte, error) {
+func (s *JSONStream) Peek() (byte, error) {
 	for {
-		s.off = skipJSONSpace(s.buf, s.off)
-		if s.off < len(s.buf) {
-			return s.buf[s.off], nil
+		s.Off = SkipJSONSpace(s.buf, s.Off)
+		if s.Off < len(s.buf) {
+			return s.buf[s.Off], nil
 		}
 		if s.eof {
 			if s.err != nil {
@@ -337,44 +337,44 @@ func (s *jsonStream) peek() (byte, error) {
 	}
 }
 
-// expect consumes the byte c (after spaces).
-func (s *jsonStream) expect(c byte) error {
-	got, err := s.peek()
+// Expect consumes the byte c (after spaces).
+func (s *JSONStream) Expect(c byte) error {
+	got, err := s.Peek()
 	if err != nil {
-		return noEOF(err)
+		return NoEOF(err)
 	}
 	if got != c {
-		return fmt.Errorf("%w: want %q, got %q", errJSONSyntax, c, got)
+		return fmt.Errorf("%w: want %q, got %q", ErrJSONSyntax, c, got)
 	}
-	s.off++
+	s.Off++
 	return nil
 }
 
-// value returns the next complete value (after spaces); the slice is valid
+// Value returns the next complete value (after spaces); the slice is valid
 // until the next call.
-func (s *jsonStream) value() ([]byte, error) {
-	return s.scanValue(func(b []byte) (int, error) { return jsonValueEnd(b, 0) })
+func (s *JSONStream) Value() ([]byte, error) {
+	return s.ScanValue(func(b []byte) (int, error) { return JSONValueEnd(b, 0) })
 }
 
-// scanValue runs scan over the unread bytes, which start with a value (after
+// ScanValue runs scan over the unread bytes, which start with a value (after
 // spaces); scan returns the end of the value, or errJSONIncomplete to be run
 // again with more bytes. The value's bytes are valid until the next call.
 // Reading a value this way reads it once, where value and a scan of what it
 // returns read it twice.
-func (s *jsonStream) scanValue(scan func(b []byte) (int, error)) ([]byte, error) {
-	if _, err := s.peek(); err != nil {
-		return nil, noEOF(err)
+func (s *JSONStream) ScanValue(scan func(b []byte) (int, error)) ([]byte, error) {
+	if _, err := s.Peek(); err != nil {
+		return nil, NoEOF(err)
 	}
 	for {
-		end, err := scan(s.buf[s.off:])
+		end, err := scan(s.buf[s.Off:])
 		switch {
 		case err == nil:
-			v := s.buf[s.off : s.off+end]
-			s.off += end
+			v := s.buf[s.Off : s.Off+end]
+			s.Off += end
 			return v, nil
 		case errors.Is(err, errJSONIncomplete):
 			if err := s.fill(); err != nil {
-				return nil, noEOF(err)
+				return nil, NoEOF(err)
 			}
 		default:
 			return nil, err
@@ -382,15 +382,15 @@ func (s *jsonStream) scanValue(scan func(b []byte) (int, error)) ([]byte, error)
 	}
 }
 
-// end reports whether only spaces are left.
-func (s *jsonStream) end() error {
-	_, err := s.peek()
+// End reports whether only spaces are left.
+func (s *JSONStream) End() error {
+	_, err := s.Peek()
 	switch {
 	case errors.Is(err, io.EOF):
 		return nil
 	case err != nil:
 		return err
 	default:
-		return fmt.Errorf("%w: data after the end", errJSONSyntax)
+		return fmt.Errorf("%w: data after the end", ErrJSONSyntax)
 	}
 }
