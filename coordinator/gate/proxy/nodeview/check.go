@@ -58,18 +58,7 @@ func Labels(media wire.Media, body []byte) (map[string]string, error) {
 				if m.Num != wire.PbMetaLabels || m.Type != protowire.BytesType {
 					return nil
 				}
-				// A map entry: 1: key, 2: value.
-				var key, value []byte
-				err := wire.ProtoFields(m.Value, func(e wire.ProtoField) error {
-					switch {
-					case e.Type != protowire.BytesType:
-					case e.Num == 1:
-						key = e.Value
-					case e.Num == 2:
-						value = e.Value
-					}
-					return nil
-				})
+				key, value, err := wire.ProtoMapEntry(m.Value)
 				l[string(key)] = string(value)
 				return err
 			})

@@ -375,18 +375,7 @@ func (sc *protoServiceScanner) metadataField(m wire.ProtoField) error {
 		if !sc.meta {
 			return nil
 		}
-		// A map entry: 1: key, 2: value.
-		var key, value []byte
-		err := wire.ProtoFields(m.Value, func(e wire.ProtoField) error {
-			switch {
-			case e.Type != protowire.BytesType:
-			case e.Num == 1:
-				key = e.Value
-			case e.Num == 2:
-				value = e.Value
-			}
-			return nil
-		})
+		key, value, err := wire.ProtoMapEntry(m.Value)
 		if string(key) == initialEventsEndAnnotation {
 			sc.s.InitialEventsEnd = string(value) == "true"
 		}

@@ -106,6 +106,23 @@ func ProtoFields(msg []byte, fn func(f ProtoField) error) error {
 }
 
 // protoString reads a string field's value.
+// ProtoMapEntry reads an entry of a protobuf map<string, string> (a label
+// or an annotation): field 1 is the key, field 2 the value; fields of
+// another wire type are skipped. The slices alias entry.
+func ProtoMapEntry(entry []byte) (key, value []byte, err error) {
+	err = ProtoFields(entry, func(e ProtoField) error {
+		switch {
+		case e.Type != protowire.BytesType:
+		case e.Num == 1:
+			key = e.Value
+		case e.Num == 2:
+			value = e.Value
+		}
+		return nil
+	})
+	return key, value, err
+}
+
 func protoString(f ProtoField) (string, error) {
 	if f.Type != protowire.BytesType {
 		return "", fmt.Errorf("%w: field %d is not a string", ErrProto, f.Num)
