@@ -58,13 +58,8 @@ type heldRead struct {
 // does not decode (nodeview.CheckHeld), and shows the answer only when the reads of
 // the Node before and after it agree.
 func (p *Proxy) forwardHeld(w http.ResponseWriter, r *http.Request, rt route) {
-	before, ok, err := p.lookup(r, rt.name, false)
-	if err != nil {
-		p.lookupFailed(w, r, rt, err)
-		return
-	}
+	before, ok := p.shown(w, r, rt, false)
 	if !ok {
-		p.hide(w, r, rt)
 		return
 	}
 	if q := r.URL.Query(); q.Has("resourceVersion") {
@@ -78,6 +73,7 @@ func (p *Proxy) forwardHeld(w http.ResponseWriter, r *http.Request, rt route) {
 	for attempt := 1; ; attempt++ {
 		if r.GetBody != nil {
 			// the body (a GET has none that means anything) is read again
+			var err error
 			if r.Body, err = r.GetBody(); err != nil {
 				p.refuse(w, r, rt, badRequest(err))
 				return

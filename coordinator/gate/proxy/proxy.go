@@ -348,13 +348,7 @@ func (p *Proxy) single(w http.ResponseWriter, r *http.Request, rt route) {
 		}
 	}
 	read := r.Method == http.MethodGet || r.Method == http.MethodHead
-	_, ok, err := p.lookup(r, rt.name, !read)
-	if err != nil {
-		p.lookupFailed(w, r, rt, err)
-		return
-	}
-	if !ok {
-		p.hide(w, r, rt)
+	if _, ok := p.shown(w, r, rt, !read); !ok {
 		return
 	}
 	if check == nodeview.CheckAnswer {
@@ -369,13 +363,8 @@ func (p *Proxy) single(w http.ResponseWriter, r *http.Request, rt route) {
 // uid and resourceVersion preconditions of what it checked: if the Node was
 // relabelled (or replaced) in between, the API server answers 409 Conflict.
 func (p *Proxy) deleteNode(w http.ResponseWriter, r *http.Request, rt route) {
-	meta, ok, err := p.lookup(r, rt.name, false)
-	if err != nil {
-		p.lookupFailed(w, r, rt, err)
-		return
-	}
+	meta, ok := p.shown(w, r, rt, false)
 	if !ok {
-		p.hide(w, r, rt)
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxDeleteBody+1))
@@ -421,6 +410,22 @@ func (p *Proxy) deleteNode(w http.ResponseWriter, r *http.Request, rt route) {
 	r.TransferEncoding = nil
 	p.log.V(2).Info("forwarding node delete with preconditions", "node", rt.name, "uid", meta.UID, "resourceVersion", meta.ResourceVersion)
 	p.forward(w, r, rt, decisionForwarded)
+}
+
+// shown looks the route's Node up (lookup) and answers the request itself
+// when it cannot go on: lookupFailed when the read failed, the gate's 404
+// when the Node is outside the view (hide). ok says the caller goes on.
+func (p *Proxy) shown(w http.ResponseWriter, r *http.Request, rt route, cached bool) (nodeMeta, bool) {
+	meta, ok, err := p.lookup(r, rt.name, cached)
+	if err != nil {
+		p.lookupFailed(w, r, rt, err)
+		return nodeMeta{}, false
+	}
+	if !ok {
+		p.hide(w, r, rt)
+		return nodeMeta{}, false
+	}
+	return meta, true
 }
 
 // lookup says whether a Node is in the view. cached allows the node cache; a
