@@ -31,14 +31,25 @@ type nodeGet struct {
 
 func getNode(t *testing.T, ctx context.Context, g *gate, path, accept string) nodeGet {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.url+path, nil)
+	var h []string
+	if accept != "" {
+		h = []string{accept}
+	}
+	return roundTripGet(t, ctx, roundTripFunc(http.DefaultClient.Do), g.url+path, h)
+}
+
+// roundTripGet is a raw GET of url through rt with the Accept headers accept
+// (none for nil).
+func roundTripGet(t *testing.T, ctx context.Context, rt http.RoundTripper, url string, accept []string) nodeGet {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if accept != "" {
-		req.Header.Set("Accept", accept)
+	if accept != nil {
+		req.Header["Accept"] = accept
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := rt.RoundTrip(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,6 +59,55 @@ func getNode(t *testing.T, ctx context.Context, g *gate, path, accept string) no
 		t.Fatal(err)
 	}
 	return nodeGet{code: resp.StatusCode, header: resp.Header, body: string(b)}
+}
+
+// viewTest begins a test of reads of group's nodes through the gate: it is
+// skipped without a control plane and has a minute; the nodes' platform is
+// group-aws.
+func viewTest(t *testing.T, group string) (ctx context.Context, platform string) {
+	t.Helper()
+	needEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx, group + "-aws"
+}
+
+// oneNodeTest is viewTest with one node in the view, group-a (eu-west-1a).
+func oneNodeTest(t *testing.T, group string) (ctx context.Context, platform, name string) {
+	t.Helper()
+	ctx, platform = viewTest(t, group)
+	name = group + "-a"
+	fixture(t, group, gatetest.NodeSpec{Name: name, Platform: platform, ProviderID: "aws:///eu-west-1a/i-1"})
+	return ctx, platform, name
+}
+
+// movingNodeTest is viewTest with one node, group-a, labeled with the region
+// eu-west-1; relabel gives it another region (a test's error if it cannot).
+func movingNodeTest(t *testing.T, group string) (ctx context.Context, platform, name string, relabel func(ctx context.Context, region string)) {
+	t.Helper()
+	ctx, platform = viewTest(t, group)
+	name = group + "-a"
+	fixture(t, group, inRegion(name, platform, "eu-west-1", 1))
+	relabel = func(ctx context.Context, region string) {
+		if err := setRegion(ctx, name, region); err != nil {
+			t.Error(err)
+		}
+	}
+	return ctx, platform, name, relabel
+}
+
+// setRegion labels the node name with region.
+func setRegion(ctx context.Context, name, region string) error {
+	_, err := env.Client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"`+regionLabel+`":"`+region+`"}}}`), metav1.PatchOptions{})
+	return err
+}
+
+// inRegion is the node name of platform in region (its zone a), the EC2
+// instance i-<i>.
+func inRegion(name, platform, region string, i int) gatetest.NodeSpec {
+	return gatetest.NodeSpec{Name: name, Platform: platform, ProviderID: fmt.Sprintf("aws:///%sa/i-%d", region, i),
+		Labels: map[string]string{regionLabel: region}}
 }
 
 // shape is what tells two answers apart, the node's name aside.
@@ -72,16 +132,13 @@ func (a nodeGet) shape(name string) string {
 // newline, its own headers): relayed, it told a CCM that a node it cannot see
 // does not exist, and so that the others it cannot see do.
 func TestViewNotFoundAlike(t *testing.T) {
-	needEnv(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	const group = "alike"
-	platform := group + "-aws"
+	ctx, platform := viewTest(t, group)
 	n := func(s string) string { return group + "-" + s }
 	fixture(t, group,
-		gatetest.NodeSpec{Name: n("eu"), Platform: platform, ProviderID: "aws:///eu-west-1a/i-1", Labels: map[string]string{regionLabel: "eu-west-1"}},
-		gatetest.NodeSpec{Name: n("left"), Platform: platform, ProviderID: "aws:///us-east-1a/i-2", Labels: map[string]string{regionLabel: "us-east-1"}},
-		gatetest.NodeSpec{Name: n("us"), Platform: platform, ProviderID: "aws:///us-east-1a/i-3", Labels: map[string]string{regionLabel: "us-east-1"}},
+		inRegion(n("eu"), platform, "eu-west-1", 1),
+		inRegion(n("left"), platform, "us-east-1", 2),
+		inRegion(n("us"), platform, "us-east-1", 3),
 	)
 	for _, cached := range []bool{true, false} {
 		g := startGate(t, platform, func(c *proxy.Config) {
@@ -150,26 +207,12 @@ func startRelay(t *testing.T, before func(r *http.Request)) string {
 // answer is checked, whether the node cache holds the node, misses it (a
 // node that has just joined the view), or is off (--cache=false).
 func TestViewNodeLeavesDuringGet(t *testing.T) {
-	needEnv(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	const group = "leaves"
-	platform := group + "-aws"
-	n := func(s string) string { return group + "-" + s }
-	fixture(t, group,
-		gatetest.NodeSpec{Name: n("a"), Platform: platform, ProviderID: "aws:///eu-west-1a/i-1", Labels: map[string]string{regionLabel: "eu-west-1"}},
-	)
-	relabel := func(ctx context.Context, region string) {
-		if _, err := env.Client.CoreV1().Nodes().Patch(ctx, n("a"), types.MergePatchType,
-			[]byte(`{"metadata":{"labels":{"`+regionLabel+`":"`+region+`"}}}`), metav1.PatchOptions{}); err != nil {
-			t.Error(err)
-		}
-	}
+	ctx, platform, name, relabel := movingNodeTest(t, "leaves")
 	// armed: the next GET of the node itself (not the gate's metadata-only
 	// check) moves the node to another region before the API server reads it
 	var armed atomic.Bool
 	relay := startRelay(t, func(r *http.Request) {
-		if r.Method == http.MethodGet && r.URL.Path == "/api/v1/nodes/"+n("a") &&
+		if r.Method == http.MethodGet && r.URL.Path == "/api/v1/nodes/"+name &&
 			!strings.Contains(r.Header.Get("Accept"), "as=PartialObjectMetadata") && armed.CompareAndSwap(true, false) {
 			relabel(r.Context(), "us-east-1")
 		}
@@ -194,16 +237,16 @@ func TestViewNodeLeavesDuringGet(t *testing.T) {
 					inView := map[string]string{platformLabel: platform, regionLabel: "eu-west-1"}
 					var err error
 					if tc.drop {
-						err = proxy.DropCachedNode(g.proxy, n("a"))
+						err = proxy.DropCachedNode(g.proxy, name)
 					} else {
-						err = proxy.SetCachedNode(g.proxy, n("a"), inView)
+						err = proxy.SetCachedNode(g.proxy, name, inView)
 					}
 					if err != nil {
 						t.Fatal(err)
 					}
 				}
 				armed.Store(true)
-				got := getNode(t, ctx, g, "/api/v1/nodes/"+n("a"), accept)
+				got := getNode(t, ctx, g, "/api/v1/nodes/"+name, accept)
 				if armed.Load() {
 					t.Fatalf("Accept %s: the relay saw no GET of the node", accept)
 				}
@@ -235,28 +278,14 @@ const (
 // may answer from its watch cache, with the node as it was before the gate's
 // read of it.
 func TestViewNodeLeavesDuringOtherRead(t *testing.T) {
-	needEnv(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	const group = "leaves2"
-	platform := group + "-aws"
-	n := func(s string) string { return group + "-" + s }
-	fixture(t, group,
-		gatetest.NodeSpec{Name: n("a"), Platform: platform, ProviderID: "aws:///eu-west-1a/i-1", Labels: map[string]string{regionLabel: "eu-west-1"}},
-	)
-	relabel := func(ctx context.Context, region string) {
-		if _, err := env.Client.CoreV1().Nodes().Patch(ctx, n("a"), types.MergePatchType,
-			[]byte(`{"metadata":{"labels":{"`+regionLabel+`":"`+region+`"}}}`), metav1.PatchOptions{}); err != nil {
-			t.Error(err)
-		}
-	}
+	ctx, platform, name, relabel := movingNodeTest(t, "leaves2")
 	var (
 		armed atomic.Bool
 		// query is that of the last GET of the node the relay forwarded
 		query atomic.Value
 	)
 	relay := startRelay(t, func(r *http.Request) {
-		if r.Method == http.MethodGet && r.URL.Path == "/api/v1/nodes/"+n("a") && r.Header.Get("Accept") != gateCheck {
+		if r.Method == http.MethodGet && r.URL.Path == "/api/v1/nodes/"+name && r.Header.Get("Accept") != gateCheck {
 			query.Store(r.URL.RawQuery)
 			if armed.CompareAndSwap(true, false) {
 				relabel(r.Context(), "us-east-1")
@@ -276,17 +305,17 @@ func TestViewNodeLeavesDuringOtherRead(t *testing.T) {
 			acceptKubectl,
 			acceptMetadata,
 		} {
-			want := getNode(t, ctx, g, "/api/v1/nodes/"+n("nothere"), accept).shape(n("nothere"))
+			want := getNode(t, ctx, g, "/api/v1/nodes/leaves2-nothere", accept).shape("leaves2-nothere")
 			for _, q := range []string{"", "?resourceVersion=0"} {
 				relabel(ctx, "eu-west-1")
 				armed.Store(true)
-				got := getNode(t, ctx, g, "/api/v1/nodes/"+n("a")+q, accept)
+				got := getNode(t, ctx, g, "/api/v1/nodes/"+name+q, accept)
 				if armed.Load() {
 					t.Fatalf("Accept %s: the relay saw no GET of the node", accept)
 				}
 				if got.code != http.StatusNotFound || strings.Contains(got.body, "us-east-1") {
 					t.Errorf("cached %v, Accept %s%s: the node left the view before the API server read it, the gate answered %d %.300q", cached, accept, q, got.code, got.body)
-				} else if s := got.shape(n("a")); s != want {
+				} else if s := got.shape(name); s != want {
 					t.Errorf("cached %v, Accept %s%s: the node that left the view is answered\n  %s\nbut one that does not exist\n  %s", cached, accept, q, s, want)
 				}
 				if fwd, _ := query.Load().(string); strings.Contains(fwd, "resourceVersion") {
@@ -303,13 +332,7 @@ func TestViewNodeLeavesDuringOtherRead(t *testing.T) {
 // that changes on every attempt is answered 503 with Retry-After (client-go
 // reads again), naming the node.
 func TestViewNodeChangesDuringOtherRead(t *testing.T) {
-	needEnv(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	const group = "changes"
-	platform := group + "-aws"
-	name := group + "-a"
-	fixture(t, group, gatetest.NodeSpec{Name: name, Platform: platform, ProviderID: "aws:///eu-west-1a/i-1"})
+	ctx, platform, name := oneNodeTest(t, "changes")
 	var (
 		// changes is how many of the next forwarded GETs of the node change it
 		changes atomic.Int32
@@ -376,12 +399,7 @@ func TestViewNodeChangesDuringOtherRead(t *testing.T) {
 // the API server for that only. Such reads are now forwarded with the
 // client's Accept header and held (TestViewNodeLeavesDuringOtherRead).
 func TestViewNodeReadKeepsItsForm(t *testing.T) {
-	needEnv(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	const group = "form"
-	platform := group + "-aws"
-	fixture(t, group, gatetest.NodeSpec{Name: group + "-a", Platform: platform, ProviderID: "aws:///eu-west-1a/i-1"})
+	ctx, platform, name := oneNodeTest(t, "form")
 	g := startGate(t, platform, nil)
 	for accept, kind := range map[string]string{
 		acceptKubectl:  `"kind":"Table"`,
@@ -390,7 +408,7 @@ func TestViewNodeReadKeepsItsForm(t *testing.T) {
 		"application/json, application/yaml;q=0.5":             `"kind":"Node"`,
 		"application/vnd.kubernetes.protobuf;q=0.9, */*;q=0.1": "k8s\x00",
 	} {
-		got := getNode(t, ctx, g, "/api/v1/nodes/"+group+"-a", accept)
+		got := getNode(t, ctx, g, "/api/v1/nodes/"+name, accept)
 		if got.code != http.StatusOK || !strings.Contains(got.body, kind) {
 			t.Errorf("Accept %s: %d %.200q, want a %s", accept, got.code, got.body, kind)
 		}
@@ -402,13 +420,7 @@ func TestViewNodeReadKeepsItsForm(t *testing.T) {
 // decodable, is answered 502 saying so, not that the API server is
 // unreachable.
 func TestViewAnswerRefused(t *testing.T) {
-	needEnv(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	const group = "refused"
-	platform := group + "-aws"
-	name := group + "-a"
-	fixture(t, group, gatetest.NodeSpec{Name: name, Platform: platform, ProviderID: "aws:///eu-west-1a/i-1"})
+	ctx, platform, name := oneNodeTest(t, "refused")
 	const svcPath = "/api/v1/namespaces/default/services/refused"
 	// replace is the answer the API server gives to the next GET of the node
 	// or the Service (not the gate's own read)

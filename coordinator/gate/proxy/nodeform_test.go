@@ -13,7 +13,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"k8s.io/client-go/rest"
 
@@ -23,8 +22,8 @@ import (
 
 // form is what tells the answers to a GET of a node in different forms
 // apart: status, Content-Type, kind, and whether JSON is indented.
-func form(code int, contentType string, body []byte) string {
-	b := string(body)
+func (a nodeGet) form() string {
+	b := a.body
 	kind := "?"
 	for _, k := range []string{"Table", "PartialObjectMetadata", "Node", "Status"} {
 		if strings.Contains(b, `"kind":"`+k+`"`) || strings.Contains(b, `"kind": "`+k+`"`) || strings.Contains(b, "kind: "+k+"\n") {
@@ -35,7 +34,7 @@ func form(code int, contentType string, body []byte) string {
 	if strings.HasPrefix(b, "k8s\x00") {
 		kind = "protobuf"
 	}
-	return strings.Join([]string{http.StatusText(code), contentType, kind, map[bool]string{true: "indented", false: "compact"}[strings.Contains(b, "\n    ")]}, " | ")
+	return strings.Join([]string{http.StatusText(a.code), a.header.Get("Content-Type"), kind, map[bool]string{true: "indented", false: "compact"}[strings.Contains(b, "\n    ")]}, " | ")
 }
 
 // TestViewNodeReadFormAsTheAPIServer: a GET of a node in the view is
@@ -44,13 +43,7 @@ func form(code int, contentType string, body []byte) string {
 // (TestPlainPreferredAsTheAPIServer). The gate used to answer a plain Node
 // to all of those that it took for a plain preference.
 func TestViewNodeReadFormAsTheAPIServer(t *testing.T) {
-	needEnv(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	const group = "asapi"
-	platform := group + "-aws"
-	name := group + "-a"
-	fixture(t, group, gatetest.NodeSpec{Name: name, Platform: platform, ProviderID: "aws:///eu-west-1a/i-1"})
+	ctx, platform, name := oneNodeTest(t, "asapi")
 	tr, err := rest.TransportFor(ccmConfig)
 	if err != nil {
 		t.Fatal(err)
@@ -58,21 +51,7 @@ func TestViewNodeReadFormAsTheAPIServer(t *testing.T) {
 	direct := strings.TrimSuffix(ccmConfig.Host, "/")
 	g := startGate(t, platform, nil)
 	get := func(base string, rt http.RoundTripper, accept []string) string {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/api/v1/nodes/"+name, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header["Accept"] = accept
-		resp, err := rt.RoundTrip(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = resp.Body.Close() }()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return form(resp.StatusCode, resp.Header.Get("Content-Type"), b)
+		return roundTripGet(t, ctx, rt, base+"/api/v1/nodes/"+name, accept).form()
 	}
 	const table = "application/json;as=Table;g=meta.k8s.io;v=v1"
 	for _, accept := range [][]string{
@@ -116,13 +95,7 @@ func TestViewNodeReadFormAsTheAPIServer(t *testing.T) {
 // outside the view. A GET of one node with watch=1 is a GET at the API
 // server, not a watch.
 func TestViewHeldReadQuery(t *testing.T) {
-	needEnv(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	const group = "heldq"
-	platform := group + "-aws"
-	name := group + "-a"
-	fixture(t, group, gatetest.NodeSpec{Name: name, Platform: platform, ProviderID: "aws:///eu-west-1a/i-1"})
+	ctx, platform, name := oneNodeTest(t, "heldq")
 	queries := make(chan string, 1)
 	relay := startRelay(t, func(r *http.Request) {
 		if r.Method == http.MethodGet && r.URL.Path == "/api/v1/nodes/"+name && r.Header.Get("Accept") != gateCheck {
@@ -163,15 +136,13 @@ func TestViewHeldReadQuery(t *testing.T) {
 // the node is back in the view, recreated once more, before the gate's read
 // after the answer. The answer is dropped and the GET forwarded again.
 func TestViewNodeRecreatedDuringOtherRead(t *testing.T) {
-	needEnv(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	const group = "recreated"
-	platform := group + "-aws"
+	ctx, platform := viewTest(t, group)
 	name := group + "-a"
 	spec := func(region string) gatetest.NodeSpec {
-		return gatetest.NodeSpec{Name: name, Platform: platform, ProviderID: "aws:///" + region + "a/i-1",
-			Labels: map[string]string{regionLabel: region, "gatetest": group}}
+		s := inRegion(name, platform, region, 1)
+		s.Labels["gatetest"] = group
+		return s
 	}
 	fixture(t, group, spec("eu-west-1"))
 	recreate := func(ctx context.Context, region string) {
@@ -229,15 +200,12 @@ func TestViewNodeRecreatedDuringOtherRead(t *testing.T) {
 // beyond the budget of a node that has left the view is the gate's 404, as
 // for a node that does not exist: a 429 would say that it still exists.
 func TestViewHeldAnswersMemory(t *testing.T) {
-	needEnv(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	const group = "memory"
-	platform := group + "-aws"
+	ctx, platform := viewTest(t, group)
 	n := func(s string) string { return group + "-" + s }
 	fixture(t, group,
-		gatetest.NodeSpec{Name: n("a"), Platform: platform, ProviderID: "aws:///eu-west-1a/i-1", Labels: map[string]string{regionLabel: "eu-west-1"}},
-		gatetest.NodeSpec{Name: n("leaves"), Platform: platform, ProviderID: "aws:///eu-west-1a/i-2", Labels: map[string]string{regionLabel: "eu-west-1"}},
+		inRegion(n("a"), platform, "eu-west-1", 1),
+		inRegion(n("leaves"), platform, "eu-west-1", 2),
 	)
 	const (
 		reads = 12
@@ -269,8 +237,7 @@ func TestViewHeldAnswersMemory(t *testing.T) {
 			if r.Header.Get("Accept") != gateCheck {
 				if r.URL.Path == "/api/v1/nodes/"+n("leaves") {
 					// the node leaves the view before the API server answers
-					if _, err := env.Client.CoreV1().Nodes().Patch(r.Context(), n("leaves"), types.MergePatchType,
-						[]byte(`{"metadata":{"labels":{"`+regionLabel+`":"us-east-1"}}}`), metav1.PatchOptions{}); err != nil {
+					if err := setRegion(r.Context(), n("leaves"), "us-east-1"); err != nil {
 						t.Error(err)
 					}
 				}
