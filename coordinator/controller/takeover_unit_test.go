@@ -79,8 +79,7 @@ func TestPreviousCCMLease(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			clock := now
 			r := &NativeCCMReconciler{APIReader: leaseReader{lease: c.lease, err: c.err}, RetryInterval: 30 * time.Second, now: func() time.Time { return clock }}
-			obj := &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "aws"},
-				Spec: v1.NativeCCMSpec{Platform: "aws", TakeOver: &v1.TakeOver{Lease: "kube-system/cloud-controller-manager"}}}
+			obj := takeOverObj("kube-system/cloud-controller-manager")
 			err := r.waitForPreviousCCM(context.Background(), obj)
 			if c.reason == "" {
 				if err != nil || conditions.Get(obj, meta.ReadyCondition) != nil {
@@ -118,5 +117,204 @@ func TestPreviousCCMLease(t *testing.T) {
 				t.Errorf("the Lease unchanged: after %d looks, %s: %v", looks, clock.Sub(start), err)
 			}
 		})
+	}
+}
+
+// takeOverClock is a reconciler reading one previous CCM's Lease, with a
+// clock the test moves.
+type takeOverClock struct {
+	r     *NativeCCMReconciler
+	lease *coordinationv1.Lease
+	now   time.Time
+}
+
+func newTakeOverClock(lease *coordinationv1.Lease) *takeOverClock {
+	c := &takeOverClock{lease: lease, now: time.Date(2026, 5, 4, 12, 0, 0, 0, time.UTC)}
+	c.r = &NativeCCMReconciler{APIReader: leaseReader{lease: lease}, RetryInterval: 30 * time.Second, Namespace: "hybrid-ccm-system",
+		now: func() time.Time { return c.now }}
+	return c
+}
+
+// renew is the holder renewing its Lease, writing renewTime from its own
+// clock, skew ahead of the coordinator's.
+func (c *takeOverClock) renew(skew time.Duration) {
+	c.lease.Spec.RenewTime = &metav1.MicroTime{Time: c.now.Add(skew)}
+	c.lease.ResourceVersion = c.now.Format(time.RFC3339Nano)
+}
+
+func takeOverObj(lease string) *v1.NativeCCM {
+	return &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: "aws"},
+		Spec: v1.NativeCCMSpec{Platform: "aws", TakeOver: &v1.TakeOver{Lease: lease}}}
+}
+
+// TestTakeOverHolderClockBehind: the previous CCM runs on a node whose
+// clock is 30 s behind the coordinator's and renews its 15 s Lease every
+// 2 s, as client-go's leader election does. Every renewTime it writes looks
+// 30 s old to the coordinator. It still runs: nothing may be installed
+// beside it (client-go's own candidates judge a Lease by when they saw it
+// change, not by its renewTime, for this reason).
+func TestTakeOverHolderClockBehind(t *testing.T) {
+	c := newTakeOverClock(&coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{
+		HolderIdentity: ptr.To("aws-cloud-controller-manager-x7k2p_5c1e"), LeaseDurationSeconds: ptr.To(int32(15))}})
+	obj := takeOverObj("kube-system/cloud-controller-manager")
+	for i := range 10 {
+		c.renew(-30 * time.Second)
+		if err := c.r.waitForPreviousCCM(context.Background(), obj); err == nil {
+			t.Fatalf("look %d: installing while the previous CCM renews its Lease every 2 s (its clock 30 s behind)", i)
+		}
+		c.now = c.now.Add(2 * time.Second)
+	}
+}
+
+// TestTakeOverRenewTimeInTheFuture: a Lease whose renewTime is ahead of the
+// coordinator's clock (a holder's clock a day ahead, or a forged value) and
+// that is never renewed again. Its holder has stopped: the hold ends one
+// lease duration after the coordinator saw it last change, not a day (or, for
+// year 9999, never).
+func TestTakeOverRenewTimeInTheFuture(t *testing.T) {
+	for _, ahead := range []time.Duration{24 * time.Hour, time.Until(time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC))} {
+		c := newTakeOverClock(&coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{
+			HolderIdentity: ptr.To("old_1"), LeaseDurationSeconds: ptr.To(int32(15))}})
+		c.renew(ahead)
+		obj := takeOverObj("kube-system/cloud-controller-manager")
+		err := c.r.waitForPreviousCCM(context.Background(), obj)
+		var wait *waitError
+		if !errors.As(err, &wait) {
+			t.Fatalf("renewTime %s ahead, first look: %v, want a wait", ahead, err)
+		}
+		if wait.after > time.Minute {
+			t.Errorf("renewTime %s ahead: looked at again after %s, want within a lease duration", ahead, wait.after)
+		}
+		// the Lease is never renewed again
+		c.now = c.now.Add(16 * time.Second)
+		if err := c.r.waitForPreviousCCM(context.Background(), obj); err != nil {
+			t.Errorf("renewTime %s ahead, unchanged for 16 s of a 15 s Lease: still held: %v", ahead, err)
+		}
+	}
+}
+
+// TestTakeOverHugeHolderIdentity: a Lease's holderIdentity has no length
+// limit in the API server. The coordinator quotes it in Ready's (and
+// Conflict's) message, which the CRD limits to 32768 characters: a longer
+// one makes every status patch fail, so the NativeCCM's status freezes.
+func TestTakeOverHugeHolderIdentity(t *testing.T) {
+	holder := strings.Repeat("h", 100_000) + "\x1b[2K\n"
+	c := newTakeOverClock(&coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{
+		HolderIdentity: ptr.To(holder), LeaseDurationSeconds: ptr.To(int32(15))}})
+	c.renew(0)
+	obj := takeOverObj("kube-system/cloud-controller-manager")
+	if err := c.r.waitForPreviousCCM(context.Background(), obj); err == nil {
+		t.Fatal("no wait")
+	}
+	if msg := conditions.GetMessage(obj, meta.ReadyCondition); len(msg) > 4096 {
+		t.Errorf("Ready message of %d bytes (the CRD refuses more than 32768; a holder identity is not bounded)", len(msg))
+	}
+	obj.Status.Release = &v1.ReleaseStatus{}
+	for _, cf := range c.r.previousCCMConflict(context.Background(), obj) {
+		if len(cf.Message) > 4096 {
+			t.Errorf("Conflict message of %d bytes", len(cf.Message))
+		}
+	}
+}
+
+// TestPreviousCCMConflictMessageStable: while the previous CCM runs beside
+// the installed release, each look finds the Lease renewed at another time.
+// The Conflict message must not change with it: a changed message is a
+// status patch and a Warning event at every look (docs/coordinator.md,
+// "What a quiet coordinator costs": conditions do not carry renew times).
+func TestPreviousCCMConflictMessageStable(t *testing.T) {
+	c := newTakeOverClock(&coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{
+		HolderIdentity: ptr.To("old_1"), LeaseDurationSeconds: ptr.To(int32(15))}})
+	obj := takeOverObj("kube-system/cloud-controller-manager")
+	obj.Status.Release = &v1.ReleaseStatus{}
+	var msgs []string
+	for _, ago := range []time.Duration{time.Second, 7 * time.Second} {
+		c.renew(-ago)
+		found := c.r.previousCCMConflict(context.Background(), obj)
+		if len(found) != 1 {
+			t.Fatalf("renewed %s ago: conflicts %+v, want PreviousCCMLive", ago, found)
+		}
+		msgs = append(msgs, found[0].Message)
+		c.now = c.now.Add(150 * time.Second)
+	}
+	if msgs[0] != msgs[1] {
+		t.Errorf("the Conflict message changes from look to look:\n%s\n%s", msgs[0], msgs[1])
+	}
+}
+
+// TestTakeOverOwnLease: spec.takeOver.lease naming the NativeCCM's own Lease
+// (native-ccm-<name> in the coordinator's namespace, or a member's) makes it
+// wait for itself after an uninstall and report itself as the previous CCM
+// running beside it for as long as it runs. It is a configuration error.
+func TestTakeOverOwnLease(t *testing.T) {
+	for _, name := range []string{"native-ccm-aws", "native-ccm-aws--eu-west-1"} {
+		c := newTakeOverClock(&coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{
+			HolderIdentity: ptr.To(name + "-5d8f9_1"), LeaseDurationSeconds: ptr.To(int32(15))}})
+		c.renew(0)
+		obj := takeOverObj("hybrid-ccm-system/" + name)
+		err := c.r.waitForPreviousCCM(context.Background(), obj)
+		var stall *stallError
+		if !errors.As(err, &stall) || stall.reason != v1.InvalidTakeOverReason {
+			t.Errorf("spec.takeOver.lease %s (its own): %v, want a stall %s", obj.Spec.TakeOver.Lease, err, v1.InvalidTakeOverReason)
+		}
+		obj.Status.Release = &v1.ReleaseStatus{}
+		if found := c.r.previousCCMConflict(context.Background(), obj); len(found) != 0 {
+			t.Errorf("spec.takeOver.lease %s (its own): itself reported as the previous CCM: %+v", obj.Spec.TakeOver.Lease, found)
+		}
+	}
+}
+
+// TestTakeOverLeaseDeletedWhileHeld: someone deletes the previous CCM's
+// Lease while it runs (thinking it stale). The CCM creates it again at its
+// next renewal, within seconds: the coordinator, looking in between, must
+// not take the missing Lease for a stopped CCM. A Lease deleted after its
+// CCM stopped ends the hold one duration later.
+func TestTakeOverLeaseDeletedWhileHeld(t *testing.T) {
+	for _, recreated := range []bool{true, false} {
+		c := newTakeOverClock(&coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{
+			HolderIdentity: ptr.To("old_1"), LeaseDurationSeconds: ptr.To(int32(15))}})
+		c.renew(0)
+		obj := takeOverObj("kube-system/cloud-controller-manager")
+		if err := c.r.waitForPreviousCCM(context.Background(), obj); err == nil {
+			t.Fatal("no wait while held")
+		}
+		// deleted, looked at 10 s later (a node event)
+		c.r.APIReader = leaseReader{}
+		c.now = c.now.Add(10 * time.Second)
+		if err := c.r.waitForPreviousCCM(context.Background(), obj); err == nil {
+			t.Fatal("installing as soon as the held Lease is deleted")
+		} else if !strings.Contains(err.Error(), `was deleted while held by "old_1"`) {
+			t.Errorf("wait %v, want it to say the Lease was deleted while held", err)
+		}
+		c.now = c.now.Add(2 * time.Second)
+		if recreated {
+			c.renew(0)
+			c.r.APIReader = leaseReader{lease: c.lease}
+		}
+		c.now = c.now.Add(14 * time.Second)
+		err := c.r.waitForPreviousCCM(context.Background(), obj)
+		if recreated && err == nil {
+			t.Error("installing although the holder created its Lease again")
+		}
+		if !recreated && err != nil {
+			t.Errorf("the Lease gone for 16 s of a 15 s duration: still held: %v", err)
+		}
+	}
+}
+
+// TestTakeOverLeaseNameTooLong: the CRD's rule bounds spec.takeOver.lease
+// to 317 characters and each part's form, not the Lease name to a DNS
+// subdomain's 253: kube-system/<300 characters> is accepted, no Lease can be
+// named so, the read finds none and the release was installed beside the
+// CCM whose Lease the user meant. It is refused as invalid instead.
+func TestTakeOverLeaseNameTooLong(t *testing.T) {
+	for _, lease := range []string{"kube-system/" + strings.Repeat("a", 300), strings.Repeat("n", 64) + "/ccm", "kube-system/a..b", "kube-system/-a"} {
+		c := newTakeOverClock(nil)
+		obj := takeOverObj(lease)
+		err := c.r.waitForPreviousCCM(context.Background(), obj)
+		var stall *stallError
+		if !errors.As(err, &stall) || stall.reason != v1.InvalidTakeOverReason {
+			t.Errorf("spec.takeOver.lease %q: %v, want a stall %s", lease, err, v1.InvalidTakeOverReason)
+		}
 	}
 }
