@@ -147,12 +147,7 @@ func TestBootstrapThenHelm(t *testing.T) {
 	// the Talos Service (talos.default), which talos-ccm resolves through
 	// the API server (the Service's EndpointSlices), not cluster DNS, and
 	// every other machine's facts came through a control plane's apid.
-	var forwarded int64
-	for _, m := range machines {
-		if m.ControlPlane {
-			forwarded += f.Talos.Forwarded(m.Name)
-		}
-	}
+	forwarded := fleetcheck.ControlPlaneForwards(f, machines)
 	if forwarded == 0 {
 		t.Fatal("no request reached a machine through a control plane's apid")
 	}
@@ -178,21 +173,12 @@ func TestBootstrapThenHelm(t *testing.T) {
 	// A pod (on a worker, through the kubelet's clusterDNS and kube-proxy)
 	// resolves the Talos Service, and that name leads to a control plane's
 	// apid: DNS is really there, now.
-	talosSvc, err := f.Client.CoreV1().Services(talos.ServiceNamespace).Get(ctx, talos.ServiceName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var controlPlanes []string
-	for _, m := range machines {
-		if m.ControlPlane {
-			controlPlanes = append(controlPlanes, f.Node(m.Name).IP.String())
-		}
-	}
+	talosIP, controlPlanes := fleetcheck.TalosAPI(t, ctx, f, machines)
 	fleetcheck.WaitServingCSR(t, ctx, f, "aws-1")
 	probe := fleetcheck.StartProbe(t, ctx, f, "dns-probe", "aws-1")
 	name := talos.ServiceName + "." + talos.ServiceNamespace + ".svc." + cluster.ClusterDomain
-	if got, err := fleetcheck.Probe(ctx, f, probe, "lookup", name); err != nil || !slices.Equal(got, []string{talosSvc.Spec.ClusterIP}) {
-		t.Errorf("a pod resolves %s to %v (%v), want the Service's ClusterIP %s", name, got, err, talosSvc.Spec.ClusterIP)
+	if got, err := fleetcheck.Probe(ctx, f, probe, "lookup", name); err != nil || !slices.Equal(got, []string{talosIP}) {
+		t.Errorf("a pod resolves %s to %v (%v), want the Service's ClusterIP %s", name, got, err, talosIP)
 	}
 	if ips, err := fleetcheck.Probe(ctx, f, probe, "cert", fmt.Sprintf("%s:%d", name, fleet.TalosPort)); err != nil || len(ips) == 0 || !slices.Contains(controlPlanes, ips[0]) {
 		t.Errorf("%s:%d from a pod presents a certificate for %v (%v), want a control plane's apid (%v)", name, fleet.TalosPort, ips, err, controlPlanes)

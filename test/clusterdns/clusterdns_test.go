@@ -22,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
-	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
 	"github.com/hybrid-ccm/hybrid-ccm/test/cluster"
 	"github.com/hybrid-ccm/hybrid-ccm/test/fleet"
 	"github.com/hybrid-ccm/hybrid-ccm/test/fleet/fleetcheck"
@@ -119,16 +118,7 @@ func TestClusterDNS(t *testing.T) {
 		}
 	}
 
-	talosSvc, err := f.Client.CoreV1().Services(talos.ServiceNamespace).Get(ctx, talos.ServiceName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var controlPlanes []string
-	for _, m := range machines {
-		if m.ControlPlane {
-			controlPlanes = append(controlPlanes, f.Node(m.Name).IP.String())
-		}
-	}
+	talosIP, controlPlanes := fleetcheck.TalosAPI(t, ctx, f, machines)
 	for _, m := range machines {
 		pod := fleetcheck.StartProbe(t, ctx, f, "dns-probe-"+m.Name, m.Name)
 		for _, c := range []struct {
@@ -136,8 +126,8 @@ func TestClusterDNS(t *testing.T) {
 			want string
 		}{
 			{"kubernetes.default", "10.96.0.1"},
-			{"talos.default", talosSvc.Spec.ClusterIP},
-			{"talos.default.svc." + cluster.ClusterDomain, talosSvc.Spec.ClusterIP},
+			{"talos.default", talosIP},
+			{"talos.default.svc." + cluster.ClusterDomain, talosIP},
 		} {
 			got, err := fleetcheck.Probe(ctx, f, pod, "lookup", c.name)
 			if err != nil || !slices.Equal(got, []string{c.want}) {

@@ -194,13 +194,7 @@ func TestInstallAsDocumented(t *testing.T) {
 	if out, _, err := f.Exec(ctx, "default", "probe-"+machines[0].Name, "probe", "/probe", "lookup", "talos.default"); err == nil {
 		t.Errorf("a pod resolves talos.default to %q with no cluster DNS", out)
 	}
-	var forwarded int64
-	for _, m := range machines {
-		if m.ControlPlane {
-			forwarded += f.Talos.Forwarded(m.Name)
-		}
-	}
-	if forwarded == 0 {
+	if fleetcheck.ControlPlaneForwards(f, machines) == 0 {
 		t.Error("no request reached a machine through a control plane's apid (talos.default)")
 	}
 	for _, m := range machines {

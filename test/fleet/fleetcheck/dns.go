@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/talos"
 	"github.com/hybrid-ccm/hybrid-ccm/test/fleet"
 	"github.com/hybrid-ccm/hybrid-ccm/test/registry"
 	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
@@ -47,6 +48,35 @@ func WaitClusterDNS(t *testing.T, ctx context.Context, f *fleet.Fleet) []string 
 		t.Fatalf("cluster DNS not ready: ready endpoints %v (%v); CoreDNS pods %v", ready, lastErr, states)
 	}
 	return ready
+}
+
+// TalosAPI is where a name of the Talos Service must lead: the Service's
+// ClusterIP, and the addresses of the control planes among machines, whose
+// apids serve it.
+func TalosAPI(t *testing.T, ctx context.Context, f *fleet.Fleet, machines []fleet.Machine) (clusterIP string, controlPlanes []string) {
+	t.Helper()
+	svc, err := f.Client.CoreV1().Services(talos.ServiceNamespace).Get(ctx, talos.ServiceName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range machines {
+		if m.ControlPlane {
+			controlPlanes = append(controlPlanes, f.Node(m.Name).IP.String())
+		}
+	}
+	return svc.Spec.ClusterIP, controlPlanes
+}
+
+// ControlPlaneForwards is how many requests the apids of the control planes
+// among machines forwarded to other machines.
+func ControlPlaneForwards(f *fleet.Fleet, machines []fleet.Machine) int64 {
+	var n int64
+	for _, m := range machines {
+		if m.ControlPlane {
+			n += f.Talos.Forwarded(m.Name)
+		}
+	}
+	return n
 }
 
 // ProbeImage is where StartProbe pushes test/cluster/probe.
