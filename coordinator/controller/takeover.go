@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -18,6 +19,8 @@ import (
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/safetext"
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/domain"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 )
 
 // The take-over: a NativeCCM with spec.takeOver replaces a cloud CCM the
@@ -224,6 +227,30 @@ func (r *NativeCCMReconciler) waitForPreviousCCM(ctx context.Context, obj *v1.Na
 			fmt.Sprintf("the previous CCM is not running: %s (spec.takeOver.lease); installing %s", p.describe(now), obj.ReleaseName()))
 	}
 	return nil
+}
+
+// releasesStored: Helm's storage (the manager's cache of its release
+// Secrets) holds a revision, not uninstalled or being uninstalled, of the
+// NativeCCM's release or of one of its members. status.members says what the coordinator installed; a
+// member removed by hand since (helm uninstall) leaves it behind, and
+// installing it again, every other one gone too, is a first install beside
+// whatever runs, as waitForPreviousCCM judges one (a NativeCCM's own release:
+// runReleaseAction). A failed list counts as none (the Lease is read).
+func (r *NativeCCMReconciler) releasesStored(ctx context.Context, obj *v1.NativeCCM) bool {
+	var secrets corev1.SecretList
+	if err := r.List(ctx, &secrets, client.InNamespace(r.Namespace), client.MatchingLabels{release.StorageOwnerLabel: release.StorageOwner}); err != nil {
+		return false
+	}
+	name := obj.ReleaseName()
+	for i := range secrets.Items {
+		s := &secrets.Items[i]
+		n := s.Labels[release.StorageNameLabel]
+		if s.Type == release.HelmStorageType && !slices.Contains([]string{release.StatusUninstalled, release.StatusUninstalling}, s.Labels[release.StorageStatusLabel]) &&
+			(n == name || strings.HasPrefix(n, name+domain.SplitSeparator)) {
+			return true
+		}
+	}
+	return false
 }
 
 // PreviousCCMLiveMessage starts the Conflict message part of a previous CCM
