@@ -82,6 +82,8 @@ func (p previousCCM) live(now time.Time) bool { return now.Before(p.expires()) }
 // describe says what the Lease says, for conditions and events.
 func (p previousCCM) describe(now time.Time) string {
 	switch {
+	case !p.found && p.seen.held && p.seen.holder == "":
+		return fmt.Sprintf("Lease %s does not exist; it was held when this NativeCCM last waited for it", p.lease)
 	case !p.found && p.seen.held:
 		return fmt.Sprintf("Lease %s was deleted while held by %q", p.lease, p.seen.holder)
 	case !p.found:
@@ -118,8 +120,10 @@ type leaseSighting struct {
 	changed bool
 }
 
-// see records what the Lease says now and returns its sighting.
-func (s *leaseSightings) see(lease string, cur leaseSighting, now time.Time) leaseSighting {
+// see records what the Lease says now and returns its sighting. waited: the
+// NativeCCM's status says it waited for this Lease held, which a coordinator
+// that restarted since (or another replica) never saw.
+func (s *leaseSightings) see(lease string, cur leaseSighting, now time.Time, waited bool) leaseSighting {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.seen == nil {
@@ -133,6 +137,11 @@ func (s *leaseSightings) see(lease string, cur leaseSighting, now time.Time) lea
 		// deleted while held: its holder may run still (it creates the Lease
 		// again); one more duration unchanged tells
 		cur.held, cur.holder, cur.duration = true, prev.holder, prev.duration
+	}
+	if cur.record == "" && !ok && waited {
+		// gone at the first look, and held when the NativeCCM last waited
+		// (before a restart): deleted while held, as above, holder unknown
+		cur.held, cur.duration = true, previousLeaseDuration
 	}
 	cur.since, cur.changed = now, ok
 	s.seen[lease] = cur
@@ -163,7 +172,9 @@ func (r *NativeCCMReconciler) observePreviousCCM(ctx context.Context, obj *v1.Na
 	err := r.getLease(ctx, client.ObjectKey{Namespace: ns, Name: name}, &l)
 	switch {
 	case apierrors.IsNotFound(err):
-		p.seen = r.previousLeases.see(p.lease, leaseSighting{}, r.now())
+		waited := conditions.HasAnyReason(obj, meta.ReadyCondition, v1.WaitingForPreviousCCMReason) &&
+			strings.Contains(conditions.GetMessage(obj, meta.ReadyCondition), "Lease "+p.lease+" ")
+		p.seen = r.previousLeases.see(p.lease, leaseSighting{}, r.now(), waited)
 		return p, nil
 	case err != nil:
 		return p, err
@@ -186,7 +197,7 @@ func (r *NativeCCMReconciler) observePreviousCCM(ctx context.Context, obj *v1.Na
 		held:     full != "",
 		holder:   p.holder,
 		duration: p.duration,
-	}, r.now())
+	}, r.now(), false)
 	return p, nil
 }
 

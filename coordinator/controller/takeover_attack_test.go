@@ -214,3 +214,40 @@ func TestTakeOverLeaseNameTooLong(t *testing.T) {
 		}
 	}
 }
+
+// TestTakeOverLeaseDeletedWhileHeldAcrossRestart: the coordinator waited for
+// a held Lease (Ready=False WaitingForPreviousCCM), someone deletes the Lease
+// while its CCM runs, and the coordinator restarts (or another replica takes
+// over) before the CCM creates it again: the new process never saw the Lease
+// held, so the missing Lease looked like a CCM never run, and it installed
+// at once. The NativeCCM's own status says it waited: a missing Lease then
+// holds one (default) lease duration, as it does without the restart.
+func TestTakeOverLeaseDeletedWhileHeldAcrossRestart(t *testing.T) {
+	c := newTakeOverClock(&coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{
+		HolderIdentity: ptr.To("old_1"), LeaseDurationSeconds: ptr.To(int32(15))}})
+	c.renew(0)
+	obj := takeOverObj("kube-system/cloud-controller-manager")
+	if err := c.r.waitForPreviousCCM(context.Background(), obj); err == nil {
+		t.Fatal("no wait while held")
+	}
+	// restarted: a new reconciler (no sightings); the Lease deleted
+	restarted := newTakeOverClock(nil)
+	restarted.now = c.now.Add(time.Second)
+	err := restarted.r.waitForPreviousCCM(context.Background(), obj)
+	if err == nil {
+		t.Fatal("installing after a restart because the Lease it waited for was deleted")
+	}
+	if !strings.Contains(err.Error(), "kube-system/cloud-controller-manager") {
+		t.Errorf("wait %v, want it to name the Lease", err)
+	}
+	// nobody creates it again: one duration later it ran out
+	restarted.now = restarted.now.Add(previousLeaseDuration)
+	if err := restarted.r.waitForPreviousCCM(context.Background(), obj); err != nil {
+		t.Errorf("the Lease gone for a duration after the restart: still held: %v", err)
+	}
+	// a NativeCCM that never waited installs when there is no Lease (as before)
+	fresh := newTakeOverClock(nil)
+	if err := fresh.r.waitForPreviousCCM(context.Background(), takeOverObj("kube-system/cloud-controller-manager")); err != nil {
+		t.Errorf("no Lease, never waited: %v", err)
+	}
+}
