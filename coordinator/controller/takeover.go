@@ -92,6 +92,11 @@ func (p previousCCM) describe(now time.Time) string {
 		return fmt.Sprintf("Lease %s has no holder", p.lease)
 	case p.renewed.IsZero():
 		return fmt.Sprintf("Lease %s is held by %q, never renewed", p.lease, p.holder)
+	case p.renewed.After(now):
+		// its holder's clock is ahead (or the value forged): a negative,
+		// perhaps saturated "ago" says nothing
+		return fmt.Sprintf("Lease %s is held by %q, renewed at %s, ahead of the coordinator's clock (lease duration %s)", p.lease, p.holder,
+			p.renewed.UTC().Format(time.RFC3339), p.duration)
 	}
 	return fmt.Sprintf("Lease %s is held by %q, renewed %s ago (lease duration %s)", p.lease, p.holder,
 		now.Sub(p.renewed).Round(time.Second), p.duration)
