@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/safetext"
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/domain"
@@ -172,6 +173,10 @@ func (r *NativeCCMReconciler) observePreviousCCM(ctx context.Context, obj *v1.Na
 	if r.ownLease(obj, ns, name) {
 		return p, &stallError{reason: v1.InvalidTakeOverReason,
 			err: fmt.Errorf("spec.takeOver.lease %q is the Lease of this NativeCCM's own CCM: name the Lease of the CCM it replaces (e.g. kube-system/cloud-controller-manager)", p.lease)}
+	}
+	if ns == r.Namespace && name == names.CoordinatorLease {
+		return p, &stallError{reason: v1.InvalidTakeOverReason,
+			err: fmt.Errorf("spec.takeOver.lease %q is the coordinator's own leader-election Lease: name the Lease of the CCM this NativeCCM replaces (e.g. kube-system/cloud-controller-manager)", p.lease)}
 	}
 	var l coordinationv1.Lease
 	err := r.getLease(ctx, client.ObjectKey{Namespace: ns, Name: name}, &l)

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 )
 
@@ -271,5 +272,28 @@ func TestTakeOverRenewTimeAheadDescribed(t *testing.T) {
 		if strings.Contains(msg, "renewed -") || !strings.Contains(msg, "ahead of the coordinator's clock") {
 			t.Errorf("renewTime %s ahead: Ready %q, want it to say the renewTime is ahead of the coordinator's clock", ahead, msg)
 		}
+	}
+}
+
+// TestTakeOverCoordinatorsOwnLease: spec.takeOver.lease naming the
+// coordinator's own leader-election Lease (ccm-coordinator.hybridccm.io in
+// its namespace, which it may read) held the NativeCCM for as long as the
+// coordinator runs, "waiting for the previous CCM to stop" with the
+// coordinator's pod as the holder, and once installed reported the
+// coordinator as a previous CCM running beside it. A configuration error.
+func TestTakeOverCoordinatorsOwnLease(t *testing.T) {
+	c := newTakeOverClock(&coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{
+		HolderIdentity: ptr.To("ccm-coordinator-6c9f_1"), LeaseDurationSeconds: ptr.To(int32(15))}})
+	c.renew(0)
+	obj := takeOverObj("hybrid-ccm-system/" + names.CoordinatorLease)
+	err := c.r.waitForPreviousCCM(context.Background(), obj)
+	var stall *stallError
+	if !errors.As(err, &stall) || stall.reason != v1.InvalidTakeOverReason {
+		t.Errorf("spec.takeOver.lease %s: %v, want a stall %s", obj.Spec.TakeOver.Lease, err, v1.InvalidTakeOverReason)
+	}
+	// the same name in another namespace is some other CCM's
+	other := takeOverObj("kube-system/" + names.CoordinatorLease)
+	if err := c.r.waitForPreviousCCM(context.Background(), other); errors.As(err, &stall) {
+		t.Errorf("spec.takeOver.lease %s refused: %v", other.Spec.TakeOver.Lease, err)
 	}
 }
