@@ -182,6 +182,20 @@ func (r *NativeCCMReconciler) runReleaseAction(ctx context.Context, obj *v1.Nati
 	case actionNone:
 		r.upToDate(obj, info)
 		return nil
+	case actionInstall, actionReinstall:
+		if obj.Spec.TakeOver != nil && obj.Status.Release != nil {
+			// recorded, and gone from Helm's storage or never deployed
+			// (helm uninstall by hand, also caught half-way): a first
+			// install again, which waits for the CCM it replaces as the
+			// first one did (takeover.go; a status without a release waited
+			// before the gate step)
+			obj.Status.Release, obj.Status.Leader = nil, nil
+			if err := r.waitForPreviousCCM(ctx, obj); err != nil {
+				return err
+			}
+		}
+	}
+	switch action {
 	case actionInstall:
 		return r.install(ctx, obj, req, assumeAbsent)
 	case actionReinstall:

@@ -182,8 +182,9 @@ func (r *NativeCCMReconciler) reconcileSplit(ctx context.Context, obj *v1.Native
 		if err := r.checkCredentials(ctx, obj, p); err != nil {
 			return ctrl.Result{}, err
 		}
-		if len(installed) == 0 {
-			// no member yet: not while the CCM it replaces runs (takeover.go)
+		if len(installed) == 0 || (obj.Spec.TakeOver != nil && !r.releasesStored(ctx, obj)) {
+			// no member yet, or every one removed by hand since: not while
+			// the CCM it replaces runs (takeover.go)
 			if err := r.waitForPreviousCCM(ctx, obj); err != nil {
 				return ctrl.Result{}, err
 			}

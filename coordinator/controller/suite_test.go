@@ -157,6 +157,8 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 	// a NativeCCM that takes over from a CCM the cluster runs
 	must(deriveProfile("hcloud", "takeover-a", 10340, nil))
 	must(deriveProfile("aws", "takeover-split", 10341, nil))
+	must(deriveProfile("hcloud", "takeover-byhand", 10342, nil))
+	must(deriveProfile("aws", "takeover-split-byhand", 10343, nil))
 
 	// the upstream CCM per Kubernetes minor: Azure's (with its own node
 	// filter), and a profile whose only release is two minors older than

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -16,8 +17,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/safetext"
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/domain"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 )
 
 // The take-over: a NativeCCM with spec.takeOver replaces a cloud CCM the
@@ -79,6 +83,8 @@ func (p previousCCM) live(now time.Time) bool { return now.Before(p.expires()) }
 // describe says what the Lease says, for conditions and events.
 func (p previousCCM) describe(now time.Time) string {
 	switch {
+	case !p.found && p.seen.held && p.seen.holder == "":
+		return fmt.Sprintf("Lease %s does not exist; it was held when this NativeCCM last waited for it", p.lease)
 	case !p.found && p.seen.held:
 		return fmt.Sprintf("Lease %s was deleted while held by %q", p.lease, p.seen.holder)
 	case !p.found:
@@ -87,6 +93,11 @@ func (p previousCCM) describe(now time.Time) string {
 		return fmt.Sprintf("Lease %s has no holder", p.lease)
 	case p.renewed.IsZero():
 		return fmt.Sprintf("Lease %s is held by %q, never renewed", p.lease, p.holder)
+	case p.renewed.After(now):
+		// its holder's clock is ahead (or the value forged): a negative,
+		// perhaps saturated "ago" says nothing
+		return fmt.Sprintf("Lease %s is held by %q, renewed at %s, ahead of the coordinator's clock (lease duration %s)", p.lease, p.holder,
+			p.renewed.UTC().Format(time.RFC3339), p.duration)
 	}
 	return fmt.Sprintf("Lease %s is held by %q, renewed %s ago (lease duration %s)", p.lease, p.holder,
 		now.Sub(p.renewed).Round(time.Second), p.duration)
@@ -115,8 +126,10 @@ type leaseSighting struct {
 	changed bool
 }
 
-// see records what the Lease says now and returns its sighting.
-func (s *leaseSightings) see(lease string, cur leaseSighting, now time.Time) leaseSighting {
+// see records what the Lease says now and returns its sighting. waited: the
+// NativeCCM's status says it waited for this Lease held, which a coordinator
+// that restarted since (or another replica) never saw.
+func (s *leaseSightings) see(lease string, cur leaseSighting, now time.Time, waited bool) leaseSighting {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.seen == nil {
@@ -130,6 +143,11 @@ func (s *leaseSightings) see(lease string, cur leaseSighting, now time.Time) lea
 		// deleted while held: its holder may run still (it creates the Lease
 		// again); one more duration unchanged tells
 		cur.held, cur.holder, cur.duration = true, prev.holder, prev.duration
+	}
+	if cur.record == "" && !ok && waited {
+		// gone at the first look, and held when the NativeCCM last waited
+		// (before a restart): deleted while held, as above, holder unknown
+		cur.held, cur.duration = true, previousLeaseDuration
 	}
 	cur.since, cur.changed = now, ok
 	s.seen[lease] = cur
@@ -156,11 +174,17 @@ func (r *NativeCCMReconciler) observePreviousCCM(ctx context.Context, obj *v1.Na
 		return p, &stallError{reason: v1.InvalidTakeOverReason,
 			err: fmt.Errorf("spec.takeOver.lease %q is the Lease of this NativeCCM's own CCM: name the Lease of the CCM it replaces (e.g. kube-system/cloud-controller-manager)", p.lease)}
 	}
+	if ns == r.Namespace && name == names.CoordinatorLease {
+		return p, &stallError{reason: v1.InvalidTakeOverReason,
+			err: fmt.Errorf("spec.takeOver.lease %q is the coordinator's own leader-election Lease: name the Lease of the CCM this NativeCCM replaces (e.g. kube-system/cloud-controller-manager)", p.lease)}
+	}
 	var l coordinationv1.Lease
 	err := r.getLease(ctx, client.ObjectKey{Namespace: ns, Name: name}, &l)
 	switch {
 	case apierrors.IsNotFound(err):
-		p.seen = r.previousLeases.see(p.lease, leaseSighting{}, r.now())
+		waited := conditions.HasAnyReason(obj, meta.ReadyCondition, v1.WaitingForPreviousCCMReason) &&
+			strings.Contains(conditions.GetMessage(obj, meta.ReadyCondition), "Lease "+p.lease+" ")
+		p.seen = r.previousLeases.see(p.lease, leaseSighting{}, r.now(), waited)
 		return p, nil
 	case err != nil:
 		return p, err
@@ -183,7 +207,7 @@ func (r *NativeCCMReconciler) observePreviousCCM(ctx context.Context, obj *v1.Na
 		held:     full != "",
 		holder:   p.holder,
 		duration: p.duration,
-	}, r.now())
+	}, r.now(), false)
 	return p, nil
 }
 
@@ -224,6 +248,30 @@ func (r *NativeCCMReconciler) waitForPreviousCCM(ctx context.Context, obj *v1.Na
 			fmt.Sprintf("the previous CCM is not running: %s (spec.takeOver.lease); installing %s", p.describe(now), obj.ReleaseName()))
 	}
 	return nil
+}
+
+// releasesStored: Helm's storage (the manager's cache of its release
+// Secrets) holds a revision, not uninstalled or being uninstalled, of the
+// NativeCCM's release or of one of its members. status.members says what the coordinator installed; a
+// member removed by hand since (helm uninstall) leaves it behind, and
+// installing it again, every other one gone too, is a first install beside
+// whatever runs, as waitForPreviousCCM judges one (a NativeCCM's own release:
+// runReleaseAction). A failed list counts as none (the Lease is read).
+func (r *NativeCCMReconciler) releasesStored(ctx context.Context, obj *v1.NativeCCM) bool {
+	var secrets corev1.SecretList
+	if err := r.List(ctx, &secrets, client.InNamespace(r.Namespace), client.MatchingLabels{release.StorageOwnerLabel: release.StorageOwner}); err != nil {
+		return false
+	}
+	name := obj.ReleaseName()
+	for i := range secrets.Items {
+		s := &secrets.Items[i]
+		n := s.Labels[release.StorageNameLabel]
+		if s.Type == release.HelmStorageType && !slices.Contains([]string{release.StatusUninstalled, release.StatusUninstalling}, s.Labels[release.StorageStatusLabel]) &&
+			(n == name || strings.HasPrefix(n, name+domain.SplitSeparator)) {
+			return true
+		}
+	}
+	return false
 }
 
 // PreviousCCMLiveMessage starts the Conflict message part of a previous CCM

@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 )
 
@@ -316,5 +317,87 @@ func TestTakeOverLeaseNameTooLong(t *testing.T) {
 		if !errors.As(err, &stall) || stall.reason != v1.InvalidTakeOverReason {
 			t.Errorf("spec.takeOver.lease %q: %v, want a stall %s", lease, err, v1.InvalidTakeOverReason)
 		}
+	}
+}
+
+// TestTakeOverLeaseDeletedWhileHeldAcrossRestart: the coordinator waited for
+// a held Lease (Ready=False WaitingForPreviousCCM), someone deletes the Lease
+// while its CCM runs, and the coordinator restarts (or another replica takes
+// over) before the CCM creates it again: the new process never saw the Lease
+// held, so the missing Lease looked like a CCM never run, and it installed
+// at once. The NativeCCM's own status says it waited: a missing Lease then
+// holds one (default) lease duration, as it does without the restart.
+func TestTakeOverLeaseDeletedWhileHeldAcrossRestart(t *testing.T) {
+	c := newTakeOverClock(&coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{
+		HolderIdentity: ptr.To("old_1"), LeaseDurationSeconds: ptr.To(int32(15))}})
+	c.renew(0)
+	obj := takeOverObj("kube-system/cloud-controller-manager")
+	if err := c.r.waitForPreviousCCM(context.Background(), obj); err == nil {
+		t.Fatal("no wait while held")
+	}
+	// restarted: a new reconciler (no sightings); the Lease deleted
+	restarted := newTakeOverClock(nil)
+	restarted.now = c.now.Add(time.Second)
+	err := restarted.r.waitForPreviousCCM(context.Background(), obj)
+	if err == nil {
+		t.Fatal("installing after a restart because the Lease it waited for was deleted")
+	}
+	if !strings.Contains(err.Error(), "kube-system/cloud-controller-manager") {
+		t.Errorf("wait %v, want it to name the Lease", err)
+	}
+	// nobody creates it again: one duration later it ran out
+	restarted.now = restarted.now.Add(previousLeaseDuration)
+	if err := restarted.r.waitForPreviousCCM(context.Background(), obj); err != nil {
+		t.Errorf("the Lease gone for a duration after the restart: still held: %v", err)
+	}
+	// a NativeCCM that never waited installs when there is no Lease (as before)
+	fresh := newTakeOverClock(nil)
+	if err := fresh.r.waitForPreviousCCM(context.Background(), takeOverObj("kube-system/cloud-controller-manager")); err != nil {
+		t.Errorf("no Lease, never waited: %v", err)
+	}
+}
+
+// TestTakeOverRenewTimeAheadDescribed: a renewTime ahead of the
+// coordinator's clock (a holder's clock ahead, a forged value) was described
+// as "renewed -24h0m0s ago", or for year 9999 "renewed -2562047h47m16.85s
+// ago" (time.Duration saturated): nonsense in Ready's message. It says the
+// renewTime is ahead of the coordinator's clock instead.
+func TestTakeOverRenewTimeAheadDescribed(t *testing.T) {
+	for _, ahead := range []time.Duration{24 * time.Hour, time.Until(time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC))} {
+		c := newTakeOverClock(&coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{
+			HolderIdentity: ptr.To("old_1"), LeaseDurationSeconds: ptr.To(int32(15))}})
+		c.renew(ahead)
+		obj := takeOverObj("kube-system/cloud-controller-manager")
+		err := c.r.waitForPreviousCCM(context.Background(), obj)
+		if err == nil {
+			t.Fatal("no wait")
+		}
+		msg := conditions.GetMessage(obj, meta.ReadyCondition)
+		if strings.Contains(msg, "renewed -") || !strings.Contains(msg, "ahead of the coordinator's clock") {
+			t.Errorf("renewTime %s ahead: Ready %q, want it to say the renewTime is ahead of the coordinator's clock", ahead, msg)
+		}
+	}
+}
+
+// TestTakeOverCoordinatorsOwnLease: spec.takeOver.lease naming the
+// coordinator's own leader-election Lease (ccm-coordinator.hybridccm.io in
+// its namespace, which it may read) held the NativeCCM for as long as the
+// coordinator runs, "waiting for the previous CCM to stop" with the
+// coordinator's pod as the holder, and once installed reported the
+// coordinator as a previous CCM running beside it. A configuration error.
+func TestTakeOverCoordinatorsOwnLease(t *testing.T) {
+	c := newTakeOverClock(&coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{
+		HolderIdentity: ptr.To("ccm-coordinator-6c9f_1"), LeaseDurationSeconds: ptr.To(int32(15))}})
+	c.renew(0)
+	obj := takeOverObj("hybrid-ccm-system/" + names.CoordinatorLease)
+	err := c.r.waitForPreviousCCM(context.Background(), obj)
+	var stall *stallError
+	if !errors.As(err, &stall) || stall.reason != v1.InvalidTakeOverReason {
+		t.Errorf("spec.takeOver.lease %s: %v, want a stall %s", obj.Spec.TakeOver.Lease, err, v1.InvalidTakeOverReason)
+	}
+	// the same name in another namespace is some other CCM's
+	other := takeOverObj("kube-system/" + names.CoordinatorLease)
+	if err := c.r.waitForPreviousCCM(context.Background(), other); errors.As(err, &stall) {
+		t.Errorf("spec.takeOver.lease %s refused: %v", other.Spec.TakeOver.Lease, err)
 	}
 }

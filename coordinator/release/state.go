@@ -15,6 +15,10 @@ const (
 	StatusPendingInstall  = "pending-install"
 	StatusPendingUpgrade  = "pending-upgrade"
 	StatusPendingRollback = "pending-rollback"
+	// StatusUninstalled: a release uninstalled with its history kept;
+	// StatusUninstalling: one being uninstalled.
+	StatusUninstalled  = "uninstalled"
+	StatusUninstalling = "uninstalling"
 )
 
 // Info describes the latest revision of a release, as an engine found it.

@@ -25,6 +25,12 @@ func TestStatusNamesAreHelms(t *testing.T) {
 		if info.Deployed() != (s == helmrelease.StatusDeployed) {
 			t.Errorf("%s: Deployed() = %v", s, info.Deployed())
 		}
+		if (s.String() == release.StatusUninstalled) != (s == helmrelease.StatusUninstalled) {
+			t.Errorf("%s: release.StatusUninstalled is %q", s, release.StatusUninstalled)
+		}
+		if (s.String() == release.StatusUninstalling) != (s == helmrelease.StatusUninstalling) {
+			t.Errorf("%s: release.StatusUninstalling is %q", s, release.StatusUninstalling)
+		}
 		if info.Pending() != s.IsPending() {
 			t.Errorf("%s: Pending() = %v, Helm says %v", s, info.Pending(), s.IsPending())
 		}
