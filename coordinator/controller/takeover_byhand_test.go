@@ -41,17 +41,7 @@ func TestTakeOverReleaseRemovedByHand(t *testing.T) {
 	// no such Lease: installed at once
 	waitCondition(t, name, v1.InstalledCondition, metav1.ConditionTrue, "")
 
-	previous := lead("kube-system", leaseName, "aws-cloud-controller-manager-b7r4_9e0f", durationS)
-	t.Cleanup(previous.stop)
-	eventually(t, "the previous CCM's Lease held", func() (bool, string) {
-		var l coordinationv1.Lease
-		err := k8s.Get(ctxT(t), client.ObjectKey{Namespace: "kube-system", Name: leaseName}, &l)
-		return err == nil && l.Spec.HolderIdentity != nil, fmt.Sprint(err)
-	})
-	engine := helm.NewEngine(rest.CopyConfig(env.Config), helm.Options{Timeout: time.Minute, Log: ctrl.Log.WithName("helm-by-hand")})
-	if err := engine.Uninstall(context.Background(), releaseNamespace, "native-ccm-"+name); err != nil {
-		t.Fatal(err)
-	}
+	previous := previousLeadsThenRemoveByHand(t, leaseName, "aws-cloud-controller-manager-b7r4_9e0f", durationS, "native-ccm-"+name)
 	if _, err := getDeployment(t, "native-ccm-"+name); err == nil {
 		t.Fatal("the Deployment survived helm uninstall")
 	}
@@ -96,17 +86,7 @@ func TestTakeOverMembersRemovedByHand(t *testing.T) {
 		_, err := getDeployment(t, member)
 		return err == nil, fmt.Sprint(err)
 	})
-	previous := lead("kube-system", leaseName, "aws-cloud-controller-manager-q1_9e0f", durationS)
-	t.Cleanup(previous.stop)
-	eventually(t, "the previous CCM's Lease held", func() (bool, string) {
-		var l coordinationv1.Lease
-		err := k8s.Get(ctxT(t), client.ObjectKey{Namespace: "kube-system", Name: leaseName}, &l)
-		return err == nil && l.Spec.HolderIdentity != nil, fmt.Sprint(err)
-	})
-	engine := helm.NewEngine(rest.CopyConfig(env.Config), helm.Options{Timeout: time.Minute, Log: ctrl.Log.WithName("helm-by-hand")})
-	if err := engine.Uninstall(context.Background(), releaseNamespace, member); err != nil {
-		t.Fatal(err)
-	}
+	previous := previousLeadsThenRemoveByHand(t, leaseName, "aws-cloud-controller-manager-q1_9e0f", durationS, member)
 	requestReconcile(t, name)
 	never(t, "the member installed again beside the previous CCM", 3*durationS*time.Second, func() (bool, string) {
 		_, err := getDeployment(t, member)
@@ -119,4 +99,23 @@ func TestTakeOverMembersRemovedByHand(t *testing.T) {
 		_, err := getDeployment(t, member)
 		return err == nil, fmt.Sprint(err)
 	})
+}
+
+// previousLeadsThenRemoveByHand starts a previous CCM leading
+// kube-system/leaseName (stopped at the test's end) and, once its Lease is
+// held, uninstalls release with Helm as a person would (helm uninstall).
+func previousLeadsThenRemoveByHand(t *testing.T, leaseName, holder string, durationS int32, release string) *leader {
+	t.Helper()
+	previous := lead("kube-system", leaseName, holder, durationS)
+	t.Cleanup(previous.stop)
+	eventually(t, "the previous CCM's Lease held", func() (bool, string) {
+		var l coordinationv1.Lease
+		err := k8s.Get(ctxT(t), client.ObjectKey{Namespace: "kube-system", Name: leaseName}, &l)
+		return err == nil && l.Spec.HolderIdentity != nil, fmt.Sprint(err)
+	})
+	engine := helm.NewEngine(rest.CopyConfig(env.Config), helm.Options{Timeout: time.Minute, Log: ctrl.Log.WithName("helm-by-hand")})
+	if err := engine.Uninstall(context.Background(), releaseNamespace, release); err != nil {
+		t.Fatal(err)
+	}
+	return previous
 }
