@@ -11,7 +11,9 @@ package upgrade
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -47,7 +49,37 @@ func TestMain(m *testing.M) {
 		Options:   fleet.Options{Machines: machines, TalosAPIByAddress: true},
 		Platforms: []string{"aws", "hcloud"},
 		Images:    previousImages,
+		OnHost:    previousModules,
 	}, func(fl *fleet.Fleet) { f = fl })
+}
+
+// previousModules downloads the modules of the previous release's go.mod
+// (go mod download in a copy of its tree) into the module cache, while the
+// Go module proxy is in reach: the test's `make release` of that tree runs in
+// the package's namespace, where it is not. On a machine that has them
+// (every run after the first) nothing is fetched.
+func previousModules(ctx context.Context, root string) error {
+	dir, err := os.MkdirTemp("", "hybrid-ccm-upgrade-previous-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	for _, file := range []string{"go.mod", "go.sum"} {
+		data, err := exec.CommandContext(ctx, "git", "-C", root, "show", previous+":"+file).Output()
+		if err != nil {
+			return fmt.Errorf("git show %.12s:%s: %w (a shallow clone lacks the commit: git fetch --unshallow)", previous, file, err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, file), data, 0o644); err != nil {
+			return err
+		}
+	}
+	cmd := exec.CommandContext(ctx, "go", "mod", "download")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("the previous release's modules (go mod download of %.12s's go.mod): %w\n%s", previous, err, out)
+	}
+	return nil
 }
 
 // previousImages adds the upstream CCM images the previous release's

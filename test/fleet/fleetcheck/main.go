@@ -30,14 +30,27 @@ type Package struct {
 	// (e.g. a release into its registry); After, once they ran.
 	Setup func(ctx context.Context, f *fleet.Fleet) error
 	After func()
+	// OnHost, when set, runs first, in the host's network namespace, where
+	// the Go module proxy is in reach (the package's own namespace has no
+	// route out): what the tests will need from it is fetched there.
+	OnHost func(ctx context.Context, root string) error
 }
 
-// Main is a TestMain for a package that runs on a fleet: in a network
-// namespace of the package's own (nothing the cluster runs can reach
+// Main is a TestMain for a package that runs on a fleet: after p.OnHost,
+// in a network namespace of the package's own (nothing the cluster runs can reach
 // beyond it), as root, it builds or reuses the upstream CCM images, brings
 // the fleet up, hands it to set, runs the tests, prints the cluster's log
 // tails when one failed and takes everything down.
 func Main(m *testing.M, p Package, set func(*fleet.Fleet)) {
+	if p.OnHost != nil && !netns.Isolated() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+		err := p.OnHost(ctx, testenv.RepoRoot())
+		cancel()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "test/%s, on the host: %v\n", p.Name, err)
+			os.Exit(1)
+		}
+	}
 	os.Exit(netns.Main(func() int { return run(m, p, set) }))
 }
 
