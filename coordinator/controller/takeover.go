@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -154,10 +153,16 @@ func (s *leaseSightings) see(lease string, cur leaseSighting, now time.Time, wai
 	return cur
 }
 
+// ownReleaseName: name is the NativeCCM's release or one of its split
+// members' (<release>--<value>); a release's Lease has its name.
+func ownReleaseName(obj *v1.NativeCCM, name string) bool {
+	return name == obj.ReleaseName() || strings.HasPrefix(name, obj.ReleaseName()+domain.SplitSeparator)
+}
+
 // ownLease: spec.takeOver.lease names a Lease of this NativeCCM's own
 // releases (its own or a member's).
 func (r *NativeCCMReconciler) ownLease(obj *v1.NativeCCM, ns, name string) bool {
-	return ns == r.Namespace && (name == obj.ReleaseName() || strings.HasPrefix(name, obj.ReleaseName()+"--"))
+	return ns == r.Namespace && ownReleaseName(obj, name)
 }
 
 // observePreviousCCM reads the Lease spec.takeOver names (one GET, shared
@@ -252,8 +257,8 @@ func (r *NativeCCMReconciler) waitForPreviousCCM(ctx context.Context, obj *v1.Na
 
 // releasesStored: Helm's storage (the manager's cache of its release
 // Secrets) holds a revision, not uninstalled or being uninstalled, of the
-// NativeCCM's release or of one of its members. status.members says what the coordinator installed; a
-// member removed by hand since (helm uninstall) leaves it behind, and
+// NativeCCM's release or of one of its members. status.members says what
+// the coordinator installed; a member removed by hand since (helm uninstall) leaves it behind, and
 // installing it again, every other one gone too, is a first install beside
 // whatever runs, as waitForPreviousCCM judges one (a NativeCCM's own release:
 // runReleaseAction). A failed list counts as none (the Lease is read).
@@ -262,12 +267,11 @@ func (r *NativeCCMReconciler) releasesStored(ctx context.Context, obj *v1.Native
 	if err := r.List(ctx, &secrets, client.InNamespace(r.Namespace), client.MatchingLabels{release.StorageOwnerLabel: release.StorageOwner}); err != nil {
 		return false
 	}
-	name := obj.ReleaseName()
 	for i := range secrets.Items {
 		s := &secrets.Items[i]
-		n := s.Labels[release.StorageNameLabel]
-		if s.Type == release.HelmStorageType && !slices.Contains([]string{release.StatusUninstalled, release.StatusUninstalling}, s.Labels[release.StorageStatusLabel]) &&
-			(n == name || strings.HasPrefix(n, name+domain.SplitSeparator)) {
+		status := s.Labels[release.StorageStatusLabel]
+		if s.Type == release.HelmStorageType && status != release.StatusUninstalled && status != release.StatusUninstalling &&
+			ownReleaseName(obj, s.Labels[release.StorageNameLabel]) {
 			return true
 		}
 	}
