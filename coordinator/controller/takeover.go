@@ -187,8 +187,10 @@ func (r *NativeCCMReconciler) observePreviousCCM(ctx context.Context, obj *v1.Na
 	err := r.getLease(ctx, client.ObjectKey{Namespace: ns, Name: name}, &l)
 	switch {
 	case apierrors.IsNotFound(err):
-		waited := conditions.HasAnyReason(obj, meta.ReadyCondition, v1.WaitingForPreviousCCMReason) &&
-			strings.Contains(conditions.GetMessage(obj, meta.ReadyCondition), "Lease "+p.lease+" ")
+		// Ready says it waited, written for this spec (this takeOver.lease):
+		// the condition's observedGeneration, not its message, tells
+		ready := conditions.Get(obj, meta.ReadyCondition)
+		waited := ready != nil && ready.Reason == v1.WaitingForPreviousCCMReason && ready.ObservedGeneration == obj.Generation
 		p.seen = r.previousLeases.see(p.lease, leaseSighting{}, r.now(), waited)
 		return p, nil
 	case err != nil:

@@ -355,6 +355,16 @@ func TestTakeOverLeaseDeletedWhileHeldAcrossRestart(t *testing.T) {
 	if err := restarted.r.waitForPreviousCCM(context.Background(), obj); err != nil {
 		t.Errorf("the Lease gone for a duration after the restart: still held: %v", err)
 	}
+	// the wait was for an earlier spec (the condition's observedGeneration
+	// behind, e.g. takeOver.lease changed since): a missing Lease installs
+	edited := takeOverObj("kube-system/cloud-controller-manager")
+	if err := c.r.waitForPreviousCCM(context.Background(), edited); err == nil {
+		t.Fatal("no wait while held")
+	}
+	edited.Generation++
+	if err := newTakeOverClock(nil).r.waitForPreviousCCM(context.Background(), edited); err != nil {
+		t.Errorf("no Lease, the wait recorded for an earlier generation: %v", err)
+	}
 	// a NativeCCM that never waited installs when there is no Lease (as before)
 	fresh := newTakeOverClock(nil)
 	if err := fresh.r.waitForPreviousCCM(context.Background(), takeOverObj("kube-system/cloud-controller-manager")); err != nil {
