@@ -85,11 +85,11 @@ lint:
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 # hack/test.sh: the commands and their release images built once for the run
-# (test/testbin), the packages without a real cluster, then those that run one
-# (test/cluster and its users), one at a time.
-test: control-plane cluster aws-ccm coredns kubectl lint
-	KUBEBUILDER_ASSETS=$$(hack/control-plane.sh) HYBRID_CCM_CLUSTER_BINARIES=$$(hack/cluster-binaries.sh) GO_TEST_FLAGS="$(TEST_FLAGS)" hack/test.sh
-	$(MAKE) fuzz
+# (test/testbin), then two lanes side by side: the packages that run a real
+# cluster (test/cluster and its users), one at a time; and make lint, every
+# other package, test/monitoring and the fuzz targets (FUZZTIME inputs each).
+test: control-plane cluster aws-ccm coredns kubectl
+	KUBEBUILDER_ASSETS=$$(hack/control-plane.sh) HYBRID_CCM_CLUSTER_BINARIES=$$(hack/cluster-binaries.sh) GO_TEST_FLAGS="$(TEST_FLAGS)" FUZZTIME="$(FUZZTIME)" FUZZPKG="$(FUZZPKG)" hack/test.sh
 
 # The API-server suites (node initialization, CSR approval, IPAM, the coordinator
 # with its gate and fence, the binaries with their chart RBAC, hybridctl) against

@@ -36,10 +36,10 @@ pkgs=()
 for c in "${CMDS[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/${c}"); done
 kube_module "${pkgs[@]}"
 
+# One go build for the four: their links run side by side.
 mkdir -p "${OUT}.tmp"
-for c in "${CMDS[@]}"; do
-  CGO_ENABLED=0 go build -trimpath -ldflags "${KUBE_LDFLAGS}" -o "${OUT}.tmp/${c}" "k8s.io/kubernetes/cmd/${c}" >&2
-done
+CGO_ENABLED=0 go build -trimpath -ldflags "${KUBE_LDFLAGS}" -o "${OUT}.tmp/" "${pkgs[@]}" >&2
+for c in "${CMDS[@]}"; do [[ -x "${OUT}.tmp/${c}" ]] || { log "go build wrote no ${c}"; exit 1; }; done
 rm -rf "${OUT}"
 mv "${OUT}.tmp" "${OUT}"
 log "done"

@@ -1,13 +1,28 @@
 #!/usr/bin/env bash
-# Runs every test of the module (make test): first the packages that need no
-# real cluster, in parallel as go test runs them; then those that run one
-# (test/cluster and every package whose tests use it), one package at a time:
-# a cluster is a dozen kubelets, containerds and control-plane daemons, and a
-# machine runs one cluster at a time anyway (test/cluster's lock). Before
-# either, the commands and their images are built once for all of them
-# (test/testbin/prepare, HYBRID_CCM_TEST_BIN).
+# Runs every test of the module (make test) in two lanes side by side:
 #
-#   go test flags: GO_TEST_FLAGS (e.g. -run TestX)
+#   - the cluster lane: the packages that run a real cluster (test/cluster
+#     and every package whose tests use it), one package at a time: a cluster
+#     is a dozen kubelets, containerds and control-plane daemons, and a
+#     machine runs one cluster at a time anyway (test/cluster's lock);
+#   - the other lane: the release layout of both architectures, go vet and
+#     gofmt (make lint), every other package (in parallel, as go test runs
+#     them), test/monitoring, then the fuzz targets (hack/fuzz.sh).
+#
+# A cluster package waits on pods, leases and outages more than it computes;
+# the other lane's work fills that time. Before the lanes part, the commands
+# and this machine's release images are built once for both
+# (test/testbin/prepare -stage host, HYBRID_CCM_TEST_BIN), and every package
+# and test is compiled once (go list -export), so that the two lanes do not
+# compile the same packages at the same time.
+#
+# go test runs with -vet=off, because make lint's go vet ./... runs every
+# analyzer go test would, on the same packages and their tests, and with
+# -ldflags=-w: test binaries without DWARF link in about two thirds of the
+# time, and stack traces do not need it.
+#
+#   go test flags: GO_TEST_FLAGS (e.g. -run TestX), after those
+#   fuzzing: FUZZTIME and FUZZPKG (hack/fuzz.sh; FUZZTIME=0 skips it)
 set -euo pipefail
 module="$(go list -m)"
 # A package runs a cluster when its tests import test/cluster (its lock,
@@ -18,25 +33,65 @@ cluster="$(go list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestIm
   sort -u)"
 cluster="$(printf '%s\n%s\n' "${cluster}" "${module}/test/cluster" | sed '/^$/d' | sort -u)"
 # test/monitoring runs test/e2e's TestMonitoringScenario itself (go test in a
-# child process): it runs last, alone, as it did when it was a module of its own.
+# child process), after the other packages of its lane.
 monitoring="$(go list ./test/monitoring/...)"
 rest="$(go list ./... | grep -vxF -f <(printf '%s\n%s\n' "${cluster}" "${monitoring}"))"
+flags=(-count=1 -vet=off -ldflags=-w)
+
 # The commands' binaries and release images, built once for the run rather
 # than by every package that runs them (test/testbin): a directory of this
 # run's, removed at its end, and checked against the tree before use.
 HYBRID_CCM_TEST_BIN="$(mktemp -d "${TMPDIR:-/tmp}/hybrid-ccm-test-bin.XXXXXX")"
 export HYBRID_CCM_TEST_BIN
-trap 'rm -rf "${HYBRID_CCM_TEST_BIN}"' EXIT
-echo "== the run's binaries and images (test/testbin/prepare) into ${HYBRID_CCM_TEST_BIN}" >&2
-go run ./test/testbin/prepare "${HYBRID_CCM_TEST_BIN}"
-echo "== go test: $(echo "${rest}" | wc -l) packages without a real cluster" >&2
-# shellcheck disable=SC2086
-go test -count=1 -timeout 45m ${GO_TEST_FLAGS:-} ${rest}
-echo "== go test -p 1: the packages that run a real cluster:" ${cluster} >&2
-# shellcheck disable=SC2086
-go test -count=1 -p 1 -timeout 45m ${GO_TEST_FLAGS:-} ${cluster}
-# test/monitoring: the alerts and the dashboard, evaluated on a run of test/e2e's
-# TestMonitoringScenario.
-echo "== go test: test/monitoring" >&2
-# shellcheck disable=SC2086
-go test -count=1 -timeout 30m ${GO_TEST_FLAGS:-} ${monitoring}
+cluster_lane=""
+cleanup() {
+  # An interrupted run: the cluster lane ends with the same signal; its
+  # clusters clean up before the directory goes.
+  [[ -n "${cluster_lane}" ]] && wait "${cluster_lane}" 2>/dev/null
+  rm -rf "${HYBRID_CCM_TEST_BIN}"
+}
+trap cleanup EXIT
+echo "== this machine's release images and the development builds (test/testbin/prepare -stage host) into ${HYBRID_CCM_TEST_BIN}" >&2
+go run ./test/testbin/prepare -stage host "${HYBRID_CCM_TEST_BIN}"
+echo "== every package and its tests compiled once for both lanes (go list -export -test -deps ./...)" >&2
+go list -export -test -deps ./... >/dev/null
+
+run_cluster_lane() {
+  echo "== cluster lane: go test -p 1:" ${cluster} >&2
+  # shellcheck disable=SC2086
+  go test "${flags[@]}" -p 1 -timeout 45m ${GO_TEST_FLAGS:-} ${cluster}
+}
+
+run_other_lane() {
+  local rc=0
+  echo "== other lane: both architectures' release images (test/testbin/prepare -stage images)" >&2
+  go run ./test/testbin/prepare -stage images "${HYBRID_CCM_TEST_BIN}" || rc=1
+  echo "== other lane: make lint (go vet, gofmt)" >&2
+  make --no-print-directory lint || rc=1
+  echo "== other lane: go test: $(echo "${rest}" | wc -l) packages without a real cluster" >&2
+  # shellcheck disable=SC2086
+  go test "${flags[@]}" -timeout 45m ${GO_TEST_FLAGS:-} ${rest} || rc=1
+  # test/monitoring: the alerts and the dashboard, evaluated on a run of
+  # test/e2e's TestMonitoringScenario.
+  echo "== other lane: go test: test/monitoring" >&2
+  # shellcheck disable=SC2086
+  go test "${flags[@]}" -timeout 30m ${GO_TEST_FLAGS:-} ${monitoring} || rc=1
+  if [[ "${FUZZTIME:-2000x}" != 0 ]]; then
+    echo "== other lane: fuzz targets (hack/fuzz.sh ${FUZZTIME:-2000x} ${FUZZPKG:-.})" >&2
+    hack/fuzz.sh "${FUZZTIME:-2000x}" "${FUZZPKG:-.}" || rc=1
+  fi
+  return "${rc}"
+}
+
+run_cluster_lane &
+cluster_lane=$!
+other=0
+run_other_lane || other=$?
+cluster_rc=0
+wait "${cluster_lane}" || cluster_rc=$?
+cluster_lane=""
+if [[ ${other} != 0 || ${cluster_rc} != 0 ]]; then
+  echo "== FAIL: cluster lane exit ${cluster_rc}, other lane exit ${other}" >&2
+  exit 1
+fi
+echo "== both lanes passed" >&2

@@ -6,7 +6,9 @@
 //   - images: the release images as hack/ship builds them (ship.Build, default
 //     registry and version) for this machine's architecture and the other one
 //     (shiptest.Platforms): the layout hack/ship's reproducibility test
-//     compares its own build with;
+//     compares its own build with. hack/test.sh has it built beside the
+//     packages that run a real cluster, which do not need it (prepare's
+//     stages);
 //   - release/<command>: this machine's binary of each image, taken out of
 //     it (static, stripped, the release's tags and version);
 //   - dev/<command>: `go build ./cmd/<command>` with the toolchain's
@@ -87,7 +89,11 @@ func Images() (layout string, ok bool, err error) {
 	if !ok || err != nil {
 		return "", ok, err
 	}
-	return filepath.Join(dir, ImagesDir), true, nil
+	p := filepath.Join(dir, ImagesDir)
+	if _, err := os.Stat(p); err != nil {
+		return "", true, fmt.Errorf("%s=%s has no layout of both architectures yet (prepare -stage images): %w", Env, dir, err)
+	}
+	return p, true, nil
 }
 
 // Release returns this machine's binary of the image name as the run's images

@@ -4,11 +4,26 @@
 // machine's binaries taken out of them, the development builds of the
 // commands, and the tree they were built from.
 //
-//	go run ./test/testbin/prepare DIR
+//	go run ./test/testbin/prepare [-stage all|host|images] DIR
+//
+// It builds in two stages that hack/test.sh runs apart, so that the packages
+// running a real cluster (which need only this machine's binaries) start
+// while the other architecture still compiles:
+//
+//   - host: the release images of this machine's platform (a layout of their
+//     own, host-images/), the binaries taken out of them, the development
+//     builds, and the tree;
+//   - images: the release images of both architectures into images/, the
+//     layout hack/ship's reproducibility test compares with. It is written
+//     beside and renamed into place when whole, so a reader never sees half
+//     of it; the host stage must have run (the tree it recorded is checked).
+//
+// all (the default) runs both.
 package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -23,18 +38,44 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/test/testbin"
 )
 
+// hostImagesDir is the host stage's layout: this machine's platform only.
+const hostImagesDir = "host-images"
+
 func main() {
-	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: prepare DIR")
+	stage := flag.String("stage", "all", "what to build: all, host (this machine's images and binaries, the development builds) or images (both architectures' layout; after host)")
+	flag.Usage = func() {
+		fmt.Fprintln(os.Stderr, "usage: prepare [-stage all|host|images] DIR")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	if flag.NArg() != 1 {
+		flag.Usage()
 		os.Exit(2)
 	}
-	if err := prepare(context.Background(), os.Args[1]); err != nil {
+	dir := flag.Arg(0)
+	ctx := context.Background()
+	var err error
+	switch *stage {
+	case "all":
+		if err = prepareHost(ctx, dir); err == nil {
+			err = prepareImages(ctx, dir)
+		}
+	case "host":
+		err = prepareHost(ctx, dir)
+	case "images":
+		err = prepareImages(ctx, dir)
+	default:
+		fmt.Fprintf(os.Stderr, "prepare: -stage %q: want all, host or images\n", *stage)
+		os.Exit(2)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "prepare:", err)
 		os.Exit(1)
 	}
 }
 
-func prepare(ctx context.Context, dir string) error {
+// prepareHost is the host stage (see the command's doc).
+func prepareHost(ctx context.Context, dir string) error {
 	// The tree first: a change made while this builds makes the directory
 	// refused, not wrong.
 	root, err := ship.FindRoot()
@@ -51,11 +92,11 @@ func prepare(ctx context.Context, dir string) error {
 		return err
 	}
 	start := time.Now()
-	images := filepath.Join(dir, testbin.ImagesDir)
-	if _, err := ship.Build(ctx, ship.Options{Root: root, Platforms: shiptest.Platforms(), Out: images}); err != nil {
+	images := filepath.Join(dir, hostImagesDir)
+	if _, err := ship.Build(ctx, ship.Options{Root: root, Platforms: []string{ship.HostPlatform()}, Out: images}); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "prepare: images of %v in %s\n", shiptest.Platforms(), time.Since(start).Round(time.Second))
+	fmt.Fprintf(os.Stderr, "prepare: images of %s in %s\n", ship.HostPlatform(), time.Since(start).Round(time.Second))
 	if err := extract(images, filepath.Join(dir, testbin.ReleaseDir)); err != nil {
 		return err
 	}
@@ -65,6 +106,37 @@ func prepare(ctx context.Context, dir string) error {
 	}
 	fmt.Fprintf(os.Stderr, "prepare: development builds of %v in %s\n", testbin.DevCommands, time.Since(start).Round(time.Second))
 	return os.WriteFile(filepath.Join(dir, testbin.TreeFile), []byte(tree+"\n"), 0o644)
+}
+
+// prepareImages is the images stage (see the command's doc): both
+// architectures' layout, of the tree the host stage recorded.
+func prepareImages(ctx context.Context, dir string) error {
+	root, err := ship.FindRoot()
+	var tree string
+	if err == nil {
+		tree, err = testbin.Tree(root)
+	}
+	if err != nil {
+		return err
+	}
+	recorded, err := os.ReadFile(filepath.Join(dir, testbin.TreeFile))
+	if err != nil {
+		return fmt.Errorf("the host stage has not run in %s: %w", dir, err)
+	}
+	if strings.TrimSpace(string(recorded)) != tree {
+		return fmt.Errorf("%s was prepared from another state of the source (%s, now %s)", dir, strings.TrimSpace(string(recorded)), tree)
+	}
+	start := time.Now()
+	images := filepath.Join(dir, testbin.ImagesDir)
+	partial := images + ".partial"
+	if err := os.RemoveAll(partial); err != nil {
+		return err
+	}
+	if _, err := ship.Build(ctx, ship.Options{Root: root, Platforms: shiptest.Platforms(), Out: partial}); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "prepare: images of %v in %s\n", shiptest.Platforms(), time.Since(start).Round(time.Second))
+	return os.Rename(partial, images)
 }
 
 // extract writes this machine's binary of every image of the layout into out,
