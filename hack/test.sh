@@ -14,7 +14,8 @@
 # and this machine's release images are built once for both
 # (test/testbin/prepare -stage host, HYBRID_CCM_TEST_BIN), and every package
 # and test is compiled once (go list -export), so that the two lanes do not
-# compile the same packages at the same time.
+# compile the same packages at the same time; every build with the release's
+# compile flags (below).
 #
 # go test runs with -vet=off, because make lint's go vet ./... runs every
 # analyzer go test would, on the same packages and their tests, and with
@@ -37,6 +38,13 @@ cluster="$(printf '%s\n%s\n' "${cluster}" "${module}/test/cluster" | sed '/^$/d'
 monitoring="$(go list ./test/monitoring/...)"
 rest="$(go list ./... | grep -vxF -f <(printf '%s\n%s\n' "${cluster}" "${monitoring}"))"
 flags=(-count=1 -vet=off -ldflags=-w)
+# Every build of the run with the release's compile flags (-trimpath,
+# CGO_ENABLED=0; hack/ship adds only its tags, link flags and platform, which
+# do not change how a package compiles): this machine's release images, the
+# development builds, the tests and the helpers they build share one compile
+# of every package instead of two.
+export CGO_ENABLED=0
+export GOFLAGS="-trimpath${GOFLAGS:+ ${GOFLAGS}}"
 
 # The commands' binaries and release images, built once for the run rather
 # than by every package that runs them (test/testbin): a directory of this

@@ -11,8 +11,9 @@
 //     stages);
 //   - release/<command>: this machine's binary of each image, taken out of
 //     it (static, stripped, the release's tags and version);
-//   - dev/<command>: `go build ./cmd/<command>` with the toolchain's
-//     defaults (cgo as the host has it, no tags: hybridctl with its demo);
+//   - dev/<command>: `go build ./cmd/<command>` with the run's flags (in
+//     make test the release's compile flags, hack/test.sh) and no tags:
+//     hybridctl with its demo;
 //   - tree: the source it was built from (Tree), checked before any of it
 //     is handed out, so a directory of another tree or of an older state of
 //     this one is refused, never used.

@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -51,10 +52,42 @@ type Options struct {
 	Restartable bool
 }
 
-// RepoRoot returns the repository root (the directory holding go.mod).
+// modulePath is the module this package is in: RepoRoot looks for its go.mod.
+const modulePath = "github.com/hybrid-ccm/hybrid-ccm"
+
+// RepoRoot returns the repository root (the directory holding go.mod): where
+// this file was compiled from, or, in a build with -trimpath (make test
+// builds everything with the release's flags, hack/test.sh), where the
+// module's go.mod is above the working directory (go test runs a package's
+// tests in its directory). It is "." when neither is known.
 func RepoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
+		return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return "."
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && goModModule(string(b)) == modulePath {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "."
+		}
+		dir = parent
+	}
+}
+
+// goModModule returns the path of a go.mod's module directive.
+func goModModule(gomod string) string {
+	for line := range strings.Lines(gomod) {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "module"); ok && rest != "" && (rest[0] == ' ' || rest[0] == '\t') {
+			return strings.Trim(strings.TrimSpace(rest), `"`)
+		}
+	}
+	return ""
 }
 
 // AssetsDir returns KUBEBUILDER_ASSETS or an error that says how to get it.

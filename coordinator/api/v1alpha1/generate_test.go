@@ -3,8 +3,9 @@ package v1alpha1
 import (
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
+
+	"github.com/hybrid-ccm/hybrid-ccm/test/testenv"
 )
 
 // TestGeneratedCodeIsFresh regenerates deepcopy code and the CRD with the pinned
@@ -14,8 +15,7 @@ func TestGeneratedCodeIsFresh(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs controller-gen")
 	}
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
+	root := testenv.RepoRoot()
 	cmd := exec.Command("bash", filepath.Join(root, "hack", "coordinator-generate.sh"), "--verify")
 	cmd.Dir = root
 	out, err := cmd.CombinedOutput()
