@@ -64,7 +64,7 @@ func RepoRoot() (string, error) {
 // root, writing its scrapes to dir. It needs what test/e2e needs
 // (KUBEBUILDER_ASSETS).
 func RunScenario(ctx context.Context, root, dir string) error {
-	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-timeout=20m", "-run", "^TestMonitoringScenario$", "./test/e2e/")
+	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-vet=off", "-timeout=20m", "-run", "^TestMonitoringScenario$", "./test/e2e/")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), ScrapesEnv+"="+dir)
 	out, err := cmd.CombinedOutput()
