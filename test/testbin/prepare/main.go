@@ -74,15 +74,19 @@ func main() {
 	}
 }
 
+// rootTree returns the repository's root and its tree (testbin.Tree).
+func rootTree() (root, tree string, err error) {
+	if root, err = ship.FindRoot(); err == nil {
+		tree, err = testbin.Tree(root)
+	}
+	return root, tree, err
+}
+
 // prepareHost is the host stage (see the command's doc).
 func prepareHost(ctx context.Context, dir string) error {
 	// The tree first: a change made while this builds makes the directory
 	// refused, not wrong.
-	root, err := ship.FindRoot()
-	var tree string
-	if err == nil {
-		tree, err = testbin.Tree(root)
-	}
+	root, tree, err := rootTree()
 	if err != nil {
 		return err
 	}
@@ -111,11 +115,7 @@ func prepareHost(ctx context.Context, dir string) error {
 // prepareImages is the images stage (see the command's doc): both
 // architectures' layout, of the tree the host stage recorded.
 func prepareImages(ctx context.Context, dir string) error {
-	root, err := ship.FindRoot()
-	var tree string
-	if err == nil {
-		tree, err = testbin.Tree(root)
-	}
+	root, tree, err := rootTree()
 	if err != nil {
 		return err
 	}
