@@ -28,8 +28,8 @@ IMAGES_DIR   ?= bin/images
 # GOGC of the Go toolchain in the builds below (make test's prerequisites, its
 # test builds, images, release): a compile or link spends a quarter to a half
 # less CPU collecting garbage for a few percent more memory (measured cold:
-# k8s.io/client-go/kubernetes 174 s of CPU at Go's default 100, 123 s at 400,
-# largest compile 0.56 -> 0.63 GB; a test binary's link 14.8 s -> 7.7 s). It
+# k8s.io/client-go/kubernetes 174 s of CPU at Go's default 100, 123-137 s at
+# 400, largest compile 0.63 GB; a test binary's link 14.8 s -> 7.7 s). It
 # changes no byte of the output. make test runs the tests themselves with
 # the caller's GOGC (hack/test.sh).
 BUILD_GOGC   ?= 400
