@@ -128,6 +128,11 @@ func TestTakeOverFromTheAWSCCM(t *testing.T) {
 	}
 	// talos-ccm's enforce mode routes the nodes the AWS CCM initialized and
 	// initializes the control plane, which no CCM knew.
+	t.Cleanup(func() {
+		if t.Failed() {
+			talosCCMLogs(t)
+		}
+	})
 	for _, m := range machines {
 		fleetcheck.WaitNode(t, ctx, f, m, "routed to its platform", func(n *corev1.Node) bool {
 			return !uninitialized(n) && n.Labels[names.PlatformLabel] == m.Platform
@@ -439,6 +444,26 @@ func (w *nodeWatch) errors() []string {
 func uninitialized(n *corev1.Node) bool { return names.Uninitialized(n.Spec.Taints) }
 
 // runningPod is the name of the one running pod the selector selects.
+// talosCCMLogs logs the end of talos-ccm's log, for a failure.
+func talosCCMLogs(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pods, err := f.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=talos-ccm"})
+	if err != nil {
+		t.Logf("talos-ccm's pods: %v", err)
+		return
+	}
+	for _, p := range pods.Items {
+		logs, err := f.PodLogs(ctx, namespace, p.Name, p.Spec.Containers[0].Name)
+		if err != nil {
+			t.Logf("talos-ccm pod %s: %v", p.Name, err)
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(logs, "\n"), "\n")
+		t.Logf("talos-ccm pod %s, the last %d lines of its log:\n%s", p.Name, min(len(lines), 80), strings.Join(lines[max(0, len(lines)-80):], "\n"))
+	}
+}
+
 func runningPod(t *testing.T, ctx context.Context, ns, selector string) string {
 	t.Helper()
 	var name string
