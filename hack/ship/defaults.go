@@ -9,7 +9,6 @@ package ship
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -20,6 +19,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/hybrid-ccm/hybrid-ccm/hack/ship/repo"
 )
 
 // DefaultRegistry is where images and charts go unless told otherwise. The
@@ -62,23 +63,8 @@ const GateImageSymbol = "main.defaultGateImage"
 const VersionSymbol = "github.com/hybrid-ccm/hybrid-ccm/cmd/internal/version.Version"
 
 // FindRoot returns the repository root: the nearest directory at or above the
-// working directory that holds go.mod.
-func FindRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod at or above the working directory")
-		}
-		dir = parent
-	}
-}
+// working directory that holds go.mod (repo.Root).
+func FindRoot() (string, error) { return repo.Root() }
 
 // DefaultVersion is the appVersion of charts/talos-ccm: the version a build or
 // release uses unless told otherwise.

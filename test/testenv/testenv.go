@@ -15,13 +15,14 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 	"syscall"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/hybrid-ccm/hybrid-ccm/hack/ship/repo"
 )
 
 // Env is a running control plane.
@@ -52,42 +53,19 @@ type Options struct {
 	Restartable bool
 }
 
-// modulePath is the module this package is in: RepoRoot looks for its go.mod.
-const modulePath = "github.com/hybrid-ccm/hybrid-ccm"
-
 // RepoRoot returns the repository root (the directory holding go.mod): where
-// this file was compiled from, or, in a build with -trimpath (make test
-// builds everything with the release's flags, hack/test.sh), where the
-// module's go.mod is above the working directory (go test runs a package's
-// tests in its directory). It is "." when neither is known.
+// this file was compiled from or, in a build with -trimpath (make test builds
+// everything with the release's flags, hack/test.sh), the nearest go.mod at
+// or above the working directory (repo.Root: go test runs a package's tests
+// in its directory). It is "." when neither is known.
 func RepoRoot() string {
 	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
 		return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 	}
-	dir, err := os.Getwd()
-	if err != nil {
-		return "."
+	if root, err := repo.Root(); err == nil {
+		return root
 	}
-	for {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && goModModule(string(b)) == modulePath {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "."
-		}
-		dir = parent
-	}
-}
-
-// goModModule returns the path of a go.mod's module directive.
-func goModModule(gomod string) string {
-	for line := range strings.Lines(gomod) {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "module"); ok && rest != "" && (rest[0] == ' ' || rest[0] == '\t') {
-			return strings.Trim(strings.TrimSpace(rest), `"`)
-		}
-	}
-	return ""
+	return "."
 }
 
 // AssetsDir returns KUBEBUILDER_ASSETS or an error that says how to get it.
