@@ -19,6 +19,7 @@ import (
 
 var pauseOnce struct {
 	sync.Once
+	dir  string
 	path string
 	err  error
 }
@@ -32,8 +33,8 @@ func pauseBinary(t *testing.T) string {
 			pauseOnce.err = err
 			return
 		}
-		// Left for the OS's temporary directory cleaning: tests of the
-		// package share it and none knows which is last.
+		// removed by TestMain, once every test that shares it is done
+		pauseOnce.dir = dir
 		pauseOnce.path, pauseOnce.err = BuildPause(t.Context(), dir)
 	})
 	if pauseOnce.err != nil {

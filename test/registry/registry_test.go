@@ -38,7 +38,11 @@ func TestMain(m *testing.M) {
 		time.Sleep(dur)
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if pauseOnce.dir != "" {
+		_ = os.RemoveAll(pauseOnce.dir)
+	}
+	os.Exit(code)
 }
 
 const (

@@ -29,7 +29,9 @@ import (
 var (
 	gateBinOnce sync.Once
 	gateBin     string
-	gateBinErr  error
+	// gateBinDir holds gateBin; TestMain removes it when every test is done.
+	gateBinDir string
+	gateBinErr error
 )
 
 // startGateBinary runs the real ccm-gate binary (HTTPS, forwarded
@@ -69,6 +71,7 @@ func gateBinary(t *testing.T) string {
 			gateBinErr = err
 			return
 		}
+		gateBinDir = dir
 		gateBin, gateBinErr = gatetest.BuildGate(dir)
 	})
 	if gateBinErr != nil {

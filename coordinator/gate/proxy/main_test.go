@@ -31,10 +31,20 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+// run runs the tests, then removes the gate binary they built (gateBinary).
+func run(m *testing.M) int {
+	defer func() {
+		if gateBinDir != "" {
+			_ = os.RemoveAll(gateBinDir)
+		}
+	}()
 	if _, err := testenv.AssetsDir(); err != nil {
-		os.Exit(m.Run()) // unit tests only; integration tests skip
+		return m.Run() // unit tests only; integration tests skip
 	}
-	os.Exit(testenv.Run(m, testenv.Options{}, func(e *testenv.Env) {
+	return testenv.Run(m, testenv.Options{}, func(e *testenv.Env) {
 		env = e
 		if err := gatetest.GrantNativeCCM(context.Background(), e.Client, ccmNamespace, ccmName); err != nil {
 			panic(err)
@@ -47,7 +57,7 @@ func TestMain(m *testing.M) {
 			panic(err)
 		}
 		ccmConfig = cfg
-	}))
+	})
 }
 
 func needEnv(t *testing.T) {
