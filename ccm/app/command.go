@@ -124,6 +124,9 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 					slimNodeCache(cc)
 					lease.start(ctx, cc)
 					reachability.SetRecorder(recorders.recorder(ctx, client, reach.Component))
+					if err := nodeFacts.ForgetDeleted(cc.SharedInformers.Core().V1().Nodes().Informer()); err != nil {
+						return nil, false, err
+					}
 					c, err := cloudnode.New(client, cc.SharedInformers.Core().V1().Nodes(), nodeFacts,
 						recorders.recorder(ctx, client, names.CloudNodeController), cloudnode.Options{
 							Workers:               int(cc.ComponentConfig.NodeController.ConcurrentNodeSyncs),
@@ -148,6 +151,9 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 				slimNodeCache(cc)
 				lease.start(ctx, cc)
 				reachability.SetRecorder(recorders.recorder(ctx, client, reach.Component))
+				if err := nodeFacts.ForgetDeleted(cc.SharedInformers.Core().V1().Nodes().Informer()); err != nil {
+					return nil, false, err
+				}
 				opts := *csrOpts
 				// the host talos-ccm reaches the API server at, and the pod CIDR,
 				// are never a node's
@@ -188,6 +194,9 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 				lease.start(ctx, cc)
 				client := cc.ClientBuilder.ClientOrDie(ic.ClientName)
 				reachability.SetRecorder(recorders.recorder(ctx, client, reach.Component))
+				if err := nodeFacts.ForgetDeleted(cc.SharedInformers.Core().V1().Nodes().Informer()); err != nil {
+					return nil, false, err
+				}
 				c, err := ipam.NewController(client, cc.SharedInformers.Core().V1().Nodes(), nodeFacts, talosClient, recorders.recorder(ctx, client, names.IPAMController), cfg)
 				if err != nil {
 					return nil, false, err

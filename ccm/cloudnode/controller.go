@@ -61,10 +61,10 @@ const (
 )
 
 // FactSource establishes node facts (ccm/facts.Source): a fresh lookup for
-// every initialization and refresh, and Deleted for deleted nodes.
+// every initialization and refresh. What it remembers of deleted nodes is
+// its own to forget (facts.Source.ForgetDeleted).
 type FactSource interface {
 	Facts(ctx context.Context, node *corev1.Node) (*facts.Facts, error)
-	Deleted(nodeName string)
 }
 
 // Options tune the controller.
@@ -135,7 +135,6 @@ func New(client kubernetes.Interface, nodes coreinformers.NodeInformer, source F
 				obj = t.Obj
 			}
 			if n, ok := obj.(*corev1.Node); ok {
-				source.Deleted(n.Name)
 				c.lastRead.Delete(n.Name)
 				c.mismatch.set(n.Name, false)
 			}

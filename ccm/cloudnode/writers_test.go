@@ -57,8 +57,6 @@ func (s *heldSource) Facts(ctx context.Context, node *corev1.Node) (*facts.Facts
 	}, nil
 }
 
-func (s *heldSource) Deleted(string) {}
-
 // writeCounter is a transport counting the node writes in flight at once;
 // each write is held a moment so that writes allowed to overlap do.
 type writeCounter struct {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/iplist"
@@ -89,6 +90,10 @@ type Source struct {
 	interp   Interpreter
 	lookup   time.Duration
 	observer Observer
+
+	// watching registers the delete handler of ForgetDeleted once.
+	watching    sync.Once
+	watchingErr error
 
 	mu       sync.Mutex
 	facts    map[string]*Facts  // by node name
@@ -250,6 +255,31 @@ func (s *Source) Deleted(nodeName string) {
 	if s.observer != nil {
 		s.observer.Forget(nodeName)
 	}
+}
+
+// ForgetDeleted calls Deleted for every node the informer sees deleted. Every
+// controller that looks nodes up calls it with the process's shared node
+// informer; the handler is registered once, whichever of them runs: with
+// cloud-node disabled (--controllers=node-csr-approval), a deleted node's
+// facts, its addresses as a current holder and its unreachable gauge would
+// otherwise stay for as long as the process runs.
+func (s *Source) ForgetDeleted(nodes cache.SharedInformer) error {
+	s.watching.Do(func() {
+		_, s.watchingErr = nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			DeleteFunc: func(obj any) {
+				if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+					obj = t.Obj
+				}
+				if n, ok := obj.(*corev1.Node); ok {
+					s.Deleted(n.Name)
+				}
+			},
+		})
+	})
+	if s.watchingErr != nil {
+		return fmt.Errorf("facts: forget deleted nodes: %w", s.watchingErr)
+	}
+	return nil
 }
 
 // observe tells the Observer how a lookup ended: the node's Talos API

@@ -334,3 +334,72 @@ func TestEndpointFailures(t *testing.T) {
 		})
 	}
 }
+
+// TestDeletedNodeForgottenWithoutCloudNode: talos-ccm with cloud-node
+// disabled (--controllers=node-csr-approval, say) still forgets a deleted
+// node. The facts source, registered on the shared node informer
+// (ForgetDeleted, as every controller of talos-ccm does), lets go of an
+// unreachable node in the gauge and of a node's remembered address, which
+// then counts as departed, not current, for the CSR approver.
+func TestDeletedNodeForgottenWithoutCloudNode(t *testing.T) {
+	const far, farIP, near, nearIP = "gone-far", "10.79.0.1", "gone-near", "10.79.0.2"
+	ep := talosnode.StartFor(t)
+	if _, err := ep.AddNode(near, []string{nearIP}, talosnode.Spec{
+		Metadata:  &runtime.PlatformMetadataSpec{Platform: "metal", Hostname: near},
+		Addresses: []talosnode.Address{{Link: "eth0", Prefix: nearIP + "/24"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	tc, err := ep.NewClient(t.TempDir(), talos.Options{Timeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tc.Close() })
+	rep := reach.New(reach.Options{Repeat: time.Hour})
+	rep.SetRecorder(recorder(t))
+	src := facts.NewSource(tc, cloud.NewInterpreter(nil), facts.Options{LookupTimeout: time.Second, Observer: rep})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	factory := informers.NewSharedInformerFactory(env.Client, 0)
+	nodes := factory.Core().V1().Nodes().Informer()
+	for range 2 { // once per controller; one handler
+		if err := src.ForgetDeleted(nodes); err != nil {
+			t.Fatal(err)
+		}
+	}
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+
+	before := metric(t, unreachableNodes, "node", "refused")
+	farNode, nearNode := register(t, far, farIP), register(t, near, nearIP)
+	if _, err := src.Facts(ctx, farNode); err == nil {
+		t.Fatalf("node %s answered: no machine is at %s", far, farIP)
+	}
+	if _, err := src.Facts(ctx, nearNode); err != nil {
+		t.Fatal(err)
+	}
+	if v := metric(t, unreachableNodes, "node", "refused"); v != before+1 {
+		t.Fatalf("gauge %v with %s unreachable, want %v", v, far, before+1)
+	}
+	if current, _ := src.Holders(nearIP); len(current) != 1 || current[0] != near {
+		t.Fatalf("holders of %s: %v, want %s", nearIP, current, near)
+	}
+
+	for _, name := range []string{far, near} {
+		if err := env.Client.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		current, departed := src.Holders(nearIP)
+		return metric(t, unreachableNodes, "node", "refused") == before && len(current) == 0 && len(departed) == 1, nil
+	}); err != nil {
+		current, departed := src.Holders(nearIP)
+		t.Fatalf("after both Nodes were deleted: gauge %v (want %v); holders of %s current %v, departed %v (want none, [%s])",
+			metric(t, unreachableNodes, "node", "refused"), before, nearIP, current, departed, near)
+	}
+	if _, ok := src.Remembered(near); ok {
+		t.Errorf("the facts of deleted node %s are still remembered", near)
+	}
+}
