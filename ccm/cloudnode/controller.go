@@ -340,16 +340,17 @@ func (c *Controller) refresh(ctx context.Context, node *corev1.Node) error {
 	}
 	f, err := c.facts.Facts(ctx, node)
 	if err != nil {
-		// An initialized node keeps what it has. One this process has read
-		// before is read again at the next StatusUpdateFrequency. One it has
-		// never read (talos-ccm just started, or the node was initialized by
-		// another CCM) may lack what only a read gives it, the routing label
-		// in enforce mode above all: it is retried with back-off, as a node
-		// that failed to initialize is, instead of waiting for the informer's
-		// next resync. An unreachable Talos API is reported by the facts
-		// source's observer (ccm/reach), not here.
-		if _, read := c.lastReadAt(node.Name); !read {
-			return fmt.Errorf("%s: node %s: never read since talos-ccm started: %w", op, node.Name, err)
+		// An initialized node keeps what it has and is read again at the
+		// next StatusUpdateFrequency. The exception, in enforce mode, is a
+		// node without the routing label (one another CCM initialized): no
+		// native CCM sees it until a read gives it the label, so it is
+		// retried with back-off, as a node that failed to initialize is,
+		// instead of waiting for the informer's next resync. Routed nodes
+		// whose Talos API is down (an outage) are not retried sooner than
+		// before. An unreachable Talos API is reported by the facts source's
+		// observer (ccm/reach), not here.
+		if c.opts.Enforce && node.Labels[names.PlatformLabel] == "" {
+			return fmt.Errorf("%s: node %s has no %s label yet: %w", op, node.Name, names.PlatformLabel, err)
 		}
 		klog.V(2).InfoS("Cannot refresh node facts", "node", klog.KObj(node), "err", err)
 		return nil

@@ -17,61 +17,79 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/test/talosnode"
 )
 
-// TestFirstRefreshRetried: enforce mode, a node another CCM initialized (no
-// uninitialized taint, no routing label), and its Talos API does not answer
-// when talos-ccm first looks. Once it answers, the node gets its routing
-// label without anything else happening to the Node: the failed first read
-// is retried with back-off, not left to the informer's resync
-// (StatusUpdateFrequency, five minutes here as in talos-ccm's default),
-// during which the gate would not route the node to its native CCM.
-func TestFirstRefreshRetried(t *testing.T) {
+// TestUnroutedRefreshRetried: enforce mode and two initialized nodes whose
+// Talos API does not answer when talos-ccm first looks: one another CCM
+// initialized (no routing label), one already routed. The unrouted one is
+// read again with back-off, and once its Talos API answers it gets its
+// routing label without anything else happening to the Node: it is not left
+// to the informer's resync (StatusUpdateFrequency, five minutes here as in
+// talos-ccm's default), during which the gate would not route it to its
+// native CCM. The routed one, meanwhile, is not read again before its
+// StatusUpdateFrequency: an outage's nodes cost no more lookups than before.
+func TestUnroutedRefreshRetried(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-
-	const name, ip = "refresh-0", "192.0.2.41"
 	ep := talosnode.StartFor(t)
-	machine, err := ep.AddNode(name, []string{ip}, talosnode.Spec{
-		Metadata:  &runtime.PlatformMetadataSpec{Platform: "metal", Hostname: name},
-		Addresses: []talosnode.Address{{Link: "eth0", Prefix: ip + "/24"}},
-	})
-	if err != nil {
-		t.Fatal(err)
+	node := func(name, ip string, labels map[string]string) *talosnode.Node {
+		t.Helper()
+		machine, err := ep.AddNode(name, []string{ip}, talosnode.Spec{
+			Metadata:  &runtime.PlatformMetadataSpec{Platform: "metal", Hostname: name},
+			Addresses: []talosnode.Address{{Link: "eth0", Prefix: ip + "/24"}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		machine.SetUnreachable(true, false)
+		created, err := env.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+			Spec:       corev1.NodeSpec{ProviderID: "talos://metal/" + ip},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = env.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+		created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}
+		if _, err := env.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return machine
 	}
-	machine.SetUnreachable(true, false)
-	created, err := env.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       corev1.NodeSpec{ProviderID: "talos://metal/" + ip},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
-	created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}
-	if _, err := env.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	const unrouted, routed = "refresh-unrouted", "refresh-routed"
+	unroutedMachine := node(unrouted, "192.0.2.41", nil)
+	routedMachine := node(routed, "192.0.2.42", map[string]string{names.PlatformLabel: "metal"})
 
 	src := facts.NewSource(ep.ClientFor(t), cloud.NewInterpreter(nil), facts.Options{})
 	defer run(t, env.Client, src, cloudnode.Options{Workers: 1, Enforce: true, StatusUpdateFrequency: 5 * time.Minute})()
 
-	// the first lookup has ended (failed: the node's Talos API refuses)
-	for deadline := time.Now().Add(30 * time.Second); !src.Looked(name); {
+	// both first lookups have ended (failed: the Talos API refuses)
+	for deadline := time.Now().Add(30 * time.Second); !src.Looked(unrouted) || !src.Looked(routed); {
 		if time.Now().After(deadline) {
-			t.Fatal("the first lookup never ended")
+			t.Fatal("the first lookups never ended")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	got, err := env.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	first, routedCalls := unroutedMachine.Calls(), routedMachine.Calls()
+	if first == 0 || routedCalls == 0 {
+		t.Fatalf("requests of the first lookups: %d to %s, %d to %s", first, unrouted, routedCalls, routed)
+	}
+	// the unrouted node is read again (twice more) while it does not answer
+	for deadline := time.Now().Add(time.Minute); unroutedMachine.Calls() < 3*first; {
+		if time.Now().After(deadline) {
+			t.Fatalf("node %s: %d requests to its Talos API after the first lookup's %d: not read again", unrouted, unroutedMachine.Calls(), first)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	got, err := env.Client.CoreV1().Nodes().Get(ctx, unrouted, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got.Labels[names.PlatformLabel] != "" {
-		t.Fatalf("node labelled %q while its Talos API did not answer", got.Labels[names.PlatformLabel])
+		t.Fatalf("node %s labelled %q while its Talos API did not answer", unrouted, got.Labels[names.PlatformLabel])
 	}
-	machine.SetUnreachable(false, false)
+	unroutedMachine.SetUnreachable(false, false)
 
 	for deadline := time.Now().Add(time.Minute); ; {
-		got, err = env.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		got, err = env.Client.CoreV1().Nodes().Get(ctx, unrouted, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -79,8 +97,11 @@ func TestFirstRefreshRetried(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("node not routed after its Talos API answered again: labels %v (a failed first refresh waits for the informer's resync)", got.Labels)
+			t.Fatalf("node %s not routed after its Talos API answered again: labels %v (a failed read waits for the informer's resync)", unrouted, got.Labels)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	if n := routedMachine.Calls(); n != routedCalls {
+		t.Errorf("node %s (routed) was read again before its StatusUpdateFrequency: %d requests to its Talos API, %d in the first lookup", routed, n, routedCalls)
 	}
 }
