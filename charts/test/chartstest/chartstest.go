@@ -210,7 +210,7 @@ func NativeCCM(tb testing.TB, ctx context.Context, cfg *rest.Config, name string
 }
 
 // WaitNativeCCMRunning waits until the NativeCCM is Ready, Gated and Healthy
-// with a leader (the patch helper writes conditions before the rest of the
+// with a leader pod (the patch helper writes conditions before the rest of the
 // status), or fails the test with its last status.
 func WaitNativeCCMRunning(tb testing.TB, ctx context.Context, cfg *rest.Config, name string) *v1alpha1.NativeCCM {
 	tb.Helper()
@@ -219,7 +219,7 @@ func WaitNativeCCMRunning(tb testing.TB, ctx context.Context, cfg *rest.Config, 
 		last = NativeCCM(tb, ctx, cfg, name)
 		return apimeta.IsStatusConditionTrue(last.Status.Conditions, "Ready") &&
 			apimeta.IsStatusConditionTrue(last.Status.Conditions, v1alpha1.GatedCondition) &&
-			apimeta.IsStatusConditionTrue(last.Status.Conditions, v1alpha1.HealthyCondition) && last.Status.Leader != nil, nil
+			apimeta.IsStatusConditionTrue(last.Status.Conditions, v1alpha1.HealthyCondition) && last.Status.Leader != nil && last.Status.Leader.Pod != "", nil
 	}); err != nil {
 		tb.Fatalf("NativeCCM %s not Ready, Gated and Healthy with a leader: %+v", name, last.Status)
 	}
