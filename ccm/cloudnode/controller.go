@@ -355,7 +355,9 @@ func (c *Controller) refresh(ctx context.Context, node *corev1.Node) error {
 		klog.V(2).InfoS("Cannot refresh node facts", "node", klog.KObj(node), "err", err)
 		return nil
 	}
-	c.markRead(node.Name, f.ReadAt)
+	// The read counts (refresh waits StatusUpdateFrequency for the next)
+	// once what it gave is on the Node: a write that fails is retried with
+	// back-off, and the retry reads and writes again.
 	if c.opts.Enforce && f.PlatformHeld != "" {
 		c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonPlatformLabelKept, "Platform label kept: %s", f.PlatformHeld)
 	}
@@ -365,6 +367,7 @@ func (c *Controller) refresh(ctx context.Context, node *corev1.Node) error {
 		change = transform.Plan(node, f.Result)
 	}
 	if (!enforce || change.Empty()) && slices.Equal(node.Status.Addresses, f.Addresses) {
+		c.markRead(node.Name, f.ReadAt)
 		return nil // nothing to write: no writer token taken
 	}
 	release, err := c.writer(ctx)
@@ -383,9 +386,14 @@ func (c *Controller) refresh(ctx context.Context, node *corev1.Node) error {
 	}
 	if err := checkProvidedIP(node, f.Addresses); err != nil {
 		klog.V(2).InfoS("Provided node IP not among Talos addresses", "node", klog.KObj(node), "err", err)
+		c.markRead(node.Name, f.ReadAt)
 		return nil
 	}
-	return c.writeAddresses(ctx, node, f.Addresses)
+	if err := c.writeAddresses(ctx, node, f.Addresses); err != nil {
+		return err
+	}
+	c.markRead(node.Name, f.ReadAt)
+	return nil
 }
 
 // writer waits for one of the Options.Workers writer tokens and returns its

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 
@@ -103,5 +104,74 @@ func TestUnroutedRefreshRetried(t *testing.T) {
 	}
 	if n := routedMachine.Calls(); n != routedCalls {
 		t.Errorf("node %s (routed) was read again before its StatusUpdateFrequency: %d requests to its Talos API, %d in the first lookup", routed, n, routedCalls)
+	}
+}
+
+// TestUnroutedRefreshWriteRetried: enforce mode and an initialized node
+// another CCM initialized (no routing label) whose Talos API answers, but
+// whose Node is written by someone else (its kubelet) while the lookup is in
+// flight: talos-ccm's update, made from the informer's copy, is refused (409,
+// a stale resourceVersion). The refresh failed and is retried with back-off;
+// the retry must read and write again, not take the read whose result was
+// never written for done until StatusUpdateFrequency (five minutes here, as
+// talos-ccm's default), during which the node stays unrouted.
+func TestUnroutedRefreshWriteRetried(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const name, ip = "refresh-conflict", "192.0.2.43"
+	ep := talosnode.StartFor(t)
+	machine, err := ep.AddNode(name, []string{ip}, talosnode.Spec{
+		Metadata:  &runtime.PlatformMetadataSpec{Platform: "metal", Hostname: name},
+		Addresses: []talosnode.Address{{Link: "eth0", Prefix: ip + "/24"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	machine.Hold()
+	defer machine.Release()
+	created, err := env.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       corev1.NodeSpec{ProviderID: "talos://metal/" + ip},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}
+	if _, err := env.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	src := facts.NewSource(ep.ClientFor(t), cloud.NewInterpreter(nil), facts.Options{})
+	defer run(t, env.Client, src, cloudnode.Options{Workers: 1, Enforce: true, StatusUpdateFrequency: 5 * time.Minute})()
+
+	// the lookup holds the Node as it was; the kubelet writes it meanwhile
+	for deadline := time.Now().Add(30 * time.Second); machine.Held() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("cloud-node never looked the node up")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	patch := []byte(`{"metadata":{"labels":{"example.com/written-by-kubelet":"yes"}}}`)
+	if _, err := env.Client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	machine.Release()
+
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		got, err := env.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Labels[names.PlatformLabel] == "metal" {
+			if got.Labels["example.com/written-by-kubelet"] != "yes" {
+				t.Errorf("the kubelet's label was lost: labels %v", got.Labels)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node %s not routed 30 s after its refused update: labels %v (the retry took the unwritten read for done)", name, got.Labels)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
