@@ -42,6 +42,8 @@
 //	opts := csr.NewOptions()
 //	opts.AddFlags(fs)
 //	...
+//	// the facts source forgets deleted nodes (once per process)
+//	err := nodeFacts.ForgetDeleted(factory.Core().V1().Nodes().Informer())
 //	c, err := csr.NewController(client,
 //		factory.Certificates().V1().CertificateSigningRequests(),
 //		factory.Core().V1().Nodes(),

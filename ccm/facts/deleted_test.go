@@ -65,7 +65,7 @@ func TestReviewDeletedDuringLookupIsNotReportedUnreachable(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { _, err := p.Facts(context.Background(), node); done <- err }()
 	<-rd.started
-	p.Deleted(node.Name) // the informer's delete event (cloud-node's handler)
+	p.Deleted(node.Name) // the informer's delete event (the handler ForgetDeleted registers)
 	close(rd.release)
 	if err := <-done; !errors.Is(err, facts.ErrTalosAPI) {
 		t.Fatalf("lookup: %v, want ErrTalosAPI", err)

@@ -32,6 +32,7 @@
 //	...
 //	if !kubeCloudShared.AllocateNodeCIDRs { return nil, false, nil }
 //	cfg, err := opts.Config(kubeCloudShared.CIDRAllocatorType, kubeCloudShared.ClusterCIDR)
+//	err := nodeFacts.ForgetDeleted(factory.Core().V1().Nodes().Informer()) // once per process
 //	c, err := ipam.NewController(client, factory.Core().V1().Nodes(), nodeFacts, talosClient, nil, cfg)
 //	factory.Start(ctx.Done())
 //	go c.Run(ctx)
