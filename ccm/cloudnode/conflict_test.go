@@ -62,28 +62,12 @@ func TestUpdateConflictKeepsTheOtherWrite(t *testing.T) {
 
 	const name, ip = "conflict-0", "192.0.2.40"
 	ep := talosnode.StartFor(t)
-	machine, err := ep.AddNode(name, []string{ip}, talosnode.Spec{
-		Metadata:  &runtime.PlatformMetadataSpec{Platform: "metal", Hostname: name},
-		Addresses: []talosnode.Address{{Link: "eth0", Prefix: ip + "/24"}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	machine.Hold()
-	defer machine.Release()
-	n := &corev1.Node{
+	machine := metalNode(t, ctx, ep, &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{{Key: names.UninitializedTaint, Value: "true", Effect: corev1.TaintEffectNoSchedule}}},
-	}
-	created, err := env.Client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
-	created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}
-	if _, err := env.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	}, ip)
+	machine.Hold()
+	defer machine.Release()
 
 	counter := &statusCounter{puts: map[int]int{}}
 	cfg := rest.CopyConfig(env.Config)
@@ -106,6 +90,7 @@ func TestUpdateConflictKeepsTheOtherWrite(t *testing.T) {
 
 	want := []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}, {Type: corev1.NodeHostName, Address: name}}
 	var got *corev1.Node
+	var err error
 	for deadline := time.Now().Add(60 * time.Second); ; {
 		got, err = env.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -129,4 +114,30 @@ func TestUpdateConflictKeepsTheOtherWrite(t *testing.T) {
 	if conflicts, ok := counter.count(http.StatusConflict), counter.count(http.StatusOK); conflicts != 1 || ok != 1 {
 		t.Errorf("node updates answered 409: %d, 200: %d; want one refused for its stale resourceVersion, then one written", conflicts, ok)
 	}
+}
+
+// metalNode adds a metal machine at ip to the Talos API ep and registers
+// node for it, with ip as its InternalIP, as its kubelet would; the Node is
+// deleted when the test ends.
+func metalNode(t *testing.T, ctx context.Context, ep *talosnode.Endpoint, node *corev1.Node, ip string) *talosnode.Node {
+	t.Helper()
+	machine, err := ep.AddNode(node.Name, []string{ip}, talosnode.Spec{
+		Metadata:  &runtime.PlatformMetadataSpec{Platform: "metal", Hostname: node.Name},
+		Addresses: []talosnode.Address{{Link: "eth0", Prefix: ip + "/24"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	created, err := env.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.Client.CoreV1().Nodes().Delete(context.Background(), node.Name, metav1.DeleteOptions{})
+	})
+	created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}
+	if _, err := env.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return machine
 }

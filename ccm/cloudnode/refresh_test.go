@@ -9,8 +9,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
-
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/cloud"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/cloudnode"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/facts"
@@ -33,26 +31,11 @@ func TestUnroutedRefreshRetried(t *testing.T) {
 	ep := talosnode.StartFor(t)
 	node := func(name, ip string, labels map[string]string) *talosnode.Node {
 		t.Helper()
-		machine, err := ep.AddNode(name, []string{ip}, talosnode.Spec{
-			Metadata:  &runtime.PlatformMetadataSpec{Platform: "metal", Hostname: name},
-			Addresses: []talosnode.Address{{Link: "eth0", Prefix: ip + "/24"}},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		machine.SetUnreachable(true, false)
-		created, err := env.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{
+		machine := metalNode(t, ctx, ep, &corev1.Node{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
 			Spec:       corev1.NodeSpec{ProviderID: "talos://metal/" + ip},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = env.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
-		created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}
-		if _, err := env.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		}, ip)
+		machine.SetUnreachable(true, false)
 		return machine
 	}
 	const unrouted, routed = "refresh-unrouted", "refresh-routed"
@@ -120,27 +103,12 @@ func TestUnroutedRefreshWriteRetried(t *testing.T) {
 	defer cancel()
 	const name, ip = "refresh-conflict", "192.0.2.43"
 	ep := talosnode.StartFor(t)
-	machine, err := ep.AddNode(name, []string{ip}, talosnode.Spec{
-		Metadata:  &runtime.PlatformMetadataSpec{Platform: "metal", Hostname: name},
-		Addresses: []talosnode.Address{{Link: "eth0", Prefix: ip + "/24"}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	machine.Hold()
-	defer machine.Release()
-	created, err := env.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{
+	machine := metalNode(t, ctx, ep, &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec:       corev1.NodeSpec{ProviderID: "talos://metal/" + ip},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
-	created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}
-	if _, err := env.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	}, ip)
+	machine.Hold()
+	defer machine.Release()
 
 	src := facts.NewSource(ep.ClientFor(t), cloud.NewInterpreter(nil), facts.Options{})
 	defer run(t, env.Client, src, cloudnode.Options{Workers: 1, Enforce: true, StatusUpdateFrequency: 5 * time.Minute})()

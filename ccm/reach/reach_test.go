@@ -80,6 +80,21 @@ func recorder(t *testing.T) record.EventRecorder {
 	return b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: reach.Component})
 }
 
+// reportedSource is a facts source reading ep (300 ms per request, a second
+// per lookup) whose lookups a Reporter observes, recording to the test API
+// server, and that Reporter.
+func reportedSource(t *testing.T, ep *talosnode.Endpoint) (*facts.Source, *reach.Reporter) {
+	t.Helper()
+	tc, err := ep.NewClient(t.TempDir(), talos.Options{Timeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tc.Close() })
+	rep := reach.New(reach.Options{Repeat: time.Hour})
+	rep.SetRecorder(recorder(t))
+	return facts.NewSource(tc, cloud.NewInterpreter(nil), facts.Options{LookupTimeout: time.Second, Observer: rep}), rep
+}
+
 // register creates node name as a kubelet registers it (uninitialized,
 // reached at ip).
 func register(t *testing.T, name, ip string) *corev1.Node {
@@ -146,14 +161,7 @@ func annotated(cause talos.Cause, hop talos.Hop) func(corev1.Event) bool {
 func TestUnreachableNodeIsReported(t *testing.T) {
 	const name, ip = "far-1", "10.77.0.1"
 	ep := talosnode.StartFor(t)
-	tc, err := ep.NewClient(t.TempDir(), talos.Options{Timeout: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tc.Close() })
-	rep := reach.New(reach.Options{Repeat: time.Hour})
-	rep.SetRecorder(recorder(t))
-	src := facts.NewSource(tc, cloud.NewInterpreter(nil), facts.Options{LookupTimeout: time.Second, Observer: rep})
+	src, rep := reportedSource(t, ep)
 
 	refusedBefore := metric(t, unreachableNodes, "node", "refused")
 	timeoutBefore := metric(t, unreachableNodes, "node", "timeout")
@@ -350,14 +358,7 @@ func TestDeletedNodeForgottenWithoutCloudNode(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	tc, err := ep.NewClient(t.TempDir(), talos.Options{Timeout: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tc.Close() })
-	rep := reach.New(reach.Options{Repeat: time.Hour})
-	rep.SetRecorder(recorder(t))
-	src := facts.NewSource(tc, cloud.NewInterpreter(nil), facts.Options{LookupTimeout: time.Second, Observer: rep})
+	src, _ := reportedSource(t, ep)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
