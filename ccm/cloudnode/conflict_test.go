@@ -75,18 +75,7 @@ func TestUpdateConflictKeepsTheOtherWrite(t *testing.T) {
 	src := facts.NewSource(ep.ClientFor(t), cloud.NewInterpreter(nil), facts.Options{})
 	defer run(t, kubernetes.NewForConfigOrDie(cfg), src, cloudnode.Options{Workers: 1})()
 
-	// the lookup holds the Node as it was; the kubelet writes it meanwhile
-	for deadline := time.Now().Add(30 * time.Second); machine.Held() == 0; {
-		if time.Now().After(deadline) {
-			t.Fatal("cloud-node never looked the node up")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	patch := []byte(`{"metadata":{"labels":{"example.com/written-by-kubelet":"yes"}}}`)
-	if _, err := env.Client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	machine.Release()
+	writtenDuringLookup(t, ctx, machine, name)
 
 	want := []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}, {Type: corev1.NodeHostName, Address: name}}
 	var got *corev1.Node
@@ -140,4 +129,23 @@ func metalNode(t *testing.T, ctx context.Context, ep *talosnode.Endpoint, node *
 		t.Fatal(err)
 	}
 	return machine
+}
+
+// writtenDuringLookup waits until cloud-node's lookup of node name is held by
+// its machine (Hold), writes the label example.com/written-by-kubelet=yes on
+// the Node meanwhile, as its kubelet may, and releases the lookup: what
+// cloud-node then writes was computed from the Node as it was before.
+func writtenDuringLookup(t *testing.T, ctx context.Context, machine *talosnode.Node, name string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); machine.Held() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("cloud-node never looked the node up")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	patch := []byte(`{"metadata":{"labels":{"example.com/written-by-kubelet":"yes"}}}`)
+	if _, err := env.Client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	machine.Release()
 }

@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/cloud"
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/cloudnode"
@@ -113,18 +112,7 @@ func TestUnroutedRefreshWriteRetried(t *testing.T) {
 	src := facts.NewSource(ep.ClientFor(t), cloud.NewInterpreter(nil), facts.Options{})
 	defer run(t, env.Client, src, cloudnode.Options{Workers: 1, Enforce: true, StatusUpdateFrequency: 5 * time.Minute})()
 
-	// the lookup holds the Node as it was; the kubelet writes it meanwhile
-	for deadline := time.Now().Add(30 * time.Second); machine.Held() == 0; {
-		if time.Now().After(deadline) {
-			t.Fatal("cloud-node never looked the node up")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	patch := []byte(`{"metadata":{"labels":{"example.com/written-by-kubelet":"yes"}}}`)
-	if _, err := env.Client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	machine.Release()
+	writtenDuringLookup(t, ctx, machine, name)
 
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		got, err := env.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
