@@ -115,16 +115,25 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 		return provider
 	}
 
+	// nodeControllers is what every controller of talos-ccm that reads nodes
+	// needs of the process, whichever of them --controllers runs: the slim
+	// node cache, the leader Lease reader, unreachable nodes' events, and the
+	// facts source forgetting deleted nodes. Each part is set up once however
+	// many controllers call it.
+	nodeControllers := func(ctx context.Context, cc *cloudcontrollerconfig.CompletedConfig, client kubernetes.Interface) error {
+		slimNodeCache(cc)
+		lease.start(ctx, cc)
+		reachability.SetRecorder(recorders.recorder(ctx, client, reach.Component))
+		return nodeFacts.ForgetDeleted(cc.SharedInformers.Core().V1().Nodes().Informer())
+	}
+
 	constructors := map[string]cpapp.ControllerInitFuncConstructor{
 		names.CloudNodeController: {
 			InitContext: cpapp.ControllerInitContext{ClientName: "node-controller"},
 			Constructor: func(ic cpapp.ControllerInitContext, cc *cloudcontrollerconfig.CompletedConfig, _ cloudprovider.Interface) cpapp.InitFunc {
 				return func(ctx context.Context, _ genericcontrollermanager.ControllerContext) (controller.Interface, bool, error) {
 					client := cc.ClientBuilder.ClientOrDie(ic.ClientName)
-					slimNodeCache(cc)
-					lease.start(ctx, cc)
-					reachability.SetRecorder(recorders.recorder(ctx, client, reach.Component))
-					if err := nodeFacts.ForgetDeleted(cc.SharedInformers.Core().V1().Nodes().Informer()); err != nil {
+					if err := nodeControllers(ctx, cc, client); err != nil {
 						return nil, false, err
 					}
 					c, err := cloudnode.New(client, cc.SharedInformers.Core().V1().Nodes(), nodeFacts,
@@ -148,10 +157,7 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 		Constructor: func(ic cpapp.ControllerInitContext, cc *cloudcontrollerconfig.CompletedConfig, _ cloudprovider.Interface) cpapp.InitFunc {
 			return func(ctx context.Context, _ genericcontrollermanager.ControllerContext) (controller.Interface, bool, error) {
 				client := cc.ClientBuilder.ClientOrDie(ic.ClientName)
-				slimNodeCache(cc)
-				lease.start(ctx, cc)
-				reachability.SetRecorder(recorders.recorder(ctx, client, reach.Component))
-				if err := nodeFacts.ForgetDeleted(cc.SharedInformers.Core().V1().Nodes().Informer()); err != nil {
+				if err := nodeControllers(ctx, cc, client); err != nil {
 					return nil, false, err
 				}
 				opts := *csrOpts
@@ -190,11 +196,8 @@ func NewCommand(stopCh <-chan struct{}) (*cobra.Command, error) {
 				if err != nil {
 					return nil, false, err
 				}
-				slimNodeCache(cc)
-				lease.start(ctx, cc)
 				client := cc.ClientBuilder.ClientOrDie(ic.ClientName)
-				reachability.SetRecorder(recorders.recorder(ctx, client, reach.Component))
-				if err := nodeFacts.ForgetDeleted(cc.SharedInformers.Core().V1().Nodes().Informer()); err != nil {
+				if err := nodeControllers(ctx, cc, client); err != nil {
 					return nil, false, err
 				}
 				c, err := ipam.NewController(client, cc.SharedInformers.Core().V1().Nodes(), nodeFacts, talosClient, recorders.recorder(ctx, client, names.IPAMController), cfg)
