@@ -364,7 +364,7 @@ func TestDeletedNodeForgottenWithoutCloudNode(t *testing.T) {
 	t.Cleanup(cancel)
 	factory := informers.NewSharedInformerFactory(env.Client, 0)
 	nodes := factory.Core().V1().Nodes().Informer()
-	for range 2 { // once per controller; one handler
+	for range 2 { // every controller of talos-ccm calls it; a second call is harmless
 		if err := src.ForgetDeleted(nodes); err != nil {
 			t.Fatal(err)
 		}

@@ -443,7 +443,6 @@ func (w *nodeWatch) errors() []string {
 
 func uninitialized(n *corev1.Node) bool { return names.Uninitialized(n.Spec.Taints) }
 
-// runningPod is the name of the one running pod the selector selects.
 // talosCCMLogs logs the end of talos-ccm's log, for a failure.
 func talosCCMLogs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -464,6 +463,7 @@ func talosCCMLogs(t *testing.T) {
 	}
 }
 
+// runningPod is the name of the one running pod the selector selects.
 func runningPod(t *testing.T, ctx context.Context, ns, selector string) string {
 	t.Helper()
 	var name string
