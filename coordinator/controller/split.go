@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -46,6 +47,9 @@ type member struct {
 	req release.Request
 	// status is what is reported (status.members[value]).
 	status v1.MemberStatus
+	// beforeInstall, when set, is asked before the member's release is
+	// installed (a take-over's check: memberTakeOverCheck).
+	beforeInstall func() error
 }
 
 // reconcileSplit runs the members of a split NativeCCM: the release steps
@@ -178,16 +182,19 @@ func (r *NativeCCMReconciler) reconcileSplit(ctx context.Context, obj *v1.Native
 
 	var members []v1.MemberStatus
 	var errs []error
+	var wait error // a member held for the previous CCM (memberTakeOverCheck)
 	if len(wanted) > 0 {
 		if err := r.checkCredentials(ctx, obj, p); err != nil {
 			return ctrl.Result{}, err
 		}
+		checked := false
 		if len(installed) == 0 || (obj.Spec.TakeOver != nil && !r.releasesStored(ctx, obj)) {
 			// no member yet, or every one removed by hand since: not while
 			// the CCM it replaces runs (takeover.go)
 			if err := r.waitForPreviousCCM(ctx, obj); err != nil {
 				return ctrl.Result{}, err
 			}
+			checked = true
 		}
 		base, err := r.cloudConfigBase(ctx, obj, p)
 		if err != nil {
@@ -195,8 +202,16 @@ func (r *NativeCCMReconciler) reconcileSplit(ctx context.Context, obj *v1.Native
 		}
 		for _, v := range wanted {
 			m := member{value: v, status: previous[v]}
+			if obj.Spec.TakeOver != nil && !checked {
+				m.beforeInstall = func() error { return r.memberTakeOverCheck(ctx, obj, v) }
+			}
 			again, err := r.reconcileMember(ctx, obj, p, in, dom, splitBy, base, &m, forced)
-			if err != nil {
+			switch {
+			case errors.As(err, new(*waitError)):
+				// held for the previous CCM: looked at again as a wait,
+				// unless another member failed
+				wait = cmp.Or(wait, err)
+			case err != nil:
 				errs = append(errs, fmt.Errorf("member %s: %w", m.status.Release, err))
 			}
 			if again > 0 {
@@ -209,6 +224,9 @@ func (r *NativeCCMReconciler) reconcileSplit(ctx context.Context, obj *v1.Native
 	r.summarizeMembers(obj, splitBy, unserved)
 	if err := errors.Join(errs...); err != nil {
 		return ctrl.Result{}, err
+	}
+	if wait != nil {
+		return ctrl.Result{}, wait
 	}
 	return ctrl.Result{RequeueAfter: requeue}, nil
 }
@@ -261,6 +279,17 @@ func (r *NativeCCMReconciler) reconcileMember(ctx context.Context, obj *v1.Nativ
 		action = nextAction(true, info, req.Digest())
 	}
 	install := func() (time.Duration, error) {
+		if m.beforeInstall != nil {
+			if err := m.beforeInstall(); err != nil {
+				st.Revision = 0
+				var wait *waitError
+				if errors.As(err, &wait) {
+					st.Ready, st.Reason, st.Message = false, wait.reason, err.Error()
+					return 0, err
+				}
+				return fail(v1.InstallFailedReason, err)
+			}
+		}
 		if info, err = r.Engine.Install(ctx, req); err != nil {
 			r.event(obj, corev1.EventTypeWarning, v1.InstallFailedReason, fmt.Sprintf("member %s (%s=%s): %s", st.Release, splitBy, m.value, err))
 			return fail(v1.InstallFailedReason, err)

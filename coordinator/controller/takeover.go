@@ -13,6 +13,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -278,6 +279,33 @@ func (r *NativeCCMReconciler) releasesStored(ctx context.Context, obj *v1.Native
 		}
 	}
 	return false
+}
+
+// memberTakeOverCheck is asked just before a member of a split NativeCCM
+// with spec.takeOver is installed, in a pass that did not wait for the
+// previous CCM before its members (some were recorded, and Helm's storage as
+// cached held one). The member's own release is gone: it was just read. When
+// no other member is deployed either, read from the API server, not the
+// cache (a helm uninstall by hand may be seconds old, and the cached
+// records or a pass begun before it behind), this is a first install again
+// and waits for the CCM it replaces as one (waitForPreviousCCM). Another
+// member counts as releasesStored counts one; a failed read counts as none.
+func (r *NativeCCMReconciler) memberTakeOverCheck(ctx context.Context, obj *v1.NativeCCM, value string) error {
+	own := obj.MemberReleaseName(value)
+	var records metav1.PartialObjectMetadataList
+	records.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("SecretList"))
+	if r.APIReader != nil {
+		if err := r.APIReader.List(ctx, &records, client.InNamespace(r.Namespace), client.MatchingLabels{release.StorageOwnerLabel: release.StorageOwner}); err == nil {
+			for i := range records.Items {
+				l := records.Items[i].Labels
+				name, status := l[release.StorageNameLabel], l[release.StorageStatusLabel]
+				if name != own && ownReleaseName(obj, name) && status != release.StatusUninstalled && status != release.StatusUninstalling {
+					return nil
+				}
+			}
+		}
+	}
+	return r.waitForPreviousCCM(ctx, obj)
 }
 
 // PreviousCCMLiveMessage starts the Conflict message part of a previous CCM

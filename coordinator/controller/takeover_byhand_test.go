@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/runtime/conditions"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -87,6 +89,9 @@ func TestTakeOverMembersRemovedByHand(t *testing.T) {
 		return err == nil, fmt.Sprint(err)
 	})
 	previous := previousLeadsThenRemoveByHand(t, leaseName, "aws-cloud-controller-manager-q1_9e0f", durationS, member)
+	if _, err := getDeployment(t, member); err == nil {
+		t.Fatal("the member's Deployment survived helm uninstall")
+	}
 	requestReconcile(t, name)
 	never(t, "the member installed again beside the previous CCM", 3*durationS*time.Second, func() (bool, string) {
 		_, err := getDeployment(t, member)
@@ -118,4 +123,61 @@ func previousLeadsThenRemoveByHand(t *testing.T, leaseName, holder string, durat
 		t.Fatal(err)
 	}
 	return previous
+}
+
+// TestMemberTakeOverCheckReadsLive: the check a member's install of a split
+// NativeCCM with spec.takeOver asks when its pass did not wait before the
+// members. It reads Helm's records from the API server, so a record the
+// cache still shows (a helm uninstall by hand a moment ago) does not let the
+// member in beside the previous CCM. Only another member's record that is
+// not uninstalled lets it in without looking at the previous CCM; its own
+// never does.
+func TestMemberTakeOverCheckReadsLive(t *testing.T) {
+	const (
+		name      = "takeover-live-check"
+		leaseName = "takeover-live-check-previous-ccm"
+	)
+	previous := lead("kube-system", leaseName, "aws-cloud-controller-manager-l5_9e0f", 3)
+	t.Cleanup(previous.stop)
+	eventually(t, "the previous CCM's Lease held", func() (bool, string) {
+		var l coordinationv1.Lease
+		err := k8s.Get(ctxT(t), client.ObjectKey{Namespace: "kube-system", Name: leaseName}, &l)
+		return err == nil && l.Spec.HolderIdentity != nil, fmt.Sprint(err)
+	})
+	// a reconciler with no cache at all: whatever the check decides, it read
+	r := &NativeCCMReconciler{APIReader: k8s, Namespace: releaseNamespace, RetryInterval: time.Second, now: time.Now}
+	obj := &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.NativeCCMSpec{
+		Platform: name, Domain: &v1.Domain{SplitBy: regionLabel}, TakeOver: &v1.TakeOver{Lease: "kube-system/" + leaseName}}}
+	record := func(release, status string) {
+		t.Helper()
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "sh.helm.release.v1." + release + ".v1", Namespace: releaseNamespace,
+			Labels: map[string]string{"owner": "helm", "name": release, "status": status, "version": "1"}},
+			Type: "helm.sh/release.v1"}
+		if err := k8s.Create(ctxT(t), s); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = k8s.Delete(context.Background(), s) })
+	}
+	check := func(what string, wantWait bool) {
+		t.Helper()
+		err := r.memberTakeOverCheck(ctxT(t), obj, "eu-west-1")
+		var wait *waitError
+		switch {
+		case wantWait && !errors.As(err, &wait):
+			t.Errorf("%s: %v, want a wait for the previous CCM", what, err)
+		case wantWait && wait.reason != v1.WaitingForPreviousCCMReason:
+			t.Errorf("%s: waits with reason %s, want %s", what, wait.reason, v1.WaitingForPreviousCCMReason)
+		case !wantWait && err != nil:
+			t.Errorf("%s: %v, want the install to go on", what, err)
+		}
+	}
+	check("no member recorded", true)
+	record("native-ccm-"+name+"--eu-west-1", "deployed")
+	check("only the member's own record", true)
+	record("native-ccm-"+name+"--eu-west-2", "uninstalling")
+	check("another member being uninstalled", true)
+	record("native-ccm-"+name+"x--eu-west-3", "deployed")
+	check("a record of another NativeCCM's member", true)
+	record("native-ccm-"+name+"--eu-central-1", "deployed")
+	check("another member deployed", false)
 }

@@ -225,8 +225,12 @@ func TestMonitoringScenario(t *testing.T) {
 		}
 		return args
 	}
-	// startLeader starts talos-ccm process i and waits until it leads.
-	startLeader := func(lease, clusterCIDR, mask string, i int) (*process, scrapeTarget) {
+	// startLeader starts talos-ccm process i and waits until it leads and
+	// exports the Lease's changes of holder as transitions: a leader reads
+	// the Lease only once it leads, so a scrape right after it acquired the
+	// Lease may miss the gauge, and a timeline missing its lowest value shows
+	// fewer changes than there were.
+	startLeader := func(lease, clusterCIDR, mask string, i, transitions int) (*process, scrapeTarget) {
 		t.Helper()
 		port := freePort(t)
 		p := startTalosCCM(t, talosArgs(lease, clusterCIDR, mask, port))
@@ -235,7 +239,17 @@ func TestMonitoringScenario(t *testing.T) {
 		}); err != nil {
 			t.Fatalf("talos-ccm %d does not lead lease %s", i, lease)
 		}
-		return p, scrapeTarget{job: "talos-ccm", instance: "talos-ccm-" + strconv.Itoa(i), get: httpGetter(fmt.Sprintf("https://127.0.0.1:%d/metrics", port))}
+		tg := scrapeTarget{job: "talos-ccm", instance: "talos-ccm-" + strconv.Itoa(i), get: httpGetter(fmt.Sprintf("https://127.0.0.1:%d/metrics", port))}
+		want := fmt.Sprintf("talos_ccm_leader_transitions %d\n", transitions)
+		var body []byte
+		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			b, err := tg.get(ctx)
+			body = b
+			return err == nil && strings.Contains(string(b), want), nil
+		}); err != nil {
+			t.Fatalf("talos-ccm %d leads lease %s but does not export %q:\n%s", i, lease, want, body)
+		}
+		return p, tg
 	}
 	csr := func(node, name string, ips ...string) {
 		t.Helper()
@@ -270,7 +284,7 @@ func TestMonitoringScenario(t *testing.T) {
 
 	// --- calm ---
 	calmLease := fmt.Sprintf("monitoring-calm-%d", time.Now().UnixNano())
-	p, tg := startLeader(calmLease, "10.202.0.0/16", "24", 0)
+	p, tg := startLeader(calmLease, "10.202.0.0/16", "24", 0, 0)
 	calm := &scraper{t: t, dir: dir, timeline: "calm", targets: []scrapeTarget{tg, coordTarget, apiTarget}, last: map[string]string{}}
 	calm.scrape()
 	for i, ip := range []string{"10.72.0.1", "10.72.0.2"} {
@@ -303,7 +317,7 @@ func TestMonitoringScenario(t *testing.T) {
 	// --- trouble ---
 	lease := fmt.Sprintf("monitoring-trouble-%d", time.Now().UnixNano())
 	const pool = "10.203.0.0/29" // two /30s
-	p, tg = startLeader(lease, pool, "30", 1)
+	p, tg = startLeader(lease, pool, "30", 1, 0)
 	trouble := &scraper{t: t, dir: dir, timeline: "trouble", targets: []scrapeTarget{tg, coordTarget, apiTarget}, last: map[string]string{}}
 	trouble.scrape()
 	// three leader changes: each leader is killed (it cannot release the
@@ -311,7 +325,7 @@ func TestMonitoringScenario(t *testing.T) {
 	for i := 2; i <= 4; i++ {
 		_ = p.cmd.Process.Signal(syscall.SIGKILL)
 		<-p.done
-		p, tg = startLeader(lease, pool, "30", i)
+		p, tg = startLeader(lease, pool, "30", i, i-1)
 		trouble.targets[0] = tg
 		trouble.scrape()
 	}
