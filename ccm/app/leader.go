@@ -26,7 +26,8 @@ var leaderTransitions = metrics.NewGauge(&metrics.GaugeOpts{
 	StabilityLevel: metrics.ALPHA,
 })
 
-// leaseReader publishes leaderTransitions while this process leads.
+// leaseReader publishes leaderTransitions while this process leads, from
+// its first read of the Lease on.
 type leaseReader struct{ once sync.Once }
 
 // start begins reading the Lease (once per process; the controllers call it
@@ -43,18 +44,29 @@ func (r *leaseReader) start(ctx context.Context, cc *cloudcontrollerconfig.Compl
 			klog.ErrorS(err, "Cannot read the leader-election Lease; talos_ccm_leader_transitions is not exported")
 			return
 		}
-		legacyregistry.MustRegister(leaderTransitions)
 		// The leader writes the Lease every retry period; one read as often costs less.
 		period := max(le.RetryPeriod.Duration, time.Second)
+		var registered bool
 		go wait.UntilWithContext(ctx, func(ctx context.Context) {
 			l, err := client.CoordinationV1().Leases(le.ResourceNamespace).Get(ctx, le.ResourceName, metav1.GetOptions{})
 			if err != nil {
 				klog.V(4).InfoS("Reading the leader-election Lease", "lease", klog.KRef(le.ResourceNamespace, le.ResourceName), "err", err)
 				return
 			}
+			var n float64 // a Lease without the count has had no change of holder
 			if t := l.Spec.LeaseTransitions; t != nil {
-				leaderTransitions.Set(float64(*t))
+				n = float64(*t)
 			}
+			// Exported from the first read on: a registered gauge reads 0
+			// until set, and a new leader of a Lease that changed holder
+			// before, showing 0 for a moment, would be a fall and a rise
+			// of the count that never happened (the storm alert takes the
+			// spread of an hour's values).
+			if !registered {
+				legacyregistry.MustRegister(leaderTransitions)
+				registered = true
+			}
+			leaderTransitions.Set(n)
 		}, period)
 	})
 }

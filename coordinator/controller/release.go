@@ -33,7 +33,11 @@ const (
 	// actionInstall: wanted, and there is no release.
 	actionInstall
 	// actionReinstall: wanted, and no revision was ever deployed (a failed
-	// first install): remove it, then install.
+	// first install), or the latest is uninstalled or being uninstalled
+	// (helm uninstall --keep-history by hand, or one under way): remove it,
+	// then install, as a first install (spec.takeOver waits for the CCM it
+	// replaces). An upgrade would fail and roll back to an older revision,
+	// putting the removed CCM back without that check.
 	actionReinstall
 	// actionUpgrade: wanted and out of date (or failed) with a revision that
 	// was deployed once; a failed upgrade is rolled back to it at once and
@@ -55,7 +59,7 @@ func nextAction(want bool, info *release.Info, digest string) releaseAction {
 		return actionNone
 	case info == nil:
 		return actionInstall
-	case info.LastDeployed == 0:
+	case info.LastDeployed == 0 || info.Status == release.StatusUninstalled || info.Status == release.StatusUninstalling:
 		return actionReinstall
 	default:
 		return actionUpgrade
@@ -190,6 +194,7 @@ func (r *NativeCCMReconciler) runReleaseAction(ctx context.Context, obj *v1.Nati
 			// first one did (takeover.go; a status without a release waited
 			// before the gate step)
 			obj.Status.Release, obj.Status.Leader = nil, nil
+			forgetLeases(ctx) // the pass may have read the Lease before it was taken
 			if err := r.waitForPreviousCCM(ctx, obj); err != nil {
 				return err
 			}

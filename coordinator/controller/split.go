@@ -1,13 +1,13 @@
 package controller
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -48,7 +48,7 @@ type member struct {
 	// status is what is reported (status.members[value]).
 	status v1.MemberStatus
 	// beforeInstall, when set, is asked before the member's release is
-	// installed (a take-over's check: memberTakeOverCheck).
+	// installed or reinstalled (spec.takeOver: memberTakeOverCheck).
 	beforeInstall func() error
 }
 
@@ -200,17 +200,22 @@ func (r *NativeCCMReconciler) reconcileSplit(ctx context.Context, obj *v1.Native
 		if err != nil {
 			return ctrl.Result{}, err
 		}
+		// spec.takeOver: no member is installed while the CCM it replaces
+		// runs, once per pass (one event, one Lease read)
+		var check func() error
+		if obj.Spec.TakeOver != nil && !checked {
+			check = sync.OnceValue(func() error { return r.memberTakeOverCheck(ctx, obj) })
+		}
 		for _, v := range wanted {
-			m := member{value: v, status: previous[v]}
-			if obj.Spec.TakeOver != nil && !checked {
-				m.beforeInstall = func() error { return r.memberTakeOverCheck(ctx, obj, v) }
-			}
+			m := member{value: v, status: previous[v], beforeInstall: check}
 			again, err := r.reconcileMember(ctx, obj, p, in, dom, splitBy, base, &m, forced)
 			switch {
 			case errors.As(err, new(*waitError)):
 				// held for the previous CCM: looked at again as a wait,
 				// unless another member failed
-				wait = cmp.Or(wait, err)
+				if wait == nil {
+					wait = err
+				}
 			case err != nil:
 				errs = append(errs, fmt.Errorf("member %s: %w", m.status.Release, err))
 			}
@@ -225,8 +230,10 @@ func (r *NativeCCMReconciler) reconcileSplit(ctx context.Context, obj *v1.Native
 	if err := errors.Join(errs...); err != nil {
 		return ctrl.Result{}, err
 	}
-	if wait != nil {
-		return ctrl.Result{}, wait
+	if w := (*waitError)(nil); errors.As(wait, &w) {
+		// the members' own next looks (health, grace periods) still count
+		w.after = min(w.after, requeue)
+		return ctrl.Result{}, w
 	}
 	return ctrl.Result{RequeueAfter: requeue}, nil
 }
@@ -278,18 +285,20 @@ func (r *NativeCCMReconciler) reconcileMember(ctx context.Context, obj *v1.Nativ
 		}
 		action = nextAction(true, info, req.Digest())
 	}
-	install := func() (time.Duration, error) {
-		if m.beforeInstall != nil {
-			if err := m.beforeInstall(); err != nil {
-				st.Revision = 0
-				var wait *waitError
-				if errors.As(err, &wait) {
-					st.Ready, st.Reason, st.Message = false, wait.reason, err.Error()
-					return 0, err
-				}
-				return fail(v1.InstallFailedReason, err)
+	if (action == actionInstall || action == actionReinstall) && m.beforeInstall != nil {
+		// before a failed release is removed too, as for a NativeCCM's own
+		// release (runReleaseAction)
+		if err := m.beforeInstall(); err != nil {
+			st.Revision = 0
+			var wait *waitError
+			if errors.As(err, &wait) {
+				st.Ready, st.Reason, st.Message = false, wait.reason, err.Error()
+				return 0, err
 			}
+			return fail(v1.InstallFailedReason, err)
 		}
+	}
+	install := func() (time.Duration, error) {
 		if info, err = r.Engine.Install(ctx, req); err != nil {
 			r.event(obj, corev1.EventTypeWarning, v1.InstallFailedReason, fmt.Sprintf("member %s (%s=%s): %s", st.Release, splitBy, m.value, err))
 			return fail(v1.InstallFailedReason, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -13,7 +14,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -241,8 +241,8 @@ func (r *NativeCCMReconciler) waitForPreviousCCM(ctx context.Context, obj *v1.Na
 	}
 	if p.live(now) {
 		msg := fmt.Sprintf("waiting for the previous CCM to stop: %s (spec.takeOver.lease), so it still runs and would initialize and delete nodes and serve "+
-			"Services beside this one; uninstall it (docs/migrating-from-a-cloud-ccm.md): its Lease runs out %s after its last renewal, then %s is installed",
-			p.describe(now), p.seen.duration, obj.ReleaseName())
+			"Services beside this one; uninstall it (docs/migrating-from-a-cloud-ccm.md): its Lease runs out %s after its last renewal, then %s",
+			p.describe(now), p.seen.duration, installedWhat(obj, "is installed", "are installed"))
 		wait := r.waitFor(obj, v1.WaitingForPreviousCCMReason, fmt.Errorf("%s", msg))
 		// looked at again when the Lease would run out unless renewed (seen
 		// unchanged for its duration), and at least every half duration: the
@@ -253,28 +253,57 @@ func (r *NativeCCMReconciler) waitForPreviousCCM(ctx context.Context, obj *v1.Na
 	}
 	if conditions.HasAnyReason(obj, meta.ReadyCondition, v1.WaitingForPreviousCCMReason, v1.PreviousCCMLeaseUnreadableReason) {
 		r.event(obj, corev1.EventTypeNormal, v1.PreviousCCMStoppedReason,
-			fmt.Sprintf("the previous CCM is not running: %s (spec.takeOver.lease); installing %s", p.describe(now), obj.ReleaseName()))
+			fmt.Sprintf("the previous CCM is not running: %s (spec.takeOver.lease); installing %s", p.describe(now), installedWhat(obj, "", "")))
 	}
 	return nil
 }
 
+// installedWhat names what a NativeCCM waiting for the previous CCM
+// installs once it stops: its release, or its members' (split), followed
+// by one or many.
+func installedWhat(obj *v1.NativeCCM, one, many string) string {
+	if obj.Spec.Domain != nil && obj.Spec.Domain.SplitBy != "" {
+		return strings.TrimSpace(fmt.Sprintf("its member releases (%s%s<%s>) %s", obj.ReleaseName(), domain.SplitSeparator, obj.Spec.Domain.SplitBy, many))
+	}
+	return strings.TrimSpace(obj.ReleaseName() + " " + one)
+}
+
 // releasesStored: Helm's storage (the manager's cache of its release
-// Secrets) holds a revision, not uninstalled or being uninstalled, of the
-// NativeCCM's release or of one of its members. status.members says what
-// the coordinator installed; a member removed by hand since (helm uninstall) leaves it behind, and
-// installing it again, every other one gone too, is a first install beside
-// whatever runs, as waitForPreviousCCM judges one (a NativeCCM's own release:
-// runReleaseAction). A failed list counts as none (the Lease is read).
+// Secrets) holds the NativeCCM's release or one of its members, judged by
+// each one's latest revision: not uninstalled or being uninstalled (helm
+// uninstall --keep-history leaves the older revisions superseded).
+// status.members says what the coordinator installed; a member removed by
+// hand since (helm uninstall) leaves it behind, and installing it again,
+// every other one gone too, is a first install beside whatever runs, as
+// waitForPreviousCCM judges one (a NativeCCM's own release:
+// runReleaseAction; a member installed while others are stored:
+// memberTakeOverCheck). A failed list counts as none (the Lease is read).
 func (r *NativeCCMReconciler) releasesStored(ctx context.Context, obj *v1.NativeCCM) bool {
 	var secrets corev1.SecretList
 	if err := r.List(ctx, &secrets, client.InNamespace(r.Namespace), client.MatchingLabels{release.StorageOwnerLabel: release.StorageOwner}); err != nil {
 		return false
 	}
+	type revision struct {
+		version int
+		status  string
+	}
+	latest := map[string]revision{}
 	for i := range secrets.Items {
 		s := &secrets.Items[i]
-		status := s.Labels[release.StorageStatusLabel]
-		if s.Type == release.HelmStorageType && status != release.StatusUninstalled && status != release.StatusUninstalling &&
-			ownReleaseName(obj, s.Labels[release.StorageNameLabel]) {
+		name := s.Labels[release.StorageNameLabel]
+		if s.Type != release.HelmStorageType || !ownReleaseName(obj, name) {
+			continue
+		}
+		v, err := strconv.Atoi(s.Labels[release.StorageVersionLabel])
+		if err != nil {
+			continue
+		}
+		if l, ok := latest[name]; !ok || v > l.version {
+			latest[name] = revision{v, s.Labels[release.StorageStatusLabel]}
+		}
+	}
+	for _, l := range latest {
+		if l.status != release.StatusUninstalled && l.status != release.StatusUninstalling {
 			return true
 		}
 	}
@@ -282,29 +311,16 @@ func (r *NativeCCMReconciler) releasesStored(ctx context.Context, obj *v1.Native
 }
 
 // memberTakeOverCheck is asked just before a member of a split NativeCCM
-// with spec.takeOver is installed, in a pass that did not wait for the
-// previous CCM before its members (some were recorded, and Helm's storage as
-// cached held one). The member's own release is gone: it was just read. When
-// no other member is deployed either, read from the API server, not the
-// cache (a helm uninstall by hand may be seconds old, and the cached
-// records or a pass begun before it behind), this is a first install again
-// and waits for the CCM it replaces as one (waitForPreviousCCM). Another
-// member counts as releasesStored counts one; a failed read counts as none.
-func (r *NativeCCMReconciler) memberTakeOverCheck(ctx context.Context, obj *v1.NativeCCM, value string) error {
-	own := obj.MemberReleaseName(value)
-	var records metav1.PartialObjectMetadataList
-	records.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("SecretList"))
-	if r.APIReader != nil {
-		if err := r.APIReader.List(ctx, &records, client.InNamespace(r.Namespace), client.MatchingLabels{release.StorageOwnerLabel: release.StorageOwner}); err == nil {
-			for i := range records.Items {
-				l := records.Items[i].Labels
-				name, status := l[release.StorageNameLabel], l[release.StorageStatusLabel]
-				if name != own && ownReleaseName(obj, name) && status != release.StatusUninstalled && status != release.StatusUninstalling {
-					return nil
-				}
-			}
-		}
-	}
+// with spec.takeOver is installed (or a failed one reinstalled), in a pass
+// that did not wait for the previous CCM before its members (some were
+// recorded, and Helm's storage as cached held one). Whatever other members
+// run, no member is installed while the CCM it replaces runs: members
+// removed by hand one after the other (helm uninstall), the cache behind or
+// a pass begun before the uninstall all come here, and a member for a new
+// value would run beside the previous CCM as surely. The Lease is read again
+// (the pass may have read it before it was taken).
+func (r *NativeCCMReconciler) memberTakeOverCheck(ctx context.Context, obj *v1.NativeCCM) error {
+	forgetLeases(ctx)
 	return r.waitForPreviousCCM(ctx, obj)
 }
 

@@ -2,15 +2,15 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/runtime/conditions"
+	"helm.sh/helm/v3/pkg/action"
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -106,6 +106,125 @@ func TestTakeOverMembersRemovedByHand(t *testing.T) {
 	})
 }
 
+// TestTakeOverMembersRemovedOneByOne: as TestTakeOverMembersRemovedByHand
+// with two members removed one after the other (helm uninstall A, then B).
+// While B is still there, A's install is not a first install as Helm's
+// records tell it; it is still one beside the previous CCM, which leads
+// again. Neither comes back while it leads; both do once it stops.
+func TestTakeOverMembersRemovedOneByOne(t *testing.T) {
+	const (
+		name      = "takeover-split-onebyone"
+		leaseName = "takeover-split-onebyone-previous-ccm"
+		durationS = 3
+	)
+	members := []string{"native-ccm-" + name + "--eu-west-1", "native-ccm-" + name + "--eu-west-2"}
+	awsSplitSecret(t, "takeover-split-onebyone-credentials")
+	createRegionNode(t, "tsob-eu-1", name, "eu-west-1", "aws:///eu-west-1a/i-0c21")
+	createRegionNode(t, "tsob-eu-2", name, "eu-west-2", "aws:///eu-west-2a/i-0c22")
+	createNativeCCM(t, &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.NativeCCMSpec{
+		Platform:    name,
+		Credentials: &v1.Credentials{SecretRef: meta.LocalObjectReference{Name: "takeover-split-onebyone-credentials"}},
+		Domain:      &v1.Domain{SplitBy: regionLabel},
+		TakeOver:    &v1.TakeOver{Lease: "kube-system/" + leaseName},
+	}})
+	for _, m := range members {
+		eventually(t, "member "+m+" installed", func() (bool, string) {
+			_, err := getDeployment(t, m)
+			return err == nil, fmt.Sprint(err)
+		})
+	}
+	previous := previousLeadsThenRemoveByHand(t, leaseName, "aws-cloud-controller-manager-o2_9e0f", durationS, members[0])
+	requestReconcile(t, name)
+	never(t, "the first member installed again beside the previous CCM, the second still there", 3*durationS*time.Second, func() (bool, string) {
+		_, err := getDeployment(t, members[0])
+		o := getNativeCCM(t, name)
+		return err == nil, fmt.Sprintf("Deployment %s exists; Ready %s: %s", members[0],
+			conditions.GetReason(o, meta.ReadyCondition), conditions.GetMessage(o, meta.ReadyCondition))
+	})
+	if o := getNativeCCM(t, name); !conditions.HasAnyReason(o, meta.ReadyCondition, v1.WaitingForPreviousCCMReason) ||
+		!strings.Contains(conditions.GetMessage(o, meta.ReadyCondition), "its member releases (native-ccm-"+name+"--<"+regionLabel+">) are installed") {
+		t.Errorf("Ready %q: %s, want %s naming the member releases", conditions.GetReason(o, meta.ReadyCondition), conditions.GetMessage(o, meta.ReadyCondition), v1.WaitingForPreviousCCMReason)
+	}
+	engine := helm.NewEngine(rest.CopyConfig(env.Config), helm.Options{Timeout: time.Minute, Log: ctrl.Log.WithName("helm-by-hand")})
+	if err := engine.Uninstall(context.Background(), releaseNamespace, members[1]); err != nil {
+		t.Fatal(err)
+	}
+	never(t, "a member installed again beside the previous CCM", 2*durationS*time.Second, func() (bool, string) {
+		for _, m := range members {
+			if _, err := getDeployment(t, m); err == nil {
+				return true, "Deployment " + m + " exists"
+			}
+		}
+		return false, ""
+	})
+	previous.stop()
+	for _, m := range members {
+		eventually(t, "member "+m+" installed again once the previous CCM stopped", func() (bool, string) {
+			_, err := getDeployment(t, m)
+			return err == nil, fmt.Sprint(err)
+		})
+	}
+}
+
+// TestTakeOverReleaseRemovedByHandKeepingHistory: as
+// TestTakeOverReleaseRemovedByHand, the release upgraded once and removed
+// with helm uninstall --keep-history: its latest revision is uninstalled,
+// the one before superseded. An upgrade of it fails (nothing deployed) and
+// used to roll back to the superseded revision, putting the CCM back beside
+// the previous one. It is a first install again, as after a plain uninstall.
+func TestTakeOverReleaseRemovedByHandKeepingHistory(t *testing.T) {
+	const (
+		name      = "takeover-keephistory"
+		leaseName = "takeover-keephistory-previous-ccm"
+		durationS = 3
+	)
+	hcloudSecret(t)
+	createNode(t, "tkh-1", name, "hcloud://9421")
+	createNativeCCM(t, &v1.NativeCCM{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       v1.NativeCCMSpec{Platform: name, TakeOver: &v1.TakeOver{Lease: "kube-system/" + leaseName}},
+	})
+	waitCondition(t, name, v1.InstalledCondition, metav1.ConditionTrue, "")
+	updateNativeCCM(t, name, func(o *v1.NativeCCM) { o.Spec.Overrides = &v1.Overrides{Args: []string{"--v=4"}} })
+	eventually(t, "revision 2 deployed", func() (bool, string) {
+		o := getNativeCCM(t, name)
+		return o.Status.Release != nil && o.Status.Release.Revision == 2, fmt.Sprintf("release %+v", o.Status.Release)
+	})
+
+	previous := lead("kube-system", leaseName, "hcloud-cloud-controller-manager-k4_9e0f", durationS)
+	t.Cleanup(previous.stop)
+	eventually(t, "the previous CCM's Lease held", func() (bool, string) {
+		var l coordinationv1.Lease
+		err := k8s.Get(ctxT(t), client.ObjectKey{Namespace: "kube-system", Name: leaseName}, &l)
+		return err == nil && l.Spec.HolderIdentity != nil, fmt.Sprint(err)
+	})
+	cfg := new(action.Configuration)
+	if err := cfg.Init(helm.ClusterAccess(env.Config, releaseNamespace), releaseNamespace, "secret", func(string, ...any) {}); err != nil {
+		t.Fatal(err)
+	}
+	un := action.NewUninstall(cfg)
+	un.KeepHistory = true
+	if _, err := un.Run("native-ccm-" + name); err != nil {
+		t.Fatal(err)
+	}
+	requestReconcile(t, name)
+	never(t, "the release back beside the previous CCM", 3*durationS*time.Second, func() (bool, string) {
+		_, err := getDeployment(t, "native-ccm-"+name)
+		o := getNativeCCM(t, name)
+		return err == nil, fmt.Sprintf("Deployment native-ccm-%s exists; Ready %s: %s; release %+v", name,
+			conditions.GetReason(o, meta.ReadyCondition), conditions.GetMessage(o, meta.ReadyCondition), o.Status.Release)
+	})
+	if o := getNativeCCM(t, name); !conditions.HasAnyReason(o, meta.ReadyCondition, v1.WaitingForPreviousCCMReason) {
+		t.Errorf("Ready %q: %s, want %s", conditions.GetReason(o, meta.ReadyCondition), conditions.GetMessage(o, meta.ReadyCondition), v1.WaitingForPreviousCCMReason)
+	}
+	previous.stop()
+	waitCondition(t, name, v1.InstalledCondition, metav1.ConditionTrue, "")
+	eventually(t, "the release installed again once the previous CCM stopped", func() (bool, string) {
+		_, err := getDeployment(t, "native-ccm-"+name)
+		return err == nil, fmt.Sprint(err)
+	})
+}
+
 // previousLeadsThenRemoveByHand starts a previous CCM leading
 // kube-system/leaseName (stopped at the test's end) and, once its Lease is
 // held, uninstalls release with Helm as a person would (helm uninstall).
@@ -123,61 +242,4 @@ func previousLeadsThenRemoveByHand(t *testing.T, leaseName, holder string, durat
 		t.Fatal(err)
 	}
 	return previous
-}
-
-// TestMemberTakeOverCheckReadsLive: the check a member's install of a split
-// NativeCCM with spec.takeOver asks when its pass did not wait before the
-// members. It reads Helm's records from the API server, so a record the
-// cache still shows (a helm uninstall by hand a moment ago) does not let the
-// member in beside the previous CCM. Only another member's record that is
-// not uninstalled lets it in without looking at the previous CCM; its own
-// never does.
-func TestMemberTakeOverCheckReadsLive(t *testing.T) {
-	const (
-		name      = "takeover-live-check"
-		leaseName = "takeover-live-check-previous-ccm"
-	)
-	previous := lead("kube-system", leaseName, "aws-cloud-controller-manager-l5_9e0f", 3)
-	t.Cleanup(previous.stop)
-	eventually(t, "the previous CCM's Lease held", func() (bool, string) {
-		var l coordinationv1.Lease
-		err := k8s.Get(ctxT(t), client.ObjectKey{Namespace: "kube-system", Name: leaseName}, &l)
-		return err == nil && l.Spec.HolderIdentity != nil, fmt.Sprint(err)
-	})
-	// a reconciler with no cache at all: whatever the check decides, it read
-	r := &NativeCCMReconciler{APIReader: k8s, Namespace: releaseNamespace, RetryInterval: time.Second, now: time.Now}
-	obj := &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.NativeCCMSpec{
-		Platform: name, Domain: &v1.Domain{SplitBy: regionLabel}, TakeOver: &v1.TakeOver{Lease: "kube-system/" + leaseName}}}
-	record := func(release, status string) {
-		t.Helper()
-		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "sh.helm.release.v1." + release + ".v1", Namespace: releaseNamespace,
-			Labels: map[string]string{"owner": "helm", "name": release, "status": status, "version": "1"}},
-			Type: "helm.sh/release.v1"}
-		if err := k8s.Create(ctxT(t), s); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = k8s.Delete(context.Background(), s) })
-	}
-	check := func(what string, wantWait bool) {
-		t.Helper()
-		err := r.memberTakeOverCheck(ctxT(t), obj, "eu-west-1")
-		var wait *waitError
-		switch {
-		case wantWait && !errors.As(err, &wait):
-			t.Errorf("%s: %v, want a wait for the previous CCM", what, err)
-		case wantWait && wait.reason != v1.WaitingForPreviousCCMReason:
-			t.Errorf("%s: waits with reason %s, want %s", what, wait.reason, v1.WaitingForPreviousCCMReason)
-		case !wantWait && err != nil:
-			t.Errorf("%s: %v, want the install to go on", what, err)
-		}
-	}
-	check("no member recorded", true)
-	record("native-ccm-"+name+"--eu-west-1", "deployed")
-	check("only the member's own record", true)
-	record("native-ccm-"+name+"--eu-west-2", "uninstalling")
-	check("another member being uninstalled", true)
-	record("native-ccm-"+name+"x--eu-west-3", "deployed")
-	check("a record of another NativeCCM's member", true)
-	record("native-ccm-"+name+"--eu-central-1", "deployed")
-	check("another member deployed", false)
 }

@@ -226,10 +226,12 @@ func TestMonitoringScenario(t *testing.T) {
 		return args
 	}
 	// startLeader starts talos-ccm process i and waits until it leads and
-	// exports the Lease's changes of holder as transitions: a leader reads
+	// exports the Lease's changes of holder as transitions. A leader reads
 	// the Lease only once it leads, so a scrape right after it acquired the
-	// Lease may miss the gauge, and a timeline missing its lowest value shows
-	// fewer changes than there were.
+	// Lease may find no gauge yet (a timeline missing its lowest value shows
+	// fewer changes than there were); it must never find another value (a
+	// gauge exported before the first read, at 0, would be a fall and a
+	// rise that never happened).
 	startLeader := func(lease, clusterCIDR, mask string, i, transitions int) (*process, scrapeTarget) {
 		t.Helper()
 		port := freePort(t)
@@ -240,12 +242,23 @@ func TestMonitoringScenario(t *testing.T) {
 			t.Fatalf("talos-ccm %d does not lead lease %s", i, lease)
 		}
 		tg := scrapeTarget{job: "talos-ccm", instance: "talos-ccm-" + strconv.Itoa(i), get: httpGetter(fmt.Sprintf("https://127.0.0.1:%d/metrics", port))}
-		want := fmt.Sprintf("talos_ccm_leader_transitions %d\n", transitions)
+		want := fmt.Sprintf("talos_ccm_leader_transitions %d", transitions)
 		var body []byte
-		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 			b, err := tg.get(ctx)
+			if err != nil {
+				return false, nil // not serving yet
+			}
 			body = b
-			return err == nil && strings.Contains(string(b), want), nil
+			for _, l := range strings.Split(string(b), "\n") {
+				if strings.HasPrefix(l, "talos_ccm_leader_transitions ") {
+					if l != want {
+						t.Errorf("talos-ccm %d, the Lease's holder changed %d times, exports %q", i, transitions, l)
+					}
+					return true, nil
+				}
+			}
+			return false, nil
 		}); err != nil {
 			t.Fatalf("talos-ccm %d leads lease %s but does not export %q:\n%s", i, lease, want, body)
 		}

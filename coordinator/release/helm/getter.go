@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/rest"
@@ -23,6 +24,13 @@ type clusterAccess struct {
 	discovery discovery.CachedDiscoveryInterface
 	mapper    meta.RESTMapper
 	err       error
+}
+
+// ClusterAccess is the access newClusterAccess gives the engine, for a Helm
+// action the engine does not offer, as a person would run it (the tests'
+// helm uninstall --keep-history).
+func ClusterAccess(cfg *rest.Config, namespace string) genericclioptions.RESTClientGetter {
+	return newClusterAccess(cfg, namespace)
 }
 
 func newClusterAccess(cfg *rest.Config, namespace string) *clusterAccess {
