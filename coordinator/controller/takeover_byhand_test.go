@@ -48,21 +48,13 @@ func TestTakeOverReleaseRemovedByHand(t *testing.T) {
 		t.Fatal("the Deployment survived helm uninstall")
 	}
 	requestReconcile(t, name)
-	never(t, "the release installed again beside the previous CCM", 3*durationS*time.Second, func() (bool, string) {
-		_, err := getDeployment(t, "native-ccm-"+name)
-		o := getNativeCCM(t, name)
-		return err == nil, fmt.Sprintf("Deployment native-ccm-%s exists; Ready %s: %s; release %+v", name,
-			conditions.GetReason(o, meta.ReadyCondition), conditions.GetMessage(o, meta.ReadyCondition), o.Status.Release)
-	})
+	neverDeployment(t, "the release installed again beside the previous CCM", 3*durationS*time.Second, name, "native-ccm-"+name)
 	if o := getNativeCCM(t, name); !conditions.HasAnyReason(o, meta.ReadyCondition, v1.WaitingForPreviousCCMReason) {
 		t.Errorf("Ready %q: %s, want %s", conditions.GetReason(o, meta.ReadyCondition), conditions.GetMessage(o, meta.ReadyCondition), v1.WaitingForPreviousCCMReason)
 	}
 	previous.stop()
 	waitCondition(t, name, v1.InstalledCondition, metav1.ConditionTrue, "")
-	eventually(t, "the release installed again once the previous CCM stopped", func() (bool, string) {
-		_, err := getDeployment(t, "native-ccm-"+name)
-		return err == nil, fmt.Sprint(err)
-	})
+	waitDeployment(t, "the release installed again once the previous CCM stopped", "native-ccm-"+name)
 }
 
 // TestTakeOverMembersRemovedByHand: as TestTakeOverReleaseRemovedByHand for
@@ -78,32 +70,16 @@ func TestTakeOverMembersRemovedByHand(t *testing.T) {
 	)
 	awsSplitSecret(t, "takeover-split-byhand-credentials")
 	createRegionNode(t, "tsbh-eu-1", name, "eu-west-1", "aws:///eu-west-1a/i-0c11")
-	createNativeCCM(t, &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.NativeCCMSpec{
-		Platform:    name,
-		Credentials: &v1.Credentials{SecretRef: meta.LocalObjectReference{Name: "takeover-split-byhand-credentials"}},
-		Domain:      &v1.Domain{SplitBy: regionLabel},
-		TakeOver:    &v1.TakeOver{Lease: "kube-system/" + leaseName},
-	}})
-	eventually(t, "the member installed", func() (bool, string) {
-		_, err := getDeployment(t, member)
-		return err == nil, fmt.Sprint(err)
-	})
+	createNativeCCM(t, splitTakeOver(name, "takeover-split-byhand-credentials", "kube-system/"+leaseName))
+	waitDeployment(t, "the member installed", member)
 	previous := previousLeadsThenRemoveByHand(t, leaseName, "aws-cloud-controller-manager-q1_9e0f", durationS, member)
 	if _, err := getDeployment(t, member); err == nil {
 		t.Fatal("the member's Deployment survived helm uninstall")
 	}
 	requestReconcile(t, name)
-	never(t, "the member installed again beside the previous CCM", 3*durationS*time.Second, func() (bool, string) {
-		_, err := getDeployment(t, member)
-		o := getNativeCCM(t, name)
-		return err == nil, fmt.Sprintf("Deployment %s exists; Ready %s: %s", member,
-			conditions.GetReason(o, meta.ReadyCondition), conditions.GetMessage(o, meta.ReadyCondition))
-	})
+	neverDeployment(t, "the member installed again beside the previous CCM", 3*durationS*time.Second, name, member)
 	previous.stop()
-	eventually(t, "the member installed again once the previous CCM stopped", func() (bool, string) {
-		_, err := getDeployment(t, member)
-		return err == nil, fmt.Sprint(err)
-	})
+	waitDeployment(t, "the member installed again once the previous CCM stopped", member)
 }
 
 // TestTakeOverMembersRemovedOneByOne: as TestTakeOverMembersRemovedByHand
@@ -121,48 +97,22 @@ func TestTakeOverMembersRemovedOneByOne(t *testing.T) {
 	awsSplitSecret(t, "takeover-split-onebyone-credentials")
 	createRegionNode(t, "tsob-eu-1", name, "eu-west-1", "aws:///eu-west-1a/i-0c21")
 	createRegionNode(t, "tsob-eu-2", name, "eu-west-2", "aws:///eu-west-2a/i-0c22")
-	createNativeCCM(t, &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.NativeCCMSpec{
-		Platform:    name,
-		Credentials: &v1.Credentials{SecretRef: meta.LocalObjectReference{Name: "takeover-split-onebyone-credentials"}},
-		Domain:      &v1.Domain{SplitBy: regionLabel},
-		TakeOver:    &v1.TakeOver{Lease: "kube-system/" + leaseName},
-	}})
+	createNativeCCM(t, splitTakeOver(name, "takeover-split-onebyone-credentials", "kube-system/"+leaseName))
 	for _, m := range members {
-		eventually(t, "member "+m+" installed", func() (bool, string) {
-			_, err := getDeployment(t, m)
-			return err == nil, fmt.Sprint(err)
-		})
+		waitDeployment(t, "member installed", m)
 	}
 	previous := previousLeadsThenRemoveByHand(t, leaseName, "aws-cloud-controller-manager-o2_9e0f", durationS, members[0])
 	requestReconcile(t, name)
-	never(t, "the first member installed again beside the previous CCM, the second still there", 3*durationS*time.Second, func() (bool, string) {
-		_, err := getDeployment(t, members[0])
-		o := getNativeCCM(t, name)
-		return err == nil, fmt.Sprintf("Deployment %s exists; Ready %s: %s", members[0],
-			conditions.GetReason(o, meta.ReadyCondition), conditions.GetMessage(o, meta.ReadyCondition))
-	})
+	neverDeployment(t, "the first member installed again beside the previous CCM, the second still there", 3*durationS*time.Second, name, members[0])
 	if o := getNativeCCM(t, name); !conditions.HasAnyReason(o, meta.ReadyCondition, v1.WaitingForPreviousCCMReason) ||
 		!strings.Contains(conditions.GetMessage(o, meta.ReadyCondition), "its member releases (native-ccm-"+name+"--<"+regionLabel+">) are installed") {
 		t.Errorf("Ready %q: %s, want %s naming the member releases", conditions.GetReason(o, meta.ReadyCondition), conditions.GetMessage(o, meta.ReadyCondition), v1.WaitingForPreviousCCMReason)
 	}
-	engine := helm.NewEngine(rest.CopyConfig(env.Config), helm.Options{Timeout: time.Minute, Log: ctrl.Log.WithName("helm-by-hand")})
-	if err := engine.Uninstall(context.Background(), releaseNamespace, members[1]); err != nil {
-		t.Fatal(err)
-	}
-	never(t, "a member installed again beside the previous CCM", 2*durationS*time.Second, func() (bool, string) {
-		for _, m := range members {
-			if _, err := getDeployment(t, m); err == nil {
-				return true, "Deployment " + m + " exists"
-			}
-		}
-		return false, ""
-	})
+	removeByHand(t, members[1])
+	neverDeployment(t, "a member installed again beside the previous CCM", 2*durationS*time.Second, name, members...)
 	previous.stop()
 	for _, m := range members {
-		eventually(t, "member "+m+" installed again once the previous CCM stopped", func() (bool, string) {
-			_, err := getDeployment(t, m)
-			return err == nil, fmt.Sprint(err)
-		})
+		waitDeployment(t, "member installed again once the previous CCM stopped", m)
 	}
 }
 
@@ -191,13 +141,7 @@ func TestTakeOverReleaseRemovedByHandKeepingHistory(t *testing.T) {
 		return o.Status.Release != nil && o.Status.Release.Revision == 2, fmt.Sprintf("release %+v", o.Status.Release)
 	})
 
-	previous := lead("kube-system", leaseName, "hcloud-cloud-controller-manager-k4_9e0f", durationS)
-	t.Cleanup(previous.stop)
-	eventually(t, "the previous CCM's Lease held", func() (bool, string) {
-		var l coordinationv1.Lease
-		err := k8s.Get(ctxT(t), client.ObjectKey{Namespace: "kube-system", Name: leaseName}, &l)
-		return err == nil && l.Spec.HolderIdentity != nil, fmt.Sprint(err)
-	})
+	previous := previousLeads(t, leaseName, "hcloud-cloud-controller-manager-k4_9e0f", durationS)
 	cfg := new(action.Configuration)
 	if err := cfg.Init(helm.ClusterAccess(env.Config, releaseNamespace), releaseNamespace, "secret", func(string, ...any) {}); err != nil {
 		t.Fatal(err)
@@ -208,27 +152,54 @@ func TestTakeOverReleaseRemovedByHandKeepingHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	requestReconcile(t, name)
-	never(t, "the release back beside the previous CCM", 3*durationS*time.Second, func() (bool, string) {
-		_, err := getDeployment(t, "native-ccm-"+name)
-		o := getNativeCCM(t, name)
-		return err == nil, fmt.Sprintf("Deployment native-ccm-%s exists; Ready %s: %s; release %+v", name,
-			conditions.GetReason(o, meta.ReadyCondition), conditions.GetMessage(o, meta.ReadyCondition), o.Status.Release)
-	})
+	neverDeployment(t, "the release back beside the previous CCM", 3*durationS*time.Second, name, "native-ccm-"+name)
 	if o := getNativeCCM(t, name); !conditions.HasAnyReason(o, meta.ReadyCondition, v1.WaitingForPreviousCCMReason) {
 		t.Errorf("Ready %q: %s, want %s", conditions.GetReason(o, meta.ReadyCondition), conditions.GetMessage(o, meta.ReadyCondition), v1.WaitingForPreviousCCMReason)
 	}
 	previous.stop()
 	waitCondition(t, name, v1.InstalledCondition, metav1.ConditionTrue, "")
-	eventually(t, "the release installed again once the previous CCM stopped", func() (bool, string) {
-		_, err := getDeployment(t, "native-ccm-"+name)
+	waitDeployment(t, "the release installed again once the previous CCM stopped", "native-ccm-"+name)
+}
+
+// splitTakeOver is a NativeCCM of its own platform split by region that
+// takes over from the CCM leading lease.
+func splitTakeOver(name, credentials, lease string) *v1.NativeCCM {
+	return &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.NativeCCMSpec{
+		Platform:    name,
+		Credentials: &v1.Credentials{SecretRef: meta.LocalObjectReference{Name: credentials}},
+		Domain:      &v1.Domain{SplitBy: regionLabel},
+		TakeOver:    &v1.TakeOver{Lease: lease},
+	}}
+}
+
+// waitDeployment waits for a release's Deployment.
+func waitDeployment(t *testing.T, what, deployment string) {
+	t.Helper()
+	eventually(t, what+": Deployment "+deployment, func() (bool, string) {
+		_, err := getDeployment(t, deployment)
 		return err == nil, fmt.Sprint(err)
 	})
 }
 
-// previousLeadsThenRemoveByHand starts a previous CCM leading
-// kube-system/leaseName (stopped at the test's end) and, once its Lease is
-// held, uninstalls release with Helm as a person would (helm uninstall).
-func previousLeadsThenRemoveByHand(t *testing.T, leaseName, holder string, durationS int32, release string) *leader {
+// neverDeployment fails if any of the Deployments exists within d, naming
+// what NativeCCM name's Ready says.
+func neverDeployment(t *testing.T, what string, d time.Duration, name string, deployments ...string) {
+	t.Helper()
+	never(t, what, d, func() (bool, string) {
+		for _, dep := range deployments {
+			if _, err := getDeployment(t, dep); err == nil {
+				o := getNativeCCM(t, name)
+				return true, fmt.Sprintf("Deployment %s exists; Ready %s: %s; release %+v", dep,
+					conditions.GetReason(o, meta.ReadyCondition), conditions.GetMessage(o, meta.ReadyCondition), o.Status.Release)
+			}
+		}
+		return false, ""
+	})
+}
+
+// previousLeads starts a previous CCM leading kube-system/leaseName
+// (stopped at the test's end) and waits until its Lease is held.
+func previousLeads(t *testing.T, leaseName, holder string, durationS int32) *leader {
 	t.Helper()
 	previous := lead("kube-system", leaseName, holder, durationS)
 	t.Cleanup(previous.stop)
@@ -237,9 +208,23 @@ func previousLeadsThenRemoveByHand(t *testing.T, leaseName, holder string, durat
 		err := k8s.Get(ctxT(t), client.ObjectKey{Namespace: "kube-system", Name: leaseName}, &l)
 		return err == nil && l.Spec.HolderIdentity != nil, fmt.Sprint(err)
 	})
+	return previous
+}
+
+// previousLeadsThenRemoveByHand: previousLeads, then release uninstalled
+// with Helm as a person would (helm uninstall).
+func previousLeadsThenRemoveByHand(t *testing.T, leaseName, holder string, durationS int32, release string) *leader {
+	t.Helper()
+	previous := previousLeads(t, leaseName, holder, durationS)
+	removeByHand(t, release)
+	return previous
+}
+
+// removeByHand uninstalls release with Helm as a person would (helm uninstall).
+func removeByHand(t *testing.T, release string) {
+	t.Helper()
 	engine := helm.NewEngine(rest.CopyConfig(env.Config), helm.Options{Timeout: time.Minute, Log: ctrl.Log.WithName("helm-by-hand")})
 	if err := engine.Uninstall(context.Background(), releaseNamespace, release); err != nil {
 		t.Fatal(err)
 	}
-	return previous
 }

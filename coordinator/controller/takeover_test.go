@@ -97,12 +97,7 @@ func TestTakeOverWaitsBeforeTheFirstMember(t *testing.T) {
 	previous := lead("kube-system", leaseName, "aws-cloud-controller-manager-q9w8e_0b1c", 3)
 	t.Cleanup(previous.stop)
 	createRegionNode(t, "tsplit-eu-1", name, "eu-west-1", "aws:///eu-west-1a/i-0c01")
-	createNativeCCM(t, &v1.NativeCCM{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.NativeCCMSpec{
-		Platform:    name,
-		Credentials: &v1.Credentials{SecretRef: meta.LocalObjectReference{Name: "takeover-split-credentials"}},
-		Domain:      &v1.Domain{SplitBy: regionLabel},
-		TakeOver:    &v1.TakeOver{Lease: "kube-system/" + leaseName},
-	}})
+	createNativeCCM(t, splitTakeOver(name, "takeover-split-credentials", "kube-system/"+leaseName))
 	waitMessage(t, name, meta.ReadyCondition, metav1.ConditionFalse, v1.WaitingForPreviousCCMReason, "Lease kube-system/"+leaseName)
 	never(t, "a member while the previous CCM renews its Lease", 2*3*time.Second, func() (bool, string) {
 		_, err := getDeployment(t, "native-ccm-"+name+"--eu-west-1")
