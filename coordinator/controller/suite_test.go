@@ -159,8 +159,7 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 	must(deriveProfile("aws", "takeover-split", 10341, nil))
 	must(deriveProfile("hcloud", "takeover-byhand", 10342, nil))
 	must(deriveProfile("aws", "takeover-split-byhand", 10343, nil))
-	must(deriveProfile("aws", "takeover-split-onebyone", 10344, nil))
-	must(deriveProfile("hcloud", "takeover-keephistory", 10345, nil))
+	must(deriveProfile("hcloud", "takeover-keephistory", 10344, nil))
 
 	// the upstream CCM per Kubernetes minor: Azure's (with its own node
 	// filter), and a profile whose only release is two minors older than

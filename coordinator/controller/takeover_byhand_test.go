@@ -28,80 +28,94 @@ import (
 // again at once, beside the previous CCM that leads its Lease: two CCMs
 // deleting nodes, which spec.takeOver exists to prevent. With the release
 // gone, the install waits for the previous CCM as a first install does.
+//
+// keepHistory: the release was upgraded once and is removed with helm
+// uninstall --keep-history, so its latest revision is uninstalled and the
+// one before superseded. An upgrade of it fails (nothing deployed) and used
+// to roll back to the superseded revision, putting the CCM back beside the
+// previous one without that wait.
 func TestTakeOverReleaseRemovedByHand(t *testing.T) {
-	const (
-		name      = "takeover-byhand"
-		leaseName = "takeover-byhand-previous-ccm"
-		durationS = 3
-	)
-	hcloudSecret(t)
-	createNode(t, "tbh-1", name, "hcloud://9411")
-	createNativeCCM(t, &v1.NativeCCM{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       v1.NativeCCMSpec{Platform: name, TakeOver: &v1.TakeOver{Lease: "kube-system/" + leaseName}},
-	})
-	// no such Lease: installed at once
-	waitCondition(t, name, v1.InstalledCondition, metav1.ConditionTrue, "")
+	const durationS = 3
+	for _, c := range []struct {
+		name, node, providerID string
+		keepHistory            bool
+	}{
+		{name: "takeover-byhand", node: "tbh-1", providerID: "hcloud://9411"},
+		{name: "takeover-keephistory", node: "tkh-1", providerID: "hcloud://9421", keepHistory: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			name, release, leaseName := c.name, "native-ccm-"+c.name, c.name+"-previous-ccm"
+			hcloudSecret(t)
+			createNode(t, c.node, name, c.providerID)
+			createNativeCCM(t, &v1.NativeCCM{
+				ObjectMeta: metav1.ObjectMeta{Name: name},
+				Spec:       v1.NativeCCMSpec{Platform: name, TakeOver: &v1.TakeOver{Lease: "kube-system/" + leaseName}},
+			})
+			// no such Lease: installed at once
+			waitCondition(t, name, v1.InstalledCondition, metav1.ConditionTrue, "")
+			if c.keepHistory {
+				updateNativeCCM(t, name, func(o *v1.NativeCCM) { o.Spec.Overrides = &v1.Overrides{Args: []string{"--v=4"}} })
+				eventually(t, "revision 2 deployed", func() (bool, string) {
+					o := getNativeCCM(t, name)
+					return o.Status.Release != nil && o.Status.Release.Revision == 2, fmt.Sprintf("release %+v", o.Status.Release)
+				})
+			}
 
-	previous := previousLeadsThenRemoveByHand(t, leaseName, "aws-cloud-controller-manager-b7r4_9e0f", durationS, "native-ccm-"+name)
-	if _, err := getDeployment(t, "native-ccm-"+name); err == nil {
-		t.Fatal("the Deployment survived helm uninstall")
+			previous := previousLeads(t, leaseName, "hcloud-cloud-controller-manager-b7r4_9e0f", durationS)
+			if c.keepHistory {
+				cfg := new(action.Configuration)
+				if err := cfg.Init(helm.ClusterAccess(env.Config, releaseNamespace), releaseNamespace, "secret", func(string, ...any) {}); err != nil {
+					t.Fatal(err)
+				}
+				un := action.NewUninstall(cfg)
+				un.KeepHistory = true
+				if _, err := un.Run(release); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				removeByHand(t, release)
+			}
+			if _, err := getDeployment(t, release); err == nil {
+				t.Fatal("the Deployment survived helm uninstall")
+			}
+			requestReconcile(t, name)
+			neverDeployment(t, "the release installed again beside the previous CCM", 3*durationS*time.Second, name, release)
+			if o := getNativeCCM(t, name); !conditions.HasAnyReason(o, meta.ReadyCondition, v1.WaitingForPreviousCCMReason) {
+				t.Errorf("Ready %q: %s, want %s", conditions.GetReason(o, meta.ReadyCondition), conditions.GetMessage(o, meta.ReadyCondition), v1.WaitingForPreviousCCMReason)
+			}
+			previous.stop()
+			waitCondition(t, name, v1.InstalledCondition, metav1.ConditionTrue, "")
+			waitDeployment(t, "the release installed again once the previous CCM stopped", release)
+		})
 	}
-	requestReconcile(t, name)
-	neverDeployment(t, "the release installed again beside the previous CCM", 3*durationS*time.Second, name, "native-ccm-"+name)
-	if o := getNativeCCM(t, name); !conditions.HasAnyReason(o, meta.ReadyCondition, v1.WaitingForPreviousCCMReason) {
-		t.Errorf("Ready %q: %s, want %s", conditions.GetReason(o, meta.ReadyCondition), conditions.GetMessage(o, meta.ReadyCondition), v1.WaitingForPreviousCCMReason)
-	}
-	previous.stop()
-	waitCondition(t, name, v1.InstalledCondition, metav1.ConditionTrue, "")
-	waitDeployment(t, "the release installed again once the previous CCM stopped", "native-ccm-"+name)
 }
 
-// TestTakeOverMembersRemovedByHand: as TestTakeOverReleaseRemovedByHand for
-// a split NativeCCM: its only member removed by hand while the previous CCM
-// leads again. status.members still records it, so it counted as installed
-// and the member was installed again at once beside the previous CCM.
+// TestTakeOverMembersRemovedByHand: as TestTakeOverReleaseRemovedByHand
+// for a split NativeCCM, its two members removed by hand one after the other
+// (helm uninstall A, then B) while the previous CCM leads again. While B is
+// still there, A's install is not a first install as Helm's records tell
+// it, yet it is one beside the previous CCM; once both are gone,
+// status.members still records them (and the cache may not yet have seen
+// the uninstall). Neither comes back while the previous CCM leads; both do
+// once it stops.
 func TestTakeOverMembersRemovedByHand(t *testing.T) {
 	const (
 		name      = "takeover-split-byhand"
 		leaseName = "takeover-split-byhand-previous-ccm"
-		member    = "native-ccm-" + name + "--eu-west-1"
-		durationS = 3
-	)
-	awsSplitSecret(t, "takeover-split-byhand-credentials")
-	createRegionNode(t, "tsbh-eu-1", name, "eu-west-1", "aws:///eu-west-1a/i-0c11")
-	createNativeCCM(t, splitTakeOver(name, "takeover-split-byhand-credentials", "kube-system/"+leaseName))
-	waitDeployment(t, "the member installed", member)
-	previous := previousLeadsThenRemoveByHand(t, leaseName, "aws-cloud-controller-manager-q1_9e0f", durationS, member)
-	if _, err := getDeployment(t, member); err == nil {
-		t.Fatal("the member's Deployment survived helm uninstall")
-	}
-	requestReconcile(t, name)
-	neverDeployment(t, "the member installed again beside the previous CCM", 3*durationS*time.Second, name, member)
-	previous.stop()
-	waitDeployment(t, "the member installed again once the previous CCM stopped", member)
-}
-
-// TestTakeOverMembersRemovedOneByOne: as TestTakeOverMembersRemovedByHand
-// with two members removed one after the other (helm uninstall A, then B).
-// While B is still there, A's install is not a first install as Helm's
-// records tell it; it is still one beside the previous CCM, which leads
-// again. Neither comes back while it leads; both do once it stops.
-func TestTakeOverMembersRemovedOneByOne(t *testing.T) {
-	const (
-		name      = "takeover-split-onebyone"
-		leaseName = "takeover-split-onebyone-previous-ccm"
 		durationS = 3
 	)
 	members := []string{"native-ccm-" + name + "--eu-west-1", "native-ccm-" + name + "--eu-west-2"}
-	awsSplitSecret(t, "takeover-split-onebyone-credentials")
-	createRegionNode(t, "tsob-eu-1", name, "eu-west-1", "aws:///eu-west-1a/i-0c21")
-	createRegionNode(t, "tsob-eu-2", name, "eu-west-2", "aws:///eu-west-2a/i-0c22")
-	createNativeCCM(t, splitTakeOver(name, "takeover-split-onebyone-credentials", "kube-system/"+leaseName))
+	awsSplitSecret(t, "takeover-split-byhand-credentials")
+	createRegionNode(t, "tsbh-eu-1", name, "eu-west-1", "aws:///eu-west-1a/i-0c11")
+	createRegionNode(t, "tsbh-eu-2", name, "eu-west-2", "aws:///eu-west-2a/i-0c12")
+	createNativeCCM(t, splitTakeOver(name, "takeover-split-byhand-credentials", "kube-system/"+leaseName))
 	for _, m := range members {
 		waitDeployment(t, "member installed", m)
 	}
-	previous := previousLeadsThenRemoveByHand(t, leaseName, "aws-cloud-controller-manager-o2_9e0f", durationS, members[0])
+	previous := previousLeadsThenRemoveByHand(t, leaseName, "aws-cloud-controller-manager-q1_9e0f", durationS, members[0])
+	if _, err := getDeployment(t, members[0]); err == nil {
+		t.Fatal("the member's Deployment survived helm uninstall")
+	}
 	requestReconcile(t, name)
 	neverDeployment(t, "the first member installed again beside the previous CCM, the second still there", 3*durationS*time.Second, name, members[0])
 	if o := getNativeCCM(t, name); !conditions.HasAnyReason(o, meta.ReadyCondition, v1.WaitingForPreviousCCMReason) ||
@@ -109,56 +123,12 @@ func TestTakeOverMembersRemovedOneByOne(t *testing.T) {
 		t.Errorf("Ready %q: %s, want %s naming the member releases", conditions.GetReason(o, meta.ReadyCondition), conditions.GetMessage(o, meta.ReadyCondition), v1.WaitingForPreviousCCMReason)
 	}
 	removeByHand(t, members[1])
-	neverDeployment(t, "a member installed again beside the previous CCM", 2*durationS*time.Second, name, members...)
+	requestReconcile(t, name)
+	neverDeployment(t, "a member installed again beside the previous CCM, both removed", 3*durationS*time.Second, name, members...)
 	previous.stop()
 	for _, m := range members {
 		waitDeployment(t, "member installed again once the previous CCM stopped", m)
 	}
-}
-
-// TestTakeOverReleaseRemovedByHandKeepingHistory: as
-// TestTakeOverReleaseRemovedByHand, the release upgraded once and removed
-// with helm uninstall --keep-history: its latest revision is uninstalled,
-// the one before superseded. An upgrade of it fails (nothing deployed) and
-// used to roll back to the superseded revision, putting the CCM back beside
-// the previous one. It is a first install again, as after a plain uninstall.
-func TestTakeOverReleaseRemovedByHandKeepingHistory(t *testing.T) {
-	const (
-		name      = "takeover-keephistory"
-		leaseName = "takeover-keephistory-previous-ccm"
-		durationS = 3
-	)
-	hcloudSecret(t)
-	createNode(t, "tkh-1", name, "hcloud://9421")
-	createNativeCCM(t, &v1.NativeCCM{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       v1.NativeCCMSpec{Platform: name, TakeOver: &v1.TakeOver{Lease: "kube-system/" + leaseName}},
-	})
-	waitCondition(t, name, v1.InstalledCondition, metav1.ConditionTrue, "")
-	updateNativeCCM(t, name, func(o *v1.NativeCCM) { o.Spec.Overrides = &v1.Overrides{Args: []string{"--v=4"}} })
-	eventually(t, "revision 2 deployed", func() (bool, string) {
-		o := getNativeCCM(t, name)
-		return o.Status.Release != nil && o.Status.Release.Revision == 2, fmt.Sprintf("release %+v", o.Status.Release)
-	})
-
-	previous := previousLeads(t, leaseName, "hcloud-cloud-controller-manager-k4_9e0f", durationS)
-	cfg := new(action.Configuration)
-	if err := cfg.Init(helm.ClusterAccess(env.Config, releaseNamespace), releaseNamespace, "secret", func(string, ...any) {}); err != nil {
-		t.Fatal(err)
-	}
-	un := action.NewUninstall(cfg)
-	un.KeepHistory = true
-	if _, err := un.Run("native-ccm-" + name); err != nil {
-		t.Fatal(err)
-	}
-	requestReconcile(t, name)
-	neverDeployment(t, "the release back beside the previous CCM", 3*durationS*time.Second, name, "native-ccm-"+name)
-	if o := getNativeCCM(t, name); !conditions.HasAnyReason(o, meta.ReadyCondition, v1.WaitingForPreviousCCMReason) {
-		t.Errorf("Ready %q: %s, want %s", conditions.GetReason(o, meta.ReadyCondition), conditions.GetMessage(o, meta.ReadyCondition), v1.WaitingForPreviousCCMReason)
-	}
-	previous.stop()
-	waitCondition(t, name, v1.InstalledCondition, metav1.ConditionTrue, "")
-	waitDeployment(t, "the release installed again once the previous CCM stopped", "native-ccm-"+name)
 }
 
 // splitTakeOver is a NativeCCM of its own platform split by region that
