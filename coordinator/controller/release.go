@@ -204,7 +204,7 @@ func (r *NativeCCMReconciler) runReleaseAction(ctx context.Context, obj *v1.Nati
 	case actionInstall:
 		return r.install(ctx, obj, req, assumeAbsent)
 	case actionReinstall:
-		ctrl.LoggerFrom(ctx).Info("removing failed install before retrying", "revision", info.Revision)
+		ctrl.LoggerFrom(ctx).Info("removing the release's records before installing it again (a failed first install, or uninstalled by hand keeping its history)", "revision", info.Revision, "status", info.Status)
 		if err := r.Engine.Uninstall(ctx, req.Namespace, req.Name); err != nil {
 			return err
 		}

@@ -179,6 +179,9 @@ func (r *NativeCCMReconciler) reconcileSplit(ctx context.Context, obj *v1.Native
 			return ctrl.Result{}, err
 		}
 	}
+	if err := r.forgetUninstalledMembers(ctx, obj, installed, wanted); err != nil {
+		return ctrl.Result{}, err
+	}
 
 	var members []v1.MemberStatus
 	var errs []error
@@ -227,6 +230,12 @@ func (r *NativeCCMReconciler) reconcileSplit(ctx context.Context, obj *v1.Native
 	}
 	obj.Status.Members = members
 	r.summarizeMembers(obj, splitBy, unserved)
+	if w := (*waitError)(nil); errors.As(wait, &w) {
+		// Ready says the NativeCCM waits for the previous CCM, whichever
+		// member comes first: its events, and a restarted coordinator's
+		// count of the wait, go by that reason
+		conditions.MarkFalse(obj, meta.ReadyCondition, w.reason, "%s", w.err)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -431,7 +440,28 @@ func (r *NativeCCMReconciler) removeMembers(ctx context.Context, obj *v1.NativeC
 			return err
 		}
 	}
+	if err := r.forgetUninstalledMembers(ctx, obj, installed, nil); err != nil {
+		return err
+	}
 	obj.Status.Members = nil
+	return nil
+}
+
+// forgetUninstalledMembers removes the Leases (and forgets the gate checks)
+// of the members status.members lists that have no release and are not
+// wanted: a member removed by hand that waited for the previous CCM
+// (spec.takeOver) has no release left to uninstall, but the Lease the
+// coordinator created for it is still there.
+func (r *NativeCCMReconciler) forgetUninstalledMembers(ctx context.Context, obj *v1.NativeCCM, installed map[string]bool, wanted []string) error {
+	for _, m := range obj.Status.Members {
+		if installed[m.Value] || slices.Contains(wanted, m.Value) || m.Value == "" {
+			continue
+		}
+		r.gateChecks.forget(memberGateID(obj, m.Value))
+		if err := r.deleteLease(ctx, obj.MemberReleaseName(m.Value)); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -160,6 +160,7 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 	must(deriveProfile("hcloud", "takeover-byhand", 10342, nil))
 	must(deriveProfile("aws", "takeover-split-byhand", 10343, nil))
 	must(deriveProfile("hcloud", "takeover-keephistory", 10344, nil))
+	must(deriveProfile("aws", "takeover-split-lease", 10345, nil))
 
 	// the upstream CCM per Kubernetes minor: Azure's (with its own node
 	// filter), and a profile whose only release is two minors older than

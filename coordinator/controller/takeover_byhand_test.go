@@ -11,6 +11,7 @@ import (
 	"github.com/fluxcd/pkg/runtime/conditions"
 	"helm.sh/helm/v3/pkg/action"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -129,6 +130,51 @@ func TestTakeOverMembersRemovedByHand(t *testing.T) {
 	for _, m := range members {
 		waitDeployment(t, "member installed again once the previous CCM stopped", m)
 	}
+}
+
+// TestTakeOverWaitingMemberLeaseRemoved: a member removed by hand while
+// another is installed waits for the previous CCM with no release left, so
+// status.members lists it uninstalled. The Lease the coordinator created
+// for it is still there; when the NativeCCM is deleted meanwhile, it goes
+// with the NativeCCM.
+func TestTakeOverWaitingMemberLeaseRemoved(t *testing.T) {
+	const (
+		name      = "takeover-split-lease"
+		leaseName = "takeover-split-lease-previous-ccm"
+		member    = "native-ccm-" + name + "--eu-west-1"
+	)
+	awsSplitSecret(t, "takeover-split-lease-credentials")
+	createRegionNode(t, "tsl-eu-1", name, "eu-west-1", "aws:///eu-west-1a/i-0c31")
+	createRegionNode(t, "tsl-eu-2", name, "eu-west-2", "aws:///eu-west-2a/i-0c32")
+	obj := splitTakeOver(name, "takeover-split-lease-credentials", "kube-system/"+leaseName)
+	createNativeCCM(t, obj)
+	waitDeployment(t, "member installed", member)
+	waitDeployment(t, "member installed", "native-ccm-"+name+"--eu-west-2")
+	previousLeadsThenRemoveByHand(t, leaseName, "aws-cloud-controller-manager-l3_9e0f", 3, member)
+	requestReconcile(t, name)
+	eventually(t, "the member waiting, recorded uninstalled", func() (bool, string) {
+		o := getNativeCCM(t, name)
+		for _, m := range o.Status.Members {
+			if m.Release == member {
+				return m.Revision == 0 && m.Reason == v1.WaitingForPreviousCCMReason, fmt.Sprintf("%+v", m)
+			}
+		}
+		return false, fmt.Sprintf("members %+v", o.Status.Members)
+	})
+	memberLease := func() error {
+		return k8s.Get(ctxT(t), client.ObjectKey{Namespace: releaseNamespace, Name: member}, &coordinationv1.Lease{})
+	}
+	if err := memberLease(); err != nil {
+		t.Fatalf("the waiting member's Lease: %v", err)
+	}
+	if err := k8s.Delete(ctxT(t), obj); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "NativeCCM and the member's Lease gone", func() (bool, string) {
+		err := k8s.Get(ctxT(t), client.ObjectKey{Name: name}, &v1.NativeCCM{})
+		lerr := memberLease()
+		return apierrors.IsNotFound(err) && apierrors.IsNotFound(lerr), fmt.Sprintf("nativeccm: %v, lease: %v", err, lerr)
+	})
 }
 
 // splitTakeOver is a NativeCCM of its own platform split by region that
