@@ -191,9 +191,9 @@ func (r *NativeCCMReconciler) reconcileSplit(ctx context.Context, obj *v1.Native
 			return ctrl.Result{}, err
 		}
 		checked := false
-		if len(installed) == 0 || (obj.Spec.TakeOver != nil && !r.releasesStored(ctx, obj)) {
-			// no member yet, or every one removed by hand since: not while
-			// the CCM it replaces runs (takeover.go)
+		if len(installed) == 0 {
+			// no member yet: not while the CCM it replaces runs (takeover.go;
+			// one removed by hand since: memberTakeOverCheck)
 			if err := r.waitForPreviousCCM(ctx, obj); err != nil {
 				return ctrl.Result{}, err
 			}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -21,7 +20,6 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/safetext"
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/domain"
-	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 )
 
 // The take-over: a NativeCCM with spec.takeOver replaces a cloud CCM the
@@ -266,48 +264,6 @@ func installedWhat(obj *v1.NativeCCM, one, many string) string {
 		return strings.TrimSpace(fmt.Sprintf("its member releases (%s%s<%s>) %s", obj.ReleaseName(), domain.SplitSeparator, obj.Spec.Domain.SplitBy, many))
 	}
 	return strings.TrimSpace(obj.ReleaseName() + " " + one)
-}
-
-// releasesStored: Helm's storage (the manager's cache of its release
-// Secrets) holds the NativeCCM's release or one of its members, judged by
-// each one's latest revision: not uninstalled or being uninstalled (helm
-// uninstall --keep-history leaves the older revisions superseded).
-// status.members says what the coordinator installed; a member removed by
-// hand since (helm uninstall) leaves it behind, and installing it again,
-// every other one gone too, is a first install beside whatever runs, as
-// waitForPreviousCCM judges one (a NativeCCM's own release:
-// runReleaseAction; a member installed while others are stored:
-// memberTakeOverCheck). A failed list counts as none (the Lease is read).
-func (r *NativeCCMReconciler) releasesStored(ctx context.Context, obj *v1.NativeCCM) bool {
-	var secrets corev1.SecretList
-	if err := r.List(ctx, &secrets, client.InNamespace(r.Namespace), client.MatchingLabels{release.StorageOwnerLabel: release.StorageOwner}); err != nil {
-		return false
-	}
-	type revision struct {
-		version int
-		status  string
-	}
-	latest := map[string]revision{}
-	for i := range secrets.Items {
-		s := &secrets.Items[i]
-		name := s.Labels[release.StorageNameLabel]
-		if s.Type != release.HelmStorageType || !ownReleaseName(obj, name) {
-			continue
-		}
-		v, err := strconv.Atoi(s.Labels[release.StorageVersionLabel])
-		if err != nil {
-			continue
-		}
-		if l, ok := latest[name]; !ok || v > l.version {
-			latest[name] = revision{v, s.Labels[release.StorageStatusLabel]}
-		}
-	}
-	for _, l := range latest {
-		if l.status != release.StatusUninstalled && l.status != release.StatusUninstalling {
-			return true
-		}
-	}
-	return false
 }
 
 // memberTakeOverCheck is asked just before a member of a split NativeCCM
