@@ -102,6 +102,17 @@ func TestFenceOwnNodeChanges(t *testing.T) {
 	if err := gatetest.WaitFence(ctx, direct, foreign.Name, true); err != nil {
 		t.Fatal(err)
 	}
+	// A fence of an earlier test (without platform owned's prefixes) may
+	// still be in effect for a moment, and denies for the foreign node too:
+	// wait until a change only this one allows (the shutdown taint, dry run)
+	// is allowed.
+	shutdown := []byte(`[{"op":"add","path":"/spec/taints/-","value":{"key":"` + gate.ShutdownTaintKey + `","effect":"` + gate.ShutdownTaintEffect + `"}}]`)
+	if err := gatetest.WaitFenceAllows(ctx, func() error {
+		_, err := direct.CoreV1().Nodes().Patch(ctx, spec.Name, types.JSONPatchType, shutdown, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}); err != nil {
+		t.Fatalf("the fence never let NativeCCM owned taint its node %s: %v", spec.Name, err)
+	}
 
 	dir := t.TempDir()
 	bin, err := gatetest.BuildGate(dir)

@@ -32,8 +32,13 @@ func TestMain(m *testing.M) {
 			}
 			held = append(held, b)
 		}
-		runtime.GC() // one collection with all of it live
+		// Standard output and error reach the parent through one pipe, and
+		// the runtime writes its GC trace line in pieces, after the
+		// collection has let runtime.GC return: "allocated" can cut that
+		// line in two, and a cut line is not read. So the collection with
+		// all of it live comes after the last line this process writes.
 		fmt.Fprintln(os.Stdout, "allocated")
+		runtime.GC()
 		time.Sleep(time.Hour)
 	}
 	os.Exit(m.Run())
@@ -54,9 +59,8 @@ func TestStartMeasuresAGoProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The child's stdout ("allocated") and its GC trace (stderr) are read
-	// apart: the forced collection's line, with all 48 MiB live, may be read
-	// after "allocated"; an earlier automatic one saw only part of it.
+	// The forced collection's line, with all 48 MiB live, comes after
+	// "allocated"; an earlier automatic one saw only part of it.
 	deadline := time.Now().Add(time.Minute)
 	for !strings.Contains(log.String(), "allocated") || p.Memory().HeapLive < allocMiB {
 		if time.Now().After(deadline) {
