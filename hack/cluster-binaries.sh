@@ -42,5 +42,5 @@ CGO_ENABLED=0 go build -trimpath -ldflags "${KUBE_LDFLAGS}" -o "${OUT}.tmp/" "${
 for c in "${CMDS[@]}"; do [[ -x "${OUT}.tmp/${c}" ]] || { log "go build wrote no ${c}"; exit 1; }; done
 rm -rf "${OUT}"
 mv "${OUT}.tmp" "${OUT}"
-log "done"
+log "done in ${SECONDS} s"
 echo "${OUT}"

@@ -34,5 +34,5 @@ CGO_ENABLED=0 go build -trimpath -ldflags "${KUBE_LDFLAGS}" -o "${OUT}.tmp/kube-
 CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "${OUT}.tmp/etcd" go.etcd.io/etcd/server/v3 >&2
 rm -rf "${OUT}"
 mv "${OUT}.tmp" "${OUT}"
-log "done"
+log "done in ${SECONDS} s"
 echo "${OUT}"

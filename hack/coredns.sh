@@ -52,5 +52,5 @@ CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "${OUT}.tmp.$$/coredns" . >
 cp go.mod go.sum "${OUT}.tmp.$$/" # what was built, for the record
 rm -rf "${OUT}"
 mv "${OUT}.tmp.$$" "${OUT}"
-log "done"
+log "done in ${SECONDS} s"
 echo "${BIN}"

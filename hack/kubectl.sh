@@ -32,5 +32,5 @@ mkdir -p "${OUT}.tmp.$$"
 CGO_ENABLED=0 go build -trimpath -ldflags "${KUBE_LDFLAGS}" -o "${OUT}.tmp.$$/kubectl" k8s.io/kubernetes/cmd/kubectl >&2
 mkdir -p "${OUT}"
 mv "${OUT}.tmp.$$/kubectl" "${OUT}/kubectl"
-log "done"
+log "done in ${SECONDS} s"
 echo "${OUT}"

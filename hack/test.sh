@@ -66,35 +66,42 @@ cleanup() {
   rm -rf "${HYBRID_CCM_TEST_BIN}"
 }
 trap cleanup EXIT
-echo "== this machine's release images and the development builds (test/testbin/prepare -stage host) into ${HYBRID_CCM_TEST_BIN}" >&2
+# Each phase's header says how far into the run it starts (seconds since
+# this script began; the prerequisites before it print their own times).
+phase() { echo "== [${SECONDS} s] $*" >&2; }
+phase "this machine's release images and the development builds (test/testbin/prepare -stage host) into ${HYBRID_CCM_TEST_BIN}"
 go run ./test/testbin/prepare -stage host "${HYBRID_CCM_TEST_BIN}"
-echo "== every package and its tests compiled once for both lanes (go list -export -test -deps ./...)" >&2
+phase "every package and its tests compiled once for both lanes (go list -export -test -deps ./...)"
 go list -export -test -deps ./... >/dev/null
 
 run_cluster_lane() {
-  echo "== cluster lane: go test -p 1:" ${cluster} >&2
+  phase "cluster lane: go test -p 1:" ${cluster}
+  local rc=0
   # shellcheck disable=SC2086
-  go test "${flags[@]}" -p 1 -timeout 45m ${GO_TEST_FLAGS:-} ${cluster}
+  go test "${flags[@]}" -p 1 -timeout 45m ${GO_TEST_FLAGS:-} ${cluster} || rc=$?
+  phase "cluster lane done (exit ${rc})"
+  return "${rc}"
 }
 
 run_other_lane() {
   local rc=0
-  echo "== other lane: both architectures' release images (test/testbin/prepare -stage images)" >&2
+  phase "other lane: both architectures' release images (test/testbin/prepare -stage images)"
   go run ./test/testbin/prepare -stage images "${HYBRID_CCM_TEST_BIN}" || rc=1
-  echo "== other lane: make lint (go vet, gofmt)" >&2
+  phase "other lane: make lint (go vet, gofmt)"
   make --no-print-directory lint || rc=1
-  echo "== other lane: go test: $(echo "${rest}" | wc -l) packages without a real cluster" >&2
+  phase "other lane: go test: $(echo "${rest}" | wc -l) packages without a real cluster"
   # shellcheck disable=SC2086
   go test "${flags[@]}" -timeout 45m ${GO_TEST_FLAGS:-} ${rest} || rc=1
   # test/monitoring: the alerts and the dashboard, evaluated on a run of
   # test/e2e's TestMonitoringScenario.
-  echo "== other lane: go test: test/monitoring" >&2
+  phase "other lane: go test: test/monitoring"
   # shellcheck disable=SC2086
   go test "${flags[@]}" -timeout 30m ${GO_TEST_FLAGS:-} ${monitoring} || rc=1
   if [[ "${FUZZTIME:-2000x}" != 0 ]]; then
-    echo "== other lane: fuzz targets (hack/fuzz.sh ${FUZZTIME:-2000x} ${FUZZPKG:-.})" >&2
+    phase "other lane: fuzz targets (hack/fuzz.sh ${FUZZTIME:-2000x} ${FUZZPKG:-.})"
     hack/fuzz.sh "${FUZZTIME:-2000x}" "${FUZZPKG:-.}" || rc=1
   fi
+  phase "other lane done (exit ${rc})"
   return "${rc}"
 }
 
@@ -106,7 +113,7 @@ cluster_rc=0
 wait "${cluster_lane}" || cluster_rc=$?
 cluster_lane=""
 if [[ ${other} != 0 || ${cluster_rc} != 0 ]]; then
-  echo "== FAIL: cluster lane exit ${cluster_rc}, other lane exit ${other}" >&2
+  phase "FAIL: cluster lane exit ${cluster_rc}, other lane exit ${other}"
   exit 1
 fi
-echo "== both lanes passed" >&2
+phase "both lanes passed"
