@@ -39,7 +39,8 @@ import (
 // With the same go.mod as this tree, `make release` of it compiles only the
 // product's own packages: every dependency comes from the build cache the
 // run's other builds filled. One of an older go.mod (Kubernetes 1.34) compiled
-// the whole dependency graph a second time, a quarter hour of a cold run.
+// the whole dependency graph a second time: 1,173 s of test/upgrade cold,
+// against 491 s from 2216ba7 (measured 2026-11-29).
 const previous = "2216ba79e7ae34e539479ec84d09ac94edc4f8d5"
 
 const (
