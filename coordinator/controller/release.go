@@ -200,6 +200,16 @@ func (r *NativeCCMReconciler) runReleaseAction(ctx context.Context, obj *v1.Nati
 			}
 		}
 	}
+	if action == actionUpgrade && obj.Spec.TakeOver != nil && !info.Deployed() {
+		// The latest revision failed (an upgrade or a rollback that did not
+		// finish, a person's helm uninstall during one): the CCM's objects
+		// may be gone, and an upgrade creates them again as an install
+		// does, so it waits for the previous CCM as an install does.
+		forgetLeases(ctx)
+		if err := r.waitForPreviousCCM(ctx, obj); err != nil {
+			return err
+		}
+	}
 	switch action {
 	case actionInstall:
 		return r.install(ctx, obj, req, assumeAbsent)
@@ -262,6 +272,10 @@ func (r *NativeCCMReconciler) upgrade(ctx context.Context, obj *v1.NativeCCM, re
 	var chartErr *release.ChartError
 	if errors.As(err, &chartErr) || errors.As(err, new(*release.RefusedError)) {
 		return uerr // nothing was changed in the cluster
+	}
+	if runs, why := r.previousCCMRuns(ctx, obj); runs {
+		r.event(obj, corev1.EventTypeWarning, v1.WaitingForPreviousCCMReason, rollbackHeld(req.Name, why))
+		return uerr
 	}
 	rb, rerr := r.Engine.Rollback(ctx, req.Namespace, req.Name)
 	if rerr != nil {

@@ -294,9 +294,10 @@ func (r *NativeCCMReconciler) reconcileMember(ctx context.Context, obj *v1.Nativ
 		}
 		action = nextAction(true, info, req.Digest())
 	}
-	if (action == actionInstall || action == actionReinstall) && m.beforeInstall != nil {
-		// before a failed release is removed too, as for a NativeCCM's own
-		// release (runReleaseAction)
+	if (action == actionInstall || action == actionReinstall || (action == actionUpgrade && !info.Deployed())) && m.beforeInstall != nil {
+		// before a failed release is removed too, and before an upgrade of
+		// one whose latest revision failed (its objects may be gone), as for
+		// a NativeCCM's own release (runReleaseAction)
 		if err := m.beforeInstall(); err != nil {
 			st.Revision = 0
 			var wait *waitError
@@ -334,7 +335,9 @@ func (r *NativeCCMReconciler) reconcileMember(ctx context.Context, obj *v1.Nativ
 			r.event(obj, corev1.EventTypeWarning, v1.UpgradeFailedReason, fmt.Sprintf("member %s (%s=%s): %s", st.Release, splitBy, m.value, err))
 			var chartErr *release.ChartError
 			if !errors.As(err, &chartErr) && !errors.As(err, new(*release.RefusedError)) {
-				if rb, rerr := r.Engine.Rollback(ctx, req.Namespace, req.Name); rerr != nil {
+				if runs, why := r.previousCCMRuns(ctx, obj); runs {
+					r.event(obj, corev1.EventTypeWarning, v1.WaitingForPreviousCCMReason, rollbackHeld(req.Name, why))
+				} else if rb, rerr := r.Engine.Rollback(ctx, req.Namespace, req.Name); rerr != nil {
 					err = errors.Join(err, rerr)
 				} else {
 					st.Revision = rb.Revision

@@ -56,7 +56,27 @@ var (
 	profiles *lockedProfiles
 	// chartRepo serves fake upstream charts on loopback.
 	chartRepo *httptest.Server
+	// engine is the reconciler's Helm engine, with the faults a test asks for.
+	engine *faultEngine
 )
+
+// faultEngine is the suite's Helm engine, through which a test makes an
+// upgrade fail as one does in a cluster: duringUpgrade[release] runs after
+// the real upgrade (what a person does while an upgrade waits for its
+// pods), and the upgrade then fails as one whose wait timed out, once.
+type faultEngine struct {
+	ReleaseEngine
+	duringUpgrade sync.Map // release name -> func()
+}
+
+func (e *faultEngine) Upgrade(ctx context.Context, req release.Request) (*release.Info, error) {
+	info, err := e.ReleaseEngine.Upgrade(ctx, req)
+	if f, ok := e.duringUpgrade.LoadAndDelete(req.Name); ok && err == nil {
+		f.(func())()
+		return info, fmt.Errorf("upgrade of %s: context deadline exceeded (injected: its pods did not become ready)", req.Name)
+	}
+	return info, err
+}
 
 func TestMain(m *testing.M) {
 	// No skipping: without KUBEBUILDER_ASSETS testenv.Start fails and so does
@@ -161,6 +181,9 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 	must(deriveProfile("aws", "takeover-split-byhand", 10343, nil))
 	must(deriveProfile("hcloud", "takeover-keephistory", 10344, nil))
 	must(deriveProfile("aws", "takeover-split-lease", 10345, nil))
+	must(deriveProfile("hcloud", "takeover-norollback", 10346, nil))
+	must(deriveProfile("hcloud", "takeover-upgradefailed", 10347, nil))
+	must(deriveProfile("aws", "takeover-split-norollback", 10348, nil))
 
 	// the upstream CCM per Kubernetes minor: Azure's (with its own node
 	// filter), and a profile whose only release is two minors older than
@@ -213,11 +236,12 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 	must(err)
 	rec, err := events.NewRecorder(ctrl.Log, "", names.CoordinatorController, events.WithManager(mgr))
 	must(err)
+	engine = &faultEngine{ReleaseEngine: helm.NewEngine(engineCfg, helm.Options{Wait: false, Timeout: time.Minute, Log: ctrl.Log.WithName("helm")})}
 	r := &NativeCCMReconciler{
 		Client:        mgr.GetClient(),
 		APIReader:     mgr.GetAPIReader(),
 		EventRecorder: rec,
-		Engine:        helm.NewEngine(engineCfg, helm.Options{Wait: false, Timeout: time.Minute, Log: ctrl.Log.WithName("helm")}),
+		Engine:        engine,
 		Profiles:      profiles,
 		// The gate, wired as cmd/ccm-coordinator wires it: every release is
 		// checked against the fence, gets its parameters and the ccm-gate sidecar.

@@ -280,6 +280,37 @@ func (r *NativeCCMReconciler) memberTakeOverCheck(ctx context.Context, obj *v1.N
 	return r.waitForPreviousCCM(ctx, obj)
 }
 
+// previousCCMRuns reads the Lease of a NativeCCM with spec.takeOver again and
+// says whether the previous CCM runs (or whether that cannot be told: the
+// Lease unreadable), and why, before a failed upgrade is rolled back. A
+// rollback puts the last deployed revision's objects back, the CCM among
+// them when they are gone (a person's helm uninstall during the upgrade):
+// while the previous CCM runs that is a second CCM beside it. The release
+// is left failed; the next pass's upgrade waits for the previous CCM
+// (runReleaseAction, a member's beforeInstall).
+func (r *NativeCCMReconciler) previousCCMRuns(ctx context.Context, obj *v1.NativeCCM) (bool, string) {
+	if obj.Spec.TakeOver == nil {
+		return false, ""
+	}
+	forgetLeases(ctx)
+	now := r.now()
+	p, err := r.observePreviousCCM(ctx, obj)
+	if err != nil {
+		return true, fmt.Sprintf("cannot tell whether the previous CCM runs: %v", err)
+	}
+	if p.live(now) {
+		return true, "the previous CCM runs: " + p.describe(now) + " (spec.takeOver.lease)"
+	}
+	return false, ""
+}
+
+// rollbackHeld is the event of a failed upgrade of release not rolled back
+// because of why (previousCCMRuns).
+func rollbackHeld(release, why string) string {
+	return fmt.Sprintf("release %s not rolled back after its failed upgrade: %s; a rollback would put this CCM back beside it. "+
+		"The upgrade is tried again once the previous CCM has stopped", release, why)
+}
+
 // PreviousCCMLiveMessage starts the Conflict message part of a previous CCM
 // that runs again beside the installed release (PreviousCCMLive; the
 // Conflict condition's reason is its first conflict's).

@@ -9,7 +9,6 @@ import (
 
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/runtime/conditions"
-	"helm.sh/helm/v3/pkg/action"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -64,13 +63,7 @@ func TestTakeOverReleaseRemovedByHand(t *testing.T) {
 
 			previous := previousLeads(t, leaseName, "hcloud-cloud-controller-manager-b7r4_9e0f", durationS)
 			if c.keepHistory {
-				cfg := new(action.Configuration)
-				if err := cfg.Init(helm.ClusterAccess(env.Config, releaseNamespace), releaseNamespace, "secret", func(string, ...any) {}); err != nil {
-					t.Fatal(err)
-				}
-				un := action.NewUninstall(cfg)
-				un.KeepHistory = true
-				if _, err := un.Run(release); err != nil {
+				if err := uninstallKeepHistory(release); err != nil {
 					t.Fatal(err)
 				}
 			} else {
