@@ -13,7 +13,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 )
@@ -142,11 +141,7 @@ func TestCrashLoopingCCMIsNotReady(t *testing.T) {
 // warningEvent returns the message of the object's Warning event with reason.
 func warningEvent(t *testing.T, object, reason string) string {
 	t.Helper()
-	var list corev1.EventList
-	if err := k8s.List(ctxT(t), &list, client.MatchingFields{"involvedObject.name": object}); err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range list.Items {
+	for _, e := range eventsOf(t, object) {
 		if e.Reason == reason && e.Type == corev1.EventTypeWarning {
 			return e.Message
 		}

@@ -148,15 +148,21 @@ func hasEvent(t *testing.T, object, reason string) (bool, string) {
 	return poll(20*time.Second, func() (bool, string) { return eventNow(t, object, reason) })
 }
 
-// eventNow reports whether object has an event with reason at this moment.
-func eventNow(t *testing.T, object, reason string) (bool, string) {
+// eventsOf lists the events of object (by name).
+func eventsOf(t *testing.T, object string) []corev1.Event {
 	t.Helper()
 	var list corev1.EventList
 	if err := k8s.List(ctxT(t), &list, client.MatchingFields{"involvedObject.name": object}); err != nil {
 		t.Fatal(err)
 	}
+	return list.Items
+}
+
+// eventNow reports whether object has an event with reason at this moment.
+func eventNow(t *testing.T, object, reason string) (bool, string) {
+	t.Helper()
 	var seen []string
-	for _, e := range list.Items {
+	for _, e := range eventsOf(t, object) {
 		seen = append(seen, e.Reason)
 		if e.Reason == reason {
 			return true, ""

@@ -45,20 +45,11 @@ func TestTakeOverReleaseRemovedByHand(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			name, release, leaseName := c.name, "native-ccm-"+c.name, c.name+"-previous-ccm"
-			hcloudSecret(t)
-			createNode(t, c.node, name, c.providerID)
-			createNativeCCM(t, &v1.NativeCCM{
-				ObjectMeta: metav1.ObjectMeta{Name: name},
-				Spec:       v1.NativeCCMSpec{Platform: name, TakeOver: &v1.TakeOver{Lease: "kube-system/" + leaseName}},
-			})
+			hcloudTakeOver(t, name, c.node, c.providerID, "kube-system/"+leaseName)
 			// no such Lease: installed at once
 			waitCondition(t, name, v1.InstalledCondition, metav1.ConditionTrue, "")
 			if c.keepHistory {
-				updateNativeCCM(t, name, func(o *v1.NativeCCM) { o.Spec.Overrides = &v1.Overrides{Args: []string{"--v=4"}} })
-				eventually(t, "revision 2 deployed", func() (bool, string) {
-					o := getNativeCCM(t, name)
-					return o.Status.Release != nil && o.Status.Release.Revision == 2, fmt.Sprintf("release %+v", o.Status.Release)
-				})
+				upgradeOnce(t, name)
 			}
 
 			previous := previousLeads(t, leaseName, "hcloud-cloud-controller-manager-b7r4_9e0f", durationS)
@@ -167,6 +158,29 @@ func TestTakeOverWaitingMemberLeaseRemoved(t *testing.T) {
 		err := k8s.Get(ctxT(t), client.ObjectKey{Name: name}, &v1.NativeCCM{})
 		lerr := memberLease()
 		return apierrors.IsNotFound(err) && apierrors.IsNotFound(lerr), fmt.Sprintf("nativeccm: %v, lease: %v", err, lerr)
+	})
+}
+
+// hcloudTakeOver creates NativeCCM name of its own platform (an hcloud
+// profile), with one node, that takes over from the CCM leading lease.
+func hcloudTakeOver(t *testing.T, name, node, providerID, lease string) {
+	t.Helper()
+	hcloudSecret(t)
+	createNode(t, node, name, providerID)
+	createNativeCCM(t, &v1.NativeCCM{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       v1.NativeCCMSpec{Platform: name, TakeOver: &v1.TakeOver{Lease: lease}},
+	})
+}
+
+// upgradeOnce changes NativeCCM name's spec and waits for its release's
+// revision 2.
+func upgradeOnce(t *testing.T, name string) {
+	t.Helper()
+	updateNativeCCM(t, name, func(o *v1.NativeCCM) { o.Spec.Overrides = &v1.Overrides{Args: []string{"--v=4"}} })
+	eventually(t, "revision 2 deployed", func() (bool, string) {
+		o := getNativeCCM(t, name)
+		return o.Status.Release != nil && o.Status.Release.Revision == 2, fmt.Sprintf("release %+v", o.Status.Release)
 	})
 }
 

@@ -12,7 +12,6 @@ import (
 	helmrelease "helm.sh/helm/v3/pkg/release"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/hybrid-ccm/hybrid-ccm/coordinator/api/v1alpha1"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release/helm"
@@ -38,12 +37,7 @@ func TestTakeOverFailedUpgradeNotRolledBack(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			name, rel, leaseName := c.name, "native-ccm-"+c.name, c.name+"-previous-ccm"
 			if c.region == "" {
-				hcloudSecret(t)
-				createNode(t, c.node, name, c.providerID)
-				createNativeCCM(t, &v1.NativeCCM{
-					ObjectMeta: metav1.ObjectMeta{Name: name},
-					Spec:       v1.NativeCCMSpec{Platform: name, TakeOver: &v1.TakeOver{Lease: "kube-system/" + leaseName}},
-				})
+				hcloudTakeOver(t, name, c.node, c.providerID, "kube-system/"+leaseName)
 			} else {
 				rel += "--" + c.region
 				awsSplitSecret(t, name+"-credentials")
@@ -89,18 +83,9 @@ func TestTakeOverUpgradeOfFailedWaits(t *testing.T) {
 		leaseName = name + "-previous-ccm"
 		durationS = 3
 	)
-	hcloudSecret(t)
-	createNode(t, "tuf-1", name, "hcloud://9441")
-	createNativeCCM(t, &v1.NativeCCM{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       v1.NativeCCMSpec{Platform: name, TakeOver: &v1.TakeOver{Lease: "kube-system/" + leaseName}},
-	})
+	hcloudTakeOver(t, name, "tuf-1", "hcloud://9441", "kube-system/"+leaseName)
 	waitCondition(t, name, v1.InstalledCondition, metav1.ConditionTrue, "")
-	updateNativeCCM(t, name, func(o *v1.NativeCCM) { o.Spec.Overrides = &v1.Overrides{Args: []string{"--v=4"}} })
-	eventually(t, "revision 2 deployed", func() (bool, string) {
-		o := getNativeCCM(t, name)
-		return o.Status.Release != nil && o.Status.Release.Revision == 2, fmt.Sprintf("release %+v", o.Status.Release)
-	})
+	upgradeOnce(t, name)
 
 	previous := previousLeads(t, leaseName, "hcloud-cloud-controller-manager-e1u7_5e6f", durationS)
 	if err := uninstallKeepHistory(rel); err != nil {
@@ -152,12 +137,8 @@ func uninstallKeepHistory(release string) error {
 // message contains substr.
 func warningWith(t *testing.T, object, reason, substr string) (bool, string) {
 	t.Helper()
-	var list corev1.EventList
-	if err := k8s.List(ctxT(t), &list, client.MatchingFields{"involvedObject.name": object}); err != nil {
-		t.Fatal(err)
-	}
 	var seen []string
-	for _, e := range list.Items {
+	for _, e := range eventsOf(t, object) {
 		if e.Type == corev1.EventTypeWarning && e.Reason == reason && strings.Contains(e.Message, substr) {
 			return true, ""
 		}
