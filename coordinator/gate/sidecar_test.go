@@ -23,7 +23,7 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release/helm"
-	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release/releasetest"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release/releasetest/ccmflags"
 
 	"github.com/hybrid-ccm/hybrid-ccm/ccm/names"
 )
@@ -470,12 +470,12 @@ func TestSidecarKubeconfigCannotBeSwallowed(t *testing.T) {
 	}
 	_, tpl := podOf(t, m.Objects, "native-ccm-x")
 	// a last arg so that the chart's --cluster-name has its value
-	fs, err := releasetest.ParseCCMFlags(t, append(tpl.Spec.Containers[0].Args, "--v=2"))
+	fs, err := ccmflags.Parse(t, append(tpl.Spec.Containers[0].Args, "--v=2"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range []string{"kubeconfig", "authentication-kubeconfig", "authorization-kubeconfig"} {
-		if got := releasetest.CCMFlag(t, fs, f); got != gate.KubeconfigPath {
+		if got := ccmflags.Value(t, fs, f); got != gate.KubeconfigPath {
 			t.Errorf("the CCM runs with --%s=%q, want %s (args %q)", f, got, gate.KubeconfigPath, tpl.Spec.Containers[0].Args)
 		}
 	}

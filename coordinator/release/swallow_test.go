@@ -10,6 +10,7 @@ import (
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/profile"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release"
 	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release/releasetest"
+	"github.com/hybrid-ccm/hybrid-ccm/coordinator/release/releasetest/ccmflags"
 )
 
 // TestArgsCarryTheirValue: a flag of a profile or an override without its
@@ -110,7 +111,7 @@ spec:
 func TestEnforcedFlagsCannotBeSwallowed(t *testing.T) {
 	l := release.Lifecycle{Release: "native-ccm-hcloud", Namespace: "kube-system", Platform: "hcloud", LeaseName: "native-ccm-hcloud", SecurePort: 10273,
 		Args: []string{"--v=2"}}
-	want, err := releasetest.ParseCCMFlags(t, l.EnforcedArgs())
+	want, err := ccmflags.Parse(t, l.EnforcedArgs())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,13 +150,13 @@ func TestEnforcedFlagsCannotBeSwallowed(t *testing.T) {
 			}
 			c := releasetest.Decode(t, string(out)).Deployments[0].Spec.Template.Spec.Containers[0]
 			argv := append(append([]string{}, c.Command[1:]...), c.Args...)
-			got, err := releasetest.ParseCCMFlags(t, argv)
+			got, err := ccmflags.Parse(t, argv)
 			if err != nil {
 				t.Fatalf("the CCM would not start with %q: %v", argv, err)
 			}
 			for _, a := range l.EnforcedArgs() {
 				name := strings.TrimPrefix(profile.FlagName(a), "--")
-				if g, w := releasetest.CCMFlag(t, got, name), releasetest.CCMFlag(t, want, name); g != w {
+				if g, w := ccmflags.Value(t, got, name), ccmflags.Value(t, want, name); g != w {
 					t.Errorf("the CCM runs with --%s=%s, want %s (argv %q)", name, g, w, argv)
 				}
 			}

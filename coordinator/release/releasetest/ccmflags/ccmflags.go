@@ -1,4 +1,11 @@
-package releasetest
+// Package ccmflags parses a CCM container's arguments with the flag set
+// every upstream CCM is built with (k8s.io/cloud-provider/app). Only tests
+// import it. It is apart from releasetest because that flag set brings the
+// CCM framework's whole graph (the generic API server, CEL, an etcd client):
+// the tests that only decode manifests, and the fuzz target that renders
+// the chart (go test -fuzz recompiles every package it links, instrumented),
+// do without it.
+package ccmflags
 
 import (
 	"testing"
@@ -13,12 +20,12 @@ import (
 	cliflag "k8s.io/component-base/cli/flag"
 )
 
-// ParseCCMFlags parses argv (a CCM container's command without the binary,
+// Parse parses argv (a CCM container's command without the binary,
 // then its args) with the flag set every upstream CCM is built with
 // (k8s.io/cloud-provider/app, normalized as component-base's cli.Run does)
 // and returns it: what the CCM would run with. A parse error is what makes
 // the CCM exit at start.
-func ParseCCMFlags(t testing.TB, argv []string) (*pflag.FlagSet, error) {
+func Parse(t testing.TB, argv []string) (*pflag.FlagSet, error) {
 	t.Helper()
 	opts, err := options.NewCloudControllerManagerOptions()
 	if err != nil {
@@ -32,8 +39,8 @@ func ParseCCMFlags(t testing.TB, argv []string) (*pflag.FlagSet, error) {
 	return fs, fs.Parse(argv)
 }
 
-// CCMFlag is the value the CCM runs with for the flag name (without dashes).
-func CCMFlag(t testing.TB, fs *pflag.FlagSet, name string) string {
+// Value is the value the CCM runs with for the flag name (without dashes).
+func Value(t testing.TB, fs *pflag.FlagSet, name string) string {
 	t.Helper()
 	f := fs.Lookup(name)
 	if f == nil {
