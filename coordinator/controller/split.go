@@ -7,7 +7,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -47,9 +46,34 @@ type member struct {
 	req release.Request
 	// status is what is reported (status.members[value]).
 	status v1.MemberStatus
-	// beforeInstall, when set, is asked before the member's release is
+	// takeOver, when set, is asked before the member's release is
 	// installed or reinstalled (spec.takeOver: memberTakeOverCheck).
-	beforeInstall func() error
+	takeOver *takeOverCheck
+}
+
+// takeOverCheck asks memberTakeOverCheck before a member's install: once
+// for the members of a pass while no Helm action runs between them (one
+// Lease read, one event), and again after a member's action, because an
+// install or upgrade may wait a Helm timeout for its pods, time in which
+// the previous CCM may have started again.
+type takeOverCheck struct {
+	ask   func() error
+	asked bool
+	err   error
+}
+
+func (c *takeOverCheck) before() error {
+	if !c.asked {
+		c.err, c.asked = c.ask(), true
+	}
+	return c.err
+}
+
+// acted: a member's Helm action ran; the next member asks again.
+func (c *takeOverCheck) acted() {
+	if c != nil {
+		c.asked = false
+	}
 }
 
 // reconcileSplit runs the members of a split NativeCCM: the release steps
@@ -204,13 +228,13 @@ func (r *NativeCCMReconciler) reconcileSplit(ctx context.Context, obj *v1.Native
 			return ctrl.Result{}, err
 		}
 		// spec.takeOver: no member is installed while the CCM it replaces
-		// runs, once per pass (one event, one Lease read)
-		var check func() error
-		if obj.Spec.TakeOver != nil && !checked {
-			check = sync.OnceValue(func() error { return r.memberTakeOverCheck(ctx, obj) })
+		// runs (asked just now when no member was installed)
+		var check *takeOverCheck
+		if obj.Spec.TakeOver != nil {
+			check = &takeOverCheck{ask: func() error { return r.memberTakeOverCheck(ctx, obj) }, asked: checked}
 		}
 		for _, v := range wanted {
-			m := member{value: v, status: previous[v], beforeInstall: check}
+			m := member{value: v, status: previous[v], takeOver: check}
 			again, err := r.reconcileMember(ctx, obj, p, in, dom, splitBy, base, &m, forced)
 			switch {
 			case errors.As(err, new(*waitError)):
@@ -294,11 +318,11 @@ func (r *NativeCCMReconciler) reconcileMember(ctx context.Context, obj *v1.Nativ
 		}
 		action = nextAction(true, info, req.Digest())
 	}
-	if (action == actionInstall || action == actionReinstall || (action == actionUpgrade && !info.Deployed())) && m.beforeInstall != nil {
+	if (action == actionInstall || action == actionReinstall || (action == actionUpgrade && !info.Deployed())) && m.takeOver != nil {
 		// before a failed release is removed too, and before an upgrade of
 		// one whose latest revision failed (its objects may be gone), as for
 		// a NativeCCM's own release (runReleaseAction)
-		if err := m.beforeInstall(); err != nil {
+		if err := m.takeOver.before(); err != nil {
 			st.Revision = 0
 			var wait *waitError
 			if errors.As(err, &wait) {
@@ -307,6 +331,9 @@ func (r *NativeCCMReconciler) reconcileMember(ctx context.Context, obj *v1.Nativ
 			}
 			return fail(v1.InstallFailedReason, err)
 		}
+	}
+	if action != actionNone {
+		defer m.takeOver.acted()
 	}
 	install := func() (time.Duration, error) {
 		if info, err = r.Engine.Install(ctx, req); err != nil {

@@ -64,9 +64,22 @@ var (
 // upgrade fail as one does in a cluster: duringUpgrade[release] runs after
 // the real upgrade (what a person does while an upgrade waits for its
 // pods), and the upgrade then fails as one whose wait timed out, once.
+//
+// duringInstall[release] runs after the real install, which then succeeds
+// (what happens while an install waits for its pods), once.
 type faultEngine struct {
 	ReleaseEngine
 	duringUpgrade sync.Map // release name -> func()
+	duringInstall sync.Map // release name -> func()
+}
+
+func (e *faultEngine) Install(ctx context.Context, req release.Request) (*release.Info, error) {
+	info, err := e.ReleaseEngine.Install(ctx, req)
+	if f, ok := e.duringInstall.Load(req.Name); ok && err == nil {
+		f.(func())()
+		e.duringInstall.Delete(req.Name)
+	}
+	return info, err
 }
 
 func (e *faultEngine) Upgrade(ctx context.Context, req release.Request) (*release.Info, error) {
@@ -186,6 +199,7 @@ func setup(ctx context.Context, e *testenv.Env) <-chan struct{} {
 	must(deriveProfile("hcloud", "takeover-norollback", 10346, nil))
 	must(deriveProfile("hcloud", "takeover-upgradefailed", 10347, nil))
 	must(deriveProfile("aws", "takeover-split-norollback", 10348, nil))
+	must(deriveProfile("aws", "takeover-split-again", 10349, nil))
 
 	// the upstream CCM per Kubernetes minor: Azure's (with its own node
 	// filter), and a profile whose only release is two minors older than

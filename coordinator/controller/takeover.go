@@ -287,7 +287,7 @@ func (r *NativeCCMReconciler) memberTakeOverCheck(ctx context.Context, obj *v1.N
 // them when they are gone (a person's helm uninstall during the upgrade):
 // while the previous CCM runs that is a second CCM beside it. The release
 // is left failed; the next pass's upgrade waits for the previous CCM
-// (runReleaseAction, a member's beforeInstall).
+// (runReleaseAction, a member's takeOverCheck).
 func (r *NativeCCMReconciler) previousCCMRuns(ctx context.Context, obj *v1.NativeCCM) (bool, string) {
 	if obj.Spec.TakeOver == nil {
 		return false, ""

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -105,6 +106,53 @@ func TestTakeOverWaitsBeforeTheFirstMember(t *testing.T) {
 	})
 	previous.stop()
 	waitMessage(t, name, meta.ReadyCondition, metav1.ConditionTrue, v1.UpToDateReason, "native-ccm-"+name+"--eu-west-1 (eu-west-1, 1 node(s))")
+}
+
+// TestTakeOverMemberAsksAgainAfterAnInstall: the previous CCM starts again
+// while the first member's install waits for its pods, in a pass that
+// installs two members. The second member is not installed beside it: the
+// check made before the first install is not taken for the second.
+func TestTakeOverMemberAsksAgainAfterAnInstall(t *testing.T) {
+	const (
+		name      = "takeover-split-again"
+		leaseName = "takeover-split-again-previous-ccm"
+		durationS = 3
+	)
+	first, second := "native-ccm-"+name+"--eu-west-1", "native-ccm-"+name+"--eu-west-2"
+	awsSplitSecret(t, name+"-credentials")
+	createRegionNode(t, "tsa-eu-1", name, "eu-west-1", "aws:///eu-west-1a/i-0c41")
+	createRegionNode(t, "tsa-eu-2", name, "eu-west-2", "aws:///eu-west-2a/i-0c42")
+	previous := make(chan *leader, 1)
+	engine.duringInstall.Store(first, func() {
+		l := lead("kube-system", leaseName, "aws-cloud-controller-manager-g4_9e0f", durationS)
+		if ok, msg := poll(30*time.Second, func() (bool, string) {
+			var lease coordinationv1.Lease
+			err := k8s.Get(context.Background(), client.ObjectKey{Namespace: "kube-system", Name: leaseName}, &lease)
+			return err == nil && lease.Spec.HolderIdentity != nil, fmt.Sprint(err)
+		}); !ok {
+			t.Errorf("the previous CCM's Lease not held: %s", msg)
+		}
+		previous <- l
+	})
+	t.Cleanup(func() {
+		engine.duringInstall.Delete(first)
+		select {
+		case l := <-previous:
+			l.stop()
+		default:
+		}
+	})
+	createNativeCCM(t, splitTakeOver(name, name+"-credentials", "kube-system/"+leaseName))
+	waitDeployment(t, "the first member installed", first)
+	var l *leader
+	select {
+	case l = <-previous:
+	case <-time.After(90 * time.Second):
+		t.Fatal("the first member's install did not start the previous CCM")
+	}
+	neverDeployment(t, "the second member installed beside the previous CCM, which started during the first's install", 3*durationS*time.Second, name, second)
+	l.stop()
+	waitDeployment(t, "the second member installed once the previous CCM stopped", second)
 }
 
 // TestTakeOverLeaseMustNameNamespaceAndLease: the API server refuses a
