@@ -17,6 +17,7 @@ import (
 	"runtime"
 	"sync"
 	"syscall"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -90,6 +91,12 @@ func Start(opts Options) (*Env, error) {
 		BinaryAssetsDirectory: dir,
 		CRDDirectoryPaths:     opts.CRDDirectoryPaths,
 		ErrorIfCRDPathMissing: len(opts.CRDDirectoryPaths) > 0,
+		// envtest waits 20 s for each daemon to report healthy and 10 s for
+		// the CRDs to be established; with both lanes of make test on two
+		// cores an API server can take longer. Waits, not assertions: the
+		// suite goes on as soon as each reports ready.
+		ControlPlaneStartTimeout: 2 * time.Minute,
+		CRDInstallOptions:        envtest.CRDInstallOptions{MaxTime: time.Minute},
 	}
 	// Without it kube-apiserver derives its advertised address from the
 	// default route, which a test's own network namespace (test/netns) lacks.
