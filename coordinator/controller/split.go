@@ -57,14 +57,16 @@ type member struct {
 // install or upgrade may wait a Helm timeout for its pods, time in which
 // the previous CCM may have started again.
 type takeOverCheck struct {
-	ask   func() error
-	asked bool
+	ask   func(again bool) error
+	asked bool // since the last member's action
+	again bool // asked before in this pass (checkPreviousCCM)
 	err   error
 }
 
 func (c *takeOverCheck) before() error {
 	if !c.asked {
-		c.err, c.asked = c.ask(), true
+		c.err, c.asked = c.ask(c.again), true
+		c.again = true
 	}
 	return c.err
 }
@@ -231,7 +233,7 @@ func (r *NativeCCMReconciler) reconcileSplit(ctx context.Context, obj *v1.Native
 		// runs (asked just now when no member was installed)
 		var check *takeOverCheck
 		if obj.Spec.TakeOver != nil {
-			check = &takeOverCheck{ask: func() error { return r.memberTakeOverCheck(ctx, obj) }, asked: checked}
+			check = &takeOverCheck{ask: func(again bool) error { return r.memberTakeOverCheck(ctx, obj, again) }, asked: checked, again: checked}
 		}
 		for _, v := range wanted {
 			m := member{value: v, status: previous[v], takeOver: check}
@@ -323,7 +325,11 @@ func (r *NativeCCMReconciler) reconcileMember(ctx context.Context, obj *v1.Nativ
 		// one whose latest revision failed (its objects may be gone), as for
 		// a NativeCCM's own release (runReleaseAction)
 		if err := m.takeOver.before(); err != nil {
-			st.Revision = 0
+			if action != actionUpgrade {
+				// not installed; a failed release held before its upgrade
+				// is still there (status.members says its revision)
+				st.Revision = 0
+			}
 			var wait *waitError
 			if errors.As(err, &wait) {
 				st.Ready, st.Reason, st.Message = false, wait.reason, err.Error()

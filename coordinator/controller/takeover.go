@@ -224,8 +224,23 @@ func (r *NativeCCMReconciler) observePreviousCCM(ctx context.Context, obj *v1.Na
 // installed either (PreviousCCMLeaseUnreadable). A NativeCCM that waited
 // and goes on gets a Normal PreviousCCMStopped event.
 func (r *NativeCCMReconciler) waitForPreviousCCM(ctx context.Context, obj *v1.NativeCCM) error {
+	return r.checkPreviousCCM(ctx, obj, false)
+}
+
+// checkPreviousCCM is waitForPreviousCCM. again: a look later in a pass
+// whose earlier look let members be installed (takeOverCheck, after a
+// member's Helm action). Ready may still say the pass began waiting, so a
+// previous CCM running again (or its Lease unreadable) is said at once, and
+// its stop, said by the earlier look, is not said twice.
+func (r *NativeCCMReconciler) checkPreviousCCM(ctx context.Context, obj *v1.NativeCCM, again bool) error {
 	if obj.Spec.TakeOver == nil {
 		return nil
+	}
+	waitFor := func(reason string, err error) error {
+		if again && conditions.HasAnyReason(obj, meta.ReadyCondition, reason) {
+			r.event(obj, corev1.EventTypeWarning, reason, err.Error())
+		}
+		return r.waitFor(obj, reason, err)
 	}
 	now := r.now()
 	p, err := r.observePreviousCCM(ctx, obj)
@@ -233,7 +248,7 @@ func (r *NativeCCMReconciler) waitForPreviousCCM(ctx context.Context, obj *v1.Na
 		if stall := (*stallError)(nil); errors.As(err, &stall) {
 			return err
 		}
-		return r.waitFor(obj, v1.PreviousCCMLeaseUnreadableReason, fmt.Errorf(
+		return waitFor(v1.PreviousCCMLeaseUnreadableReason, fmt.Errorf(
 			"waiting: cannot tell whether the previous CCM runs: reading Lease %s (spec.takeOver.lease): %w; the coordinator must be allowed to get it: "+
 				"the hybrid-ccm chart grants it from clouds.%s.takeOver.lease, the ccm-coordinator chart alone from takeOverLeases", p.lease, err, obj.Name))
 	}
@@ -241,7 +256,7 @@ func (r *NativeCCMReconciler) waitForPreviousCCM(ctx context.Context, obj *v1.Na
 		msg := fmt.Sprintf("waiting for the previous CCM to stop: %s (spec.takeOver.lease), so it still runs and would initialize and delete nodes and serve "+
 			"Services beside this one; uninstall it (docs/migrating-from-a-cloud-ccm.md): its Lease runs out %s after its last renewal, then %s",
 			p.describe(now), p.seen.duration, installedWhat(obj, "is installed", "are installed"))
-		wait := r.waitFor(obj, v1.WaitingForPreviousCCMReason, fmt.Errorf("%s", msg))
+		wait := waitFor(v1.WaitingForPreviousCCMReason, fmt.Errorf("%s", msg))
 		// looked at again when the Lease would run out unless renewed (seen
 		// unchanged for its duration), and at least every half duration: the
 		// last renewal is first seen at most half a duration late, so the
@@ -249,7 +264,7 @@ func (r *NativeCCMReconciler) waitForPreviousCCM(ctx context.Context, obj *v1.Na
 		wait.(*waitError).after = max(min(p.expires().Sub(now), p.seen.duration/2)+500*time.Millisecond, time.Second)
 		return wait
 	}
-	if conditions.HasAnyReason(obj, meta.ReadyCondition, v1.WaitingForPreviousCCMReason, v1.PreviousCCMLeaseUnreadableReason) {
+	if !again && conditions.HasAnyReason(obj, meta.ReadyCondition, v1.WaitingForPreviousCCMReason, v1.PreviousCCMLeaseUnreadableReason) {
 		r.event(obj, corev1.EventTypeNormal, v1.PreviousCCMStoppedReason,
 			fmt.Sprintf("the previous CCM is not running: %s (spec.takeOver.lease); installing %s", p.describe(now), installedWhat(obj, "", "")))
 	}
@@ -274,10 +289,10 @@ func installedWhat(obj *v1.NativeCCM, one, many string) string {
 // removed by hand one after the other (helm uninstall), the cache behind or
 // a pass begun before the uninstall all come here, and a member for a new
 // value would run beside the previous CCM as surely. The Lease is read again
-// (the pass may have read it before it was taken).
-func (r *NativeCCMReconciler) memberTakeOverCheck(ctx context.Context, obj *v1.NativeCCM) error {
+// (the pass may have read it before it was taken). again: checkPreviousCCM.
+func (r *NativeCCMReconciler) memberTakeOverCheck(ctx context.Context, obj *v1.NativeCCM, again bool) error {
 	forgetLeases(ctx)
-	return r.waitForPreviousCCM(ctx, obj)
+	return r.checkPreviousCCM(ctx, obj, again)
 }
 
 // previousCCMRuns reads the Lease of a NativeCCM with spec.takeOver again and
@@ -308,7 +323,7 @@ func (r *NativeCCMReconciler) previousCCMRuns(ctx context.Context, obj *v1.Nativ
 // because of why (previousCCMRuns).
 func rollbackHeld(release, why string) string {
 	return fmt.Sprintf("release %s not rolled back after its failed upgrade: %s; a rollback would put this CCM back beside it. "+
-		"The upgrade is tried again once the previous CCM has stopped", release, why)
+		"The upgrade is tried again once the previous CCM is known to have stopped", release, why)
 }
 
 // PreviousCCMLiveMessage starts the Conflict message part of a previous CCM

@@ -10,6 +10,7 @@ import (
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/runtime/conditions"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -108,51 +109,91 @@ func TestTakeOverWaitsBeforeTheFirstMember(t *testing.T) {
 	waitMessage(t, name, meta.ReadyCondition, metav1.ConditionTrue, v1.UpToDateReason, "native-ccm-"+name+"--eu-west-1 (eu-west-1, 1 node(s))")
 }
 
-// TestTakeOverMemberAsksAgainAfterAnInstall: the previous CCM starts again
-// while the first member's install waits for its pods, in a pass that
-// installs two members. The second member is not installed beside it: the
-// check made before the first install is not taken for the second.
+// TestTakeOverMemberAsksAgainAfterAnInstall: a split NativeCCM waits for
+// the previous CCM with three members to install. The CCM stops, and starts
+// again while the first member's install waits for its pods. The other two
+// are not installed beside it: the look made before the first install is
+// not taken for them, and a Warning event says the previous CCM runs
+// (Ready said the pass began waiting). Once it stops for good both are
+// installed, and each stop is said by one PreviousCCMStopped event, not
+// one per member.
 func TestTakeOverMemberAsksAgainAfterAnInstall(t *testing.T) {
 	const (
 		name      = "takeover-split-again"
 		leaseName = "takeover-split-again-previous-ccm"
 		durationS = 3
 	)
-	first, second := "native-ccm-"+name+"--eu-west-1", "native-ccm-"+name+"--eu-west-2"
+	rel := func(region string) string { return "native-ccm-" + name + "--" + region }
 	awsSplitSecret(t, name+"-credentials")
-	createRegionNode(t, "tsa-eu-1", name, "eu-west-1", "aws:///eu-west-1a/i-0c41")
-	createRegionNode(t, "tsa-eu-2", name, "eu-west-2", "aws:///eu-west-2a/i-0c42")
-	previous := make(chan *leader, 1)
-	engine.duringInstall.Store(first, func() {
-		l := lead("kube-system", leaseName, "aws-cloud-controller-manager-g4_9e0f", durationS)
+	for i, region := range []string{"eu-west-1", "eu-west-2", "eu-west-3"} {
+		createRegionNode(t, fmt.Sprintf("tsa-eu-%d", i+1), name, region, fmt.Sprintf("aws:///%sa/i-0c4%d", region, i+1))
+	}
+	first := previousLeads(t, leaseName, "aws-cloud-controller-manager-g4_9e0f", durationS)
+	createNativeCCM(t, splitTakeOver(name, name+"-credentials", "kube-system/"+leaseName))
+	waitMessage(t, name, meta.ReadyCondition, metav1.ConditionFalse, v1.WaitingForPreviousCCMReason, "Lease kube-system/"+leaseName)
+
+	again := make(chan *leader, 1)
+	engine.duringInstall.Store(rel("eu-west-1"), func() {
+		l := lead("kube-system", leaseName, "aws-cloud-controller-manager-h5_9e0f", durationS)
 		if ok, msg := poll(30*time.Second, func() (bool, string) {
 			var lease coordinationv1.Lease
 			err := k8s.Get(context.Background(), client.ObjectKey{Namespace: "kube-system", Name: leaseName}, &lease)
-			return err == nil && lease.Spec.HolderIdentity != nil, fmt.Sprint(err)
+			return err == nil && lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity == "aws-cloud-controller-manager-h5_9e0f", fmt.Sprint(err)
 		}); !ok {
-			t.Errorf("the previous CCM's Lease not held: %s", msg)
+			t.Errorf("the previous CCM's Lease not taken again: %s", msg)
 		}
-		previous <- l
+		again <- l
 	})
 	t.Cleanup(func() {
-		engine.duringInstall.Delete(first)
+		engine.duringInstall.Delete(rel("eu-west-1"))
 		select {
-		case l := <-previous:
+		case l := <-again:
 			l.stop()
 		default:
 		}
 	})
-	createNativeCCM(t, splitTakeOver(name, name+"-credentials", "kube-system/"+leaseName))
-	waitDeployment(t, "the first member installed", first)
+	var warnings int
+	eventually(t, "the Warning event of the wait", func() (bool, string) {
+		warnings = countEvents(t, name, corev1.EventTypeWarning, v1.WaitingForPreviousCCMReason)
+		return warnings > 0, "none"
+	})
+	first.stop()
+	waitDeployment(t, "the first member installed once the previous CCM stopped", rel("eu-west-1"))
 	var l *leader
 	select {
-	case l = <-previous:
+	case l = <-again:
 	case <-time.After(90 * time.Second):
-		t.Fatal("the first member's install did not start the previous CCM")
+		t.Fatal("the first member's install did not start the previous CCM again")
 	}
-	neverDeployment(t, "the second member installed beside the previous CCM, which started during the first's install", 3*durationS*time.Second, name, second)
+	neverDeployment(t, "a member installed beside the previous CCM, which started again during the first member's install",
+		3*durationS*time.Second, name, rel("eu-west-2"), rel("eu-west-3"))
+	if ok, msg := poll(20*time.Second, func() (bool, string) {
+		n := countEvents(t, name, corev1.EventTypeWarning, v1.WaitingForPreviousCCMReason)
+		return n > warnings, fmt.Sprintf("%d before it started again, %d now", warnings, n)
+	}); !ok {
+		t.Errorf("no Warning event saying the previous CCM runs again: %s", msg)
+	}
 	l.stop()
-	waitDeployment(t, "the second member installed once the previous CCM stopped", second)
+	waitDeployment(t, "the second member installed once the previous CCM stopped again", rel("eu-west-2"))
+	waitDeployment(t, "the third member installed once the previous CCM stopped again", rel("eu-west-3"))
+	stopped := func() int { return countEvents(t, name, corev1.EventTypeNormal, v1.PreviousCCMStoppedReason) }
+	eventually(t, "a PreviousCCMStopped event for each stop", func() (bool, string) { return stopped() >= 2, fmt.Sprint(stopped()) })
+	if n := stopped(); n != 2 {
+		t.Errorf("%d PreviousCCMStopped events, want 2 (the previous CCM stopped twice)", n)
+	}
+}
+
+// countEvents counts object's events of type and reason, each as often as
+// it occurred.
+func countEvents(t *testing.T, object, typ, reason string) int {
+	t.Helper()
+	n := 0
+	for _, e := range eventsOf(t, object) {
+		if e.Type == typ && e.Reason == reason {
+			n += max(int(e.Count), 1)
+		}
+	}
+	return n
 }
 
 // TestTakeOverLeaseMustNameNamespaceAndLease: the API server refuses a
